@@ -1,0 +1,1 @@
+"""Framework adapters: LangChain middleware and callbacks, custom-loop helper."""

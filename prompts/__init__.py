@@ -1,0 +1,1 @@
+"""Prompt templates, one per pipeline stage (shipped in the wheel)."""

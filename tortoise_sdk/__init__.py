@@ -1,0 +1,2 @@
+"""tortoise-sdk: long-term memory for LLM agents."""
+__version__ = "0.1.0"

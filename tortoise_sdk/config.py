@@ -1,0 +1,43 @@
+"""Defaults and environment lookup, in one place."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+__all__ = (
+    "DEFAULT_CHUNK_TURNS",
+    "DEFAULT_CONCURRENCY",
+    "DEFAULT_MAX_TURNS_PER_CAPTURE",
+    "DEFAULT_NAMESPACE",
+    "default_db_path",
+    "ensure_litellm_env",
+    "env_model",
+)
+
+DEFAULT_NAMESPACE = "default"
+DEFAULT_MAX_TURNS_PER_CAPTURE = 5_000
+DEFAULT_CHUNK_TURNS = 50
+DEFAULT_CONCURRENCY = 4
+DEFAULT_BUSY_TIMEOUT_MS = 30_000
+
+
+def default_db_path() -> str:
+    """The database used when none is given: ``$TORTOISE_DB``, else ``~/.tortoise/memory.db``."""
+    env = os.environ.get("TORTOISE_DB")
+    if env:
+        return env
+    return str(Path.home() / ".tortoise" / "memory.db")
+
+
+def env_model() -> str | None:
+    """The model named by ``$TORTOISE_MODEL``, or None."""
+    return os.environ.get("TORTOISE_MODEL") or None
+
+
+def ensure_litellm_env() -> None:
+    """Keep litellm from fetching its cost map over the network at import.
+
+    Call before the first ``import litellm``. A value the user set wins.
+    """
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")

@@ -1,0 +1,142 @@
+"""Exceptions raised by tortoise-sdk.
+
+The tree::
+
+    TortoiseError
+    ├── ConfigError (also ValueError)          bad argument or setting
+    ├── InvalidInput (also ValueError)         a capture or query the SDK refuses
+    │   └── CaptureConflict                    a turn differs from the stored one at its identity
+    ├── IdempotencyConflict                    same idempotency key, different content
+    ├── StoreError                             the database failed
+    │   ├── MigrationError                     the schema could not be brought up to date
+    │   └── NotFoundError                      no such session, memory, turn or job
+    ├── ModelError                             a model call failed for good
+    │   ├── ModelTimeout
+    │   └── MalformedOutput                    the reply could not be parsed
+    ├── StreamParseError                       a transcript line could not be read
+    └── AdapterError                           a framework adapter was misused
+
+Stage and reflex failures are never raised to the caller: they become a
+``Diagnostic`` on the receipt, or an empty memory block with a reason.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = (
+    "AdapterError",
+    "CaptureConflict",
+    "ConfigError",
+    "IdempotencyConflict",
+    "InvalidInput",
+    "MalformedOutput",
+    "MigrationError",
+    "ModelError",
+    "ModelTimeout",
+    "NotFoundError",
+    "StoreError",
+    "StreamParseError",
+    "TortoiseError",
+)
+
+
+class TortoiseError(Exception):
+    """Base class of every error the SDK raises on purpose."""
+
+
+class ConfigError(TortoiseError, ValueError):
+    """A setting or constructor argument is invalid."""
+
+
+class InvalidInput(TortoiseError, ValueError):
+    """Input was refused before anything was written.
+
+    Attributes:
+        field: the offending field, e.g. ``turns[3].role``.
+    """
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(f"{field}: {message}" if field else message)
+        self.field = field
+
+
+class CaptureConflict(InvalidInput):
+    """A captured turn differs from the turn already stored with the same identity."""
+
+
+class IdempotencyConflict(TortoiseError):
+    """The idempotency key was used before with different content."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(
+            f"idempotency key {key!r} was already used for a different capture; "
+            "use a new key for new content, or resend the original content to replay it"
+        )
+        self.key = key
+
+
+class StoreError(TortoiseError):
+    """The store failed to read or write."""
+
+
+class MigrationError(StoreError):
+    """The schema could not be migrated."""
+
+
+class NotFoundError(StoreError):
+    """The requested record does not exist in this namespace."""
+
+
+class ModelError(TortoiseError):
+    """A model call failed after retries.
+
+    Attributes:
+        model: the litellm model name.
+        status_code: the HTTP status, or None when there was no response.
+        error_class: one of auth, billing, rate_limit, server, timeout,
+            network, parse, truncation, bad_request, unknown.
+        body: the provider's error text, when there was one.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        model: str | None = None,
+        status_code: int | None = None,
+        error_class: str = "unknown",
+        body: Any = None,
+    ) -> None:
+        super().__init__(message)
+        self.model = model
+        self.status_code = status_code
+        self.error_class = error_class
+        self.body = body
+
+
+class ModelTimeout(ModelError):
+    """The model did not answer within the per-attempt deadline."""
+
+
+class MalformedOutput(ModelError):
+    """The model answered, but the reply could not be parsed into the stage's shape."""
+
+
+class StreamParseError(TortoiseError):
+    """A line of an agent transcript or stream could not be read.
+
+    Attributes:
+        source: the format being parsed (claude-code, stream-json, acp, ...).
+        line: the 1-based line number, when known.
+    """
+
+    def __init__(self, message: str, *, source: str, line: int | None = None) -> None:
+        where = f" (line {line})" if line is not None else ""
+        super().__init__(f"{source}{where}: {message}")
+        self.source = source
+        self.line = line
+
+
+class AdapterError(TortoiseError):
+    """A framework adapter was configured or called incorrectly."""

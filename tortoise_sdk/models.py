@@ -1,0 +1,245 @@
+"""Typed data shapes shared by every layer: turns, receipts, hits, memories, blocks, subagent rows."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictStr
+
+__all__ = (
+    "CaptureReceipt",
+    "Diagnostic",
+    "ExpandResult",
+    "ExtractionReport",
+    "JobInfo",
+    "MemoryBlock",
+    "MemoryRecord",
+    "Pointer",
+    "Role",
+    "SearchHit",
+    "SessionInfo",
+    "Source",
+    "StageStats",
+    "SubagentContext",
+    "SubagentCounters",
+    "Turn",
+    "utc_now",
+)
+
+Role = Literal["user", "assistant", "system", "tool"]
+ROLES: tuple[str, ...] = ("user", "assistant", "system", "tool")
+
+
+def utc_now() -> datetime:
+    """The current time, timezone-aware UTC."""
+    return datetime.now(timezone.utc)
+
+
+class Turn(BaseModel):
+    """One message of a conversation, as the caller gives it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    role: Role = Field(description="Who spoke: user, assistant, system or tool.")
+    content: StrictStr = Field(description="The message text, stored whole.")
+    name: str | None = Field(default=None, description="Speaker name, e.g. 'Caroline'.")
+    id: str | None = Field(default=None, description="The caller's message id (its identity on re-capture).")
+    timestamp: str | None = Field(default=None, description="When the turn was said (ISO 8601), if known.")
+    metadata: dict[str, Any] | None = Field(default=None, description="Free-form caller data, kept verbatim.")
+
+
+class Diagnostic(BaseModel):
+    """A problem that did not stop the call: where it happened and what it was."""
+
+    stage: str = Field(description="capture, s1, s2, vet, s3, s4, ground, s5, reflex, subagents ...")
+    code: str = Field(description="Stable short code, e.g. 'rate_limit', 'ungrounded_quote'.")
+    message: str = Field(description="Human-readable explanation.")
+    detail: dict[str, Any] | None = Field(default=None, description="Structured context.")
+
+
+class StageStats(BaseModel):
+    """Cost and effort of one pipeline stage. Unreported figures stay None."""
+
+    calls: int = 0
+    retries: int = 0
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    cost_usd: float | None = Field(default=None, description="None when litellm does not know the model's price.")
+    wall_ms: float = 0.0
+    errors: dict[str, int] = Field(default_factory=dict, description="Error census by class.")
+    prompt_hash: str | None = Field(default=None, description="sha256 of the prompt template used.")
+
+
+class ExtractionReport(BaseModel):
+    """What the extraction pipeline did for one session."""
+
+    status: Literal["ok", "partial", "failed", "skipped", "queued"]
+    reason: str | None = Field(default=None, description="Why it was skipped, queued or failed.")
+    counts: dict[str, int] = Field(default_factory=dict, description="Items written by kind: entity, event, point.")
+    outcomes: dict[str, int] = Field(default_factory=dict, description="Consolidation outcomes: ADD, NOOP, UPDATE, DELETE.")
+    errors: list[Diagnostic] = Field(default_factory=list)
+    warnings: list[Diagnostic] = Field(default_factory=list)
+    stages: dict[str, StageStats] = Field(default_factory=dict)
+    job_id: str | None = None
+
+
+class CaptureReceipt(BaseModel):
+    """The durable record of one ``capture`` call."""
+
+    receipt_id: str
+    namespace: str
+    session_id: str
+    session_date: str | None = None
+    turns_received: int
+    turns_stored: int = Field(description="Turns newly written by this call (0 on a replay or a pure repeat).")
+    turn_ids: list[str] = Field(default_factory=list, description="Ids of the turns this call wrote.")
+    replayed: bool = False
+    ok: bool = True
+    idempotency_key: str | None = None
+    errors: list[Diagnostic] = Field(default_factory=list)
+    warnings: list[Diagnostic] = Field(default_factory=list)
+    extraction: ExtractionReport | None = None
+    created_at: datetime = Field(default_factory=utc_now)
+
+
+class SearchHit(BaseModel):
+    """A stored turn that matched a search."""
+
+    turn_id: str
+    external_id: str | None = Field(description="The caller's message id, if one was given.")
+    session_id: str
+    session_date: str | None
+    index: int = Field(description="Position of the turn in its session, from 0.")
+    role: Role
+    name: str | None
+    content: str
+    score: float = Field(description="Higher is better; BM25-based.")
+
+
+class SessionInfo(BaseModel):
+    """A captured session."""
+
+    session_id: str
+    session_date: str | None
+    turn_count: int
+    created_at: datetime
+    updated_at: datetime
+
+
+class Source(BaseModel):
+    """A turn a memory was drawn from, with the verbatim quote."""
+
+    turn_id: str
+    external_id: str | None = None
+    session_id: str
+    quote: str | None = None
+
+
+class MemoryRecord(BaseModel):
+    """An extracted memory: an event or a point, grounded in source turns."""
+
+    id: str
+    kind: Literal["event", "point"]
+    content: str
+    status: Literal["live", "superseded", "deleted"] = "live"
+    when: str | None = None
+    session_id: str
+    entities: list[str] = Field(default_factory=list)
+    search_keys: list[str] = Field(default_factory=list)
+    sources: list[Source] = Field(default_factory=list)
+    valid_at: datetime | None = None
+    invalid_at: datetime | None = Field(default=None, description="Set when superseded or retracted.")
+    superseded_by: str | None = None
+    created_at: datetime = Field(default_factory=utc_now)
+
+
+class Pointer(BaseModel):
+    """One item of a memory block."""
+
+    id: str
+    kind: Literal["memory", "turn"]
+    label: str
+    synopsis: str
+    score: float
+    external_id: str | None = None
+    session_id: str | None = None
+    session_date: str | None = None
+    superseded: bool = False
+
+
+class MemoryBlock(BaseModel):
+    """What the reflex hands the host before a turn: possibly empty, never raising."""
+
+    block: str = ""
+    pointers: list[Pointer] = Field(default_factory=list)
+    why: list[str] = Field(default_factory=list, description="One reason per pointer.")
+    tokens: int = 0
+    degraded_reason: str | None = None
+    elapsed_ms: float = 0.0
+
+
+class ExpandResult(BaseModel):
+    """The full record behind a pointer."""
+
+    id: str
+    kind: Literal["memory", "turn"]
+    content: str
+    status: str | None = None
+    session_id: str | None = None
+    session_date: str | None = None
+    supersession: list[MemoryRecord] = Field(default_factory=list)
+    sources: list[Source] = Field(default_factory=list)
+    surrounding: list[SearchHit] = Field(default_factory=list)
+
+
+class SubagentContext(BaseModel):
+    """One sub-agent invocation, as recorded from the event stream (structure, no content)."""
+
+    id: str
+    namespace: str
+    session_id: str
+    turn_id: str | None = None
+    agent_execution_id: str = "unknown"
+    tool_call_id: str
+    parent_tool_call_id: str | None = None
+    subagent_type: str | None = None
+    description: str | None = None
+    agent_id: str | None = None
+    child_session_id: str | None = None
+    model: str | None = None
+    agent_status: str | None = None
+    tool_status: str | None = None
+    is_async: bool = False
+    total_tokens: int | None = None
+    tool_use_count: int | None = None
+    duration_ms: int | None = None
+    source: Literal["live", "backfill"] = "live"
+    observed_at: datetime
+    settled_at: datetime | None = None
+    updated_at: datetime
+
+
+class SubagentCounters(BaseModel):
+    """Persistent counters of the subagent recorder."""
+
+    upserted: int = 0
+    skipped_no_identity: int = 0
+    unknown_execution: int = 0
+    anomalous_value: int = 0
+    failed: int = 0
+
+
+class JobInfo(BaseModel):
+    """A durable background extraction job."""
+
+    job_id: str
+    namespace: str
+    session_id: str
+    status: Literal["pending", "running", "done", "failed"]
+    attempts: int = 0
+    revision: int = 0
+    lease_until: datetime | None = None
+    errors: list[str] = Field(default_factory=list)
+    created_at: datetime
+    updated_at: datetime
