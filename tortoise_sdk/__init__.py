@@ -1,2 +1,72 @@
-"""tortoise-sdk: long-term memory for LLM agents."""
+"""tortoise-sdk: long-term memory for LLM agents.
+
+Capture every turn durably, search it verbatim, extract grounded memories with a
+staged LLM pipeline, and hand a bounded memory block to the host before each turn.
+"""
+
+from .errors import (
+    AdapterError,
+    CaptureConflict,
+    ConfigError,
+    IdempotencyConflict,
+    InvalidInput,
+    MalformedOutput,
+    MigrationError,
+    ModelError,
+    ModelTimeout,
+    NotFoundError,
+    StoreError,
+    StreamParseError,
+    TortoiseError,
+)
+from .memory import Memory
+from .models import (
+    CaptureReceipt,
+    Diagnostic,
+    ExpandResult,
+    ExtractionReport,
+    MemoryBlock,
+    MemoryRecord,
+    Pointer,
+    SearchHit,
+    SessionInfo,
+    Source,
+    StageStats,
+    SubagentContext,
+    SubagentCounters,
+    Turn,
+)
+
 __version__ = "0.1.0"
+
+__all__ = [
+    "AdapterError",
+    "CaptureConflict",
+    "CaptureReceipt",
+    "ConfigError",
+    "Diagnostic",
+    "ExpandResult",
+    "ExtractionReport",
+    "IdempotencyConflict",
+    "InvalidInput",
+    "MalformedOutput",
+    "Memory",
+    "MemoryBlock",
+    "MemoryRecord",
+    "MigrationError",
+    "ModelError",
+    "ModelTimeout",
+    "NotFoundError",
+    "Pointer",
+    "SearchHit",
+    "SessionInfo",
+    "Source",
+    "StageStats",
+    "StoreError",
+    "StreamParseError",
+    "SubagentContext",
+    "SubagentCounters",
+    "TortoiseError",
+    "Turn",
+    "__version__",
+]

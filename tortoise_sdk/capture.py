@@ -1,0 +1,133 @@
+"""Capture validation and turn identity: pure functions, nothing touches the store."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import Any
+
+from pydantic import ValidationError
+
+from .errors import InvalidInput
+from .models import ROLES, Turn
+
+__all__ = ("CaptureRequest", "content_hash", "normalize_date", "prepare_capture", "turn_id_for")
+
+
+class CaptureRequest:
+    """A validated capture: the turns, their identities and the request fingerprint."""
+
+    __slots__ = ("session_id", "session_date", "turns", "hashes", "request_hash", "idempotency_key")
+
+    def __init__(
+        self,
+        session_id: str,
+        session_date: str | None,
+        turns: list[Turn],
+        idempotency_key: str | None,
+    ) -> None:
+        self.session_id = session_id
+        self.session_date = session_date
+        self.turns = turns
+        self.hashes = [content_hash(t) for t in turns]
+        self.idempotency_key = idempotency_key
+        self.request_hash = _request_hash(session_id, session_date, turns)
+
+
+def content_hash(turn: Turn) -> str:
+    """Hash of what makes a turn the same turn: role, name and content."""
+    h = hashlib.sha256()
+    for part in (turn.role, turn.name or "", turn.content):
+        h.update(part.encode("utf-8", "surrogatepass"))
+        h.update(b"\x00")
+    return h.hexdigest()
+
+
+def turn_id_for(namespace: str, session_id: str, index: int) -> str:
+    """Deterministic, store-independent turn id (stable across SQLite and PostgreSQL)."""
+    digest = hashlib.sha256(f"{namespace}\x00{session_id}\x00{index}".encode()).hexdigest()
+    return f"t_{digest[:20]}"
+
+
+def normalize_date(value: str | datetime | None, *, field: str = "session_date") -> str | None:
+    """Accept an ISO 8601 string or datetime; return ISO text, or raise InvalidInput naming the field."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if not isinstance(value, str):
+        raise InvalidInput(f"expected an ISO 8601 string, got {type(value).__name__}", field=field)
+    try:
+        text = value.strip()
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).isoformat()
+    except ValueError:
+        raise InvalidInput(
+            f"{value!r} is not an ISO 8601 date such as 2023-05-08T13:56:00", field=field
+        ) from None
+
+
+def prepare_capture(
+    session_id: Any,
+    turns: Iterable[Turn | Mapping[str, Any]] | None,
+    *,
+    session_date: str | datetime | None = None,
+    idempotency_key: str | None = None,
+    max_turns: int,
+) -> CaptureRequest:
+    """Validate a capture before anything is written.
+
+    Raises:
+        InvalidInput: naming the bad field (``session_id``, ``turns``, ``turns[3].role`` ...).
+    """
+    if not isinstance(session_id, str) or not session_id.strip():
+        raise InvalidInput("must be a non-empty string", field="session_id")
+    if idempotency_key is not None and (not isinstance(idempotency_key, str) or not idempotency_key):
+        raise InvalidInput("must be a non-empty string or None", field="idempotency_key")
+    if turns is None or isinstance(turns, (str, bytes, Mapping)):
+        raise InvalidInput("must be a list of turns", field="turns")
+    raw = list(turns)
+    if not raw:
+        raise InvalidInput("the conversation is empty; pass at least one turn", field="turns")
+    if len(raw) > max_turns:
+        raise InvalidInput(
+            f"{len(raw)} turns in one call exceeds the limit of {max_turns}; "
+            "split the capture or raise max_turns_per_capture",
+            field="turns",
+        )
+    parsed = [_parse_turn(i, t) for i, t in enumerate(raw)]
+    if all(not t.content.strip() for t in parsed):
+        raise InvalidInput("every turn is blank; there is nothing to capture", field="turns")
+    seen: dict[str, int] = {}
+    for i, t in enumerate(parsed):
+        if t.id is not None:
+            if t.id in seen:
+                raise InvalidInput(f"duplicate id {t.id!r} (also turns[{seen[t.id]}])", field=f"turns[{i}].id")
+            seen[t.id] = i
+    return CaptureRequest(session_id, normalize_date(session_date), parsed, idempotency_key)
+
+
+def _parse_turn(i: int, value: Turn | Mapping[str, Any]) -> Turn:
+    if isinstance(value, Turn):
+        return value
+    if not isinstance(value, Mapping):
+        raise InvalidInput(f"expected a dict or Turn, got {type(value).__name__}", field=f"turns[{i}]")
+    role = value.get("role")
+    if role not in ROLES:
+        raise InvalidInput(f"unknown role {role!r}; use one of {', '.join(ROLES)}", field=f"turns[{i}].role")
+    try:
+        return Turn.model_validate(value)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(p) for p in err["loc"])
+        raise InvalidInput(err["msg"], field=f"turns[{i}].{loc}" if loc else f"turns[{i}]") from None
+
+
+def _request_hash(session_id: str, session_date: str | None, turns: list[Turn]) -> str:
+    body = json.dumps(
+        [session_id, session_date, [t.model_dump(mode="json") for t in turns]],
+        sort_keys=True,
+        ensure_ascii=False,
+    )
+    return hashlib.sha256(body.encode("utf-8", "surrogatepass")).hexdigest()

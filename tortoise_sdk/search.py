@@ -1,0 +1,50 @@
+"""Turning any user string into a safe full-text query: tokens, stop-words, FTS5 syntax."""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ("STOP_WORDS", "fts5_query", "query_terms", "tokenize")
+
+# Function words and question scaffolding: they match most turns and only dilute BM25.
+STOP_WORDS: frozenset[str] = frozenset(
+    """
+    a about above after again against all am an and any are aren't as at be because been before being
+    below between both but by can can't cannot could couldn't did didn't do does doesn't doing don't down
+    during each few for from further had hadn't has hasn't have haven't having he he'd he'll he's her here
+    here's hers herself him himself his how how's i i'd i'll i'm i've if in into is isn't it it's its itself
+    let's me more most mustn't my myself no nor not of off on once only or other ought our ours ourselves
+    out over own same shan't she she'd she'll she's should shouldn't so some such than that that's the their
+    theirs them themselves then there there's these they they'd they'll they're they've this those through to
+    too under until up very was wasn't we we'd we'll we're we've were weren't what what's when when's where
+    where's which while who who's whom why why's will with won't would wouldn't you you'd you'll you're
+    you've your yours yourself yourselves s t d ll m re ve also just like did does get got really yes yeah
+    oh ok okay hey hi
+    """.split()
+)
+
+_TOKEN = re.compile(r"[^\W_]+(?:'[^\W_]+)?", re.UNICODE)
+
+
+def tokenize(text: str) -> list[str]:
+    """Lower-cased word tokens (letters and digits, inner apostrophes kept)."""
+    return [m.group(0).lower() for m in _TOKEN.finditer(text or "")]
+
+
+def query_terms(text: str) -> list[str]:
+    """Distinct content terms of a query, in order; stop-words are dropped unless nothing else is left."""
+    tokens = [p for t in tokenize(text) for p in t.split("'") if p]
+    content = [t for t in tokens if t not in STOP_WORDS]
+    return list(dict.fromkeys(content or tokens))
+
+
+def fts5_query(text: str, *, terms: list[str] | None = None) -> str | None:
+    """An FTS5 MATCH expression that ORs the quoted terms, or None when there is nothing to search.
+
+    Every term is a quoted string literal, so user text can never be read as FTS5 syntax
+    (``AND``, ``*``, ``(``, ``"`` and ``NEAR`` are just words here).
+    """
+    terms = query_terms(text) if terms is None else terms
+    if not terms:
+        return None
+    return " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
