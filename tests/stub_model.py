@@ -33,7 +33,7 @@ A reply is one of:
   "usage": {...} | null}``; a non-string content is sent as its JSON text;
   usage defaults to an estimate, ``null`` leaves it out.
 - fault: ``{"status": 429 | 500 | 503 | 400 | 401 | ..., "error": str,
-  "retry_after": seconds}``.
+  "code": str, "retry_after": seconds}`` (an OpenAI-style error body).
 - raw body: ``{"raw": str, "status": 200}``, e.g. a truncated JSON document.
 
 Any reply may add ``"delay": seconds`` (e.g. longer than the client's
@@ -225,7 +225,9 @@ class StubModel:
 
     def start(self) -> StubModel:
         """Serve in a background thread."""
-        self._thread = threading.Thread(target=self._server.serve_forever, name="stub-model", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="stub-model", daemon=True
+        )
         self._thread.start()
         return self
 
@@ -275,7 +277,9 @@ class StubModel:
         return _render(reply, body, serial)
 
 
-def _error(status: int, message: str, kind: str, extra: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
+def _error(
+    status: int, message: str, kind: str, extra: dict[str, str] | None = None
+) -> tuple[int, dict[str, str], bytes]:
     payload = {"error": {"message": message, "type": kind, "param": None, "code": kind}}
     headers = {"Content-Type": "application/json", **(extra or {})}
     return status, headers, json.dumps(payload).encode()
@@ -303,7 +307,7 @@ def _render(reply: dict[str, Any], body: Any, serial: int) -> tuple[int, dict[st
         kind, message = _ERROR_TYPES.get(status, ("server_error", f"HTTP {status}"))
         if "retry_after" in reply:
             extra["Retry-After"] = str(reply["retry_after"])
-        return _error(status, str(reply.get("error", message)), kind, extra)
+        return _error(status, str(reply.get("error", message)), str(reply.get("code", kind)), extra)
     content = reply.get("content", "")
     if not isinstance(content, str):
         content = json.dumps(content, ensure_ascii=False)
@@ -341,7 +345,7 @@ def _make_handler(stub: StubModel) -> type[BaseHTTPRequestHandler]:
         server_version = "tortoise-stub/1"
         sys_version = ""
 
-        def do_POST(self) -> None:  # noqa: N802 (http.server naming)
+        def do_POST(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)
             raw = self.rfile.read(length) if length else b""
             path = self.path.split("?", 1)[0]
@@ -351,7 +355,7 @@ def _make_handler(stub: StubModel) -> type[BaseHTTPRequestHandler]:
                 return
             self._send(*stub._answer("POST", path, headers, raw))
 
-        def do_GET(self) -> None:  # noqa: N802
+        def do_GET(self) -> None:
             if self.path.rstrip("/") in ("/v1/models", "/models"):
                 payload = {"object": "list", "data": [{"id": DEFAULT_STUB_MODEL, "object": "model"}]}
                 self._send(200, {"Content-Type": "application/json"}, json.dumps(payload).encode())
@@ -369,7 +373,7 @@ def _make_handler(stub: StubModel) -> type[BaseHTTPRequestHandler]:
             except (BrokenPipeError, ConnectionResetError):
                 _log.debug("client went away before the reply (timeout fault)")
 
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        def log_message(self, format: str, *args: Any) -> None:
             _log.debug("%s " + format, self.address_string(), *args)
 
     return Handler

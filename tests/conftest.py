@@ -1,0 +1,202 @@
+"""Shared fixtures: an isolated environment, VCR cassettes, and the model endpoint cassette tests call.
+
+Cassettes live in ``cassettes/<test_module>/<test_name>.yaml``, each with the
+stub script it was recorded from beside it (``<test_name>.script.json``).
+Replay (the default, ``record_mode="none"``) needs no server and no network.
+``--record-mode=rewrite`` re-records: the ``model_endpoint`` fixture then
+starts the stub on :data:`STUB_PORT` with the test's script, or, with
+``TORTOISE_LIVE_MODEL`` set, points the test at a real provider. See
+``tests/record_cassettes.md``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from stub_model import StubModel
+from tortoise_sdk.llm import LLMClient, LLMConfig
+
+REPO = Path(__file__).resolve().parent.parent
+CASSETTES = REPO / "cassettes"
+
+STUB_PORT = 8765
+STUB_API_BASE = f"http://127.0.0.1:{STUB_PORT}/v1"
+STUB_MODEL = "openai/stub-model"
+STUB_API_KEY = "sk-stub-not-a-secret"
+
+# Backoff that keeps fault tests fast; live recording keeps the production defaults.
+FAST_RETRY: dict[str, Any] = {"backoff_base_s": 0.01, "backoff_max_s": 0.05}
+
+_SECRET_HEADERS = ("authorization", "api-key", "x-api-key", "openai-organization", "openai-project", "cookie")
+_SECRET_RESPONSE_HEADERS = ("set-cookie", "openai-organization", "openai-project", "x-request-id", "cf-ray")
+_WIRE_HEADERS = ("x-tortoise-stage", "x-tortoise-chunk")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "stub_only: record this cassette from the stub even when TORTOISE_LIVE_MODEL is set (fault scripts)"
+    )
+
+
+def pytest_recording_configure(config: pytest.Config, vcr: Any) -> None:
+    vcr.register_matcher("tortoise_headers", _match_tortoise_headers)
+
+
+def _match_tortoise_headers(r1: Any, r2: Any) -> None:
+    """Replay only answers a request whose stage and chunk headers equal the recorded ones."""
+    for name in _WIRE_HEADERS:
+        assert r1.headers.get(name) == r2.headers.get(name), f"{name}: {r1.headers.get(name)} != {r2.headers.get(name)}"
+
+
+def _scrub_response(response: dict[str, Any]) -> dict[str, Any]:
+    headers = response.get("headers") or {}
+    for key in list(headers):
+        if key.lower() in _SECRET_RESPONSE_HEADERS:
+            del headers[key]
+    return response
+
+
+@pytest.fixture(autouse=True)
+def isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Point HOME and TORTOISE_DB into tmp_path and drop TORTOISE_MODEL, so no test sees the developer's setup."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("TORTOISE_DB", str(tmp_path / "memory.db"))
+    monkeypatch.delenv("TORTOISE_MODEL", raising=False)
+    monkeypatch.setenv("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    return home
+
+
+@pytest.fixture
+def vcr_config(request: pytest.FixtureRequest) -> dict[str, Any]:
+    """VCR settings: replay only by default, secrets filtered, match on method, uri, body and stage headers."""
+    return {
+        # pytest-recording lets this key override --record-mode, so mirror the flag.
+        "record_mode": request.config.getoption("--record-mode") or "none",
+        # The body tells concurrent S1 chunks and the larger-cap retry apart;
+        # identical retries replay their recorded responses in order.
+        "match_on": ("method", "uri", "body", "tortoise_headers"),
+        "filter_headers": list(_SECRET_HEADERS),
+        "before_record_response": _scrub_response,
+        "decode_compressed_response": True,
+    }
+
+
+@pytest.fixture(scope="module")
+def vcr_cassette_dir(request: pytest.FixtureRequest) -> str:
+    """Cassettes of tests/test_x.py live in cassettes/test_x/ at the repository top."""
+    return str(CASSETTES / request.module.__name__.rsplit(".", 1)[-1])
+
+
+@dataclass(frozen=True)
+class ModelEndpoint:
+    """Where a cassette test sends its model calls, and whether they are being recorded.
+
+    Attributes:
+        model, api_base, api_key: hand these to ``LLMConfig`` / ``Memory``.
+        stub: the running stub while recording from a script, else None.
+        recording: the cassette is being written by this run.
+        live: the exchange is (being) recorded from a real provider, not the
+            stub: replies are a real model's, so assert shapes, not exact text.
+        script: the stub script beside the cassette.
+    """
+
+    model: str
+    api_base: str | None
+    api_key: str | None = field(repr=False)
+    stub: StubModel | None
+    recording: bool
+    live: bool
+    script: Path
+
+    @property
+    def retry_settings(self) -> dict[str, Any]:
+        """Backoff for this run: production defaults while calling a real provider, else fast."""
+        return {} if (self.live and self.recording) else dict(FAST_RETRY)
+
+    def config(self, **settings: Any) -> LLMConfig:
+        """An ``LLMConfig`` for this endpoint (``settings`` override ``retry_settings``)."""
+        merged = self.retry_settings | settings
+        merged.setdefault("model", self.model)
+        return LLMConfig(api_base=self.api_base, api_key=self.api_key, **merged)
+
+    def client(self, **settings: Any) -> LLMClient:
+        """An ``LLMClient`` for this endpoint."""
+        return LLMClient(self.config(**settings))
+
+
+@pytest.fixture
+def model_endpoint(
+    request: pytest.FixtureRequest,
+    vcr: Any,
+    vcr_cassette_dir: str,
+    default_cassette_name: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[ModelEndpoint]:
+    """The model endpoint of a ``@pytest.mark.vcr`` test.
+
+    Replay: the stub's constant address (or the live endpoint the cassette
+    was recorded from), no server. Recording: the stub on :data:`STUB_PORT`
+    serving ``<cassette>.script.json``, or the live model named by
+    ``TORTOISE_LIVE_MODEL`` (``TORTOISE_LIVE_API_BASE``,
+    ``TORTOISE_LIVE_API_KEY`` optional) unless the test is ``stub_only``.
+    """
+    if vcr is None:
+        raise pytest.UsageError("model_endpoint needs @pytest.mark.vcr on the test")
+    base = Path(vcr_cassette_dir) / default_cassette_name
+    script = base.with_name(base.name + ".script.json")
+    sidecar = base.with_name(base.name + ".endpoint.json")
+    recording = not vcr.write_protected
+    live_model = os.environ.get("TORTOISE_LIVE_MODEL")
+    live = recording and bool(live_model) and request.node.get_closest_marker("stub_only") is None
+
+    if live:
+        api_base = os.environ.get("TORTOISE_LIVE_API_BASE") or None
+        sidecar.parent.mkdir(parents=True, exist_ok=True)
+        sidecar.write_text(json.dumps({"model": live_model, "api_base": api_base}, indent=2) + "\n", encoding="utf-8")
+        yield ModelEndpoint(live_model, api_base, os.environ.get("TORTOISE_LIVE_API_KEY"), None, True, True, script)  # type: ignore[arg-type]
+        return
+
+    if recording:
+        if not script.exists():
+            pytest.fail(f"no stub script to record from: write {script.relative_to(REPO)}")
+        sidecar.unlink(missing_ok=True)
+        with StubModel(script, port=STUB_PORT) as stub:
+            yield ModelEndpoint(STUB_MODEL, STUB_API_BASE, STUB_API_KEY, stub, True, False, script)
+        return
+
+    model, api_base = STUB_MODEL, STUB_API_BASE
+    if sidecar.exists():
+        recorded = json.loads(sidecar.read_text(encoding="utf-8"))
+        model, api_base = recorded["model"], recorded.get("api_base")
+        # A live cassette's URL came from litellm's default for the provider.
+        monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+        monkeypatch.delenv("OPENAI_API_BASE", raising=False)
+    yield ModelEndpoint(model, api_base, STUB_API_KEY, None, False, sidecar.exists(), script)
+
+
+@pytest.fixture
+def stub_model() -> Iterator[Any]:
+    """Start stubs on free ports, for tests that need a live one (timeouts).
+
+    Mark such tests ``@pytest.mark.block_network(allowed_hosts=["127.0.0.1"])``.
+    Usage: ``stub = stub_model([{"content": "hi"}], delay=0.1)``; every stub stops at teardown.
+    """
+    started: list[StubModel] = []
+
+    def start(script: Any, **kwargs: Any) -> StubModel:
+        stub = StubModel(script, **kwargs).start()
+        started.append(stub)
+        return stub
+
+    yield start
+    for stub in started:
+        stub.stop()
