@@ -1,0 +1,283 @@
+"""Agent Client Protocol (JSON-RPC) ``session/update`` traffic into turns and sub-agent frames.
+
+Turns: consecutive ``user_message_chunk`` / ``agent_message_chunk`` updates of
+one session are joined into one message, ended by a change of speaker or
+``messageId``, a tool call, the next ``session/prompt``, the prompt's
+response, or the end of the stream; a sub-agent's chunks (``parentToolUseId``)
+go to the session ``<session>:task-<parent tool call>``. ``session/prompt`` requests are user turns.
+ACP chunks carry no message id unless the agent sends ``messageId``, so the
+fallback turn id is ``<session>:L<first line>`` (stable for the same file).
+
+Frames: ``tool_call`` / ``tool_call_update`` of a sub-agent tool, recognised as
+
+- Claude Code (claude-code-acp): ``_meta.claudeCode.toolName`` is Task/Agent;
+  ``_meta.claudeCode.toolResponse`` is the ``toolUseResult``;
+  ``_meta.claudeCode.parentToolUseId`` nests it.
+- OpenCode: ``title == "task"``; ``rawOutput.metadata`` {sessionId, model}.
+- Cursor: ``rawInput._toolName == "task"``; ``rawOutput`` {durationMs, isBackground}.
+- Auggie: title ``sub-agent-<type>: <description>``.
+
+Once a tool call is known to be a sub-agent, every later update of it is one too.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from tortoise_sdk.models import Turn
+from tortoise_sdk.streams.base import (
+    AGENT_TOOL_NAMES,
+    Event,
+    StreamParser,
+    SubagentFrame,
+    TurnEvent,
+    as_bool,
+    as_dict,
+    as_int,
+    as_str,
+)
+from tortoise_sdk.streams.claude_code import agent_result_fields
+
+__all__ = ("AcpParser", "acp_agent_fields", "is_acp_agent_call")
+
+_AUGGIE_TITLE = re.compile(r"sub-agent-([^:\s]+)\s*:?\s*(.*)", re.S)
+_MESSAGE_KINDS = {"user_message_chunk": "user", "agent_message_chunk": "assistant"}
+
+
+def _model_name(value: Any) -> str | None:
+    if isinstance(value, dict):
+        model = as_str(value.get("modelID")) or as_str(value.get("id")) or as_str(value.get("model"))
+        provider = as_str(value.get("providerID")) or as_str(value.get("provider"))
+        return f"{provider}/{model}" if provider and model else model
+    return as_str(value)
+
+
+def is_acp_agent_call(update: dict[str, Any]) -> bool:
+    """Whether a tool_call(_update) launches a sub-agent, by any known agent's convention."""
+    claude = as_dict(as_dict(update.get("_meta")).get("claudeCode"))
+    if as_str(claude.get("toolName")) in AGENT_TOOL_NAMES:
+        return True
+    if (as_str(as_dict(update.get("rawInput")).get("_toolName")) or "").lower() == "task":
+        return True
+    title = (as_str(update.get("title")) or "").strip()
+    return title.lower() == "task" or title.startswith("sub-agent-")
+
+
+def acp_agent_fields(update: dict[str, Any]) -> dict[str, Any]:
+    """Frame fields of a sub-agent tool_call(_update); never the prompt or the output text."""
+    claude = as_dict(as_dict(update.get("_meta")).get("claudeCode"))
+    raw_in, raw_out = as_dict(update.get("rawInput")), as_dict(update.get("rawOutput"))
+    out_meta = as_dict(raw_out.get("metadata"))
+    found: dict[str, Any] = {
+        "tool_status": as_str(update.get("status")),
+        "parent_tool_call_id": as_str(claude.get("parentToolUseId")),
+        "description": as_str(raw_in.get("description")),
+        "subagent_type": as_str(raw_in.get("subagent_type")) or as_str(raw_in.get("subagentType")),
+        "model": _model_name(raw_in.get("model")),
+        "is_async": as_bool(raw_in.get("run_in_background")),
+        # OpenCode
+        "child_session_id": as_str(out_meta.get("sessionId")),
+        # Cursor
+        "duration_ms": as_int(raw_out.get("durationMs")),
+        "agent_id": as_str(raw_out.get("agentId")),
+    }
+    if _model_name(out_meta.get("model")):
+        found["model"] = _model_name(out_meta.get("model"))
+    if as_bool(raw_out.get("isBackground")) is not None:
+        found["is_async"] = raw_out["isBackground"]
+    match = _AUGGIE_TITLE.match((as_str(update.get("title")) or "").strip())
+    if match:
+        found["subagent_type"] = found["subagent_type"] or match.group(1)
+        found["description"] = found["description"] or as_str(match.group(2).strip())
+    response = claude.get("toolResponse")
+    if isinstance(response, dict):
+        found.update(agent_result_fields(response))
+    return {k: v for k, v in found.items() if v is not None}
+
+
+@dataclass
+class _Message:
+    role: str
+    session_id: str
+    key: str
+    line: int
+    message_id: str | None
+    texts: list[str] = field(default_factory=list)
+    lines: list[int] = field(default_factory=list)
+
+
+def _content_text(content: Any) -> str:
+    blocks = content if isinstance(content, list) else [content]
+    parts = []
+    for block in blocks:
+        block = as_dict(block)
+        if isinstance(block.get("text"), str):
+            parts.append(block["text"])
+        elif block.get("type") == "resource_link" and as_str(block.get("uri")):
+            parts.append(f"[@{block['uri']}]")
+        elif isinstance(as_dict(block.get("resource")).get("text"), str):
+            parts.append(block["resource"]["text"])
+        elif block.get("type"):
+            parts.append(f"[{block['type']}]")
+    return "".join(parts)
+
+
+class AcpParser(StreamParser):
+    """Parses ACP JSON-RPC lines (either direction; non-``session/*`` traffic is reported and skipped)."""
+
+    format = "acp"
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._agent_calls: set[tuple[str, str]] = set()
+        self._prompt_sessions: dict[str, str] = {}
+        self._open: dict[str, _Message] = {}
+
+    @staticmethod
+    def _unwrap(obj: dict[str, Any]) -> dict[str, Any]:
+        inner = obj.get("message")
+        if "jsonrpc" not in obj and isinstance(inner, dict) and "jsonrpc" in inner:
+            return inner
+        return obj
+
+    def line_type(self, obj: dict[str, Any]) -> str:
+        obj = self._unwrap(obj)
+        method = as_str(obj.get("method"))
+        if method == "session/update":
+            update = as_dict(as_dict(obj.get("params")).get("update"))
+            return f"session/update:{update.get('sessionUpdate') or 'unknown'}"
+        if method:
+            return method
+        return "response" if "id" in obj else "unknown"
+
+    def index(self, line: int, obj: dict[str, Any]) -> None:
+        obj = self._unwrap(obj)
+        params = as_dict(obj.get("params"))
+        session = as_str(params.get("sessionId")) or self.default_session_id
+        if not session:
+            return
+        if obj.get("method") == "session/prompt" and obj.get("id") is not None:
+            self._prompt_sessions.setdefault(str(obj["id"]), session)
+        update = as_dict(params.get("update"))
+        call_id = as_str(update.get("toolCallId"))
+        if obj.get("method") == "session/update" and call_id and is_acp_agent_call(update):
+            self._agent_calls.add((session, call_id))
+
+    def finish(self) -> list[Event]:
+        events: list[Event] = []
+        for key in list(self._open):
+            events.extend(self._close(key))
+        return events
+
+    def _feed(self, line: int, obj: dict[str, Any], kind: str) -> list[Event]:
+        obj = self._unwrap(obj)
+        method = as_str(obj.get("method"))
+        params = as_dict(obj.get("params"))
+        if method == "session/update":
+            return self._update(line, params, kind)
+        if method == "session/prompt":
+            return self._prompt(line, obj, params, kind)
+        if method is None and "id" in obj and ("result" in obj or "error" in obj):
+            session = self._prompt_sessions.get(str(obj["id"]))
+            self._skip(line, kind, "prompt response (ends the turn)" if session else "response")
+            return self._close_session(session) if session else []
+        self._skip(line, kind, f"{method or 'message'} carries no turn or frame")
+        return []
+
+    @staticmethod
+    def _child_key(session: str, parent: str | None) -> str:
+        return f"{session}:task-{parent}" if parent else session
+
+    def _update(self, line: int, params: dict[str, Any], kind: str) -> list[Event]:
+        session = as_str(params.get("sessionId")) or self.default_session_id
+        update = as_dict(params.get("update"))
+        name = as_str(update.get("sessionUpdate"))
+        if not session:
+            self._skip(line, kind, "update without a sessionId")
+            return []
+        claude = as_dict(as_dict(update.get("_meta")).get("claudeCode"))
+        key = self._child_key(session, as_str(claude.get("parentToolUseId")))
+        if name in _MESSAGE_KINDS:
+            role = _MESSAGE_KINDS[name]
+            message_id = as_str(update.get("messageId")) or as_str(as_dict(update.get("_meta")).get("messageId"))
+            events: list[Event] = []
+            current = self._open.get(key)
+            new_id = bool(message_id and current and current.message_id and message_id != current.message_id)
+            if current and (current.role != role or new_id):
+                events = self._close(key)
+            if key not in self._open:
+                self._open[key] = _Message(role, session, key, line, message_id)
+            self._open[key].texts.append(_content_text(update.get("content")))
+            self._open[key].lines.append(line)
+            return events
+        if name == "agent_thought_chunk":
+            self._skip(line, kind, "thought chunk (not stored as text)")
+            return []
+        if name in ("tool_call", "tool_call_update"):
+            events = self._close(key)
+            call_id = as_str(update.get("toolCallId"))
+            if call_id and ((session, call_id) in self._agent_calls or is_acp_agent_call(update)):
+                self._agent_calls.add((session, call_id))
+                events.append(
+                    SubagentFrame(
+                        session_id=session,
+                        tool_call_id=call_id,
+                        source=self.source,
+                        observed_at=self._observed(as_dict(update.get("_meta")).get("timestamp")),
+                        line=line,
+                        **acp_agent_fields(update),
+                    )
+                )
+            else:
+                self._skip(line, kind, "tool call of a non-agent tool")
+            return events
+        self._skip(line, kind, f"session update ({name or 'unknown'}) carries no turn or frame")
+        return []
+
+    def _prompt(self, line: int, obj: dict[str, Any], params: dict[str, Any], kind: str) -> list[Event]:
+        session = as_str(params.get("sessionId")) or self.default_session_id
+        if not session:
+            self._skip(line, kind, "prompt without a sessionId")
+            return []
+        events = self._close_session(session)
+        text = _content_text(params.get("prompt"))
+        if not text.strip():
+            self._skip(line, kind, "empty prompt")
+            return events
+        turn = Turn(
+            role="user",
+            content=text,
+            id=as_str(params.get("messageId")) or f"{session}:L{line}",
+            metadata={"format": self.format, "line": line, "request_id": obj.get("id")},
+        )
+        uuid = as_str(params.get("messageId"))
+        events.append(TurnEvent(turn=turn, session_id=session, line=line, message_uuid=uuid, format=self.format))
+        return events
+
+    def _close_session(self, session: str) -> list[Event]:
+        events: list[Event] = []
+        for key in [k for k, m in self._open.items() if m.session_id == session]:
+            events.extend(self._close(key))
+        return events
+
+    def _close(self, key: str) -> list[Event]:
+        message = self._open.pop(key, None)
+        if message is None:
+            return []
+        text = "".join(message.texts)
+        if not text.strip():
+            self._skip(message.line, "message chunks", "empty message")
+            return []
+        turn = Turn(
+            role="user" if message.role == "user" else "assistant",
+            content=text,
+            id=message.message_id or f"{key}:L{message.line}",
+            metadata={"format": self.format, "line": message.line, "chunk_lines": message.lines,
+                      # a sub-agent's own messages: never memory grounding (pipeline.grounding)
+                      **({"subagent": True} if key != message.session_id else {})},
+        )
+        return [
+            TurnEvent(turn=turn, session_id=key, line=message.line, message_uuid=message.message_id, format=self.format)
+        ]
