@@ -9,7 +9,8 @@ The tree::
     ├── IdempotencyConflict                    same idempotency key, different content
     ├── StoreError                             the database failed
     │   ├── MigrationError                     the schema could not be brought up to date
-    │   └── NotFoundError                      no such session, memory, turn or job
+    │   ├── NotFoundError                      no such session, memory, turn or job
+    │   └── LeaseLost                          a job's lease was taken over; its result was not written
     ├── ModelError                             a model call failed for good
     │   ├── ModelTimeout
     │   └── MalformedOutput                    the reply could not be parsed
@@ -30,6 +31,7 @@ __all__ = (
     "ConfigError",
     "IdempotencyConflict",
     "InvalidInput",
+    "LeaseLost",
     "MalformedOutput",
     "MigrationError",
     "ModelError",
@@ -86,6 +88,10 @@ class MigrationError(StoreError):
 
 class NotFoundError(StoreError):
     """The requested record does not exist in this namespace."""
+
+
+class LeaseLost(StoreError):
+    """A worker's job lease expired and another worker took the job; the late result was refused."""
 
 
 class ModelError(TortoiseError):

@@ -2,23 +2,53 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from .capture import prepare_capture
-from .config import DEFAULT_MAX_TURNS_PER_CAPTURE, DEFAULT_NAMESPACE, default_db_path
+from .config import (
+    DEFAULT_CHUNK_TURNS,
+    DEFAULT_CONCURRENCY,
+    DEFAULT_MAX_TURNS_PER_CAPTURE,
+    DEFAULT_NAMESPACE,
+    default_db_path,
+    env_model,
+)
 from .errors import ConfigError, InvalidInput
-from .models import CaptureReceipt, SearchHit, SessionInfo, Turn
-from .search import fts5_query
+from .models import (
+    CaptureReceipt,
+    Diagnostic,
+    ExpandResult,
+    ExtractionReport,
+    JobInfo,
+    MemoryBlock,
+    MemoryRecord,
+    SearchHit,
+    SessionInfo,
+    SubagentContext,
+    SubagentCounters,
+    Turn,
+)
+from . import reflex
+from .search import query_terms
 from .store.base import Store, open_store
 
 if TYPE_CHECKING:
+    import os
+
     import networkx
+
+    from .ingest import IngestReport
+    from .streams.base import SubagentFrame
+    from .subagents import SubagentRecorder
 
 __all__ = ("Memory",)
 
 TurnLike = Turn | Mapping[str, Any]
+ExtractMode = Literal["inline", "background"] | bool | None
+
+NO_MODEL_REASON = "no model configured (set TORTOISE_MODEL or Memory(model=...))"
 
 
 class Memory:
@@ -36,6 +66,13 @@ class Memory:
             ``$TORTOISE_DB``, else ``~/.tortoise/memory.db``.
         namespace: every read and write is confined to it.
         max_turns_per_capture: the largest ``capture`` accepted in one call.
+        model: the litellm model that extracts memories (e.g. ``openai/gpt-4o-mini``);
+            default ``$TORTOISE_MODEL``; with none, capture stores turns only.
+        api_base, api_key: the model endpoint and key, when not the provider's defaults.
+        prompts_dir: a directory whose ``<stage>.md`` files replace the shipped prompts.
+        chunk_turns, concurrency: S1 chunk size and how many chunks run at once.
+        vet: run the optional VET gate between S2 and S4.
+        model_settings: more ``LLMConfig`` fields (``timeout_s``, ``max_attempts``, ``max_tokens`` ...).
     """
 
     def __init__(
@@ -45,6 +82,14 @@ class Memory:
         namespace: str = DEFAULT_NAMESPACE,
         max_turns_per_capture: int = DEFAULT_MAX_TURNS_PER_CAPTURE,
         store: Store | None = None,
+        model: str | None = None,
+        api_base: str | None = None,
+        api_key: str | None = None,
+        prompts_dir: str | None = None,
+        chunk_turns: int = DEFAULT_CHUNK_TURNS,
+        concurrency: int = DEFAULT_CONCURRENCY,
+        vet: bool = False,
+        model_settings: Mapping[str, Any] | None = None,
     ) -> None:
         if not isinstance(namespace, str) or not namespace:
             raise ConfigError("namespace must be a non-empty string, e.g. Memory(namespace='alice')")
@@ -52,6 +97,16 @@ class Memory:
             raise ConfigError("max_turns_per_capture must be at least 1")
         self.namespace = namespace
         self.max_turns_per_capture = max_turns_per_capture
+        if chunk_turns < 1 or concurrency < 1:
+            raise ConfigError("chunk_turns and concurrency must be at least 1")
+        self.model = model or env_model()
+        self.api_base = api_base
+        self._api_key = api_key
+        self._model_settings = dict(model_settings or {})
+        self.prompts_dir = prompts_dir
+        self.chunk_turns = chunk_turns
+        self.concurrency = concurrency
+        self.vet = vet
         self.store: Store = store if store is not None else open_store(db or default_db_path())
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -78,10 +133,16 @@ class Memory:
         *,
         session_date: str | datetime | None = None,
         idempotency_key: str | None = None,
+        extract: ExtractMode = None,
     ) -> CaptureReceipt:
         """Store a session's turns durably, in one transaction, before any model is called.
 
-        Capturing the same session again appends only turns not stored yet.
+        Capturing the same session again appends only turns not stored yet. Then,
+        with a model configured, the session is extracted into memories
+        (``extract=None`` or ``"inline"``), queued as a durable job
+        (``"background"``; run it with ``process_pending()`` or ``tortoise worker``)
+        or not at all (``False``). The receipt's ``extraction`` says which and how it
+        went; an extraction failure never raises and never loses the turns.
 
         Raises:
             InvalidInput: a bad field (named in the message); nothing was written.
@@ -92,7 +153,10 @@ class Memory:
             session_id, turns, session_date=session_date, idempotency_key=idempotency_key,
             max_turns=self.max_turns_per_capture,
         )
-        return self.store.capture(self.namespace, request)
+        receipt = self.store.capture(self.namespace, request)
+        if receipt.replayed:
+            return receipt
+        return self._after_capture(receipt, extract)
 
     def capture_many(self, sessions: Sequence[Mapping[str, Any]]) -> list[CaptureReceipt]:
         """Import several sessions ``{"session_id", "date"?, "turns", "idempotency_key"?}`` in one transaction."""
@@ -117,10 +181,10 @@ class Memory:
             raise InvalidInput("must be a string", field="query")
         if k < 1:
             return []
-        match = fts5_query(query)
-        if match is None:
+        terms = query_terms(query)
+        if not terms:
             return []
-        return self.store.search_turns(self.namespace, match, k=k, session_id=session_id)
+        return self.store.search_terms(self.namespace, terms, k=k, session_id=session_id)
 
     def sessions(self) -> list[SessionInfo]:
         """Captured sessions in this namespace, oldest first."""
@@ -133,6 +197,220 @@ class Memory:
     def receipts(self, session_id: str | None = None) -> list[CaptureReceipt]:
         """Capture receipts (with their extraction reports), oldest first."""
         return self.store.receipts(self.namespace, session_id)
+
+    # -- sub-agent contexts and stream ingestion ------------------------------------------------
+    # Sub-agent rows live in their own table: never a session, never memory grounding, never
+    # part of the memory block.
+
+    def subagents(self, session_id: str | None = None, turn_id: str | None = None) -> list[SubagentContext]:
+        """Recorded sub-agent invocations, ordered by observed_at, tool_call_id, agent_execution_id."""
+        return self.store.subagents(self.namespace, session_id=session_id, turn_id=turn_id)
+
+    def subagent_counters(self) -> SubagentCounters:
+        """The persistent sub-agent recorder counters of this namespace."""
+        return self.store.subagent_counters(self.namespace)
+
+    def record_subagent(self, frame: SubagentFrame) -> SubagentContext | None:
+        """Merge one sub-agent frame into its row; never raises (failures log a warning and count ``failed``).
+
+        Returns the row as stored, or None when the frame had no identity or the write failed.
+        """
+        return self._subagent_recorder().record(frame)
+
+    def subagent_handler(self, session_id: str | None = None, **options: Any) -> Any:
+        """A LangChain callback handler that records agent-as-tool runs here (needs the ``langchain`` extra).
+
+        Example::
+
+            agent.invoke(inputs, config={"callbacks": [mem.subagent_handler("s1")]})
+        """
+        from .streams.langchain_callbacks import SubagentCallbackHandler
+
+        return SubagentCallbackHandler(self.record_subagent, session_id=session_id, **options)
+
+    def ingest(
+        self,
+        path_or_lines: str | os.PathLike[str] | Iterable[str | bytes],
+        format: str = "auto",
+        *,
+        source: Literal["live", "backfill"] = "backfill",
+        session_id: str | None = None,
+        extract: ExtractMode = None,
+    ) -> IngestReport:
+        """Capture the turns of a transcript or event stream, then record its sub-agent frames.
+
+        Reads a Claude Code transcript, Claude Agent SDK stream-json, ACP traffic or turn
+        JSONL (``format="auto"`` detects which). Each session's turns are captured like
+        ``capture`` (message ids are turn ids, so ingesting the same file again stores
+        nothing and a grown file appends only its new turns); then every sub-agent frame is
+        recorded, after the turns so that frames resolve their launching turn.
+
+        Raises:
+            ConfigError: unknown ``format``.
+            StreamParseError: the input cannot be read or holds no JSON object.
+        """
+        from .errors import CaptureConflict
+        from .ingest import IngestReport
+        from .streams import parse_stream
+        from .streams.base import parse_time
+
+        parsed = parse_stream(path_or_lines, format, source=source, session_id=session_id)
+        report = IngestReport(format=parsed.format, source=source, sessions=len(parsed.sessions),
+                              frames=len(parsed.frames), parse=parsed.report)
+        for sid, turns in parsed.sessions.items():
+            report.turns_received += len(turns)
+            stored = {h.external_id for h in self.store.turns(self.namespace, sid)}
+            if all(t.id is not None and t.id in stored for t in turns):
+                report.sessions_unchanged += 1
+                continue
+            first = next((d for t in turns if (d := parse_time(t.timestamp)) is not None), None)
+            for start in range(0, len(turns), self.max_turns_per_capture):
+                chunk = turns[start:start + self.max_turns_per_capture]
+                try:
+                    receipt = self.capture(sid, chunk, session_date=first, extract=extract)
+                except (InvalidInput, CaptureConflict) as exc:
+                    report.errors.append(Diagnostic(stage="capture", code=type(exc).__name__, message=str(exc),
+                                                    detail={"session_id": sid}))
+                    break
+                report.receipts.append(receipt)
+                report.turns_stored += receipt.turns_stored
+        report.counters = self._subagent_recorder().record_all(parsed.frames)
+        report.frames_recorded = report.counters.upserted
+        return report
+
+    def _subagent_recorder(self) -> SubagentRecorder:
+        recorder = getattr(self, "_recorder", None)
+        if recorder is None:
+            from .subagents import SubagentRecorder
+
+            recorder = self._recorder = SubagentRecorder(self.store, self.namespace)
+        return recorder
+
+    # -- extraction --------------------------------------------------------------------------
+
+    def extract(self, session_id: str) -> ExtractionReport:
+        """(Re-)extract a stored session now; the report is stored on the session's latest receipt.
+
+        Raises:
+            ConfigError: no model is configured.
+            NotFoundError: no such session.
+        """
+        if not self.model:
+            raise ConfigError(NO_MODEL_REASON)
+        receipts = self.store.receipts(self.namespace, session_id)
+        if not receipts:
+            from .errors import NotFoundError
+
+            raise NotFoundError(f"no session {session_id!r} in namespace {self.namespace!r}; "
+                                "list them with mem.sessions() or `tortoise sessions`")
+        return self._extract(session_id, receipts[-1])
+
+    def memories(self, session_id: str | None = None, include_superseded: bool = False) -> list[MemoryRecord]:
+        """Extracted memories (events and points) with entities and sources, oldest first."""
+        return self.store.memories(self.namespace, session_id, include_superseded)
+
+    def process_pending(self, max_jobs: int | None = None) -> list[JobInfo]:
+        """Run queued background extractions of this namespace; returns each job's state after its run.
+
+        Raises:
+            ConfigError: no model is configured.
+        """
+        if not self.model:
+            raise ConfigError(NO_MODEL_REASON)
+        from .pipeline.jobs import process_pending
+
+        def run(job: JobInfo, fence: Any) -> ExtractionReport:
+            receipt = next((r for r in self.store.receipts(self.namespace, job.session_id)
+                            if r.receipt_id == job.receipt_id), None)
+            return self._extract(job.session_id, receipt, fence=fence)
+
+        return process_pending(self.store, self.namespace, run, max_jobs=max_jobs)
+
+    def _after_capture(self, receipt: CaptureReceipt, extract: ExtractMode) -> CaptureReceipt:
+        if extract not in (None, True, False, "inline", "background"):
+            raise ConfigError(f"extract={extract!r}: use None, 'inline', 'background' or False")
+        if extract is False or not self.model:
+            reason = "extraction disabled for this capture (extract=False)" if extract is False else NO_MODEL_REASON
+            return self._store_report(receipt, ExtractionReport(status="skipped", reason=reason))
+        if receipt.turns_stored == 0:
+            return self._store_report(receipt, ExtractionReport(
+                status="skipped", reason="no new turns; run mem.extract(session_id) to re-extract"))
+        if extract == "background":
+            job = self.store.enqueue_job(self.namespace, receipt.session_id, receipt.receipt_id)
+            return self._store_report(receipt, ExtractionReport(
+                status="queued", reason="run mem.process_pending() or `tortoise worker`", job_id=job.job_id))
+        report = self._extract(receipt.session_id, receipt)
+        return receipt.model_copy(update={"extraction": report})
+
+    def _extract(self, session_id: str, receipt: CaptureReceipt | None, fence: Any = None) -> ExtractionReport:
+        from .pipeline.runner import PipelineOptions, extract_session
+
+        try:
+            from .llm import LLMConfig
+
+            config = LLMConfig.resolve(self.model, api_base=self.api_base, api_key=self._api_key,
+                                       **self._model_settings)
+            options = PipelineOptions(chunk_turns=self.chunk_turns, concurrency=self.concurrency, vet=self.vet,
+                                      prompts_dir=self.prompts_dir)
+            return extract_session(self.store, self.namespace, session_id, llm_config=config, options=options,
+                                   receipt=receipt, fence=fence)
+        except Exception as exc:
+            from .errors import LeaseLost
+
+            if isinstance(exc, LeaseLost):
+                raise
+            # The turns are committed; an extraction crash is reported, never raised.
+            report = ExtractionReport(status="failed", reason=f"extraction crashed: {type(exc).__name__}: {exc}",
+                                      errors=[Diagnostic(stage="pipeline", code=type(exc).__name__,
+                                                         message=str(exc))])
+            if receipt is not None:
+                self._store_report(receipt, report)
+            return report
+
+    def _store_report(self, receipt: CaptureReceipt, report: ExtractionReport) -> CaptureReceipt:
+        updated = receipt.model_copy(update={"extraction": report})
+        try:
+            self.store.save_receipt(self.namespace, updated)
+        except Exception:  # noqa: BLE001 - the capture itself is committed; the report is still returned
+            pass
+        return updated
+
+    def context(
+        self,
+        window: Sequence[Any],
+        prior_context: Any = None,
+        budget: int = 3,
+        max_tokens: int = 400,
+        session_id: str | None = None,
+        *,
+        token_counter: Callable[[str], int] | None = None,
+        time_budget_ms: float | None = 50.0,
+    ) -> MemoryBlock:
+        """The memory block to show the model before its next turn; never raises.
+
+        Deterministic and read-only (no model call). ``window`` is the recent conversation
+        (``Turn``s, OpenAI-style dicts, LangChain messages or strings); ``prior_context`` is
+        what the host already showed (earlier blocks or text), which is not repeated unless
+        the user asks. At most ``budget`` pointers (cap 8) and ``max_tokens`` tokens, counted
+        with ``token_counter`` (default ``reflex.approx_tokens``). A failure or a run past
+        ``time_budget_ms`` gives an empty block with ``degraded_reason`` set.
+
+        Example::
+
+            block = mem.context([{"role": "user", "content": "what was my dog called?"}])
+            messages = [{"role": "system", "content": block.block}, *messages] if block.block else messages
+        """
+        return reflex.context(self.store, self.namespace, window, prior_context, budget=budget,
+                              max_tokens=max_tokens, session_id=session_id, token_counter=token_counter,
+                              time_budget_ms=time_budget_ms)
+
+    def expand(self, pointer_id: str) -> ExpandResult:
+        """The full turn or memory behind a pointer: content, status, supersession chain, sources, surrounding turns.
+
+        Raises:
+            NotFoundError: no such turn or memory in this namespace.
+        """
+        return reflex.expand(self.store, self.namespace, pointer_id)
 
     def graph(self) -> networkx.MultiDiGraph:
         """This namespace as a networkx MultiDiGraph: sessions, turns and (once extracted) memories."""

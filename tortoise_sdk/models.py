@@ -13,6 +13,7 @@ __all__ = (
     "ExpandResult",
     "ExtractionReport",
     "JobInfo",
+    "MEMORY_BLOCK_MARKER",
     "MemoryBlock",
     "MemoryRecord",
     "Pointer",
@@ -28,6 +29,11 @@ __all__ = (
 )
 
 Role = Literal["user", "assistant", "system", "tool"]
+
+#: First line of every memory block the SDK injects into a conversation. A captured turn that
+#: starts with it (or whose metadata is ``{"tortoise": "memory_block"}``) is an echo of memory,
+#: never new evidence: extraction does not ground on it.
+MEMORY_BLOCK_MARKER = "[tortoise memory]"
 ROLES: tuple[str, ...] = ("user", "assistant", "system", "tool")
 
 
@@ -151,6 +157,7 @@ class MemoryRecord(BaseModel):
     valid_at: datetime | None = None
     invalid_at: datetime | None = Field(default=None, description="Set when superseded or retracted.")
     superseded_by: str | None = None
+    supersedes: str | None = Field(default=None, description="The memory this one replaced (UPDATE).")
     created_at: datetime = Field(default_factory=utc_now)
 
 
@@ -241,5 +248,6 @@ class JobInfo(BaseModel):
     revision: int = 0
     lease_until: datetime | None = None
     errors: list[str] = Field(default_factory=list)
+    receipt_id: str | None = Field(default=None, description="The capture receipt the job reports into.")
     created_at: datetime
     updated_at: datetime

@@ -3,10 +3,28 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from ..capture import CaptureRequest
-from ..models import CaptureReceipt, SearchHit, SessionInfo
+from ..models import (
+    CaptureReceipt,
+    ExtractionReport,
+    JobInfo,
+    MemoryRecord,
+    SearchHit,
+    SessionInfo,
+    SubagentContext,
+    SubagentCounters,
+)
+
+if TYPE_CHECKING:
+    from datetime import datetime
+
+    import networkx
+
+    from ..subagents import NormalizedFrame
+    from .plan import ExtractionPlan, Fence, WriteResult
 
 __all__ = ("Store", "open_store")
 
@@ -46,6 +64,17 @@ class Store(ABC):
     ) -> list[SearchHit]:
         """BM25 search of turns with a prepared full-text expression; best first, ties by position."""
 
+    def search_terms(
+        self, namespace: str, terms: Sequence[str], *, k: int, session_id: str | None = None
+    ) -> list[SearchHit]:
+        """Turns matching any of the plain ``terms`` (the dialect-neutral seam; each engine builds its own query)."""
+        from ..search import fts5_query
+
+        match = fts5_query("", terms=list(terms))
+        if match is None or k < 1:
+            return []
+        return self.search_turns(namespace, match, k=k, session_id=session_id)
+
     @abstractmethod
     def sessions(self, namespace: str) -> list[SessionInfo]:
         """Captured sessions, oldest first."""
@@ -71,6 +100,148 @@ class Store(ABC):
     @abstractmethod
     def close(self) -> None:
         """Release connections."""
+
+    # -- extraction: memories, the S5 write, jobs ------------------------------------------------
+
+    @abstractmethod
+    def memories(
+        self, namespace: str, session_id: str | None = None, include_superseded: bool = False
+    ) -> list[MemoryRecord]:
+        """Memories, oldest first; live only unless ``include_superseded`` (then every status)."""
+
+    @abstractmethod
+    def get_memory(self, namespace: str, memory_id: str) -> MemoryRecord:
+        """One memory by id, whatever its status. Raises NotFoundError."""
+
+    @abstractmethod
+    def search_memories(
+        self, namespace: str, match: str, *, k: int, include_superseded: bool = False
+    ) -> list[tuple[MemoryRecord, float]]:
+        """BM25 over content, search keys and entity names with a prepared FTS5 expression; higher is better."""
+
+    @abstractmethod
+    def memories_about(self, namespace: str, entity_names: Sequence[str], *, k: int) -> list[MemoryRecord]:
+        """Live memories linked to those entities by normalised name (the one-hop neighbourhood)."""
+
+    @abstractmethod
+    def supersession_chain(self, namespace: str, memory_id: str) -> list[MemoryRecord]:
+        """The versions of the fact ``memory_id`` belongs to, oldest first. Raises NotFoundError."""
+
+    @abstractmethod
+    def find_entities(self, namespace: str, names: Sequence[str]) -> list[dict[str, Any]]:
+        """Stored entities whose normalised name is one of ``names``: ``{id, name, kind, note}``."""
+
+    @abstractmethod
+    def turn_metadata(self, namespace: str, session_id: str) -> dict[str, dict[str, Any] | None]:
+        """Caller metadata of a session's turns, by turn id."""
+
+    @abstractmethod
+    def extend_graph(self, g: networkx.MultiDiGraph, namespace: str) -> None:
+        """Add entity and memory nodes, about, provenance (memory -> turn) and supersedes edges."""
+
+    @abstractmethod
+    def write_extraction(
+        self, namespace: str, plan: ExtractionPlan, *,
+        finalize: Callable[[WriteResult], ExtractionReport], fence: Fence | None = None,
+    ) -> WriteResult:
+        """S5: consolidate and write a session's extraction in one transaction. Raises LeaseLost."""
+
+    @abstractmethod
+    def enqueue_job(self, namespace: str, session_id: str, receipt_id: str | None = None) -> JobInfo:
+        """Queue a durable extraction job."""
+
+    @abstractmethod
+    def get_job(self, job_id: str) -> JobInfo:
+        """One job. Raises NotFoundError."""
+
+    @abstractmethod
+    def jobs(self, namespace: str | None = None, status: str | None = None) -> list[JobInfo]:
+        """Jobs, oldest first."""
+
+    @abstractmethod
+    def lease_job(self, namespace: str | None, *, lease_s: float, max_attempts: int) -> JobInfo | None:
+        """Lease the oldest runnable job, bumping its revision (the fencing token)."""
+
+    @abstractmethod
+    def fail_job(self, fence: Fence, error: str, *, max_attempts: int) -> JobInfo:
+        """Record a failed attempt under a lease. Raises LeaseLost."""
+
+    @abstractmethod
+    def finish_job(self, fence: Fence) -> None:
+        """Mark a leased job done. Raises LeaseLost."""
+
+    # -- sub-agent contexts (structure of sub-agent invocations; never memory grounding) ----------
+
+    @abstractmethod
+    def upsert_subagent(
+        self, namespace: str, frame: NormalizedFrame, now: datetime,
+        increments: Mapping[str, int] | None = None,
+    ) -> SubagentContext:
+        """Merge a normalized frame into its row with one atomic upsert (``subagents.COLUMN_RULES``).
+
+        ``frame.turn_id`` is the source's message id: it is resolved to the stored turn of
+        the frame's session (or a derived sub-agent session), else NULL. ``upserted`` and
+        ``increments`` are added to the counters in the same transaction.
+        """
+
+    @abstractmethod
+    def subagents(
+        self, namespace: str, session_id: str | None = None, turn_id: str | None = None
+    ) -> list[SubagentContext]:
+        """Sub-agent rows ordered by observed_at, tool_call_id, agent_execution_id."""
+
+    @abstractmethod
+    def bump_subagent_counters(self, namespace: str, increments: Mapping[str, int]) -> None:
+        """Add to the namespace's persistent sub-agent counters (``SubagentCounters`` field names)."""
+
+    @abstractmethod
+    def subagent_counters(self, namespace: str) -> SubagentCounters:
+        """The namespace's sub-agent counters."""
+
+    # Reads the reflex uses. A backend may override them with faster, index-exact versions;
+    # these defaults keep the reflex working (with plainer query weighting) on any backend.
+
+    def analyze(self, texts: Sequence[str]) -> list[list[str]]:
+        """Each text's tokens as the turn index sees them (lower-cased; stemmed where the index stems)."""
+        import re
+
+        return [re.findall(r"[^\W_]+", t.lower()) for t in texts]
+
+    def term_stats(self, terms: Sequence[str]) -> tuple[int, dict[str, tuple[int, int]]]:
+        """``(rows indexed, {term: (turns whose content has it, turns whose speaker name has it)})``.
+
+        Counts span the whole database (an estimate for query weighting); unknown terms are absent.
+        """
+        return 0, {}
+
+    def candidate_turns(self, namespace: str, weighted_terms: Mapping[str, float], *, k: int,
+                        per_term: int = 200) -> list[SearchHit]:
+        """Turns ranked by the summed weights of the terms their content holds, newest first among equals.
+
+        Each term contributes at most its ``per_term`` newest matches, so the cost is bounded
+        whatever the term's frequency. This default ranks by the engine's full-text score instead.
+        """
+        return self.search_terms(namespace, list(weighted_terms), k=k)
+
+    def candidate_memories(self, namespace: str, weighted_terms: Mapping[str, float], *, k: int,
+                           per_term: int = 200, include_superseded: bool = False) -> list[tuple[MemoryRecord, float]]:
+        """Memories ranked like ``candidate_turns``, over content, search keys and entity names.
+
+        This default ranks by the engine's full-text score (``search_memories``) instead.
+        """
+        from ..search import fts5_query
+
+        match = fts5_query("", terms=list(weighted_terms))
+        if match is None or k < 1:
+            return []
+        return self.search_memories(namespace, match, k=k, include_superseded=include_superseded)
+
+    def turns_at(self, namespace: str, positions: Sequence[tuple[str, int]]) -> list[SearchHit]:
+        """The turns at the given ``(session_id, index)`` positions, in no particular order; missing ones skipped."""
+        out: list[SearchHit] = []
+        for session_id, index in dict.fromkeys(positions):
+            out.extend(self.turns(namespace, session_id, start=index, stop=index + 1))
+        return out
 
 
 def open_store(url: str) -> Store:

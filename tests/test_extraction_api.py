@@ -1,0 +1,199 @@
+"""Memory's extraction API and CLI against a live stub on loopback: no model, durability, jobs, worker, demo."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import FAST_RETRY
+from tortoise_sdk import Memory
+from tortoise_sdk.cli import main
+from tortoise_sdk.demo import load_demo_sessions, load_recorded_extraction
+from tortoise_sdk.errors import ConfigError, LeaseLost
+from tortoise_sdk.pipeline.runner import extract_session
+from tortoise_sdk.store.plan import Fence
+
+pytestmark = pytest.mark.block_network(allowed_hosts=["127.0.0.1"])
+
+DEMO = {s["session_id"]: s for s in load_demo_sessions()}
+NO_MODEL = "no model configured (set TORTOISE_MODEL or Memory(model=...))"
+
+
+def mem_for(tmp_path: Path, stub: Any, **kwargs: Any) -> Memory:
+    return Memory(str(tmp_path / "m.db"), namespace="t", model="openai/stub-model", api_base=stub.base_url,
+                  api_key="sk-stub", model_settings={**FAST_RETRY, "max_attempts": 2}, **kwargs)
+
+
+def capture(mem: Memory, name: str, **kwargs: Any) -> Any:
+    s = DEMO[name]
+    return mem.capture(s["session_id"], s["turns"], session_date=s["date"], **kwargs)
+
+
+def test_without_a_model_capture_is_verbatim_and_says_why(tmp_path: Path) -> None:
+    with Memory(str(tmp_path / "m.db")) as mem:
+        r = capture(mem, "demo-1")
+        assert (r.turns_stored, r.extraction.status, r.extraction.reason) == (7, "skipped", NO_MODEL)
+        assert mem.receipts("demo-1")[0].extraction.reason == NO_MODEL
+        with pytest.raises(ConfigError, match="TORTOISE_MODEL"):
+            mem.extract("demo-1")
+
+
+def test_tortoise_model_env_is_the_fallback(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TORTOISE_MODEL", "openai/from-env")
+    with Memory(str(tmp_path / "m.db")) as mem:
+        assert mem.model == "openai/from-env"
+        r = capture(mem, "demo-1", extract=False)
+        assert r.extraction.reason == "extraction disabled for this capture (extract=False)"
+
+
+def test_capture_stays_durable_when_extraction_explodes(tmp_path: Path, stub_model: Any,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    import tortoise_sdk.pipeline.runner as runner
+
+    def explode(*args: Any, **kwargs: Any) -> None:
+        raise MemoryError("the pipeline blew up")
+
+    monkeypatch.setattr(runner, "extract_session", explode)
+    with mem_for(tmp_path, stub_model([])) as mem:
+        r = capture(mem, "demo-1")
+        assert r.extraction.status == "failed"
+        assert r.extraction.reason == "extraction crashed: MemoryError: the pipeline blew up"
+        assert len(mem.turns("demo-1")) == 7
+        assert mem.receipts("demo-1")[0].extraction.status == "failed"
+
+
+def test_s5_exception_writes_nothing_and_keeps_the_turns(tmp_path: Path, stub_model: Any,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    from tortoise_sdk.store.sqlite_extraction import SQLiteExtractionMixin
+
+    real = SQLiteExtractionMixin._write_item
+    calls = []
+
+    def third_item_fails(self: Any, *args: Any) -> None:
+        calls.append(1)
+        if len(calls) == 3:
+            raise RuntimeError("disk on fire")
+        real(self, *args)
+
+    monkeypatch.setattr(SQLiteExtractionMixin, "_write_item", third_item_fails)
+    with mem_for(tmp_path, stub_model(load_recorded_extraction())) as mem:
+        report = capture(mem, "demo-1").extraction
+        assert report.status == "failed"
+        assert [(d.stage, d.code) for d in report.errors] == [("s5", "RuntimeError")]
+        assert mem.memories(include_superseded=True) == []
+        assert mem.store.find_entities("t", ["Maya"]) == []
+        assert len(mem.turns("demo-1")) == 7
+        assert mem.receipts("demo-1")[0].extraction.status == "failed"
+
+
+def test_background_job_then_process_pending(tmp_path: Path, stub_model: Any) -> None:
+    stub = stub_model(load_recorded_extraction())
+    with mem_for(tmp_path, stub) as mem:
+        r = capture(mem, "demo-1", extract="background")
+        assert r.extraction.status == "queued" and r.extraction.job_id
+        assert stub.requests == [] and mem.memories() == []
+        jobs = mem.process_pending()
+        assert [(j.job_id, j.status, j.attempts, j.revision) for j in jobs] == [(r.extraction.job_id, "done", 1, 1)]
+        assert len(mem.memories()) == 7
+        stored = mem.receipts("demo-1")[0].extraction
+        assert (stored.status, stored.job_id, stored.outcomes) == ("ok", r.extraction.job_id, {"ADD": 7})
+        assert mem.process_pending() == []
+
+
+def test_failing_job_is_retried_and_keeps_its_errors(tmp_path: Path, stub_model: Any) -> None:
+    stub = stub_model({"routes": [{"replies": [{"status": 500}], "cycle": True}]})
+    with mem_for(tmp_path, stub) as mem:
+        capture(mem, "demo-1", extract="background")
+        first = mem.process_pending(max_jobs=1)
+        assert [(j.status, j.attempts) for j in first] == [("pending", 1)]
+        rest = mem.process_pending()
+        assert [(j.status, j.attempts) for j in rest] == [("pending", 2), ("failed", 3)]
+        assert rest[-1].errors == [f"attempt {n}: S2 and S4 both failed; nothing was extracted (the turns are stored)"
+                                   for n in (1, 2, 3)]
+        assert len(mem.turns("demo-1")) == 7
+
+
+def test_a_taken_over_worker_cannot_commit_through_the_pipeline(tmp_path: Path, stub_model: Any) -> None:
+    from datetime import datetime, timedelta, timezone
+
+    stub = stub_model(load_recorded_extraction())
+    with mem_for(tmp_path, stub) as mem:
+        capture(mem, "demo-1", extract="background")
+        store, now = mem.store, datetime.now(timezone.utc)
+        a = store.lease_job("t", lease_s=1, max_attempts=3, now=now)
+        b = store.lease_job("t", lease_s=600, max_attempts=3, now=now + timedelta(seconds=2))
+        from tortoise_sdk.llm import LLMConfig
+
+        config = LLMConfig(model="openai/stub-model", api_base=stub.base_url, api_key="sk-stub")
+        with pytest.raises(LeaseLost):
+            extract_session(store, "t", "demo-1", llm_config=config, fence=Fence(a.job_id, a.revision))
+        assert mem.memories() == [] and store.get_job(a.job_id).status == "running"
+
+
+def test_cli_capture_extract_memories_worker(tmp_path: Path, stub_model: Any, capsys: pytest.CaptureFixture,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-stub")  # the CLI takes keys from the provider's variable
+    db = str(tmp_path / "cli.db")
+    turns = tmp_path / "d1.jsonl"
+    turns.write_text("\n".join(json.dumps(t) for t in DEMO["demo-1"]["turns"]), encoding="utf-8")
+    stub = stub_model(load_recorded_extraction())
+    model = ["--model", "openai/stub-model", "--api-base", stub.base_url]
+    assert main(["--db", db, "capture", str(turns), "--session", "demo-1", "--date", DEMO["demo-1"]["date"],
+                 "--extract", "background", *model]) == 0
+    assert "queued" in capsys.readouterr().out
+    assert main(["--db", db, "worker", "--once", *model]) == 0
+    assert " demo-1: done (attempt 1)" in capsys.readouterr().out
+    assert main(["--db", db, "memories", "--json"]) == 0
+    records = json.loads(capsys.readouterr().out)
+    assert len(records) == 7 and records[0]["sources"][0]["external_id"] == "d1-1"
+    assert set(records[0]) >= {"id", "kind", "content", "status", "when", "entities", "sources"}
+    # extract re-runs against a fresh recording: every fact is already there.
+    stub2 = stub_model(load_recorded_extraction())
+    assert main(["--db", db, "extract", "demo-1", "--model", "openai/stub-model", "--api-base", stub2.base_url,
+                 "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["outcomes"] == {"NOOP": 7}
+
+
+def test_demo_replays_a_recorded_extraction(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    assert main(["--db", str(tmp_path / "demo.db"), "demo"]) == 0
+    out = capsys.readouterr().out
+    assert "RECORDED replies" in out
+    assert "extraction ok: ADD 3, UPDATE 2, 3 model calls" in out
+    assert "~ [point] Maya works at Northwind Labs, a biotech startup in Oakland." in out
+    assert main(["--db", str(tmp_path / "demo.db"), "demo"]) == 0  # idempotent: replayed, memories listed again
+    again = capsys.readouterr().out
+    assert "replayed (already captured)" in again and "Maya works at Helix Health" in again
+
+
+def test_s3_degraded_treats_everything_as_new(tmp_path: Path, stub_model: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tortoise_sdk.store.sqlite_extraction import SQLiteExtractionMixin
+
+    def broken(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("fts index corrupt")
+
+    monkeypatch.setattr(SQLiteExtractionMixin, "search_memories", broken)
+    stub = stub_model(load_recorded_extraction())
+    with mem_for(tmp_path, stub) as mem:
+        report = capture(mem, "demo-1").extraction
+        assert report.status == "partial" and report.outcomes == {"ADD": 7}
+        assert [(w.stage, w.code) for w in report.warnings] == [("s3", "degraded")]
+        s4 = next(r for r in stub.requests if r.stage == "s4")
+        assert "(unavailable: the stored graph could not be searched; treat every item as new)" in s4.prompt
+
+
+def test_vet_gate_runs_between_s2_and_s4_when_enabled(tmp_path: Path, stub_model: Any) -> None:
+    script = load_recorded_extraction()
+    script["routes"].append({"stage": "vet", "replies": [{"content": {"decisions": [
+        {"id": "c6", "action": "drop", "reason": "a passing detail, not worth remembering"}]}}]})
+    stub = stub_model(script)
+    with mem_for(tmp_path, stub, vet=True) as mem:
+        report = capture(mem, "demo-1").extraction
+        assert [r.stage for r in stub.requests] == ["s1", "s2", "vet", "s4"]
+        assert report.status == "ok" and report.outcomes == {"ADD": 6}
+        assert [(w.stage, w.code) for w in report.warnings] == [("vet", "drop")]
+        assert report.stages["vet"].calls == 1 and report.stages["vet"].prompt_hash
+        assert "Biscuit howls when Maya leaves for work at 7." not in [m.content for m in mem.memories()]

@@ -1,0 +1,196 @@
+"""Staged extraction end to end through litellm's real HTTP path, replayed from cassettes.
+
+Each test replays ``cassettes/test_pipeline/<test>.yaml``, recorded from the
+stub script beside it (``<test>.script.json``: a capable model's answers to the
+exact prompts the pipeline sends). Re-record with
+``pytest tests/test_pipeline.py --record-mode=rewrite`` (see tests/record_cassettes.md).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import datetime, timezone
+from importlib import resources
+from typing import Any
+
+import pytest
+
+from conftest import FAST_RETRY, ModelEndpoint
+from locomo import LOCOMO_DIR, SKIP_REASON, load_sessions
+from tortoise_sdk import Memory
+from tortoise_sdk.demo import load_demo_sessions
+
+pytestmark = pytest.mark.vcr
+
+DEMO = {s["session_id"]: s for s in load_demo_sessions()}
+
+
+def memory(tmp_path: Any, endpoint: ModelEndpoint, **kwargs: Any) -> Memory:
+    settings = {**({} if endpoint.live else FAST_RETRY), "max_attempts": 2, **kwargs.pop("model_settings", {})}
+    return Memory(str(tmp_path / "m.db"), namespace="t", model=endpoint.model, api_base=endpoint.api_base,
+                  api_key=endpoint.api_key, model_settings=settings, **kwargs)
+
+
+def capture_demo(mem: Memory, name: str, session_id: str | None = None) -> Any:
+    s = DEMO[name]
+    return mem.capture(session_id or s["session_id"], s["turns"], session_date=s["date"])
+
+
+def contents(mem: Memory, **kwargs: Any) -> list[str]:
+    return [m.content for m in mem.memories(**kwargs)]
+
+
+def codes(diagnostics: list[Any]) -> list[tuple[str, str]]:
+    return [(d.stage, d.code) for d in diagnostics]
+
+
+def prompt_hash(name: str) -> str:
+    text = resources.files("tortoise_sdk.prompts").joinpath(f"{name}.md").read_text(encoding="utf-8")
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+@pytest.mark.skipif(not (LOCOMO_DIR / "conv-26.json").exists(), reason=SKIP_REASON)
+def test_locomo_session_happy_path(tmp_path: Any, model_endpoint: ModelEndpoint) -> None:
+    session = load_sessions(LOCOMO_DIR / "conv-26.json")[0]
+    with memory(tmp_path, model_endpoint) as mem:
+        receipt = mem.capture(session["session_id"], session["turns"], session_date=session["date"])
+        report = receipt.extraction
+        assert report.status == "ok", report
+        assert report.errors == [] and report.warnings == []
+        assert report.outcomes == {"ADD": 10}
+        assert report.counts == {"entity": 3, "event": 3, "point": 7}
+        assert {k: (v.calls, v.retries) for k, v in report.stages.items() if k in ("s1", "s2", "s4")} == {
+            "s1": (1, 0), "s2": (1, 0), "s4": (1, 0)}
+        assert report.stages["s2"].prompt_hash == prompt_hash("s2_map")
+        assert report.stages["total"].calls == 3 and report.stages["total"].prompt_tokens > 0
+        # Stored: the receipt carries the report, and the memories cite LoCoMo's dialogue ids.
+        assert mem.receipts(session["session_id"])[0].extraction == report
+        by_content = {m.content: m for m in mem.memories()}
+        event = by_content["Caroline went to an LGBTQ support group on 7 May 2023."]
+        assert (event.kind, event.when, event.entities) == ("event", "2023-05-07", ["Caroline", "LGBTQ support group"])
+        assert [(s.external_id, s.quote) for s in event.sources] == [("D1:3", "I went to a LGBTQ support group yesterday")]
+        # S4's delta was added to S2's list.
+        assert by_content["Caroline found the transgender stories at the support group inspiring."].sources[0].external_id == "D1:5"
+        assert event.valid_at == datetime(2023, 5, 8, 13, 56, tzinfo=timezone.utc)
+        hits = mem.store.search_memories("t", '"counseling"', k=3)
+        assert [h.content for h, _ in hits] == [
+            "Caroline wants to work in counseling or mental health to support people with similar issues."]
+
+
+def test_one_s1_chunk_failing(tmp_path: Any, model_endpoint: ModelEndpoint) -> None:
+    with memory(tmp_path, model_endpoint, chunk_turns=3) as mem:
+        report = capture_demo(mem, "demo-1").extraction
+        assert report.status == "partial"
+        assert codes(report.errors) == [("s1", "server")]
+        assert report.errors[0].detail["chunk"] == 1
+        assert report.reason == "s1: server"
+        assert report.outcomes == {"ADD": 7}
+        assert report.stages["s1"].calls == 3
+        assert report.stages["s1"].errors == {"server": 2}
+        assert len(mem.memories()) == 7
+    if model_endpoint.stub is not None:
+        assert sorted(r.chunk for r in model_endpoint.stub.requests if r.stage == "s1") == ["0", "1", "1", "2"]
+
+
+def test_s2_truncated_then_recovered(tmp_path: Any, model_endpoint: ModelEndpoint) -> None:
+    with memory(tmp_path, model_endpoint) as mem:
+        report = capture_demo(mem, "demo-2").extraction
+        assert report.status == "ok"
+        assert codes(report.warnings) == [("s2", "truncation_recovered")]
+        assert report.stages["s2"].errors == {"truncation": 1}
+        assert report.outcomes == {"ADD": 5}
+        assert "Maya wants to learn Rust this summer to contribute to Helix Health's ingestion service." in contents(mem)
+    if model_endpoint.stub is not None:
+        caps = [r.body["max_tokens"] for r in model_endpoint.stub.requests if r.stage == "s2"]
+        assert caps == [4096, 8192]
+
+
+def test_s2_truncated_twice_keeps_complete_items(tmp_path: Any, model_endpoint: ModelEndpoint) -> None:
+    with memory(tmp_path, model_endpoint) as mem:
+        report = capture_demo(mem, "demo-2").extraction
+        assert report.status == "partial"
+        assert codes(report.warnings) == [("s2", "truncation")]
+        assert report.outcomes == {"ADD": 4}
+        assert not any("Rust" in c for c in contents(mem))
+        assert "Maya's commute is a 15-minute walk." in contents(mem)
+
+
+def test_s4_server_errors_keep_s2(tmp_path: Any, model_endpoint: ModelEndpoint) -> None:
+    with memory(tmp_path, model_endpoint) as mem:
+        report = capture_demo(mem, "demo-1").extraction
+        assert report.status == "partial"
+        assert codes(report.errors) == [("s4", "server")]
+        assert "kept the S2 list" in report.errors[0].message
+        assert report.stages["s4"].errors == {"server": 2}
+        # Every S2 item, and nothing of S4 (it never answered).
+        assert report.outcomes == {"ADD": 6}
+        assert not any("Tomás" in c for c in contents(mem))
+
+
+def test_rate_limit_then_success(tmp_path: Any, model_endpoint: ModelEndpoint) -> None:
+    with memory(tmp_path, model_endpoint) as mem:
+        report = capture_demo(mem, "demo-1").extraction
+        assert report.status == "ok" and report.errors == []
+        assert (report.stages["s2"].calls, report.stages["s2"].retries) == (1, 1)
+        assert report.stages["s2"].errors == {"rate_limit": 1}
+        assert report.stages["total"].retries == 1
+        assert report.outcomes == {"ADD": 7}
+
+
+def test_ungrounded_quote_rejected_alone(tmp_path: Any, model_endpoint: ModelEndpoint) -> None:
+    with memory(tmp_path, model_endpoint) as mem:
+        report = capture_demo(mem, "demo-1").extraction
+        assert report.status == "ok"
+        assert codes(report.warnings) == [("ground", "reanchored"), ("ground", "ungrounded_quote")]
+        assert report.counts["rejected"] == 1
+        assert report.outcomes == {"ADD": 6}
+        assert "Maya adopted Biscuit from a shelter in 2022." not in contents(mem)
+        beagle = next(m for m in mem.memories() if m.content == "Maya has a dog named Biscuit, a two-year-old beagle.")
+        assert [s.external_id for s in beagle.sources] == ["d1-5"]  # re-anchored from the cited turn 2 to turn 4
+
+
+def test_repeated_capture_noops(tmp_path: Any, model_endpoint: ModelEndpoint) -> None:
+    with memory(tmp_path, model_endpoint) as mem:
+        first = capture_demo(mem, "demo-1", "chat-1").extraction
+        assert first.outcomes == {"ADD": 7}
+        # The same turns again in the same session: nothing new, no model call.
+        again = capture_demo(mem, "demo-1", "chat-1")
+        assert (again.turns_stored, again.extraction.status) == (0, "skipped")
+        # The same conversation imported again under another id: every fact is already known.
+        second = capture_demo(mem, "demo-1", "chat-1-again").extraction
+        assert second.status == "ok"
+        assert second.outcomes == {"NOOP": 6}
+        assert len(mem.memories()) == 7
+        dog = next(m for m in mem.memories() if m.content.startswith("Maya has a dog"))
+        assert sorted(s.session_id for s in dog.sources) == ["chat-1", "chat-1-again"]
+        assert [r.extraction.status for r in mem.receipts()] == ["ok", "skipped", "ok"]
+
+
+def test_later_session_supersedes(tmp_path: Any, model_endpoint: ModelEndpoint) -> None:
+    with memory(tmp_path, model_endpoint) as mem:
+        assert capture_demo(mem, "demo-1").extraction.outcomes == {"ADD": 7}
+        report = capture_demo(mem, "demo-2").extraction
+        assert report.status == "ok"
+        assert report.outcomes == {"ADD": 3, "UPDATE": 2}
+        live = contents(mem)
+        assert "Maya works at Helix Health in San Francisco, leading its data platform." in live
+        assert "Maya works at Northwind Labs, a biotech startup in Oakland." not in live
+        old = next(m for m in mem.memories(include_superseded=True) if m.content.startswith("Maya works at Northwind"))
+        new = next(m for m in mem.memories() if m.content.startswith("Maya works at Helix"))
+        assert (old.status, old.superseded_by, new.supersedes) == ("superseded", new.id, old.id)
+        assert old.invalid_at == datetime(2024, 6, 14, 9, 5, tzinfo=timezone.utc)
+        assert [m.id for m in mem.store.supersession_chain("t", new.id)] == [old.id, new.id]
+        assert len(mem.memories(include_superseded=True)) == 12 and len(mem.memories()) == 10
+        g = mem.graph()
+        assert g.has_edge(f"memory:{new.id}", f"memory:{old.id}", key="supersedes")
+        assert any(d["kind"] == "source" for _, _, d in g.out_edges(f"memory:{new.id}", data=True))
+        assert json.loads(mem.receipts("demo-2")[0].model_dump_json())["extraction"]["outcomes"] == {"ADD": 3, "UPDATE": 2}
+
+
+@pytest.fixture(autouse=True)
+def _whole_cassette_played(vcr: Any) -> Any:
+    """On replay, every recorded exchange must have been asked for: the pipeline made exactly the recorded calls."""
+    yield
+    if vcr is not None and vcr.write_protected:
+        assert vcr.play_count == len(vcr.requests), f"played {vcr.play_count} of {len(vcr.requests)} recorded exchanges"

@@ -1,0 +1,90 @@
+"""Stage pieces that need no HTTP: S1 story compilation, the VET gate (fail-open), prompt loading and overrides."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from tortoise_sdk.errors import ConfigError, ModelError
+from tortoise_sdk.models import SearchHit
+from tortoise_sdk.pipeline.merge import coerce_proposal
+from tortoise_sdk.pipeline.prompts import PROMPT_NAMES, load_prompt
+from tortoise_sdk.pipeline.s1_narrate import chunk_turns, compile_stories
+from tortoise_sdk.pipeline.vet import vet
+
+TURNS = [SearchHit(turn_id=f"t{i}", external_id=None, session_id="s", session_date=None, index=i, role="user",
+                   name="Maya", content=f"turn {i}", score=0.0) for i in range(7)]
+
+
+def test_chunks_and_seam_deduplication() -> None:
+    assert [len(c) for c in chunk_turns(TURNS, 3)] == [3, 3, 1]
+    story = compile_stories([
+        "Maya started at Northwind Labs. She bikes to work every morning.",
+        None,  # a failed chunk
+        "She bikes to work every morning! Biscuit, her beagle, howls when she leaves.",
+        "Tomás offered to walk Biscuit.",
+    ])
+    assert story == ("Maya started at Northwind Labs. She bikes to work every morning.\n\n"
+                     "Biscuit, her beagle, howls when she leaves.\n\nTomás offered to walk Biscuit.")
+
+
+class FakeClient:
+    """Answers acomplete_json with a fixed parsed value, or raises."""
+
+    def __init__(self, value: Any = None, error: Exception | None = None) -> None:
+        self.value, self.error, self.prompts = value, error, []
+
+    async def acomplete_json(self, stage: str, messages: list[dict], **kw: Any) -> Any:
+        self.prompts.append(messages[0]["content"])
+        if self.error:
+            raise self.error
+        return SimpleNamespace(parsed=SimpleNamespace(value=self.value))
+
+
+CANDIDATES = coerce_proposal({"points": [
+    {"content": "Maya works at Northwind Labs.", "about": ["Maya"], "quote": "Northwind", "turn": 0},
+    {"content": "Maya is employed by Northwind.", "about": ["Northwind Labs"], "quote": "Northwind", "turn": 0,
+     "search_keys": ["employer"]},
+    {"content": "The weather was nice.", "quote": "nice", "turn": 1},
+]}, stage="s2")[0]
+
+
+def test_vet_keeps_drops_and_merges() -> None:
+    client = FakeClient({"decisions": [
+        {"id": "c3", "action": "drop", "reason": "small talk"},
+        {"id": "c2", "action": "merge", "into": "c1", "reason": "same fact"},
+        {"id": "c9", "action": "drop"},  # unknown ids are ignored
+    ]})
+    kept, notes = asyncio.run(vet(client, load_prompt("vet"), CANDIDATES, TURNS))
+    assert [(p.content, p.about, p.search_keys) for p in kept.points] == [
+        ("Maya works at Northwind Labs.", ("Maya", "Northwind Labs"), ("employer",))]
+    assert [(n.code, n.message) for n in notes] == [("drop", "c3 drop: small talk"), ("merge", "c2 merge: same fact")]
+    assert "c1: " in client.prompts[0] and "[0] Maya: turn 0" in client.prompts[0]
+
+
+@pytest.mark.parametrize("client", [FakeClient(error=ModelError("boom", error_class="server")),
+                                    FakeClient({"verdict": "all good"})])
+def test_vet_fails_open(client: FakeClient) -> None:
+    kept, notes = asyncio.run(vet(client, load_prompt("vet"), CANDIDATES, TURNS))
+    assert kept == CANDIDATES
+    assert [n.stage for n in notes] == ["vet"] and "kept every candidate" in notes[0].message
+
+
+def test_prompts_ship_hash_and_override(tmp_path: Path) -> None:
+    for name in PROMPT_NAMES:
+        p = load_prompt(name)
+        assert p.origin == f"tortoise_sdk.prompts/{name}.md" and len(p.sha256) == 64
+    assert load_prompt("s2_map").fields == {"session_date", "story", "transcript"}
+    assert load_prompt("s4_review").fields == {"session_date", "story", "priors", "candidates", "transcript"}
+    (tmp_path / "s1_narrate.md").write_text("Tell {transcript} as of {session_date}; keep {\"json\": 1}", encoding="utf-8")
+    custom = load_prompt("s1_narrate", tmp_path)
+    assert custom.render(transcript="T", session_date="D", chunk_number=1) == 'Tell T as of D; keep {"json": 1}'
+    assert load_prompt("s2_map", tmp_path).origin.startswith("tortoise_sdk.prompts")  # not overridden: shipped
+    with pytest.raises(ConfigError, match="session_date"):
+        custom.render(transcript="T")
+    with pytest.raises(ConfigError, match="no prompt template 'nope'"):
+        load_prompt("nope")

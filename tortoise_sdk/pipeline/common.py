@@ -1,0 +1,45 @@
+"""Helpers the stages share: the transcript format, error diagnostics, running async code from sync."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+from collections.abc import Coroutine, Sequence
+from typing import Any, TypeVar
+
+from ..errors import ModelError
+from ..models import Diagnostic, SearchHit
+
+__all__ = ("diagnostic", "format_transcript", "run_sync")
+
+T = TypeVar("T")
+
+
+def format_transcript(turns: Sequence[SearchHit]) -> str:
+    """One line per turn, ``[index] Speaker: text``; the index is what replies cite as ``turn``."""
+    lines = []
+    for t in turns:
+        who = t.name or t.role
+        text = " ".join(t.content.split())
+        lines.append(f"[{t.index}] {who}: {text}")
+    return "\n".join(lines)
+
+
+def diagnostic(stage: str, exc: BaseException, what: str, **detail: Any) -> Diagnostic:
+    """A stage failure as a Diagnostic whose code is the error class (rate_limit, parse, ...)."""
+    if isinstance(exc, ModelError):
+        code = exc.error_class
+        detail.setdefault("status_code", exc.status_code)
+    else:
+        code = type(exc).__name__
+    return Diagnostic(stage=stage, code=code, message=f"{what}: {exc}", detail=detail or None)
+
+
+def run_sync(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine to completion from sync code, even when the caller is inside an event loop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coro).result()

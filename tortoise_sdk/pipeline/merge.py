@@ -1,0 +1,218 @@
+"""The S2/S4 reply contract, identity keys, and the union of the S2 list with the S4 delta. Pure.
+
+Identity: an entity is (normalised name, normalised kind); an event, point or
+retraction is its normalised content. The union of an S2 list and an S4 delta:
+
+- on an identity collision, S4 wins;
+- an S2 item absent from S4 is kept;
+- an S4-only item is added;
+- several items with one identity in the same list collapse to one chosen by a
+  fixed total order (quoted and anchored first), so the result does not depend
+  on order or duplication. The output is sorted by (cited turn, identity).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from ..models import Diagnostic
+from ..text import norm_content, norm_name
+
+__all__ = (
+    "Entity",
+    "Event",
+    "Point",
+    "Proposal",
+    "Retraction",
+    "coerce_proposal",
+    "identity",
+    "union",
+)
+
+
+class _Item(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _blank_is_none(cls, value: Any) -> Any:
+        return None if isinstance(value, str) and not value.strip() else value
+
+
+def _names(value: Any) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        value = [value]
+    return tuple(str(v).strip() for v in value if isinstance(v, (str, int)) and str(v).strip())
+
+
+def _turn(value: Any) -> int | None:
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, str):
+        value = value.strip().lstrip("[#").rstrip("]")
+    return int(value)
+
+
+class Entity(_Item):
+    """A person, place, organisation, pet, object or idea the session talks about."""
+
+    name: str = Field(description="As written in the session, e.g. 'Caroline'.")
+    kind: str = Field(default="other", description="person, place, organization, pet, object, concept, other.")
+    note: str | None = Field(default=None, description="A short description, if the session gives one.")
+
+    @field_validator("kind", mode="before")
+    @classmethod
+    def _kind(cls, value: Any) -> Any:
+        return (str(value).strip().lower() or "other") if value is not None else "other"
+
+
+class _Grounded(_Item):
+    content: str = Field(description="One self-contained statement.")
+    quote: str | None = Field(default=None, description="Verbatim text of the cited turn.")
+    turn: int | None = Field(default=None, description="Index of the source turn in the session.")
+    supersedes: str | None = Field(default=None, description="S4 only: the prior (P-handle) this replaces.")
+
+    @field_validator("turn", mode="before")
+    @classmethod
+    def _coerce_turn(cls, value: Any) -> int | None:
+        return _turn(value)
+
+    @field_validator("content", "quote", "supersedes", mode="before")
+    @classmethod
+    def _text(cls, value: Any) -> Any:
+        return value.strip() if isinstance(value, str) else value
+
+
+class Event(_Grounded):
+    """Something that happened (or will), with its time when known."""
+
+    kind: str = Field(default="event", description="A short label: trip, job_change, milestone ...")
+    when: str | None = None
+    about: tuple[str, ...] = ()
+
+    @field_validator("about", mode="before")
+    @classmethod
+    def _coerce_about(cls, value: Any) -> tuple[str, ...]:
+        return _names(value)
+
+
+class Point(_Grounded):
+    """A durable fact, preference, plan or relationship."""
+
+    about: tuple[str, ...] = ()
+    when: str | None = None
+    search_keys: tuple[str, ...] = ()
+
+    @field_validator("about", "search_keys", mode="before")
+    @classmethod
+    def _coerce_names(cls, value: Any) -> tuple[str, ...]:
+        return _names(value)
+
+
+class Retraction(_Grounded):
+    """The speaker takes back something said before ("I'm no longer vegan")."""
+
+
+class Proposal(BaseModel):
+    """The reply contract of S2 (and S4's delta): entities, events, points, retractions."""
+
+    model_config = ConfigDict(frozen=True)
+
+    entities: tuple[Entity, ...] = ()
+    events: tuple[Event, ...] = ()
+    points: tuple[Point, ...] = ()
+    retractions: tuple[Retraction, ...] = ()
+
+    def size(self) -> int:
+        """Items of every kind."""
+        return len(self.entities) + len(self.events) + len(self.points) + len(self.retractions)
+
+
+_KINDS: tuple[tuple[str, type[_Item]], ...] = (
+    ("entities", Entity), ("events", Event), ("points", Point), ("retractions", Retraction),
+)
+
+I = TypeVar("I", bound=_Item)
+
+
+def identity(item: _Item) -> tuple[str, ...]:
+    """The identity key of an item (see the module docstring)."""
+    if isinstance(item, Entity):
+        return (norm_name(item.name), norm_name(item.kind))
+    return (norm_content(getattr(item, "content", "")),)
+
+
+def coerce_proposal(value: Any, *, stage: str) -> tuple[Proposal, list[Diagnostic]]:
+    """Validate a parsed reply item by item: a malformed item is dropped alone, with a warning.
+
+    Raises:
+        ValueError: the reply is not an object with at least one of the four lists.
+    """
+    if not isinstance(value, Mapping) or not any(k in value for k, _ in _KINDS):
+        raise ValueError("expected an object with entities, events, points or retractions")
+    warnings: list[Diagnostic] = []
+    fields: dict[str, list[Any]] = {}
+    for key, model in _KINDS:
+        raw = value.get(key) or []
+        if not isinstance(raw, list):
+            raw = [raw]
+        kept = []
+        for i, item in enumerate(raw):
+            try:
+                parsed = model.model_validate(item)
+                if not identity(parsed)[0]:
+                    raise ValueError("empty name or content")
+                kept.append(parsed)
+            except (ValidationError, ValueError, TypeError) as exc:
+                warnings.append(Diagnostic(
+                    stage=stage, code="malformed_item",
+                    message=f"{key}[{i}] dropped: {_first_error(exc)}",
+                    detail={"item": item if isinstance(item, (dict, str)) else repr(item)},
+                ))
+        fields[key] = kept
+    return Proposal(**fields), warnings
+
+
+def union(s2: Proposal, s4: Proposal) -> Proposal:
+    """S2 list ∪ S4 delta under the identity rules: S4 wins collisions, nothing of S2 is dropped."""
+    return Proposal(**{key: _union(getattr(s2, key), getattr(s4, key)) for key, _ in _KINDS})
+
+
+def _union(base: Iterable[I], delta: Iterable[I]) -> tuple[I, ...]:
+    merged = _collapse(base)
+    merged.update(_collapse(delta))
+    return tuple(sorted(merged.values(), key=_position))
+
+
+def _collapse(items: Iterable[I]) -> dict[tuple[str, ...], I]:
+    out: dict[tuple[str, ...], I] = {}
+    for item in items:
+        key = identity(item)
+        if key not in out or _preference(item) < _preference(out[key]):
+            out[key] = item
+    return out
+
+
+def _preference(item: _Item) -> tuple[Any, ...]:
+    # A total order, so that which duplicate survives never depends on input order.
+    quote = getattr(item, "quote", None)
+    turn = getattr(item, "turn", None)
+    return (quote is None, turn is None, json.dumps(item.model_dump(mode="json"), sort_keys=True))
+
+
+def _position(item: _Item) -> tuple[Any, ...]:
+    turn = getattr(item, "turn", None)
+    return (turn is None, turn if turn is not None else 0, identity(item), _preference(item))
+
+
+def _first_error(exc: Exception) -> str:
+    if isinstance(exc, ValidationError):
+        err = exc.errors()[0]
+        return f"{'.'.join(str(p) for p in err['loc']) or 'item'}: {err['msg']}"
+    return str(exc)

@@ -1,0 +1,195 @@
+"""Runs S1 → S2 → (VET) → S3 → S4 → grounding → S5 for one stored session and reports what happened.
+
+No stage failure is raised: each becomes a Diagnostic on the ExtractionReport.
+The turns are already committed before the first model call, so nothing here
+can lose the session.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from ..config import DEFAULT_CHUNK_TURNS, DEFAULT_CONCURRENCY
+from ..errors import LeaseLost
+from ..models import CaptureReceipt, Diagnostic, ExtractionReport, StageStats
+from ..store.base import Store
+from ..store.plan import Fence, WriteResult
+from .common import diagnostic, run_sync
+from .grounding import evidence_turns, ground
+from .merge import Proposal, union
+from .prompts import load_prompt
+from .s1_narrate import narrate
+from .s2_map import map_session
+from .s3_priors import DEFAULT_PRIORS, find_priors
+from .s4_review import review
+from .s5_write import build_plan, write_plan
+from .vet import vet as run_vet
+
+__all__ = ("PipelineOptions", "aextract_session", "extract_session")
+
+
+@dataclass(frozen=True)
+class PipelineOptions:
+    """How the pipeline runs: chunking, concurrency, the optional gate, prompts and prior budget."""
+
+    chunk_turns: int = DEFAULT_CHUNK_TURNS
+    concurrency: int = DEFAULT_CONCURRENCY
+    vet: bool = False
+    prompts_dir: str | Path | None = None
+    priors_k: int = DEFAULT_PRIORS
+
+
+def extract_session(store: Store, namespace: str, session_id: str, *, llm_config: object,
+                    options: PipelineOptions = PipelineOptions(), receipt: CaptureReceipt | None = None,
+                    fence: Fence | None = None) -> ExtractionReport:
+    """Sync entry point of :func:`aextract_session`."""
+    return run_sync(aextract_session(store, namespace, session_id, llm_config=llm_config, options=options,
+                                     receipt=receipt, fence=fence))
+
+
+async def aextract_session(store: Store, namespace: str, session_id: str, *, llm_config: object,
+                           options: PipelineOptions = PipelineOptions(), receipt: CaptureReceipt | None = None,
+                           fence: Fence | None = None) -> ExtractionReport:
+    """Extract one stored session into the graph; the report is also stored (run row and receipt).
+
+    Raises:
+        LeaseLost: only with ``fence``, when another worker took the job; nothing was written.
+    """
+    from ..llm import LLMClient
+
+    started = time.perf_counter()
+    client = LLMClient(llm_config)  # type: ignore[arg-type]
+    prompts = {name: load_prompt(name, options.prompts_dir) for name in ("s1_narrate", "s2_map", "vet", "s4_review")}
+    errors: list[Diagnostic] = []
+    warnings: list[Diagnostic] = []
+    local: dict[str, StageStats] = {}
+    partial = False
+
+    turns = store.turns(namespace, session_id)
+    session_date = turns[0].session_date if turns else None
+    evidence = evidence_turns(turns, store.turn_metadata(namespace, session_id))
+
+    if evidence:
+        s1 = await narrate(client, prompts["s1_narrate"], evidence, session_date=session_date,
+                           size=options.chunk_turns, concurrency=options.concurrency)
+        errors += s1.errors
+        s2 = await map_session(client, prompts["s2_map"], story=s1.story, turns=evidence, session_date=session_date)
+        errors += s2.errors
+        warnings += s2.warnings
+        partial |= s2.partial
+        candidates = s2.proposal or Proposal()
+        if options.vet and s2.proposal is not None:
+            candidates, vet_notes = await run_vet(client, prompts["vet"], candidates, evidence)
+            for d in vet_notes:
+                (warnings if d.code in ("drop", "merge") else errors).append(d)
+        t = time.perf_counter()
+        priors = find_priors(store, namespace, candidates, k=options.priors_k)
+        local["s3"] = StageStats(wall_ms=(time.perf_counter() - t) * 1000)
+        if priors.degraded:
+            warnings.append(Diagnostic(stage="s3", code="degraded",
+                                       message=f"priors unavailable ({priors.degraded}); every item treated as new"))
+        s4 = await review(client, prompts["s4_review"], story=s1.story, priors=priors, candidates=candidates,
+                          turns=evidence, session_date=session_date)
+        warnings += s4.warnings
+        partial |= s4.partial
+        if s4.proposal is None:
+            errors += [d.model_copy(update={"message": d.message + "; kept the S2 list as it was"})
+                       for d in s4.errors]
+            final = candidates
+        else:
+            final = union(candidates, s4.proposal)
+        nothing = s2.proposal is None and s4.proposal is None
+    else:
+        priors = find_priors(store, namespace, Proposal())
+        final, nothing = Proposal(), False
+        warnings.append(Diagnostic(stage="s1", code="no_evidence",
+                                   message="the session has no evidence turns (only tool, sub-agent or memory-block "
+                                           "turns); nothing to extract"))
+
+    def report(status: str, result: WriteResult | None, reason: str | None = None) -> ExtractionReport:
+        stages = {**client.stats, **local}
+        for stage, name in (("s1", "s1_narrate"), ("s2", "s2_map"), ("vet", "vet"), ("s4", "s4_review")):
+            if stage in stages:
+                stages[stage] = stages[stage].model_copy(update={"prompt_hash": prompts[name].sha256})
+        stages["total"] = StageStats(wall_ms=(time.perf_counter() - started) * 1000,
+                                     calls=sum(s.calls for s in stages.values()),
+                                     retries=sum(s.retries for s in stages.values()),
+                                     prompt_tokens=_sum(s.prompt_tokens for s in stages.values()),
+                                     completion_tokens=_sum(s.completion_tokens for s in stages.values()),
+                                     cost_usd=_sum(s.cost_usd for s in stages.values()))
+        counts = dict(result.counts) if result else {}
+        if rejected:
+            counts["rejected"] = rejected
+        return ExtractionReport(status=status, reason=reason, counts=counts,
+                                outcomes=dict(result.outcomes) if result else {},
+                                errors=list(errors), warnings=list(warnings) + (result.warnings if result else []),
+                                stages=stages, job_id=fence.job_id if fence else None)
+
+    rejected = 0
+    if nothing:
+        failed = report("failed", None, "S2 and S4 both failed; nothing was extracted (the turns are stored)")
+        _save_receipt(store, namespace, receipt, failed)
+        return failed
+
+    t = time.perf_counter()
+    grounded = ground(final, evidence)
+    rejected = grounded.rejected
+    warnings += grounded.warnings
+    local["ground"] = StageStats(wall_ms=(time.perf_counter() - t) * 1000)
+    plan, plan_warnings = build_plan(session_id, grounded, priors.handles, extraction_id=f"x_{uuid.uuid4().hex}",
+                                     valid_at=_as_utc(session_date), receipt=receipt)
+    warnings += plan_warnings
+    status = "partial" if (errors or partial or priors.degraded) else "ok"
+
+    t = time.perf_counter()
+
+    def finalize(result: WriteResult) -> ExtractionReport:
+        local["s5"] = StageStats(wall_ms=(time.perf_counter() - t) * 1000)
+        return report(status, result, _reason(status, errors))
+
+    try:
+        return write_plan(store, namespace, plan, finalize=finalize, fence=fence).report  # type: ignore[return-value]
+    except LeaseLost:
+        raise
+    except Exception as exc:  # noqa: BLE001 - an S5 failure writes nothing and is reported
+        local["s5"] = StageStats(wall_ms=(time.perf_counter() - t) * 1000, errors={type(exc).__name__: 1})
+        errors.append(diagnostic("s5", exc, "the write failed and was rolled back; no memory was written"))
+        failed = report("failed", None, "S5 failed; nothing of the extraction was written (the turns are stored)")
+        _save_receipt(store, namespace, receipt, failed)
+        return failed
+
+
+def _save_receipt(store: Store, namespace: str, receipt: CaptureReceipt | None, report: ExtractionReport) -> None:
+    if receipt is None:
+        return
+    try:
+        store.save_receipt(namespace, receipt.model_copy(update={"extraction": report}))
+    except Exception:  # noqa: BLE001 - the report is still returned to the caller
+        pass
+
+
+def _reason(status: str, errors: list[Diagnostic]) -> str | None:
+    if status == "ok":
+        return None
+    if errors:
+        return "; ".join(sorted({f"{d.stage}: {d.code}" for d in errors}))
+    return "a stage was degraded or cut short; see warnings"
+
+
+def _sum(values: object) -> float | int | None:
+    present = [v for v in values if v is not None]  # type: ignore[attr-defined]
+    return sum(present) if present else None
+
+
+def _as_utc(text: str | None) -> datetime | None:
+    if not text:
+        return None
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return value if value.tzinfo else value.replace(tzinfo=timezone.utc)

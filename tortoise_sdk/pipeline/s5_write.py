@@ -1,0 +1,64 @@
+"""S5: turn grounded items into a write plan and write it in one transaction (consolidation is in the store)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from datetime import datetime
+
+from ..models import CaptureReceipt, Diagnostic, ExtractionReport
+from ..store.base import Store
+from ..store.plan import EntityPlan, ExtractionPlan, Fence, ItemPlan, RetractionPlan, WriteResult
+from .grounding import GroundingResult
+
+__all__ = ("build_plan", "write_plan")
+
+
+def build_plan(
+    session_id: str,
+    grounded: GroundingResult,
+    handles: Mapping[str, str],
+    *,
+    extraction_id: str,
+    valid_at: datetime | None,
+    receipt: CaptureReceipt | None,
+) -> tuple[ExtractionPlan, list[Diagnostic]]:
+    """The plan for S5; ``supersedes`` handles (P1 ...) become memory ids, unknown ones a warning."""
+    warnings: list[Diagnostic] = []
+    known_ids = set(handles.values())
+
+    def target(ref: str | None, label: str) -> str | None:
+        if not ref:
+            return None
+        ref = ref.strip()
+        if ref.upper() in handles:
+            return handles[ref.upper()]
+        if ref in known_ids:
+            return ref
+        warnings.append(Diagnostic(stage="s5", code="supersedes_unknown",
+                                   message=f"{label} cites {ref!r}, which is not one of the priors shown; ignored"))
+        return None
+
+    items = []
+    for kind, group in (("event", grounded.events), ("point", grounded.points)):
+        for g in group:
+            it = g.item
+            items.append(ItemPlan(
+                kind=kind, content=it.content, about=tuple(getattr(it, "about", ())), when=getattr(it, "when", None),
+                search_keys=tuple(getattr(it, "search_keys", ())), sources=(g.source,),
+                supersedes=target(it.supersedes, f"{kind} {it.content!r}"),
+            ))
+    retractions = [
+        RetractionPlan(content=g.item.content, sources=(g.source,),
+                       target=target(g.item.supersedes, f"retraction {g.item.content!r}"))
+        for g in grounded.retractions
+    ]
+    entities = [EntityPlan(e.name, e.kind, e.note) for e in grounded.entities]
+    plan = ExtractionPlan(session_id=session_id, extraction_id=extraction_id, valid_at=valid_at,
+                          entities=entities, items=items, retractions=retractions, receipt=receipt)
+    return plan, warnings
+
+
+def write_plan(store: Store, namespace: str, plan: ExtractionPlan, *,
+               finalize: Callable[[WriteResult], ExtractionReport], fence: Fence | None) -> WriteResult:
+    """Write the plan; raises whatever the store raises (the runner turns it into diagnostics)."""
+    return store.write_extraction(namespace, plan, finalize=finalize, fence=fence)

@@ -1,0 +1,90 @@
+"""What the pipeline hands the store to write (S5): resolved, grounded items; the store decides outcomes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Literal
+
+from ..models import CaptureReceipt, Diagnostic, ExtractionReport
+
+__all__ = (
+    "EntityPlan",
+    "ExtractionPlan",
+    "Fence",
+    "ItemPlan",
+    "RetractionPlan",
+    "SourcePlan",
+    "WriteResult",
+)
+
+
+@dataclass(frozen=True)
+class SourcePlan:
+    """A grounded source: the stored turn and the verbatim quote found in it."""
+
+    turn_id: str
+    quote: str | None
+
+
+@dataclass(frozen=True)
+class EntityPlan:
+    """An entity to resolve to an existing node by normalised name, or create."""
+
+    name: str
+    kind: str
+    note: str | None = None
+
+
+@dataclass(frozen=True)
+class ItemPlan:
+    """An event or point to consolidate against the namespace's live memories."""
+
+    kind: Literal["event", "point"]
+    content: str
+    about: tuple[str, ...] = ()
+    when: str | None = None
+    search_keys: tuple[str, ...] = ()
+    sources: tuple[SourcePlan, ...] = ()
+    supersedes: str | None = None
+
+
+@dataclass(frozen=True)
+class RetractionPlan:
+    """An explicit retraction: a memory id (from S4) or the retracted content to match."""
+
+    content: str
+    sources: tuple[SourcePlan, ...] = ()
+    target: str | None = None
+
+
+@dataclass(frozen=True)
+class Fence:
+    """A job lease: the write commits only while the job still carries this revision."""
+
+    job_id: str
+    revision: int
+
+
+@dataclass
+class ExtractionPlan:
+    """Everything S5 writes for one session, in one transaction."""
+
+    session_id: str
+    extraction_id: str
+    valid_at: datetime | None
+    entities: list[EntityPlan] = field(default_factory=list)
+    items: list[ItemPlan] = field(default_factory=list)
+    retractions: list[RetractionPlan] = field(default_factory=list)
+    receipt: CaptureReceipt | None = None
+
+
+@dataclass
+class WriteResult:
+    """What S5 did: outcome per item, the ids it touched, and anything it skipped."""
+
+    outcomes: dict[str, int] = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=dict)
+    memory_ids: list[str] = field(default_factory=list)
+    warnings: list[Diagnostic] = field(default_factory=list)
+    report: ExtractionReport | None = None
