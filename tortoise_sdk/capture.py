@@ -19,7 +19,7 @@ __all__ = ("CaptureRequest", "content_hash", "normalize_date", "prepare_capture"
 class CaptureRequest:
     """A validated capture: the turns, their identities and the request fingerprint."""
 
-    __slots__ = ("session_id", "session_date", "turns", "hashes", "request_hash", "idempotency_key")
+    __slots__ = ("session_id", "session_date", "turns", "hashes", "idempotency_key", "_request_hash")
 
     def __init__(
         self,
@@ -33,7 +33,14 @@ class CaptureRequest:
         self.turns = turns
         self.hashes = [content_hash(t) for t in turns]
         self.idempotency_key = idempotency_key
-        self.request_hash = _request_hash(session_id, session_date, turns)
+        self._request_hash: str | None = None
+
+    @property
+    def request_hash(self) -> str:
+        """Fingerprint of the whole request, compared on idempotent replays (computed on demand)."""
+        if self._request_hash is None:
+            self._request_hash = _request_hash(self.session_id, self.session_date, self.turns)
+        return self._request_hash
 
 
 def content_hash(turn: Turn) -> str:

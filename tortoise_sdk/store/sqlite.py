@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import math
+import re
 import sqlite3
 import threading
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
@@ -15,17 +17,38 @@ from typing import Any, TypeVar
 from tenacity import retry, retry_if_exception, stop_after_delay, wait_random_exponential
 
 from ..capture import CaptureRequest, turn_id_for
+from ..search import tokenize
 from ..config import DEFAULT_BUSY_TIMEOUT_MS
 from ..errors import CaptureConflict, IdempotencyConflict, NotFoundError, StoreError
-from ..models import CaptureReceipt, Diagnostic, SearchHit, SessionInfo, utc_now
+from ..models import CaptureReceipt, Diagnostic, MemoryRecord, SearchHit, SessionInfo, utc_now
 from .base import Store
 from .migrations import SQLITE_MIGRATIONS, migrate_sqlite
+from .sqlite_extraction import SQLiteExtractionMixin
+from .sqlite_subagents import SQLiteSubagentMixin
 
-__all__ = ("SQLiteStore",)
+__all__ = ("POSTINGS_BUDGET", "SQLiteStore")
+
+# How many postings the BM25 ranking pass may score per search (see SQLiteStore.search_terms).
+POSTINGS_BUDGET = 2_000
 
 T = TypeVar("T")
 
+_WORD = re.compile(r"[^\W_]+")
+_STEM_CACHE_MAX = 200_000
 _TURN_COLUMNS = "t.turn_id, t.external_id, t.session_id, s.session_date, t.idx, t.role, t.name, t.content"
+_BM25 = "bm25(turns_fts, 1.0, 0.5)"  # content, then speaker name at half weight
+_RANK_IN_INDEX = (
+    f"SELECT {_TURN_COLUMNS}, f.rank AS rank FROM"
+    f" (SELECT rowid, {_BM25} AS rank FROM turns_fts WHERE turns_fts MATCH ? ORDER BY rank LIMIT ?) f"
+    " JOIN turns t ON t.rowid = f.rowid JOIN sessions s ON s.namespace = t.namespace AND s.session_id = t.session_id"
+    " WHERE t.namespace = ?"
+)
+_COUNT_MATCHES = "SELECT COUNT(*) FROM (SELECT 1 FROM turns_fts WHERE turns_fts MATCH ? LIMIT ?)"
+_RANK_JOINED = (
+    f"SELECT {_TURN_COLUMNS}, {_BM25} AS rank FROM turns_fts JOIN turns t ON t.rowid = turns_fts.rowid"
+    " JOIN sessions s ON s.namespace = t.namespace AND s.session_id = t.session_id"
+    " WHERE turns_fts MATCH ? AND t.namespace = ?"
+)
 
 
 def _is_busy(exc: BaseException) -> bool:
@@ -34,7 +57,7 @@ def _is_busy(exc: BaseException) -> bool:
     )
 
 
-class SQLiteStore(Store):
+class SQLiteStore(SQLiteExtractionMixin, SQLiteSubagentMixin, Store):
     """A SQLite database file shared safely by threads and processes.
 
     Writers take ``BEGIN IMMEDIATE`` and wait on a busy timeout; a transaction
@@ -50,6 +73,9 @@ class SQLiteStore(Store):
             Path(self.path).expanduser().parent.mkdir(parents=True, exist_ok=True)
             self.path = str(Path(self.path).expanduser())
         self._lock = threading.RLock()
+        self._df_cache: dict[str, int] = {}
+        self._df_cache_size = 0
+        self._stem_cache: dict[str, tuple[str, ...]] = {}
         try:
             self._conn = sqlite3.connect(
                 self.path, isolation_level=None, check_same_thread=False, timeout=busy_timeout_ms / 1000
@@ -69,6 +95,8 @@ class SQLiteStore(Store):
         self._call_with_lock_retry(lambda: c.execute("PRAGMA journal_mode = WAL"))
         c.execute(f"PRAGMA synchronous = {synchronous}")
         c.execute("PRAGMA foreign_keys = ON")
+        c.execute("PRAGMA cache_size = -65536")  # 64 MiB: FTS5 segment merges during imports stay in memory
+        c.execute("PRAGMA temp_store = MEMORY")
 
     def _call_with_lock_retry(self, fn: Callable[[], T]) -> T:
         runner = retry(
@@ -126,10 +154,19 @@ class SQLiteStore(Store):
     # -- capture ------------------------------------------------------------------------------
 
     def capture(self, namespace: str, request: CaptureRequest, *, max_turns: int | None = None) -> CaptureReceipt:
-        return self.transaction(lambda c: self._capture_in(c, namespace, request))
+        return self.capture_many(namespace, [request])[0]
 
     def capture_many(self, namespace: str, requests: Sequence[CaptureRequest]) -> list[CaptureReceipt]:
-        return self.transaction(lambda c: [self._capture_in(c, namespace, r) for r in requests])
+        def write(c: sqlite3.Connection) -> list[CaptureReceipt]:
+            last_rowid = c.execute("SELECT COALESCE(MAX(rowid), 0) FROM turns").fetchone()[0]
+            receipts = [self._capture_in(c, namespace, r) for r in requests]
+            c.execute(
+                "INSERT INTO turns_fts (rowid, content, name) SELECT rowid, content, name FROM turns WHERE rowid > ?",
+                (last_rowid,),
+            )
+            return receipts
+
+        return self.transaction(write)
 
     def _capture_in(self, c: sqlite3.Connection, namespace: str, req: CaptureRequest) -> CaptureReceipt:
         if req.idempotency_key is not None:
@@ -188,7 +225,8 @@ class SQLiteStore(Store):
         c.execute(
             "INSERT INTO receipts (receipt_id, namespace, session_id, idempotency_key, request_hash, body, created_at)"
             " VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (receipt_id, namespace, req.session_id, req.idempotency_key, req.request_hash,
+            (receipt_id, namespace, req.session_id, req.idempotency_key,
+             req.request_hash if req.idempotency_key is not None else None,
              receipt.model_dump_json(), now),
         )
         return receipt
@@ -217,21 +255,75 @@ class SQLiteStore(Store):
     # -- reads ----------------------------------------------------------------------------------
 
     def search_turns(self, namespace: str, match: str, *, k: int, session_id: str | None = None) -> list[SearchHit]:
-        sql = (
-            f"SELECT {_TURN_COLUMNS}, bm25(turns_fts, 1.0, 0.5) AS rank FROM turns_fts"
-            " JOIN turns t ON t.rowid = turns_fts.rowid"
-            " JOIN sessions s ON s.namespace = t.namespace AND s.session_id = t.session_id"
-            " WHERE turns_fts MATCH ? AND t.namespace = ?"
-        )
-        args: list[Any] = [match, namespace]
-        if session_id is not None:
-            sql += " AND t.session_id = ?"
-            args.append(session_id)
-        sql += " ORDER BY rank, t.session_id, t.idx LIMIT ?"
-        args.append(k)
+        return [_hit(r, -r["rank"]) for r in self._ranked_rows(namespace, match, k=k, session_id=session_id)]
+
+    def _ranked_rows(self, namespace: str, match: str, *, k: int, session_id: str | None = None) -> list[sqlite3.Row]:
+        """The k best rows for an FTS5 expression, best first, ties by session and position.
+
+        Ranking inside the FTS index alone, then joining the few winners, is several times
+        faster than joining every match; it is exact unless other namespaces crowd the pool,
+        in which case the namespace-joined ranking is used.
+        """
         with self.read() as c:
-            rows = c.execute(sql, args).fetchall()
-        return [_hit(r, -r["rank"]) for r in rows]
+            if session_id is None:
+                pool = k + 20
+                rows = c.execute(_RANK_IN_INDEX, (match, pool, namespace)).fetchall()
+                if len(rows) >= k + 10 or c.execute(_COUNT_MATCHES, (match, pool)).fetchone()[0] < pool:
+                    return sorted(rows, key=lambda r: (r["rank"], r["session_id"], r["idx"]))[:k]
+            sql = _RANK_JOINED + (" AND t.session_id = ?" if session_id is not None else "")
+            args = [match, namespace] + ([session_id] if session_id is not None else [])
+            return c.execute(sql + " ORDER BY rank, t.session_id, t.idx LIMIT ?", [*args, k]).fetchall()
+
+    def search_terms(
+        self, namespace: str, terms: Sequence[str], *, k: int, session_id: str | None = None
+    ) -> list[SearchHit]:
+        """BM25 over the terms, with bounded work on large stores.
+
+        BM25 in FTS5 scores every matching row, so a query holding a very common term
+        costs time in proportion to the store. Terms are taken rarest first until their
+        postings reach ``POSTINGS_BUDGET``; those retrieve and rank a candidate pool, and
+        each remaining (common, low-IDF) term adds its IDF to the candidates that contain
+        it, which is its BM25 contribution at tf = 1 and average length. On a small store
+        every term fits the budget and this is plain BM25.
+        """
+        terms = list(dict.fromkeys(terms))
+        if not terms or k < 1:
+            return []
+        if session_id is not None:
+            return self.search_turns(namespace, _or_expr(terms), k=k, session_id=session_id)
+        n_docs, dfs = self._doc_freqs(terms)
+        lead: list[str] = []
+        postings = 0
+        for term in sorted(terms, key=lambda t: (dfs[t], t)):
+            if lead and postings + dfs[term] > POSTINGS_BUDGET:
+                break
+            lead.append(term)
+            postings += dfs[term]
+        rest = [t for t in terms if t not in lead]
+        if not rest:
+            return self.search_turns(namespace, _or_expr(lead), k=k)
+        pool = self._ranked_rows(namespace, _or_expr(lead), k=max(5 * k, 50))
+        idf = {t: math.log((n_docs - dfs[t] + 0.5) / (dfs[t] + 0.5) + 1.0) for t in rest}
+        scored = []
+        for row in pool:
+            words = set(tokenize(row["content"]))
+            scored.append((-row["rank"] + sum(w for t, w in idf.items() if _mentions(words, t)), row))
+        scored.sort(key=lambda sr: (-sr[0], sr[1]["session_id"], sr[1]["idx"]))
+        return [_hit(row, score) for score, row in scored[:k]]
+
+    def _doc_freqs(self, terms: Sequence[str]) -> tuple[int, dict[str, int]]:
+        """Document count and per-term document frequency (cached; refreshed as the store grows 10%)."""
+        with self.read() as c:
+            n_docs = c.execute("SELECT COALESCE(MAX(rowid), 0) FROM turns").fetchone()[0]
+            if n_docs > self._df_cache_size * 1.1 or n_docs < self._df_cache_size:
+                self._df_cache.clear()
+                self._df_cache_size = n_docs
+            for term in terms:
+                if term not in self._df_cache:
+                    self._df_cache[term] = c.execute(
+                        "SELECT COUNT(*) FROM turns_fts WHERE turns_fts MATCH ?", (_or_expr([term]),)
+                    ).fetchone()[0]
+        return max(n_docs, 1), {t: self._df_cache[t] for t in terms}
 
     def sessions(self, namespace: str) -> list[SessionInfo]:
         with self.read() as c:
@@ -268,6 +360,145 @@ class SQLiteStore(Store):
         if row is None:
             raise NotFoundError(f"no turn {turn_id!r} in namespace {namespace!r}")
         return _hit(row, 0.0)
+
+    # -- reflex reads: tokens as the index sees them, term statistics, batched neighbours -------
+
+    def analyze(self, texts: Sequence[str]) -> list[list[str]]:
+        # Words are stemmed by a per-connection TEMP FTS5 table with the turn index's tokenizer:
+        # the exact stems the index holds, with no schema change and no second stemmer. Each
+        # word is analysed once per connection (a bounded cache), so a warm call is dict lookups.
+        words = [_WORD.findall(t.lower()) for t in texts]
+        cache = self._stem_cache
+        unknown = list(dict.fromkeys(w for ws in words for w in ws if w not in cache))
+        if unknown:
+            if len(cache) + len(unknown) > _STEM_CACHE_MAX:
+                cache.clear()
+            with self.read() as c:
+                self._ensure_reflex_temp(c)
+                c.execute("DELETE FROM temp.tortoise_analyze")
+                c.executemany("INSERT INTO temp.tortoise_analyze (rowid, x) VALUES (?, ?)",
+                              [(i + 1, w) for i, w in enumerate(unknown)])
+                rows = c.execute("SELECT doc, term FROM temp.tortoise_analyze_v ORDER BY doc, offset").fetchall()
+                c.execute("DELETE FROM temp.tortoise_analyze")
+            stems: dict[int, list[str]] = {}
+            for doc, term in rows:
+                stems.setdefault(doc, []).append(term)
+            for i, w in enumerate(unknown):
+                cache[w] = tuple(stems.get(i + 1, ()))
+        return [[s for w in ws for s in cache.get(w, ())] for ws in words]
+
+    def term_stats(self, terms: Sequence[str]) -> tuple[int, dict[str, tuple[int, int]]]:
+        if not terms:
+            return 0, {}
+        stats: dict[str, list[int]] = {}
+        with self.read() as c:
+            self._ensure_reflex_temp(c)
+            n = c.execute("SELECT COALESCE(MAX(rowid), 0) FROM turns").fetchone()[0]
+            for term in dict.fromkeys(terms):
+                for col, doc in c.execute(
+                    "SELECT col, doc FROM temp.tortoise_turns_vocab WHERE term = ?", (term,)
+                ):
+                    stats.setdefault(term, [0, 0])[0 if col == "content" else 1] = doc
+        return n, {t: (v[0], v[1]) for t, v in stats.items()}
+
+    def turns_at(self, namespace: str, positions: Sequence[tuple[str, int]]) -> list[SearchHit]:
+        by_session: dict[str, list[int]] = {}
+        for session_id, index in positions:
+            by_session.setdefault(session_id, []).append(index)
+        out: list[SearchHit] = []
+        with self.read() as c:
+            for session_id, indexes in by_session.items():
+                idx = sorted(set(indexes))[:500]
+                marks = ", ".join("?" for _ in idx)
+                rows = c.execute(
+                    f"SELECT {_TURN_COLUMNS} FROM turns t JOIN sessions s"
+                    " ON s.namespace = t.namespace AND s.session_id = t.session_id"
+                    f" WHERE t.namespace = ? AND t.session_id = ? AND t.idx IN ({marks})",
+                    [namespace, session_id, *idx],
+                ).fetchall()
+                out.extend(_hit(r, 0.0) for r in rows)
+        return out
+
+    def candidate_turns(self, namespace: str, weighted_terms: Mapping[str, float], *, k: int,
+                        per_term: int = 200) -> list[SearchHit]:
+        # One index walk per term, newest first, stopping after ``per_term`` rows of this
+        # namespace: the cost is bounded by per_term, not by how common the term is (a ranked
+        # FTS5 query scores every match). Ties go to the newer turn.
+        if k < 1:
+            return []
+        scores: dict[int, float] = {}
+        with self.read() as c:
+            for term, weight in weighted_terms.items():
+                if not term or "\x00" in term:
+                    continue
+                match = 'content : "' + term.replace('"', '""') + '"'
+                for (rid,) in c.execute(
+                    "SELECT f.rowid FROM turns_fts f JOIN turns t ON t.rowid = f.rowid"
+                    " WHERE turns_fts MATCH ? AND t.namespace = ? ORDER BY f.rowid DESC LIMIT ?",
+                    (match, namespace, per_term),
+                ):
+                    scores[rid] = scores.get(rid, 0.0) + weight
+            top = sorted(scores, key=lambda r: (-scores[r], -r))[:k]
+            if not top:
+                return []
+            marks = ", ".join("?" for _ in top)
+            rows = c.execute(
+                f"SELECT t.rowid AS rid, {_TURN_COLUMNS} FROM turns t JOIN sessions s"
+                " ON s.namespace = t.namespace AND s.session_id = t.session_id"
+                # "+": look rows up by rowid; the namespace index would scan the whole namespace.
+                f" WHERE +t.namespace = ? AND t.rowid IN ({marks})",
+                [namespace, *top],
+            ).fetchall()
+        hits = [(r[0], SearchHit(turn_id=r[1], external_id=r[2], session_id=r[3], session_date=r[4], index=r[5],
+                                 role=r[6], name=r[7], content=r[8], score=scores[r[0]])) for r in rows]
+        hits.sort(key=lambda x: (-x[1].score, -x[0]))
+        return [h for _, h in hits]
+
+    def candidate_memories(self, namespace: str, weighted_terms: Mapping[str, float], *, k: int,
+                           per_term: int = 200, include_superseded: bool = False) -> list[tuple[MemoryRecord, float]]:
+        # The same bounded walk as candidate_turns, over memory content, search keys and entity names.
+        if k < 1:
+            return []
+        statuses = ("live", "superseded") if include_superseded else ("live",)
+        marks = ", ".join("?" for _ in statuses)
+        scores: dict[int, float] = {}
+        with self.read() as c:
+            for term, weight in weighted_terms.items():
+                if not term or "\x00" in term:
+                    continue
+                for (rid,) in c.execute(
+                    "SELECT f.rowid FROM memories_fts f JOIN memories m ON m.rowid = f.rowid"
+                    f" WHERE memories_fts MATCH ? AND m.namespace = ? AND m.status IN ({marks})"
+                    " ORDER BY f.rowid DESC LIMIT ?",
+                    ('"' + term.replace('"', '""') + '"', namespace, *statuses, per_term),
+                ):
+                    scores[rid] = scores.get(rid, 0.0) + weight
+            top = sorted(scores, key=lambda r: (-scores[r], -r))[:k]
+            if not top:
+                return []
+            rows = c.execute(f"SELECT m.rowid AS rid, m.* FROM memories m WHERE m.rowid IN ({', '.join('?' for _ in top)})",
+                             top).fetchall()
+            rows.sort(key=lambda r: (-scores[r["rid"]], -r["rid"]))
+            records = self._records(c, rows)
+        return [(rec, scores[r["rid"]]) for rec, r in zip(records, rows)]
+
+    def prepare_reflex(self) -> None:
+        """Create this connection's TEMP analysis tables and warm them (idempotent, a few ms once)."""
+        if not getattr(self, "_reflex_temp_ready", False):
+            with self.read() as c:
+                self._ensure_reflex_temp(c)
+            self.analyze(["warm up the stemmer"])
+
+    def _ensure_reflex_temp(self, c: sqlite3.Connection) -> None:
+        if getattr(self, "_reflex_temp_ready", False):
+            return
+        c.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.tortoise_analyze USING fts5"
+                  "(x, tokenize='porter unicode61 remove_diacritics 2')")
+        c.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.tortoise_analyze_v"
+                  " USING fts5vocab(temp, tortoise_analyze, 'instance')")
+        c.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.tortoise_turns_vocab"
+                  " USING fts5vocab(main, turns_fts, 'col')")
+        self._reflex_temp_ready = True
 
 
 def plan_append(
@@ -325,3 +556,15 @@ def _hit(row: sqlite3.Row, score: float) -> SearchHit:
 
 def _diag(code: str, message: str) -> Diagnostic:
     return Diagnostic(stage="capture", code=code, message=message)
+
+
+def _or_expr(terms: Sequence[str]) -> str:
+    return " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
+
+
+def _mentions(words: set[str], term: str) -> bool:
+    """Whether a tokenized text contains the term or an inflection of it (a cheap stand-in for the stemmer)."""
+    if term in words:
+        return True
+    stem = term[: max(4, len(term) - 2)]
+    return len(term) > 4 and any(w.startswith(stem) for w in words)

@@ -1,0 +1,178 @@
+"""Capture semantics: validation before writing, append by identity, conflicts, idempotency, namespaces."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tortoise_sdk import CaptureConflict, IdempotencyConflict, Memory, TortoiseError, Turn
+from tortoise_sdk.errors import InvalidInput, NotFoundError
+
+
+@pytest.fixture
+def mem(tmp_path):
+    with Memory(str(tmp_path / "m.db"), namespace="alice") as m:
+        yield m
+
+
+TURNS = [
+    {"role": "user", "content": "I started at Acme as a nurse", "name": "Maya"},
+    {"role": "assistant", "content": "Congratulations!"},
+]
+
+
+def _nothing_written(m: Memory) -> None:
+    assert m.sessions() == []
+    assert m.receipts() == []
+
+
+@pytest.mark.parametrize(
+    ("turns", "field"),
+    [
+        ([], "turns"),
+        (None, "turns"),
+        ("hello", "turns"),
+        ([{"role": "bot", "content": "x"}], "turns[0].role"),
+        ([{"role": "user", "content": "ok"}, {"role": "user", "content": 42}], "turns[1].content"),
+        ([{"role": "user"}], "turns[0].content"),
+        ([{"role": "user", "content": "   "}, {"role": "assistant", "content": ""}], "turns"),
+        ([{"role": "user", "content": "a", "id": "x"}, {"role": "user", "content": "b", "id": "x"}], "turns[1].id"),
+        (["just a string"], "turns[0]"),
+    ],
+)
+def test_invalid_capture_names_the_field_and_writes_nothing(mem, turns, field):
+    with pytest.raises(InvalidInput) as info:
+        mem.capture("s1", turns)
+    assert info.value.field == field
+    assert isinstance(info.value, TortoiseError) and isinstance(info.value, ValueError)
+    _nothing_written(mem)
+
+
+def test_bad_session_id_and_date_are_refused(mem):
+    with pytest.raises(InvalidInput, match="session_id"):
+        mem.capture("", TURNS)
+    with pytest.raises(InvalidInput, match="session_date"):
+        mem.capture("s1", TURNS, session_date="last tuesday")
+    _nothing_written(mem)
+
+
+def test_too_many_turns_is_refused(tmp_path):
+    with Memory(str(tmp_path / "m.db"), max_turns_per_capture=3) as m:
+        with pytest.raises(InvalidInput, match="exceeds the limit of 3"):
+            m.capture("s1", [{"role": "user", "content": f"t{i}"} for i in range(4)])
+        _nothing_written(m)
+        assert m.capture("s1", [{"role": "user", "content": f"t{i}"} for i in range(3)]).turns_stored == 3
+
+
+def test_receipt_fields_and_turn_model_input(mem):
+    r = mem.capture("s1", [Turn(role="user", content="hello", id="m1"), TURNS[1]], session_date="2023-05-08T13:56:00")
+    assert (r.session_id, r.turns_received, r.turns_stored, r.replayed, r.ok) == ("s1", 2, 2, False, True)
+    assert r.session_date == "2023-05-08T13:56:00" and r.errors == [] and r.warnings == []
+    assert len(r.turn_ids) == 2
+    assert mem.receipts("s1") == [r]
+
+
+def test_content_is_stored_whole(mem):
+    big = "word " * 200_000 + "🐢 end"
+    mem.capture("s1", [{"role": "user", "content": big, "metadata": {"k": [1, 2]}}])
+    (t,) = mem.turns("s1")
+    assert t.content == big
+
+
+def test_recapture_appends_only_new_turns(mem):
+    assert mem.capture("s1", TURNS).turns_stored == 2
+    again = mem.capture("s1", TURNS + [{"role": "user", "content": "I also volunteer on weekends"}])
+    assert (again.turns_received, again.turns_stored) == (3, 1)
+    assert mem.capture("s1", TURNS).turns_stored == 0
+    assert [t.index for t in mem.turns("s1")] == [0, 1, 2]
+
+
+def test_changed_content_at_a_stored_position_is_a_conflict(mem):
+    mem.capture("s1", TURNS)
+    with pytest.raises(CaptureConflict, match="position 1"):
+        mem.capture("s1", [TURNS[0], {"role": "assistant", "content": "Something else"}])
+    assert [t.content for t in mem.turns("s1")] == [t["content"] for t in TURNS]
+
+
+def test_identity_by_caller_id(mem):
+    mem.capture("s1", [{"role": "user", "content": "a", "id": "m1"}, {"role": "user", "content": "b", "id": "m2"}])
+    # only the new message, by id: appended; the known ids are skipped wherever they appear
+    r = mem.capture("s1", [{"role": "user", "content": "c", "id": "m3"}, {"role": "user", "content": "a", "id": "m1"}])
+    assert r.turns_stored == 1
+    assert [(t.external_id, t.content) for t in mem.turns("s1")] == [("m1", "a"), ("m2", "b"), ("m3", "c")]
+    with pytest.raises(CaptureConflict, match="'m2'"):
+        mem.capture("s1", [{"role": "user", "content": "B!", "id": "m2"}])
+
+
+def test_idempotency_key_replays_and_conflicts(mem):
+    first = mem.capture("s1", TURNS, idempotency_key="k1")
+    replay = mem.capture("s1", TURNS, idempotency_key="k1")
+    assert replay.replayed and replay.receipt_id == first.receipt_id and replay.turns_stored == 2
+    assert len(mem.receipts()) == 1
+    with pytest.raises(IdempotencyConflict, match="k1"):
+        mem.capture("s1", TURNS + [{"role": "user", "content": "more"}], idempotency_key="k1")
+    assert len(mem.turns("s1")) == 2 and len(mem.receipts()) == 1
+
+
+def test_namespaces_never_see_each_other(tmp_path):
+    path = str(tmp_path / "shared.db")
+    with Memory(path, namespace="alice") as a, Memory(path, namespace="bob") as b:
+        ra = a.capture("s1", [{"role": "user", "content": "alice likes sailing", "id": "x"}], idempotency_key="k")
+        b.capture("s1", [{"role": "user", "content": "bob likes chess", "id": "x"}], idempotency_key="k")
+        assert [h.content for h in a.search("likes")] == ["alice likes sailing"]
+        assert [h.content for h in b.search("likes")] == ["bob likes chess"]
+        assert [t.content for t in b.turns("s1")] == ["bob likes chess"]
+        assert len(a.receipts()) == len(b.receipts()) == 1 and len(a.sessions()) == 1
+        with pytest.raises(NotFoundError):
+            b.store.get_turn("bob", ra.turn_ids[0])
+        assert a.search("chess") == [] and b.search("sailing") == []
+        assert all(n.startswith(("session:", "turn:")) for n in a.graph().nodes)
+        assert "bob likes chess" not in {d.get("content") for _, d in a.graph().nodes(data=True)}
+
+
+def test_capture_many_is_one_transaction(mem):
+    good = {"session_id": "a", "turns": TURNS}
+    clash = {"session_id": "a", "turns": [{"role": "user", "content": "different first turn"}]}
+    with pytest.raises(CaptureConflict):
+        mem.capture_many([good, clash])
+    _nothing_written(mem)
+    with pytest.raises(InvalidInput, match=r"sessions\[1\]"):
+        mem.capture_many([good, {"session_id": "b", "turns": []}])
+    receipts = mem.capture_many([good, {"session_id": "b", "date": "2024-01-01", "turns": TURNS}])
+    assert [r.turns_stored for r in receipts] == [2, 2]
+
+
+# -- properties -------------------------------------------------------------------------------
+
+conversation = st.lists(
+    st.tuples(st.sampled_from(["user", "assistant"]), st.text(min_size=1, max_size=20).filter(str.strip)),
+    min_size=1, max_size=8,
+)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(conv=conversation, cuts=st.lists(st.integers(min_value=1, max_value=8), min_size=1, max_size=6))
+def test_any_order_of_prefix_captures_stores_the_longest_prefix_once(tmp_path_factory, conv, cuts):
+    turns = [{"role": r, "content": c} for r, c in conv]
+    with Memory(str(tmp_path_factory.mktemp("p") / "m.db")) as m:
+        for cut in cuts:
+            m.capture("s", turns[: min(cut, len(turns))])
+        longest = min(max(cuts), len(turns))
+        assert [(t.role, t.content) for t in m.turns("s")] == [(t["role"], t["content"]) for t in turns[:longest]]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    ids=st.lists(st.integers(min_value=0, max_value=9), min_size=1, max_size=12),
+    batches=st.integers(min_value=1, max_value=4),
+)
+def test_id_identity_is_a_set_union_under_any_order_and_duplication(tmp_path_factory, ids, batches):
+    with Memory(str(tmp_path_factory.mktemp("u") / "m.db")) as m:
+        size = max(1, len(ids) // batches)
+        for start in range(0, len(ids), size):
+            chunk = list(dict.fromkeys(ids[start:start + size]))
+            m.capture("s", [{"role": "user", "content": f"message {i}", "id": f"m{i}"} for i in chunk])
+        stored = [t.external_id for t in m.turns("s")]
+        assert sorted(stored) == sorted({f"m{i}" for i in ids})
+        assert len(stored) == len(set(stored))

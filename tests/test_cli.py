@@ -1,0 +1,130 @@
+"""The tortoise CLI: same semantics as the API, JSON output, exit codes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from tortoise_sdk.cli import main
+
+
+@pytest.fixture
+def db(tmp_path):
+    return str(tmp_path / "cli.db")
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def write_jsonl(path, rows):
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n", encoding="utf-8")
+    return str(path)
+
+
+def test_capture_turns_file_then_search_json(capsys, db, tmp_path):
+    f = write_jsonl(tmp_path / "t.jsonl", [
+        {"role": "user", "content": "My sister Ana lives in Lisbon", "id": "m1"},
+        {"role": "assistant", "content": "Lisbon is lovely in spring", "id": "m2"},
+    ])
+    code, out, _ = run(capsys, "--db", db, "capture", f, "--session", "s1", "--date", "2024-04-01T10:00:00", "--json")
+    assert code == 0
+    receipt = json.loads(out)
+    assert (receipt["session_id"], receipt["turns_stored"], receipt["replayed"]) == ("s1", 2, False)
+    code, out, _ = run(capsys, "--db", db, "search", "where does Ana live", "--k", "1", "--json")
+    (hit,) = json.loads(out)
+    assert (hit["external_id"], hit["session_date"], hit["index"]) == ("m1", "2024-04-01T10:00:00", 0)
+    code, out, _ = run(capsys, "--db", db, "capture", f, "--session", "s1", "--key", "k")
+    assert code == 0 and "0 new turn(s) of 2" in out
+
+
+def test_batch_import_and_sessions(capsys, db, tmp_path):
+    batch = [{"session_id": f"s{i}", "date": "2024-01-0%dT09:00:00" % (i + 1),
+              "turns": [{"role": "user", "content": f"session {i} talks about topic {i}"}]} for i in range(3)]
+    f = tmp_path / "b.json"
+    f.write_text(json.dumps(batch), encoding="utf-8")
+    code, out, _ = run(capsys, "--db", db, "--namespace", "team", "capture", str(f))
+    assert code == 0 and "captured 3 session(s): 3 new turn(s)" in out
+    code, out, _ = run(capsys, "--db", db, "--namespace", "team", "sessions", "--json")
+    assert [s["session_id"] for s in json.loads(out)] == ["s0", "s1", "s2"]
+    code, out, _ = run(capsys, "--db", db, "sessions", "--json")
+    assert json.loads(out) == []  # other namespace
+
+
+def test_capture_from_stdin(monkeypatch, capsys, db):
+    import io
+
+    monkeypatch.setattr(sys, "stdin", io.StringIO('{"role": "user", "content": "from a pipe"}\n'))
+    code, out, _ = run(capsys, "--db", db, "capture", "-", "--session", "p")
+    assert code == 0 and "1 new turn(s)" in out
+
+
+@pytest.mark.parametrize(
+    ("rows", "args", "message"),
+    [
+        ([{"role": "robot", "content": "x"}], ["--session", "s"], "turns[0].role"),
+        ([{"role": "user", "content": "x"}], [], "--session"),
+        ([{"role": "user", "content": "x"}], ["--session", "s", "--date", "yesterday"], "session_date"),
+    ],
+)
+def test_invalid_input_exits_2_with_one_line(capsys, db, tmp_path, rows, args, message):
+    f = write_jsonl(tmp_path / "bad.jsonl", rows)
+    code, out, err = run(capsys, "--db", db, "capture", f, *args)
+    assert code == 2 and out == ""
+    assert message in err and err.count("\n") == 1
+
+
+def test_unreadable_and_malformed_files_exit_2(capsys, db, tmp_path):
+    assert run(capsys, "--db", db, "capture", str(tmp_path / "missing.jsonl"), "--session", "s")[0] == 2
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"role": "user", "content": "ok"}\n{not json\n', encoding="utf-8")
+    code, _, err = run(capsys, "--db", db, "capture", str(bad), "--session", "s")
+    assert code == 2 and "line 2" in err
+
+
+def test_conflict_exits_2(capsys, db, tmp_path):
+    run(capsys, "--db", db, "capture", write_jsonl(tmp_path / "a.jsonl", [{"role": "user", "content": "a"}]), "--session", "s")
+    code, _, err = run(capsys, "--db", db, "capture", write_jsonl(tmp_path / "b.jsonl", [{"role": "user", "content": "b"}]),
+                       "--session", "s")
+    assert code == 2 and "position 0" in err
+
+
+def test_unexpected_failure_exits_1(capsys, tmp_path):
+    (tmp_path / "dir.db").mkdir()  # a directory where the database should be
+    code, _, err = run(capsys, "--db", str(tmp_path / "dir.db"), "sessions")
+    assert code == 1 and err.startswith("tortoise: ")
+
+
+def test_export_graphml_and_json(capsys, db, tmp_path):
+    run(capsys, "--db", db, "capture", write_jsonl(tmp_path / "t.jsonl", [
+        {"role": "user", "content": "one"}, {"role": "assistant", "content": "two"}]), "--session", "s")
+    assert run(capsys, "--db", db, "export", "--format", "graphml", str(tmp_path / "g.graphml"))[0] == 0
+    root = ET.parse(tmp_path / "g.graphml").getroot()
+    ns = {"g": "http://graphml.graphdrawing.org/xmlns"}
+    assert len(root.findall(".//g:node", ns)) == 3 and len(root.findall(".//g:edge", ns)) == 3
+    assert run(capsys, "--db", db, "export", "--format", "json", str(tmp_path / "g.json"))[0] == 0
+    data = json.loads((tmp_path / "g.json").read_text())
+    assert {n["kind"] for n in data["nodes"]} == {"session", "turn"}
+
+
+def test_demo_is_idempotent(capsys, db):
+    code, out, _ = run(capsys, "--db", db, "demo")
+    assert code == 0 and "7 turns stored" in out and "Helix Health" in out
+    code, out, _ = run(capsys, "--db", db, "demo")
+    assert code == 0 and "replayed" in out
+
+
+def test_model_free_commands_do_not_import_litellm(db):
+    code = (
+        "import sys; from tortoise_sdk.cli import main; "
+        f"main(['--db', {db!r}, 'sessions']); main(['--db', {db!r}, 'search', 'x']); "
+        "assert 'litellm' not in sys.modules, 'litellm was imported'"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr

@@ -1,0 +1,93 @@
+"""Verbatim search: safe for any string, filtered, deterministic, and useful on real data."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from locomo import SKIP_REASON, load_questions, load_sessions, locomo_files
+from tortoise_sdk import Memory
+from tortoise_sdk.search import fts5_query, query_terms
+
+
+@pytest.fixture(scope="module")
+def mem(tmp_path_factory):
+    with Memory(str(tmp_path_factory.mktemp("s") / "m.db")) as m:
+        m.capture("a", [
+            {"role": "user", "name": "Maya", "content": "I work at Northwind Labs as a data engineer"},
+            {"role": "assistant", "content": "How do you like working there?"},
+            {"role": "user", "name": "Maya", "content": "My beagle Biscuit howls (loudly) when I leave AND it's sad *sigh*"},
+        ])
+        m.capture("b", [{"role": "user", "content": "identical twin text"}, {"role": "user", "content": "identical twin text"}])
+        m.capture("c", [{"role": "user", "content": "identical twin text"}])
+        yield m
+
+
+HOSTILE = ['"', '""', "'", "AND", "OR NOT", "*", "a*", "(", ")", "(beagle", "beagle)", "NEAR(a b)", "col:beagle",
+           "^beagle", "-beagle", "+", "🐢🐢", "\x00", "", "   ", "\\", "{beagle}", "beagle AND", "'; DROP TABLE turns; --"]
+
+
+@pytest.mark.parametrize("query", HOSTILE)
+def test_hostile_queries_never_raise(mem, query):
+    hits = mem.search(query)
+    assert isinstance(hits, list)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.text(max_size=40))
+def test_any_text_is_a_safe_query(mem, query):
+    mem.search(query, k=3)
+
+
+def test_stemming_and_stop_words(mem):
+    hits = mem.search("where does Maya work?")
+    assert hits[0].content.startswith("I work at Northwind")
+    assert hits[0].name == "Maya" and hits[0].index == 0 and hits[0].session_id == "a"
+    assert any("working there" in h.content for h in hits)  # "work" matched "working" by stemming
+    assert query_terms("Where does Maya work?") == ["maya", "work"]
+    assert fts5_query('say "cheese" AND') == '"say" OR "cheese"'
+    assert fts5_query('a "quoted" NEAR') == '"quoted" OR "near"'
+    assert fts5_query("the and of") == '"the" OR "and" OR "of"'  # nothing but stop-words: keep them
+
+
+def test_howling_beagle_with_operators_in_the_text(mem):
+    assert mem.search("beagle AND (howls")[0].content.startswith("My beagle")
+
+
+def test_session_filter_and_deterministic_ties(mem):
+    hits = mem.search("identical twin", k=10)
+    assert [(h.session_id, h.index) for h in hits] == [("b", 0), ("b", 1), ("c", 0)]
+    assert hits[0].score == hits[1].score == hits[2].score
+    assert [(h.session_id, h.index) for h in mem.search("identical twin", session_id="c")] == [("c", 0)]
+    assert mem.search("identical", k=0) == []
+
+
+def test_external_id_and_dates_on_hits(tmp_path):
+    with Memory(str(tmp_path / "m.db")) as m:
+        m.capture("s", [{"role": "user", "content": "pottery class", "id": "D1:3"}], session_date="2023-05-08T13:56:00")
+        (h,) = m.search("pottery")
+        assert (h.external_id, h.session_date) == ("D1:3", "2023-05-08T13:56:00")
+
+
+def evidence_recall(mem: Memory, questions, k: int) -> float:
+    total = 0.0
+    for q in questions:
+        got = {h.external_id for h in mem.search(q.question, k=k)}
+        total += len(got & q.evidence) / len(q.evidence)
+    return total / len(questions)
+
+
+@pytest.mark.skipif(not locomo_files(), reason=SKIP_REASON)
+def test_locomo_evidence_recall_at_10_meets_goal(tmp_path):
+    scores, n = [], 0
+    for path in locomo_files():
+        with Memory(str(tmp_path / "locomo.db"), namespace=path.stem) as m:
+            m.capture_many(load_sessions(path))
+            qs = load_questions(path)
+            scores.append(evidence_recall(m, qs, 10) * len(qs))
+            n += len(qs)
+    recall = sum(scores) / n
+    print(f"LoCoMo evidence recall@10 over {n} questions: {recall:.3f}")
+    assert n > 200
+    assert recall >= 0.55
