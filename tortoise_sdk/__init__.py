@@ -20,6 +20,7 @@ from .errors import (
     StreamParseError,
     TortoiseError,
 )
+from .ingest import IngestReport
 from .memory import Memory
 from .models import (
     CaptureReceipt,
@@ -49,6 +50,7 @@ __all__ = [
     "ExpandResult",
     "ExtractionReport",
     "IdempotencyConflict",
+    "IngestReport",
     "InvalidInput",
     "LeaseLost",
     "MalformedOutput",

@@ -166,6 +166,8 @@ def _turn_records(path: str, text: str | None) -> list[Any] | None:
     except InvalidInput:
         first = next((line for line in (text if text is not None else _read_text(path)).splitlines()
                       if line.strip()), "")
+        if not first:
+            raise  # empty input: report it as before
         try:
             head = json.loads(first)
         except json.JSONDecodeError:

@@ -232,8 +232,8 @@ class Memory:
         self,
         path_or_lines: str | os.PathLike[str] | Iterable[str | bytes],
         format: str = "auto",
-        *,
         source: Literal["live", "backfill"] = "backfill",
+        *,
         session_id: str | None = None,
         extract: ExtractMode = None,
     ) -> IngestReport:
@@ -245,6 +245,13 @@ class Memory:
         nothing and a grown file appends only its new turns); then every sub-agent frame is
         recorded, after the turns so that frames resolve their launching turn.
 
+        Args:
+            path_or_lines: a file path, or the lines of one.
+            format: ``auto``, ``turns``, ``claude-code``, ``stream-json`` or ``acp``.
+            source: ``backfill`` (a file read afterwards) or ``live``; kept on new sub-agent rows.
+            session_id: the session for lines that name none (turn JSONL, some ACP traffic).
+            extract: as for ``capture``, per captured session.
+
         Raises:
             ConfigError: unknown ``format``.
             StreamParseError: the input cannot be read or holds no JSON object.
@@ -253,6 +260,7 @@ class Memory:
         from .ingest import IngestReport
         from .streams import parse_stream
         from .streams.base import parse_time
+        from .subagents import SubagentRecorder
 
         parsed = parse_stream(path_or_lines, format, source=source, session_id=session_id)
         report = IngestReport(format=parsed.format, source=source, sessions=len(parsed.sessions),
@@ -274,7 +282,7 @@ class Memory:
                     break
                 report.receipts.append(receipt)
                 report.turns_stored += receipt.turns_stored
-        report.counters = self._subagent_recorder().record_all(parsed.frames)
+        report.counters = SubagentRecorder(self.store, self.namespace).record_all(parsed.frames)
         report.frames_recorded = report.counters.upserted
         return report
 

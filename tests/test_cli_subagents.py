@@ -1,0 +1,100 @@
+"""CLI: capture of agent transcripts (--format), ``tortoise subagents`` and ``tortoise stats``."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from tortoise_sdk.cli import main
+
+EXCERPT = Path(__file__).parent / "data" / "claude_code_subagent_excerpt.jsonl"
+SESSION = "491e126e-1e71-469c-ade2-fcc8af567c74"
+TASK_ID = "toolu_01Cz2Pnv7qNcnK1ZiocxWhQX"
+
+
+@pytest.fixture
+def db(tmp_path):
+    return str(tmp_path / "cli.db")
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize("fmt", ["auto", "claude-code"])
+def test_capture_a_transcript_then_list_subagents_and_stats(capsys, db, fmt):
+    code, out, _ = run(capsys, "--db", db, "capture", str(EXCERPT), "--format", fmt, "--json")
+    assert code == 0
+    report = json.loads(out)
+    assert (report["format"], report["sessions"], report["turns_stored"], report["frames_recorded"]) == (
+        "claude-code", 1, 4, 3)
+    assert report["counters"] == {"upserted": 3, "skipped_no_identity": 0, "unknown_execution": 3,
+                                  "anomalous_value": 0, "failed": 0}
+    assert report["parse"]["lines"] == 5
+
+    code, out, _ = run(capsys, "--db", db, "subagents", "--json")
+    (row,) = json.loads(out)
+    assert (row["session_id"], row["tool_call_id"], row["agent_execution_id"]) == (SESSION, TASK_ID, "unknown")
+    assert (row["total_tokens"], row["duration_ms"], row["tool_use_count"]) == (33894, 38799, 9)
+    assert (row["tool_status"], row["source"], row["is_async"]) == ("completed", "backfill", False)
+    assert row["settled_at"] is not None and row["turn_id"].startswith("t_")
+
+    code, out, _ = run(capsys, "--db", db, "subagents", "--session", "elsewhere", "--json")
+    assert (code, json.loads(out)) == (0, [])
+
+    code, out, _ = run(capsys, "--db", db, "stats", "--json")
+    assert json.loads(out) == {"namespace": "default", "sessions": 1, "turns": 4, "subagents": 1,
+                               "subagent_counters": {"upserted": 3, "skipped_no_identity": 0,
+                                                     "unknown_execution": 3, "anomalous_value": 0, "failed": 0}}
+
+
+def test_recapture_stores_nothing_new_and_text_output(capsys, db):
+    assert run(capsys, "--db", db, "capture", str(EXCERPT))[0] == 0
+    code, out, err = run(capsys, "--db", db, "capture", str(EXCERPT))
+    assert code == 0
+    assert out.startswith("ingested claude-code: 1 session(s), 0 new turn(s) of 4; 3 of 3 sub-agent frame(s) recorded")
+    assert err == ""  # every line of the excerpt was used
+    code, out, _ = run(capsys, "--db", db, "subagents")
+    assert code == 0 and TASK_ID in out and "33,894" in out and "38.8s" in out and "Plan" in out
+    code, out, _ = run(capsys, "--db", db, "stats")
+    assert "1 session(s), 4 turn(s), 1 sub-agent invocation(s)" in out and "upserted 6" in out
+
+
+def test_capture_a_transcript_from_stdin(monkeypatch, capsys, db):
+    monkeypatch.setattr("sys.stdin", io.StringIO(EXCERPT.read_text(encoding="utf-8")))
+    code, out, _ = run(capsys, "--db", db, "capture", "-", "--json")
+    assert code == 0 and json.loads(out)["frames_recorded"] == 3
+
+
+def test_turn_files_keep_todays_behaviour(capsys, db, tmp_path):
+    f = tmp_path / "t.jsonl"
+    f.write_text(json.dumps({"role": "user", "content": "hello", "id": "m1"}) + "\n", encoding="utf-8")
+    code, _, err = run(capsys, "--db", db, "capture", str(f))
+    assert code == 2 and "--session" in err
+    code, out, _ = run(capsys, "--db", db, "capture", str(f), "--format", "turns", "--session", "s1", "--json")
+    assert code == 0 and json.loads(out)["turns_stored"] == 1
+    f.write_text('{"role": "user", "content": "hello"}\n{"role": \n', encoding="utf-8")
+    code, _, err = run(capsys, "--db", db, "capture", str(f), "--session", "s1")
+    assert code == 2 and "line 2 is not valid JSON" in err
+
+
+def test_transcript_options_that_do_not_apply_are_refused(capsys, db):
+    code, _, err = run(capsys, "--db", db, "capture", str(EXCERPT), "--key", "k1")
+    assert code == 2 and "--key" in err
+
+
+def test_subagents_on_an_empty_store(capsys, db):
+    code, out, err = run(capsys, "--db", db, "subagents")
+    assert (code, out) == (0, "") and "no sub-agent invocations" in err
+
+
+def test_empty_input_is_still_invalid(capsys, db, tmp_path):
+    f = tmp_path / "empty.jsonl"
+    f.write_text("\n", encoding="utf-8")
+    code, _, err = run(capsys, "--db", db, "capture", str(f), "--session", "s1")
+    assert code == 2 and "the input is empty" in err

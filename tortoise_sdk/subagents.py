@@ -1,0 +1,356 @@
+"""Sub-agent frame merge rules: the pure reference the SQL upserts must match.
+
+One row per key ``(session_id, agent_execution_id, tool_call_id)``. A frame is
+first normalized (``normalize_frame``): blanks become None, metrics that mean
+"not reported" become None, anomalies are counted. Then ``merge`` computes the
+new row column by column from the *old* row and the frame only (never from
+another column's new value), exactly as ``INSERT ... ON CONFLICT DO UPDATE SET
+col = <rule>(table.col, excluded.col)`` does. A new row is the same rules
+applied to ``EMPTY_ROW``.
+
+Rules, one per column (see ``COLUMN_RULES`` for the code):
+
+- key columns, ``source``, ``observed_at``: write-once (the first committed frame's).
+- ``turn_id``: first non-empty wins; a stored NULL is filled by a later frame.
+- ``is_async``: sticky, False -> True only.
+- ``tool_status``: last reported wins until settled, then frozen.
+- ``settled_at``: set to ``now`` by the first frame whose ``tool_status`` is
+  terminal (lowercased and stripped, in ``TERMINAL_STATUSES``); then write-once.
+  ``agent_status`` never decides terminality.
+- every other column, metrics included: last reported (non-None) wins; a frame
+  that does not report a value never blanks the stored one, settled or not.
+- ``updated_at``: ``now`` of the last merge.
+
+Normalization: empty or whitespace strings are None; ``total_tokens`` and
+``duration_ms`` of exactly 0 are None (not reported); ``tool_use_count`` 0 is a
+real zero; a negative metric is None and counts as ``anomalous_value``; a
+missing execution id is stored as ``'unknown'`` and counts as
+``unknown_execution``; a frame without session or tool call id writes nothing
+and counts as ``skipped_no_identity`` (and nothing else).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, fields
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from tortoise_sdk.models import SubagentContext, SubagentCounters, utc_now
+from tortoise_sdk.streams.base import SubagentFrame
+
+if TYPE_CHECKING:
+    from tortoise_sdk.store.base import Store
+
+logger = logging.getLogger(__name__)
+
+__all__ = (
+    "COLUMN_RULES",
+    "COUNTER_NAMES",
+    "EMPTY_ROW",
+    "ROW_COLUMNS",
+    "TERMINAL_STATUSES",
+    "UNKNOWN_EXECUTION",
+    "ColumnRule",
+    "NormalizedFrame",
+    "SubagentRecorder",
+    "is_terminal",
+    "merge",
+    "normalize_frame",
+    "replay",
+)
+
+TERMINAL_STATUSES: frozenset[str] = frozenset({"complete", "completed", "success", "error", "failed", "cancelled"})
+UNKNOWN_EXECUTION = "unknown"
+#: Counters ``normalize_frame`` may increment (``upserted``/``failed`` are the recorder's).
+COUNTER_NAMES: tuple[str, ...] = ("skipped_no_identity", "unknown_execution", "anomalous_value")
+
+Key = tuple[str, str, str]
+
+
+def is_terminal(status: str | None) -> bool:
+    """Whether a tool status settles the row: lowercased and stripped, in ``TERMINAL_STATUSES``."""
+    return status is not None and status.strip().lower() in TERMINAL_STATUSES
+
+
+@dataclass(frozen=True)
+class NormalizedFrame:
+    """A frame after normalization: column values as the row stores them."""
+
+    session_id: str
+    agent_execution_id: str
+    tool_call_id: str
+    turn_id: str | None
+    parent_tool_call_id: str | None
+    subagent_type: str | None
+    description: str | None
+    agent_id: str | None
+    child_session_id: str | None
+    model: str | None
+    agent_status: str | None
+    tool_status: str | None
+    is_async: bool | None
+    total_tokens: int | None
+    tool_use_count: int | None
+    duration_ms: int | None
+    source: str
+    observed_at: datetime
+
+    @property
+    def key(self) -> Key:
+        """The row key: (session_id, agent_execution_id, tool_call_id)."""
+        return (self.session_id, self.agent_execution_id, self.tool_call_id)
+
+    @property
+    def terminal(self) -> bool:
+        """Whether this frame's tool status settles the row."""
+        return is_terminal(self.tool_status)
+
+
+#: Every column of a stored row, in order.
+ROW_COLUMNS: tuple[str, ...] = (
+    *(f.name for f in fields(NormalizedFrame)),
+    "settled_at",
+    "updated_at",
+)
+#: The "old row" a new key is merged onto.
+EMPTY_ROW: Mapping[str, Any] = {**dict.fromkeys(ROW_COLUMNS), "is_async": False}
+
+
+def _text(value: str | None) -> str | None:
+    return value if isinstance(value, str) and value.strip() else None
+
+
+def _metric(value: int | None, zero_is_unreported: bool, counts: dict[str, int]) -> int | None:
+    if value is None or (zero_is_unreported and value == 0):
+        return None
+    if value < 0:
+        counts["anomalous_value"] += 1
+        return None
+    return value
+
+
+def normalize_frame(frame: SubagentFrame) -> tuple[NormalizedFrame | None, dict[str, int]]:
+    """Normalize a frame; None when it has no identity. Returns the counter increments too."""
+    counts = dict.fromkeys(COUNTER_NAMES, 0)
+    session_id, tool_call_id = _text(frame.session_id), _text(frame.tool_call_id)
+    if session_id is None or tool_call_id is None:
+        counts["skipped_no_identity"] += 1
+        return None, counts
+    execution = _text(frame.agent_execution_id)
+    if execution is None:
+        counts["unknown_execution"] += 1
+        execution = UNKNOWN_EXECUTION
+    normalized = NormalizedFrame(
+        session_id=session_id,
+        agent_execution_id=execution,
+        tool_call_id=tool_call_id,
+        turn_id=_text(frame.turn_external_id),
+        parent_tool_call_id=_text(frame.parent_tool_call_id),
+        subagent_type=_text(frame.subagent_type),
+        description=_text(frame.description),
+        agent_id=_text(frame.agent_id),
+        child_session_id=_text(frame.child_session_id),
+        model=_text(frame.model),
+        agent_status=_text(frame.agent_status),
+        tool_status=_text(frame.tool_status),
+        is_async=frame.is_async,
+        total_tokens=_metric(frame.total_tokens, True, counts),
+        tool_use_count=_metric(frame.tool_use_count, False, counts),
+        duration_ms=_metric(frame.duration_ms, True, counts),
+        source=frame.source,
+        observed_at=frame.observed_at,
+    )
+    return normalized, counts
+
+
+# -- column rules: (old row, frame, now) -> new value -------------------------------------
+
+Rule = Callable[[Mapping[str, Any], NormalizedFrame, datetime], Any]
+
+
+class ColumnRule(NamedTuple):
+    """How one column is merged, with its one-line statement for the SQL writer."""
+
+    rule: Rule
+    doc: str
+
+
+def _write_once(column: str) -> ColumnRule:
+    def rule(old: Mapping[str, Any], frame: NormalizedFrame, now: datetime) -> Any:
+        return old[column] if old[column] is not None else getattr(frame, column)
+
+    return ColumnRule(rule, f"write-once: COALESCE(old.{column}, new.{column})")
+
+
+def _last_reported(column: str) -> ColumnRule:
+    def rule(old: Mapping[str, Any], frame: NormalizedFrame, now: datetime) -> Any:
+        value = getattr(frame, column)
+        return value if value is not None else old[column]
+
+    return ColumnRule(rule, f"last reported wins, never blanked: COALESCE(new.{column}, old.{column})")
+
+
+def _tool_status(old: Mapping[str, Any], frame: NormalizedFrame, now: datetime) -> Any:
+    if old["settled_at"] is not None:
+        return old["tool_status"]
+    return frame.tool_status if frame.tool_status is not None else old["tool_status"]
+
+
+def _settled_at(old: Mapping[str, Any], frame: NormalizedFrame, now: datetime) -> Any:
+    if old["settled_at"] is not None:
+        return old["settled_at"]
+    return now if frame.terminal else None
+
+
+COLUMN_RULES: Mapping[str, ColumnRule] = {
+    "session_id": _write_once("session_id"),
+    "agent_execution_id": _write_once("agent_execution_id"),
+    "tool_call_id": _write_once("tool_call_id"),
+    "turn_id": ColumnRule(
+        _write_once("turn_id").rule, "first non-empty wins, NULL filled forward: COALESCE(old.turn_id, new.turn_id)"
+    ),
+    "parent_tool_call_id": _last_reported("parent_tool_call_id"),
+    "subagent_type": _last_reported("subagent_type"),
+    "description": _last_reported("description"),
+    "agent_id": _last_reported("agent_id"),
+    "child_session_id": _last_reported("child_session_id"),
+    "model": _last_reported("model"),
+    "agent_status": _last_reported("agent_status"),
+    "tool_status": ColumnRule(
+        _tool_status,
+        "frozen once settled: CASE WHEN old.settled_at IS NOT NULL THEN old.tool_status "
+        "ELSE COALESCE(new.tool_status, old.tool_status) END",
+    ),
+    "is_async": ColumnRule(
+        lambda old, frame, now: bool(old["is_async"]) or frame.is_async is True,
+        "sticky false->true: old.is_async OR COALESCE(new.is_async, FALSE)",
+    ),
+    "total_tokens": _last_reported("total_tokens"),
+    "tool_use_count": _last_reported("tool_use_count"),
+    "duration_ms": _last_reported("duration_ms"),
+    "source": _write_once("source"),
+    "observed_at": _write_once("observed_at"),
+    "settled_at": ColumnRule(
+        _settled_at,
+        "first terminal tool_status sets it, then write-once: COALESCE(old.settled_at, "
+        "CASE WHEN LOWER(TRIM(new.tool_status)) IN TERMINAL THEN :now END)",
+    ),
+    "updated_at": ColumnRule(lambda old, frame, now: now, "now of the last merge: :now"),
+}
+assert tuple(COLUMN_RULES) == ROW_COLUMNS, "every column has exactly one rule"
+
+
+def merge(
+    row: Mapping[str, Any] | None, frame: SubagentFrame | NormalizedFrame, now: datetime
+) -> dict[str, Any] | None:
+    """The row after merging ``frame`` onto ``row`` (None: no row yet) at time ``now``.
+
+    A frame without identity writes nothing: the row comes back unchanged.
+
+    Raises:
+        ValueError: ``row`` belongs to another key (two keys never merge).
+    """
+    normalized = normalize_frame(frame)[0] if isinstance(frame, SubagentFrame) else frame
+    if normalized is None:
+        return dict(row) if row is not None else None
+    old = EMPTY_ROW if row is None else row
+    if row is not None and (row["session_id"], row["agent_execution_id"], row["tool_call_id"]) != normalized.key:
+        raise ValueError(f"frame key {normalized.key} does not match the row it is merged onto")
+    return {column: spec.rule(old, normalized, now) for column, spec in COLUMN_RULES.items()}
+
+
+def replay(
+    frames: Iterable[SubagentFrame], nows: Iterable[datetime]
+) -> tuple[dict[Key, dict[str, Any]], SubagentCounters]:
+    """Merge frames in order into an in-memory table (the oracle for a store's recorder).
+
+    ``nows`` gives the merge time of each frame, in the same order.
+    """
+    rows: dict[Key, dict[str, Any]] = {}
+    counters = SubagentCounters()
+    for frame, now in zip(frames, nows):
+        normalized, counts = normalize_frame(frame)
+        for name, increment in counts.items():
+            setattr(counters, name, getattr(counters, name) + increment)
+        if normalized is None:
+            continue
+        rows[normalized.key] = merge(rows.get(normalized.key), normalized, now)  # type: ignore[assignment]
+        counters.upserted += 1
+    return rows, counters
+
+
+# -- the recorder: the rules above, applied by a store --------------------------------------
+
+
+class SubagentRecorder:
+    """Writes sub-agent frames into a store's ``subagent_contexts``; never raises.
+
+    Usage::
+
+        recorder = SubagentRecorder(store, "alice")
+        recorder.record(frame)                      # from a parser, or as a LangChain sink:
+        SubagentCallbackHandler(recorder.record, session_id="s1")
+
+    Each frame is normalized (``normalize_frame``) and merged by the store's one-statement
+    upsert; its counter increments commit in the same transaction. A frame without
+    identity only counts ``skipped_no_identity``. A failing upsert logs a warning and
+    counts ``failed``; the caller (a capture, an agent run) carries on.
+
+    Attributes:
+        counts: what this recorder did since it was made (the store keeps the totals).
+    """
+
+    def __init__(self, store: Store, namespace: str, *, clock: Callable[[], datetime] = utc_now) -> None:
+        self.store = store
+        self.namespace = namespace
+        self.counts = SubagentCounters()
+        self._clock = clock
+        self._lock = threading.Lock()
+
+    def record(self, frame: SubagentFrame) -> SubagentContext | None:
+        """Merge one frame; returns the row as stored, or None (skipped or failed)."""
+        try:
+            normalized, increments = normalize_frame(frame)
+        except Exception:  # noqa: BLE001 - a malformed frame must not break the capture or the agent run
+            logger.warning("subagent frame could not be normalized; counted as failed", exc_info=True)
+            self._bump({"failed": 1})
+            return None
+        if normalized is None:
+            self._bump(increments)
+            return None
+        try:
+            row = self.store.upsert_subagent(self.namespace, normalized, self._clock(), increments)
+        except Exception as exc:  # noqa: BLE001 - see the class docstring
+            logger.warning("subagent upsert failed for %s (tool call %s): %s; counted as failed",
+                           normalized.session_id, normalized.tool_call_id, exc)
+            self._bump({"failed": 1})
+            return None
+        self._tally({**increments, "upserted": 1})
+        return row
+
+    def record_all(self, frames: Iterable[SubagentFrame]) -> SubagentCounters:
+        """Record frames in order; returns what these frames added to the counters."""
+        before = self.counts.model_copy()
+        for frame in frames:
+            self.record(frame)
+        return SubagentCounters(**{name: getattr(self.counts, name) - getattr(before, name)
+                                   for name in SubagentCounters.model_fields})
+
+    __call__ = record
+
+    def _bump(self, increments: Mapping[str, int]) -> None:
+        if not any(increments.values()):
+            return
+        try:
+            self.store.bump_subagent_counters(self.namespace, increments)
+        except Exception as exc:  # noqa: BLE001 - counting must not break the caller either
+            logger.warning("subagent counters could not be updated (%s): %s", dict(increments), exc)
+        self._tally(increments)
+
+    def _tally(self, increments: Mapping[str, int]) -> None:
+        with self._lock:
+            for name, n in increments.items():
+                setattr(self.counts, name, getattr(self.counts, name) + n)
