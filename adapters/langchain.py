@@ -1,0 +1,245 @@
+"""LangChain v1 adapters: an agent middleware and a callback handler.
+
+Needs the ``langchain`` extra (``pip install 'tortoise-sdk[langchain]'``).
+
+``MemoryMiddleware`` (for ``create_agent``) adds the memory block to the system message
+of every model call and, after the agent turn, captures the conversation's new messages.
+The block is never written into the agent state, so it is never captured back.
+``MemoryCallbackHandler`` records user and model turns from any chat-model Runnable,
+for code that does not use ``create_agent``.
+
+Usage::
+
+    from langchain.agents import create_agent
+    from tortoise_sdk import Memory
+    from tortoise_sdk.adapters.langchain import MemoryMiddleware
+
+    agent = create_agent(model, tools, middleware=[MemoryMiddleware(Memory(namespace="alice"))])
+    agent.invoke({"messages": [...]}, {"configurable": {"thread_id": "chat-42"}})
+
+Neither adapter ever lets a memory failure raise into the agent: it is logged and the
+call goes on without memory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any
+from uuid import UUID
+
+try:
+    from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse
+    from langchain_core.callbacks import BaseCallbackHandler
+    from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
+    from langchain_core.outputs import ChatGeneration, LLMResult
+except ImportError as exc:  # pragma: no cover - exercised only without the extra
+    raise ImportError(
+        "tortoise_sdk.adapters.langchain needs LangChain v1: pip install 'tortoise-sdk[langchain]'"
+    ) from exc
+
+from ..errors import AdapterError
+from ..models import MEMORY_BLOCK_MARKER, MemoryBlock, utc_now
+
+if TYPE_CHECKING:
+    from ..memory import ExtractMode, Memory
+
+__all__ = ("MemoryCallbackHandler", "MemoryMiddleware")
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SESSION = "langchain"
+
+
+class MemoryMiddleware(AgentMiddleware):
+    """Before each model call, the memory block joins the system message; after the turn, new messages are captured.
+
+    Args:
+        mem: the ``Memory`` to read and write.
+        session_id: the conversation id; default the run's ``thread_id``, else ``"langchain"``.
+        budget, max_tokens: passed to ``Memory.context``.
+        window_turns: how many recent messages form the reflex window.
+        capture: capture the conversation after each agent turn.
+        extract: ``Memory.capture``'s ``extract`` for those captures (default ``"background"``).
+    """
+
+    def __init__(
+        self,
+        mem: Memory,
+        session_id: str | None = None,
+        *,
+        budget: int = 3,
+        max_tokens: int = 400,
+        window_turns: int = 6,
+        capture: bool = True,
+        extract: ExtractMode = "background",
+    ) -> None:
+        super().__init__()
+        if window_turns < 1:
+            raise AdapterError("window_turns must be at least 1")
+        self.mem = mem
+        self.session_id = session_id
+        self.budget = budget
+        self.max_tokens = max_tokens
+        self.window_turns = window_turns
+        self.capture = capture
+        self.extract = extract
+        self.last_block: MemoryBlock = MemoryBlock()
+        # One block per user message: the tool-call round trips of one turn see the same block.
+        self._cache: tuple[str, MemoryBlock] | None = None
+        self._dated: set[str] = set()
+
+    # -- before each model call ------------------------------------------------------------
+
+    def wrap_model_call(
+        self, request: ModelRequest, handler: Callable[[ModelRequest], ModelResponse]
+    ) -> ModelResponse:
+        return handler(self._with_block(request))
+
+    async def awrap_model_call(
+        self, request: ModelRequest, handler: Callable[[ModelRequest], Awaitable[ModelResponse]]
+    ) -> ModelResponse:
+        return await handler(self._with_block(request))
+
+    def _with_block(self, request: ModelRequest) -> ModelRequest:
+        try:
+            block = self._block(request.messages)
+            self.last_block = block
+            if not block.block:
+                return request
+            return request.override(system_message=_join_system(request.system_message, block.block))
+        except Exception as exc:
+            log.warning("tortoise: memory block skipped: %s", exc)
+            self.last_block = MemoryBlock(degraded_reason=f"adapter_error: {type(exc).__name__}")
+            return request
+
+    def _block(self, messages: Sequence[BaseMessage]) -> MemoryBlock:
+        window = [m for m in messages if not isinstance(m, SystemMessage)][-self.window_turns:]
+        last_user = next((m for m in reversed(window) if isinstance(m, HumanMessage)), None)
+        key = f"{id(last_user)}:{last_user.id}:{last_user.text}" if last_user is not None else ""
+        if self._cache is not None and self._cache[0] == key:
+            return self._cache[1]
+        block = self.mem.context(window, budget=self.budget, max_tokens=self.max_tokens,
+                                 session_id=self._session())
+        self._cache = (key, block)
+        return block
+
+    # -- after the agent turn --------------------------------------------------------------
+
+    def after_agent(self, state: Any, runtime: Any) -> dict[str, Any] | None:
+        if self.capture:
+            self._capture(state.get("messages", []) if isinstance(state, dict) else [])
+        return None
+
+    async def aafter_agent(self, state: Any, runtime: Any) -> dict[str, Any] | None:
+        return self.after_agent(state, runtime)
+
+    def _capture(self, messages: Sequence[BaseMessage]) -> None:
+        try:
+            turns = [t for t in (_turn(m) for m in messages) if t is not None]
+            if not turns:
+                return
+            sid = self._session()
+            date = None if sid in self._dated else utc_now().isoformat()
+            # Message ids are the turns' identity: already stored ones are skipped, new ones appended.
+            self.mem.capture(sid, turns, session_date=date, extract=self.extract)
+            self._dated.add(sid)
+        except Exception as exc:
+            log.warning("tortoise: capture skipped: %s", exc)
+
+    def _session(self) -> str:
+        return self.session_id or _thread_id() or DEFAULT_SESSION
+
+
+class MemoryCallbackHandler(BaseCallbackHandler):
+    """Records each chat-model call's last user message and its reply as turns, from any Runnable.
+
+    Args:
+        mem: the ``Memory`` to write.
+        session_id: the conversation id; default the run's ``metadata.thread_id``, else ``"langchain"``.
+        extract: ``Memory.capture``'s ``extract`` (default ``"background"``).
+    """
+
+    raise_error = False
+
+    def __init__(self, mem: Memory, session_id: str | None = None, *, extract: ExtractMode = "background") -> None:
+        self.mem = mem
+        self.session_id = session_id
+        self.extract = extract
+        self._pending: dict[UUID, tuple[str, BaseMessage | None]] = {}
+        self._lock = threading.Lock()
+
+    def on_chat_model_start(self, serialized: dict[str, Any], messages: list[list[BaseMessage]], *,
+                            run_id: UUID, metadata: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        try:
+            last_user = next((m for m in reversed(messages[0]) if isinstance(m, HumanMessage)), None) if messages else None
+            sid = self.session_id or str((metadata or {}).get("thread_id") or DEFAULT_SESSION)
+            with self._lock:
+                self._pending[run_id] = (sid, last_user)
+        except Exception as exc:
+            log.warning("tortoise: callback skipped: %s", exc)
+
+    def on_llm_end(self, response: LLMResult, *, run_id: UUID, **kwargs: Any) -> None:
+        with self._lock:
+            pending = self._pending.pop(run_id, None)
+        if pending is None:
+            return
+        try:
+            sid, user = pending
+            gen = response.generations[0][0] if response.generations and response.generations[0] else None
+            reply = gen.message if isinstance(gen, ChatGeneration) else None
+            if reply is not None and not reply.id:
+                reply = reply.model_copy(update={"id": f"run-{run_id}"})
+            turns = [t for t in (_turn(user) if user is not None else None, _turn(reply) if reply else None) if t]
+            if turns:
+                self.mem.capture(sid, turns, extract=self.extract)
+        except Exception as exc:
+            log.warning("tortoise: capture skipped: %s", exc)
+
+    def on_llm_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
+        with self._lock:
+            self._pending.pop(run_id, None)
+
+
+# -- helpers -----------------------------------------------------------------------------------
+
+
+def _join_system(system: SystemMessage | None, block: str) -> SystemMessage:
+    """The agent's system message with the block appended (one system message: every provider accepts it)."""
+    if system is None:
+        return SystemMessage(content=block)
+    if isinstance(system.content, str):
+        content: Any = f"{system.content}\n\n{block}" if system.content else block
+    else:  # content blocks (e.g. with cache-control marks): add ours as one more text block
+        content = [*system.content, {"type": "text", "text": block}]
+    return system.model_copy(update={"content": content})
+
+
+def _turn(m: BaseMessage | None) -> dict[str, Any] | None:
+    """A LangChain message as a turn; None for system messages, tool-call stubs and memory-block echoes."""
+    if m is None or isinstance(m, SystemMessage):
+        return None
+    role = {HumanMessage: "user", AIMessage: "assistant", ToolMessage: "tool"}.get(type(m))
+    if role is None:
+        role = {"human": "user", "ai": "assistant", "tool": "tool"}.get(m.type)
+    text = m.text
+    if role is None or not text.strip() or text.startswith(MEMORY_BLOCK_MARKER):
+        return None
+    # The id is the turn's identity on re-capture; without one, the same text is the same turn.
+    turn: dict[str, Any] = {"role": role, "content": text,
+                            "id": str(m.id) if m.id else f"{role}-{hashlib.sha256(text.encode()).hexdigest()[:20]}"}
+    if getattr(m, "name", None):
+        turn["name"] = m.name
+    return turn
+
+
+def _thread_id() -> str | None:
+    try:
+        from langgraph.config import get_config
+
+        value = get_config().get("configurable", {}).get("thread_id")
+    except Exception:  # outside a graph run
+        return None
+    return str(value) if value else None

@@ -1,0 +1,795 @@
+"""One store contract, two engines: every test runs against SQLite and PostgreSQL.
+
+PostgreSQL tests use a throwaway database per module on ``$TORTOISE_TEST_PG_URL``
+(default ``postgresql://postgres@127.0.0.1:5432/postgres``); unreachable, they skip
+loudly, or fail under ``CI=true``. Each test acts in its own namespace.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pgtemp import require_postgres, temp_database
+
+from tortoise_sdk.capture import content_hash, prepare_capture
+from tortoise_sdk.errors import CaptureConflict, IdempotencyConflict, InvalidInput, LeaseLost, NotFoundError
+from tortoise_sdk.memory import Memory
+from tortoise_sdk.models import ExtractionReport, Turn
+from tortoise_sdk.search import fts5_query, query_terms
+from tortoise_sdk.store.base import Store, open_store
+from tortoise_sdk.store.migrations import SQLITE_MIGRATIONS, migrate_sqlite
+from tortoise_sdk.store.plan import EntityPlan, ExtractionPlan, Fence, ItemPlan, RetractionPlan, SourcePlan
+from tortoise_sdk.streams import SubagentFrame
+from tortoise_sdk.subagents import ROW_COLUMNS, normalize_frame, replay
+
+BACKENDS = ("sqlite", "postgres")
+T0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
+
+
+@pytest.fixture(scope="module")
+def pg_url():
+    require_postgres()
+    with temp_database("tortoise_conformance") as url:
+        yield url
+
+
+@pytest.fixture(params=BACKENDS)
+def store_url(request, tmp_path):
+    if request.param == "sqlite":
+        return str(tmp_path / "memory.db")
+    return request.getfixturevalue("pg_url")
+
+
+@pytest.fixture
+def store(store_url):
+    s = open_store(store_url)
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def ns():
+    return f"ns_{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture(params=BACKENDS)
+def fresh_url(request, tmp_path):
+    """An empty database of each engine (PostgreSQL: a new one per test)."""
+    if request.param == "sqlite":
+        yield str(tmp_path / "fresh.db")
+        return
+    require_postgres()
+    with temp_database("tortoise_fresh") as url:
+        yield url
+
+
+def req(session_id, turns, *, date=None, key=None):
+    turns = [t if isinstance(t, dict) else {"role": "user", "content": t} for t in turns]
+    return prepare_capture(session_id, turns, session_date=date, idempotency_key=key, max_turns=5000)
+
+
+def contents(hits):
+    return [h.content for h in hits]
+
+
+# -- capture and append --------------------------------------------------------------------------
+
+
+def test_capture_stores_turns_in_order_with_deterministic_ids(store: Store, ns):
+    r = store.capture(ns, req("s1", ["hello", {"role": "assistant", "content": "hi there", "name": "Bot"}],
+                              date="2023-05-08T13:56:00"))
+    assert (r.turns_received, r.turns_stored, r.replayed, r.session_id) == (2, 2, False, "s1")
+    turns = store.turns(ns, "s1")
+    assert [(t.index, t.role, t.name, t.content) for t in turns] == [
+        (0, "user", None, "hello"), (1, "assistant", "Bot", "hi there")]
+    assert [t.turn_id for t in turns] == r.turn_ids
+    assert all(t.session_date == "2023-05-08T13:56:00" for t in turns)
+    assert store.get_turn(ns, r.turn_ids[1]).content == "hi there"
+    [info] = store.sessions(ns)
+    assert (info.session_id, info.turn_count, info.session_date) == ("s1", 2, "2023-05-08T13:56:00")
+
+
+def test_recapture_appends_only_new_turns(store: Store, ns):
+    store.capture(ns, req("s1", ["a", "b"]))
+    r = store.capture(ns, req("s1", ["a", "b", "c", "d"]))
+    assert (r.turns_received, r.turns_stored) == (4, 2)
+    assert contents(store.turns(ns, "s1")) == ["a", "b", "c", "d"]
+    again = store.capture(ns, req("s1", ["a", "b", "c", "d"]))
+    assert (again.turns_stored, again.turn_ids) == (0, [])
+    assert len(store.receipts(ns, "s1")) == 3
+
+
+def test_caller_ids_are_the_identity_on_recapture(store: Store, ns):
+    store.capture(ns, req("s1", [{"role": "user", "content": "x", "id": "m1"}]))
+    r = store.capture(ns, req("s1", [{"role": "user", "content": "y", "id": "m2"},
+                                     {"role": "user", "content": "x", "id": "m1"}]))
+    assert r.turns_stored == 1
+    assert [(t.external_id, t.index) for t in store.turns(ns, "s1")] == [("m1", 0), ("m2", 1)]
+
+
+def test_turn_slices(store: Store, ns):
+    store.capture(ns, req("s1", [f"turn {i}" for i in range(6)]))
+    assert contents(store.turns(ns, "s1", start=2, stop=4)) == ["turn 2", "turn 3"]
+    assert contents(store.turns(ns, "s1", start=4)) == ["turn 4", "turn 5"]
+
+
+@pytest.mark.parametrize("second", [
+    ["a", "B"],
+    [{"role": "assistant", "content": "a"}],
+])
+def test_conflicting_turn_at_a_position_writes_nothing(store: Store, ns, second):
+    store.capture(ns, req("s1", ["a", "b"]))
+    with pytest.raises(CaptureConflict):
+        store.capture(ns, req("s1", second))
+    assert contents(store.turns(ns, "s1")) == ["a", "b"]
+    assert len(store.receipts(ns)) == 1
+
+
+def test_conflicting_turn_with_a_caller_id_writes_nothing(store: Store, ns):
+    store.capture(ns, req("s1", [{"role": "user", "content": "x", "id": "m1"}]))
+    with pytest.raises(CaptureConflict, match="m1"):
+        store.capture(ns, req("s1", [{"role": "user", "content": "new", "id": "m9"},
+                                     {"role": "user", "content": "changed", "id": "m1"}]))
+    assert contents(store.turns(ns, "s1")) == ["x"]
+
+
+def test_session_date_is_kept_and_a_different_one_warns(store: Store, ns):
+    store.capture(ns, req("s1", ["a"], date="2023-05-08"))
+    r = store.capture(ns, req("s1", ["a", "b"], date="2024-01-01"))
+    assert r.session_date == "2023-05-08T00:00:00"
+    assert [w.code for w in r.warnings] == ["session_date_kept"]
+    undated = store.capture(ns, req("s2", ["a"]))
+    assert undated.session_date is None
+    dated = store.capture(ns, req("s2", ["a", "b"], date="2023-01-02"))
+    assert (dated.session_date, dated.warnings) == ("2023-01-02T00:00:00", [])
+
+
+def test_capture_many_is_all_or_nothing(store: Store, ns):
+    store.capture(ns, req("s1", ["a"]))
+    with pytest.raises(CaptureConflict):
+        store.capture_many(ns, [req("s2", ["fresh"]), req("s1", ["changed"])])
+    assert [s.session_id for s in store.sessions(ns)] == ["s1"]
+    receipts = store.capture_many(ns, [req("s3", ["x"]), req("s2", ["y"]), req("s3", ["x", "z"])])
+    assert [r.turns_stored for r in receipts] == [1, 1, 1]
+    assert [s.session_id for s in store.sessions(ns)] == ["s1", "s3", "s2"]
+    assert contents(store.turns(ns, "s3")) == ["x", "z"]
+
+
+# -- idempotency ---------------------------------------------------------------------------------
+
+
+def test_idempotency_key_replays_the_stored_receipt(store: Store, ns):
+    first = store.capture(ns, req("s1", ["a", "b"], key="k1"))
+    replay = store.capture(ns, req("s1", ["a", "b"], key="k1"))
+    assert replay.replayed and not first.replayed
+    assert (replay.receipt_id, replay.turn_ids, replay.turns_stored) == (first.receipt_id, first.turn_ids, 2)
+    assert len(store.receipts(ns)) == 1
+    assert len(store.turns(ns, "s1")) == 2
+
+
+def test_idempotency_key_with_other_content_conflicts(store: Store, ns):
+    store.capture(ns, req("s1", ["a"], key="k1"))
+    with pytest.raises(IdempotencyConflict):
+        store.capture(ns, req("s1", ["a", "b"], key="k1"))
+    with pytest.raises(IdempotencyConflict):
+        store.capture(ns, req("s2", ["a"], key="k1"))
+    assert contents(store.turns(ns, "s1")) == ["a"]
+    assert [s.session_id for s in store.sessions(ns)] == ["s1"]
+
+
+def test_concurrent_writers_with_one_key_store_one_receipt(store: Store, ns):
+    def send(_):
+        return store.capture(ns, req("s1", ["a", "b", "c"], key="same"))
+
+    with ThreadPoolExecutor(6) as pool:
+        receipts = list(pool.map(send, range(12)))
+    assert len({r.receipt_id for r in receipts}) == 1
+    assert sum(not r.replayed for r in receipts) == 1
+    assert len(store.receipts(ns)) == 1
+    assert contents(store.turns(ns, "s1")) == ["a", "b", "c"]
+
+
+def test_concurrent_appends_to_one_session_lose_and_duplicate_nothing(store: Store, ns):
+    def send(i):
+        # Each writer sends the conversation so far plus its own turn, identified by id.
+        return store.capture(ns, req("s1", [{"role": "user", "content": f"turn {i}", "id": f"m{i}"}]))
+
+    with ThreadPoolExecutor(8) as pool:
+        receipts = list(pool.map(send, range(40)))
+    assert sum(r.turns_stored for r in receipts) == 40
+    turns = store.turns(ns, "s1")
+    assert [t.index for t in turns] == list(range(40))
+    assert sorted(t.external_id for t in turns) == sorted(f"m{i}" for i in range(40))
+
+
+# -- namespaces ----------------------------------------------------------------------------------
+
+
+def test_no_read_crosses_namespaces(store: Store, ns):
+    other = ns + "_other"
+    a = store.capture(ns, req("s1", ["the zebra lives here"], key="k"))
+    b = store.capture(other, req("s1", ["the zebra lives there", "and more"], key="k"))
+    assert not b.replayed and a.turn_ids != b.turn_ids
+    assert contents(store.search_terms(ns, ["zebra"], k=10)) == ["the zebra lives here"]
+    assert contents(store.search_turns(other, fts5_query("zebra"), k=10)) == ["the zebra lives there"]
+    assert [s.turn_count for s in store.sessions(ns)] == [1]
+    assert contents(store.turns(ns, "s1")) == ["the zebra lives here"]
+    with pytest.raises(NotFoundError):
+        store.get_turn(ns, b.turn_ids[0])
+    assert [r.receipt_id for r in store.receipts(ns)] == [a.receipt_id]
+    assert store.sessions(ns + "_empty") == []
+
+
+# -- search --------------------------------------------------------------------------------------
+
+HOSTILE = [
+    '"', '""', "'", "AND", "OR", "NOT", "NEAR(a b)", "*", "a*", "^x", "col:val", "(((", ")",
+    "-- ; DROP TABLE turns", "\\", "%", "_", "' OR 1=1 --", "{}[]", "zebra OR", '"zebra" AND "lion"',
+    "café", "日本語のテキスト", "😀 emoji", "a" * 500, "x\x00y", "plainto_tsquery('english', 'x')", "&|!<->:*",
+]
+
+
+@pytest.mark.parametrize("query", HOSTILE)
+def test_any_query_string_is_safe(store: Store, ns, query):
+    store.capture(ns, req("s1", ["the zebra and the lion", "NEAR the cafe, 1=1"]))
+    hits = Memory(store=store, namespace=ns).search(query, k=5)
+    assert all(h.session_id == "s1" for h in hits)
+
+
+def test_search_ranks_best_first_and_breaks_ties_by_session_then_position(store: Store, ns):
+    store.capture(ns, req("b", ["apples and pears", "nothing here", "apples and pears"]))
+    store.capture(ns, req("a", ["apples and pears", "apples apples apples"]))
+    store.capture(ns, req("c", ["a long turn that mentions apples once among many many other words here"]))
+    hits = store.search_terms(ns, ["apples"], k=10)
+    top, tail = hits[0], hits[-1]
+    assert (top.session_id, top.index) == ("a", 1)
+    assert [(h.session_id, h.index) for h in hits[1:4]] == [("a", 0), ("b", 0), ("b", 2)]
+    assert hits[1].score == hits[2].score == hits[3].score
+    assert top.score > hits[1].score > tail.score > 0
+    assert (tail.session_id, tail.index) == ("c", 0)
+    assert [(h.session_id, h.index) for h in store.search_terms(ns, ["apples"], k=2)] == [("a", 1), ("a", 0)]
+    assert [h.index for h in store.search_terms(ns, ["apples"], k=10, session_id="b")] == [0, 2]
+
+
+def test_search_stems_and_folds_case_and_diacritics(store: Store, ns):
+    store.capture(ns, req("s1", ["She was WORKING at the Café du Monde", "unrelated text"]))
+    mem = Memory(store=store, namespace=ns)
+    for query in ("works", "cafe", "CAFÉ", "monde"):
+        assert contents(mem.search(query)) == ["She was WORKING at the Café du Monde"], query
+
+
+def test_content_outranks_a_speaker_name_match(store: Store, ns):
+    store.capture(ns, req("s1", [{"role": "user", "name": "Maya", "content": "hello there friend"},
+                                 {"role": "user", "name": "Bob", "content": "maya said hello there"}]))
+    hits = store.search_terms(ns, ["maya"], k=5)
+    assert [h.name for h in hits] == ["Bob", "Maya"]
+
+
+def test_search_turns_accepts_fts5_query_expressions(store: Store, ns):
+    store.capture(ns, req("s1", ['she said "quote" loudly', "other"]))
+    match = fts5_query('"quote" OR nothing')
+    assert contents(store.search_turns(ns, match, k=5)) == ['she said "quote" loudly']
+    assert store.search_terms(ns, query_terms("the of and"), k=5) == []
+
+
+# -- receipts ------------------------------------------------------------------------------------
+
+
+def test_receipts_round_trip_and_save_receipt_overwrites(store: Store, ns):
+    r1 = store.capture(ns, req("s1", ["a"]))
+    r2 = store.capture(ns, req("s2", ["b"], key="k2"))
+    assert [r.receipt_id for r in store.receipts(ns)] == [r1.receipt_id, r2.receipt_id]
+    assert store.receipts(ns, "s2") == [r2]
+    updated = r2.model_copy(update={"extraction": ExtractionReport(status="queued", reason="later")})
+    store.save_receipt(ns, updated)
+    assert store.receipts(ns, "s2")[0].extraction.reason == "later"
+    with pytest.raises(NotFoundError):
+        store.save_receipt(ns + "_other", updated)
+
+
+# -- migrations ----------------------------------------------------------------------------------
+
+
+def test_migrating_twice_changes_nothing(fresh_url):
+    store = open_store(fresh_url)
+    latest = store.schema_version()
+    assert latest >= 2
+    assert store.migrate() == []
+    store.close()
+    again = open_store(fresh_url)
+    assert (again.schema_version(), again.migrate()) == (latest, [])
+    again.close()
+
+
+def test_both_engines_are_at_the_same_schema_version(fresh_url):
+    from tortoise_sdk.store.pg_migrations import POSTGRES_MIGRATIONS
+
+    assert [m.version for m in POSTGRES_MIGRATIONS] == [m.version for m in SQLITE_MIGRATIONS]
+    with _closing(open_store(fresh_url)) as store:
+        assert store.schema_version() == SQLITE_MIGRATIONS[-1].version
+
+
+def test_an_older_database_is_upgraded_and_keeps_its_data(fresh_url):
+    h = content_hash(Turn(role="user", content="an old turn about gardening"))
+    if fresh_url.startswith("postgresql://"):
+        import psycopg
+
+        from tortoise_sdk.store.pg_migrations import POSTGRES_MIGRATIONS, migrate_postgres
+
+        with psycopg.connect(fresh_url, autocommit=True) as conn:
+            assert migrate_postgres(conn, POSTGRES_MIGRATIONS[:1]) == [1]
+            conn.execute("INSERT INTO sessions VALUES ('ns', 's1', NULL, %s, %s)", (T0, T0))
+            conn.execute("INSERT INTO turns (turn_id, namespace, session_id, idx, role, content, content_hash,"
+                         " created_at) VALUES ('t_old', 'ns', 's1', 0, 'user', 'an old turn about gardening',"
+                         " %s, %s)", (h, T0))
+    else:
+        conn = sqlite3.connect(fresh_url, isolation_level=None)
+        assert migrate_sqlite(conn, SQLITE_MIGRATIONS[:1]) == [1]
+        conn.execute("INSERT INTO sessions VALUES ('ns', 's1', NULL, '2024-01-01T00:00:00+00:00',"
+                     " '2024-01-01T00:00:00+00:00')")
+        conn.execute("INSERT INTO turns (turn_id, namespace, session_id, idx, role, content, content_hash,"
+                     " created_at) VALUES ('t_old', 'ns', 's1', 0, 'user', 'an old turn about gardening', ?,"
+                     " '2024-01-01T00:00:00+00:00')", (h,))
+        conn.execute("INSERT INTO turns_fts (rowid, content, name) SELECT rowid, content, name FROM turns")
+        conn.close()
+    with _closing(open_store(fresh_url)) as store:
+        assert store.schema_version() == SQLITE_MIGRATIONS[-1].version
+        assert [h.turn_id for h in store.search_terms("ns", ["gardening"], k=5)] == ["t_old"]
+        r = store.capture("ns", req("s1", [{"role": "user", "content": "an old turn about gardening"}, "new"]))
+        assert r.turns_stored == 1
+        assert store.memories("ns") == []
+
+
+class _closing:
+    def __init__(self, store):
+        self.store = store
+
+    def __enter__(self):
+        return self.store
+
+    def __exit__(self, *exc):
+        self.store.close()
+
+
+# -- memories, supersession, retraction ------------------------------------------------------------
+
+
+def _finalize(result):
+    return ExtractionReport(status="ok", counts=dict(result.counts), outcomes=dict(result.outcomes))
+
+
+def _plan(session_id, items=(), entities=(), retractions=(), receipt=None, valid_at=T0):
+    return ExtractionPlan(session_id=session_id, extraction_id=f"x_{uuid.uuid4().hex[:8]}", valid_at=valid_at,
+                          entities=list(entities), items=list(items), retractions=list(retractions),
+                          receipt=receipt)
+
+
+@pytest.fixture
+def seeded(store: Store, ns):
+    r = store.capture(ns, req("s1", [{"role": "user", "name": "Maya", "content": "I started at Acme as a designer"},
+                                     {"role": "user", "name": "Maya", "content": "I adopted a cat named Miso"}]))
+    return store, ns, r
+
+
+def test_memories_are_written_with_entities_sources_and_receipt(seeded):
+    store, ns, r = seeded
+    t0, t1 = r.turn_ids
+    result = store.write_extraction(ns, _plan("s1", receipt=r, entities=[EntityPlan("Maya", "person", "the user")],
+                                              items=[
+        ItemPlan("point", "Maya works at Acme as a designer", about=("Maya", "Acme"), search_keys=("job", "employer"),
+                 sources=(SourcePlan(t0, "started at Acme"),)),
+        ItemPlan("event", "Maya adopted a cat named Miso", about=("Maya",), when="2023-05",
+                 sources=(SourcePlan(t1, "adopted a cat"),)),
+    ]), finalize=_finalize)
+    assert result.outcomes == {"ADD": 2}
+    assert result.counts == {"point": 1, "event": 1, "entity": 2}
+    mems = store.memories(ns)
+    assert [(m.kind, m.content, m.status) for m in mems] == [
+        ("point", "Maya works at Acme as a designer", "live"), ("event", "Maya adopted a cat named Miso", "live")]
+    assert mems[0].id == result.memory_ids[0]
+    assert sorted(mems[0].entities) == ["Acme", "Maya"]
+    assert mems[0].search_keys == ["job", "employer"]
+    assert [(s.turn_id, s.quote, s.session_id) for s in mems[0].sources] == [(t0, "started at Acme", "s1")]
+    assert (mems[1].when, mems[1].valid_at) == ("2023-05", T0)
+    assert store.get_memory(ns, mems[1].id) == mems[1]
+    assert sorted(e["name"] for e in store.find_entities(ns, ["maya", "ACME", "nobody"])) == ["Acme", "Maya"]
+    assert store.find_entities(ns, ["maya"])[0]["note"] == "the user"
+    assert store.receipts(ns)[0].extraction.outcomes == {"ADD": 2}
+    assert [m.id for m in store.memories_about(ns, ["Maya"], k=5)][0] in {m.id for m in mems}
+    assert [m.content for m in store.memories_about(ns, ["acme"], k=5)] == ["Maya works at Acme as a designer"]
+    found = store.search_memories(ns, fts5_query("employer"), k=5)
+    assert [(m.content, s > 0) for m, s in found] == [("Maya works at Acme as a designer", True)]
+    found = store.search_memories(ns, fts5_query("miso"), k=5)
+    assert [m.kind for m, _ in found] == ["event"]
+    with pytest.raises(NotFoundError):
+        store.get_memory(ns + "_other", mems[0].id)
+    assert store.memories(ns + "_other") == []
+    assert store.search_memories(ns + "_other", fts5_query("miso"), k=5) == []
+    assert set(store.turn_metadata(ns, "s1")) == {t0, t1}
+
+
+def test_same_fact_again_is_a_noop_and_supersession_keeps_history(seeded):
+    store, ns, r = seeded
+    t0 = r.turn_ids[0]
+    first = store.write_extraction(ns, _plan("s1", items=[ItemPlan("point", "Maya works at Acme", about=("Maya",),
+                                                                   sources=(SourcePlan(t0, None),))]),
+                                   finalize=_finalize)
+    old_id = first.memory_ids[0]
+    noop = store.write_extraction(ns, _plan("s1", items=[ItemPlan("point", "maya works at ACME!")]),
+                                  finalize=_finalize)
+    assert (noop.outcomes, noop.memory_ids) == ({"NOOP": 1}, [old_id])
+    later = T0 + timedelta(days=30)
+    update = store.write_extraction(ns, _plan("s1", valid_at=later, items=[
+        ItemPlan("point", "Maya works at Globex", about=("Maya",), supersedes=old_id)]), finalize=_finalize)
+    new_id = update.memory_ids[0]
+    assert update.outcomes == {"UPDATE": 1}
+    assert [m.id for m in store.memories(ns)] == [new_id]
+    everything = store.memories(ns, include_superseded=True)
+    assert [(m.id, m.status) for m in everything] == [(old_id, "superseded"), (new_id, "live")]
+    old = store.get_memory(ns, old_id)
+    assert (old.superseded_by, old.invalid_at) == (new_id, later)
+    assert store.get_memory(ns, new_id).supersedes == old_id
+    assert [m.id for m in store.supersession_chain(ns, old_id)] == [old_id, new_id]
+    assert [m.id for m in store.supersession_chain(ns, new_id)] == [old_id, new_id]
+    assert store.search_memories(ns, fts5_query("acme"), k=5) == []
+    assert [m.id for m, _ in store.search_memories(ns, fts5_query("acme"), k=5, include_superseded=True)] == [old_id]
+    # Superseding the old id again resolves to the live head of the chain.
+    again = store.write_extraction(ns, _plan("s1", items=[
+        ItemPlan("point", "Maya works at Initech", supersedes=old_id)]), finalize=_finalize)
+    assert again.outcomes == {"UPDATE": 1}
+    assert [m.status for m in store.supersession_chain(ns, old_id)] == ["superseded", "superseded", "live"]
+    unknown = store.write_extraction(ns, _plan("s1", items=[ItemPlan("point", "Maya likes tea", supersedes="m_nope")]),
+                                     finalize=_finalize)
+    assert unknown.outcomes == {"ADD": 1}
+    assert [w.code for w in unknown.warnings] == ["supersedes_unknown"]
+
+
+def test_retraction_deletes_by_id_or_by_matching_content(seeded):
+    store, ns, r = seeded
+    res = store.write_extraction(ns, _plan("s1", items=[ItemPlan("point", "Maya has a cat named Miso"),
+                                                        ItemPlan("point", "Maya lives in Lisbon")]),
+                                 finalize=_finalize)
+    cat, city = res.memory_ids
+    by_text = store.write_extraction(ns, _plan("s1", retractions=[
+        RetractionPlan("maya has a cat called Miso", sources=(SourcePlan(r.turn_ids[1], "no cat"),))]),
+        finalize=_finalize)
+    assert (by_text.outcomes, by_text.memory_ids) == ({"DELETE": 1}, [cat])
+    assert store.get_memory(ns, cat).status == "deleted"
+    by_id = store.write_extraction(ns, _plan("s1", retractions=[RetractionPlan("whatever", target=city)]),
+                                   finalize=_finalize)
+    assert by_id.memory_ids == [city]
+    miss = store.write_extraction(ns, _plan("s1", retractions=[RetractionPlan("Maya owns a yacht")]),
+                                  finalize=_finalize)
+    assert (miss.outcomes, [w.code for w in miss.warnings]) == ({}, ["retraction_unmatched"])
+    assert store.memories(ns) == []
+
+
+# -- jobs ----------------------------------------------------------------------------------------
+
+
+def _lease(store, ns, now=None, lease_s=30.0, max_attempts=3):
+    return store.lease_job(ns, lease_s=lease_s, max_attempts=max_attempts, now=now)
+
+
+def test_jobs_lease_in_order_and_finish(store: Store, ns):
+    j1 = store.enqueue_job(ns, "s1", "r1")
+    j2 = store.enqueue_job(ns, "s2")
+    assert (j1.status, j1.attempts, j1.revision, j1.receipt_id) == ("pending", 0, 0, "r1")
+    a = _lease(store, ns)
+    b = _lease(store, ns)
+    assert (a.job_id, b.job_id) == (j1.job_id, j2.job_id)
+    assert (a.status, a.attempts, a.revision) == ("running", 1, 1)
+    assert a.lease_until is not None
+    assert _lease(store, ns) is None
+    assert store.lease_job(ns + "_other", lease_s=30, max_attempts=3) is None
+    store.finish_job(Fence(a.job_id, a.revision))
+    assert store.get_job(a.job_id).status == "done"
+    assert [j.job_id for j in store.jobs(ns)] == [j1.job_id, j2.job_id]
+    assert [j.job_id for j in store.jobs(ns, status="running")] == [j2.job_id]
+    with pytest.raises(NotFoundError):
+        store.get_job("j_missing")
+
+
+def test_an_expired_lease_is_taken_over_and_the_late_worker_is_fenced_off(seeded):
+    store, ns, r = seeded
+    job = store.enqueue_job(ns, "s1", r.receipt_id)
+    slow = _lease(store, ns, lease_s=5)
+    assert _lease(store, ns) is None  # still leased
+    later = datetime.now(timezone.utc) + timedelta(seconds=60)
+    fast = _lease(store, ns, now=later, lease_s=5)
+    assert (fast.job_id, fast.revision, fast.attempts) == (job.job_id, 2, 2)
+    assert "lease expired" in fast.errors[0]
+    plan = _plan("s1", items=[ItemPlan("point", "Maya works at Acme")])
+    with pytest.raises(LeaseLost):
+        store.write_extraction(ns, plan, finalize=_finalize, fence=Fence(job.job_id, slow.revision))
+    with pytest.raises(LeaseLost):
+        store.finish_job(Fence(job.job_id, slow.revision))
+    with pytest.raises(LeaseLost):
+        store.fail_job(Fence(job.job_id, slow.revision), "late", max_attempts=3)
+    assert store.memories(ns) == []
+    if hasattr(store, "fenced_writes"):
+        assert store.fenced_writes == 3
+    store.write_extraction(ns, plan, finalize=_finalize, fence=Fence(job.job_id, fast.revision))
+    done = store.get_job(job.job_id)
+    assert (done.status, done.revision, done.lease_until) == ("done", 2, None)
+    assert [m.content for m in store.memories(ns)] == ["Maya works at Acme"]
+
+
+def test_a_job_failing_n_times_stops_with_its_errors_kept(store: Store, ns):
+    job = store.enqueue_job(ns, "s1")
+    for attempt in (1, 2, 3):
+        lease = _lease(store, ns, max_attempts=3)
+        assert (lease.job_id, lease.attempts) == (job.job_id, attempt)
+        after = store.fail_job(Fence(job.job_id, lease.revision), f"boom {attempt}", max_attempts=3)
+        assert after.status == ("failed" if attempt == 3 else "pending")
+    assert _lease(store, ns, max_attempts=3) is None
+    final = store.get_job(job.job_id)
+    assert (final.status, final.attempts) == ("failed", 3)
+    assert final.errors == ["attempt 1: boom 1", "attempt 2: boom 2", "attempt 3: boom 3"]
+
+
+def test_a_job_whose_last_lease_expired_is_failed_not_retried(store: Store, ns):
+    job = store.enqueue_job(ns, "s1")
+    _lease(store, ns, max_attempts=1, lease_s=1)
+    later = datetime.now(timezone.utc) + timedelta(seconds=60)
+    assert _lease(store, ns, now=later, max_attempts=1) is None
+    final = store.get_job(job.job_id)
+    assert (final.status, final.attempts, len(final.errors)) == ("failed", 1, 1)
+    assert "giving up after 1 attempts" in final.errors[0]
+
+
+def test_concurrent_workers_lease_each_job_exactly_once(store: Store, ns):
+    ids = {store.enqueue_job(ns, f"s{i}").job_id for i in range(30)}
+    taken: list[str] = []
+    lock = threading.Lock()
+
+    def worker(_):
+        while (job := _lease(store, ns)) is not None:
+            store.finish_job(Fence(job.job_id, job.revision))
+            with lock:
+                taken.append(job.job_id)
+
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(worker, range(4)))
+    assert sorted(taken) == sorted(ids)
+    assert {j.status for j in store.jobs(ns)} == {"done"}
+
+
+# -- engine-specific edges -------------------------------------------------------------------------
+
+
+def test_postgres_refuses_nul_characters_before_writing(pg_url, ns):
+    store = open_store(pg_url)
+    try:
+        with pytest.raises(InvalidInput, match=r"turns\[1\]\.content"):
+            store.capture(ns, req("s1", ["fine", "bad\x00byte"]))
+        assert store.sessions(ns) == []
+    finally:
+        store.close()
+
+
+def test_postgres_url_password_is_redacted():
+    from tortoise_sdk.store.postgres import redact_url
+
+    assert redact_url("postgresql://u:secret@h:5433/db?sslmode=require") == "postgresql://u:***@h:5433/db?sslmode=require"
+    assert redact_url("postgresql://u@h/db") == "postgresql://u@h/db"
+
+
+# -- reflex reads ----------------------------------------------------------------------------------
+
+
+def test_analyze_gives_the_index_stems(store: Store):
+    assert store.analyze(["Working at the CAFÉS", ""]) == [["work", "at", "the", "cafe"], []]
+
+
+def test_term_stats_count_content_and_speaker_name_separately(store: Store, ns):
+    word = f"quokka{uuid.uuid4().hex[:6]}"
+    store.capture(ns, req("s1", [f"a {word} here", {"role": "user", "name": word, "content": f"{word} again"},
+                                 "nothing"]))
+    [[stem]] = store.analyze([word])
+    n, stats = store.term_stats([stem, "zzzunseen"])
+    assert n >= 3
+    assert stats == {stem: (2, 1)}
+
+
+def test_turns_at_returns_only_existing_positions_of_the_namespace(store: Store, ns):
+    store.capture(ns, req("s1", ["a", "b", "c"]))
+    store.capture(ns + "_other", req("s1", ["x", "y", "z"]))
+    hits = store.turns_at(ns, [("s1", 2), ("s1", 0), ("s1", 9), ("s2", 0), ("s1", 2)])
+    assert sorted((h.index, h.content) for h in hits) == [(0, "a"), (2, "c")]
+
+
+def test_without_psycopg_open_store_names_the_extra(monkeypatch):
+    import sys
+
+    from tortoise_sdk.errors import ConfigError
+
+    monkeypatch.setitem(sys.modules, "psycopg", None)
+    for name in ("tortoise_sdk.store.postgres", "tortoise_sdk.store.pg_extraction"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    with pytest.raises(ConfigError, match=r"pip install 'tortoise-sdk\[postgres\]'"):
+        open_store("postgresql://nobody@127.0.0.1:1/none")
+
+
+def test_both_engines_rank_alike_with_bm25_scores_within_five_percent(tmp_path, ns):
+    from tortoise_sdk.demo import load_demo_sessions
+
+    # BM25 statistics span the whole database, so both engines start empty.
+    require_postgres()
+    with temp_database("tortoise_rank") as url:
+        _rank_alike(open_store(str(tmp_path / "rank.db")), open_store(url), ns, load_demo_sessions())
+
+
+def _rank_alike(lite: Store, pg: Store, ns: str, sessions) -> None:
+    try:
+        for store in (lite, pg):
+            for s in sessions:
+                store.capture(ns, req(s["session_id"], s["turns"], date=s["date"]))
+        for query in ("dog beagle howls", "bike commute to the BART station", "Tomás walks Biscuit", "data platform"):
+            a = lite.search_terms(ns, query_terms(query), k=5)
+            b = pg.search_terms(ns, query_terms(query), k=5)
+            assert [(h.session_id, h.index) for h in a] == [(h.session_id, h.index) for h in b], query
+            assert all(abs(x.score - y.score) <= 0.05 * max(x.score, 1e-3) for x, y in zip(a, b)), query
+    finally:
+        lite.close()
+        pg.close()
+
+
+# -- sub-agent merge rules: the one-statement upsert equals the pure merge -------------------------
+
+_texts = st.sampled_from([None, "", "  ", "a", "b"])
+_statuses = st.sampled_from([None, "", "running", "async_launched", "completed", " Completed ", "ERROR", "stopped"])
+_metrics = st.one_of(st.sampled_from([None, 0, -1]), st.integers(1, 10_000))
+_frames = st.builds(
+    SubagentFrame,
+    session_id=st.sampled_from(["s1", "s2", "", None]), tool_call_id=st.sampled_from(["t1", "t2"]),
+    agent_execution_id=st.sampled_from(["e1", None, ""]), parent_tool_call_id=_texts, subagent_type=_texts,
+    description=_texts, agent_id=_texts, child_session_id=_texts, model=_texts, agent_status=_statuses,
+    tool_status=_statuses, is_async=st.sampled_from([None, True, False]), total_tokens=_metrics,
+    tool_use_count=_metrics, duration_ms=_metrics, source=st.sampled_from(["live", "backfill"]),
+    observed_at=st.sampled_from([T0, T0 + timedelta(seconds=1)]),
+)
+
+
+def _record(store: Store, ns: str, frames, nows) -> None:
+    """What the recorder does with each frame: one upsert (with its counters), or just the counters."""
+    for f, now in zip(frames, nows):
+        normalized, counts = normalize_frame(f)
+        if normalized is None:
+            store.bump_subagent_counters(ns, counts)
+        else:
+            store.upsert_subagent(ns, normalized, now, increments=counts)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(frames=st.lists(_frames, min_size=1, max_size=8))
+def test_subagent_upserts_equal_the_pure_merge(store: Store, frames):
+    ns = f"sub_{uuid.uuid4().hex[:12]}"
+    nows = [T0 + timedelta(minutes=i + 1) for i in range(len(frames))]
+    _record(store, ns, frames, nows)
+    expected, counters = replay(frames, nows)
+    stored = {(c.session_id, c.agent_execution_id, c.tool_call_id): c for c in store.subagents(ns)}
+    assert set(stored) == set(expected)
+    for key, row in expected.items():
+        got = stored[key]
+        assert {col: getattr(got, col) for col in ROW_COLUMNS} == {col: row[col] for col in ROW_COLUMNS}
+    assert store.subagent_counters(ns) == counters
+
+
+def test_subagent_turn_id_resolves_to_the_stored_turn_and_is_filled_forward(store: Store, ns):
+    norm = normalize_frame
+    r = store.capture(ns, req("s1", [{"role": "user", "content": "go", "id": "msg-1"}]))
+    first = store.upsert_subagent(ns, norm(SubagentFrame(session_id="s1", tool_call_id="t1"))[0], T0)
+    assert first.turn_id is None
+    later = norm(SubagentFrame(session_id="s1", tool_call_id="t1", turn_external_id="msg-1"))[0]
+    assert store.upsert_subagent(ns, later, T0 + timedelta(seconds=1)).turn_id == r.turn_ids[0]
+    unknown = norm(SubagentFrame(session_id="s1", tool_call_id="t1", turn_external_id="msg-404"))[0]
+    assert store.upsert_subagent(ns, unknown, T0 + timedelta(seconds=2)).turn_id == r.turn_ids[0]
+    assert [c.tool_call_id for c in store.subagents(ns, turn_id=r.turn_ids[0])] == ["t1"]
+    assert store.subagents(ns + "_other") == []
+
+
+_KILLED_WORKER = """
+import sys, time
+from pathlib import Path
+from tortoise_sdk.models import ExtractionReport
+from tortoise_sdk.store.base import open_store
+from tortoise_sdk.store.plan import ExtractionPlan, Fence, ItemPlan
+
+url, ns, flag = sys.argv[1:4]
+store = open_store(url)
+job = store.lease_job(ns, lease_s=30, max_attempts=3)
+
+def finalize(result):
+    Path(flag).write_text(job.job_id)  # inside the S5 transaction, rows written but not committed
+    time.sleep(60)
+    return ExtractionReport(status="ok")
+
+plan = ExtractionPlan(session_id="s1", extraction_id="x-killed", valid_at=None,
+                      items=[ItemPlan("point", "Maya works at Acme")])
+store.write_extraction(ns, plan, finalize=finalize, fence=Fence(job.job_id, job.revision))
+"""
+
+
+def test_a_worker_killed_mid_write_commits_nothing_and_its_job_is_retried(store_url, tmp_path, ns):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    store = open_store(store_url)
+    try:
+        store.capture(ns, req("s1", ["I work at Acme"]))
+        job = store.enqueue_job(ns, "s1")
+        flag = tmp_path / "inside"
+        proc = subprocess.Popen([sys.executable, "-c", _KILLED_WORKER, store_url, ns, str(flag)])
+        deadline = time.monotonic() + 60
+        while not flag.exists():
+            assert proc.poll() is None and time.monotonic() < deadline, "the worker did not reach its write"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+        assert _lease(store, ns) is None  # its lease still runs
+        later = datetime.now(timezone.utc) + timedelta(seconds=120)
+        again = _lease(store, ns, now=later)
+        assert (again.job_id, again.revision, again.attempts) == (job.job_id, 2, 2)
+        assert store.memories(ns) == []
+        store.write_extraction(ns, _plan("s1", items=[ItemPlan("point", "Maya works at Acme")]), finalize=_finalize,
+                               fence=Fence(job.job_id, again.revision))
+        assert [m.content for m in store.memories(ns)] == ["Maya works at Acme"]
+        assert store.get_job(job.job_id).status == "done"
+    finally:
+        store.close()
+
+
+def test_candidate_turns_sum_term_weights_over_content_newest_first(store: Store, ns):
+    store.capture(ns, req("s1", ["apple pie", "apple tart", "banana", {"role": "user", "name": "Apple", "content": "hi"},
+                                 "apple and banana"]))
+    store.capture(ns + "_other", req("s1", ["apple banana apple"]))
+    hits = store.candidate_turns(ns, {"apple": 1.0, "banana": 2.0}, k=10)
+    assert [(h.content, h.score) for h in hits] == [
+        ("apple and banana", 3.0), ("banana", 2.0), ("apple tart", 1.0), ("apple pie", 1.0)]
+    newest = store.candidate_turns(ns, {"apple": 1.0, "banana": 2.0}, k=10, per_term=1)
+    assert [(h.content, h.score) for h in newest] == [("apple and banana", 3.0)]
+    assert store.candidate_turns(ns, {"": 1.0, "zzz": 1.0}, k=10) == []
+
+
+def test_candidate_memories_match_content_keys_and_entity_phrases(seeded):
+    store, ns, _ = seeded
+    store.write_extraction(ns, _plan("s1", items=[
+        ItemPlan("point", "Maya likes apple pie", about=("Maya",), search_keys=("dessert",)),
+        ItemPlan("point", "Maya bakes banana bread", about=("Maya", "Northwind Labs")),
+        ItemPlan("point", "Tom works at Labs Northwind Inc"),
+    ]), finalize=_finalize)
+    found = store.candidate_memories(ns, {"dessert": 1.0, "banana": 2.0}, k=5)
+    assert [(m.content, s) for m, s in found] == [("Maya bakes banana bread", 2.0), ("Maya likes apple pie", 1.0)]
+    phrase = store.candidate_memories(ns, {"Northwind Labs": 1.0}, k=5)
+    assert [m.content for m, _ in phrase] == ["Maya bakes banana bread"]
+    assert store.candidate_memories(ns + "_other", {"banana": 1.0}, k=5) == []
+
+
+def test_the_reflex_points_at_the_same_turns_on_both_engines(tmp_path):
+    from tortoise_sdk.demo import load_demo_sessions
+
+    require_postgres()
+    with temp_database("tortoise_reflex") as url:
+        mems = [Memory(str(tmp_path / "reflex.db"), namespace="r"), Memory(url, namespace="r")]
+        try:
+            for mem in mems:
+                for s in load_demo_sessions():
+                    mem.capture(s["session_id"], s["turns"], session_date=s["date"])
+            for query in ("what was my dog called?", "where does Maya work now?", "how does Maya commute",
+                          "who walks Biscuit on Tuesdays?"):
+                lite, pg = (m.context([{"role": "user", "content": query}], time_budget_ms=None) for m in mems)
+                assert lite.pointers and [p.id for p in lite.pointers] == [p.id for p in pg.pointers], query
+                assert all(abs(a.score - b.score) <= 0.02 * a.score for a, b in zip(lite.pointers, pg.pointers))
+        finally:
+            for mem in mems:
+                mem.close()

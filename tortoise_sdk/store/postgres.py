@@ -1,0 +1,485 @@
+"""The shared store: PostgreSQL through psycopg 3 and a connection pool, same semantics as SQLite.
+
+Needs the extra: ``pip install 'tortoise-sdk[postgres]'``.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+from typing import Any, TypeVar
+from urllib.parse import urlsplit, urlunsplit
+
+from tenacity import retry, retry_if_exception, stop_after_attempt, wait_random_exponential
+
+from ..capture import CaptureRequest
+from ..errors import (
+    ConfigError,
+    IdempotencyConflict,
+    InvalidInput,
+    MigrationError,
+    NotFoundError,
+    StoreError,
+)
+from ..models import CaptureReceipt, Diagnostic, SearchHit, SessionInfo, utc_now
+
+try:  # the optional extra, checked before anything else needs it
+    import psycopg
+    from psycopg import errors as pg_errors
+    from psycopg_pool import ConnectionPool
+except ImportError as exc:
+    raise ConfigError(
+        "PostgreSQL support needs psycopg 3 and psycopg-pool: pip install 'tortoise-sdk[postgres]'"
+    ) from exc
+
+from .base import Store
+from .pg_extraction import PostgresExtractionMixin
+from .pg_subagents import PostgresSubagentMixin
+from .pg_fts import FTS_CONFIG, bm25_search_sql, newest_matches_sql, turn_stats_sql, usable_terms
+from .pg_migrations import POSTGRES_MIGRATIONS, migrate_postgres
+from .sqlite import plan_append
+
+__all__ = ("PostgresStore", "redact_url", "terms_from_fts5")
+
+T = TypeVar("T")
+
+# Column weights of SQLite's bm25(turns_fts, 1.0, 0.5): content is label A, the speaker name B.
+_TURN_WEIGHTS = {"A": 1.0, "B": 0.5}
+_TURN_COLUMNS = "t.turn_id, t.external_id, t.session_id, s.session_date, t.idx, t.role, t.name, t.content"
+_JOIN_SESSION = "JOIN sessions s ON s.namespace = t.namespace AND s.session_id = t.session_id"
+_TERM = re.compile(r'"((?:[^"]|"")*)"')
+_TX_ATTEMPTS = 8
+
+
+def _retryable(exc: BaseException) -> bool:
+    """Transaction outcomes that a whole-transaction retry resolves."""
+    if isinstance(exc, (pg_errors.SerializationFailure, pg_errors.DeadlockDetected)):
+        return True
+    # Two writers raced on one idempotency key in different sessions: on retry the
+    # loser finds the winner's receipt and replays it (or reports the conflict).
+    return isinstance(exc, pg_errors.UniqueViolation) and exc.diag.constraint_name == "receipts_idempotency"
+
+
+class PostgresStore(PostgresExtractionMixin, PostgresSubagentMixin, Store):
+    """A PostgreSQL database shared by any number of processes and hosts.
+
+    Usage::
+
+        store = PostgresStore("postgresql://app@db.internal/tortoise")
+        Memory(store=store, namespace="alice")   # or Memory("postgresql://...")
+
+    Every capture is one transaction that locks its session row, so concurrent
+    writers of one session append in turn and never lose or duplicate a turn.
+
+    Args:
+        url: a ``postgresql://`` URL (libpq syntax; ``?options=-csearch_path=tortoise``
+            puts the tables in another schema).
+        min_size: connections the pool keeps open.
+        max_size: the most connections this process opens.
+        connect_timeout: seconds to wait for the server before giving up.
+    """
+
+    def __init__(self, url: str, *, min_size: int = 1, max_size: int = 8, connect_timeout: float = 10.0) -> None:
+        if min_size < 0 or max_size < max(min_size, 1):
+            raise ConfigError("pool sizes need 0 <= min_size <= max_size and max_size >= 1")
+        self.url = redact_url(url)
+        try:
+            # A direct first connection reports libpq's own reason (refused, no such
+            # database, auth) and brings the schema up to date before the pool opens.
+            with psycopg.connect(url, autocommit=True, connect_timeout=max(int(connect_timeout), 1)) as conn:
+                migrate_postgres(conn, POSTGRES_MIGRATIONS)
+        except psycopg.OperationalError as exc:
+            raise StoreError(
+                f"cannot connect to PostgreSQL at {self.url}: {str(exc).strip()}; "
+                "check that the server is running, the URL and the credentials"
+            ) from exc
+        self._pool = ConnectionPool(
+            url,
+            min_size=min_size,
+            max_size=max_size,
+            timeout=connect_timeout * 3,
+            kwargs={"autocommit": True},
+            configure=_configure,
+            open=True,
+            name="tortoise",
+        )
+
+    # -- connection and transactions ---------------------------------------------------------
+
+    def transaction(self, fn: Callable[[psycopg.Connection], T]) -> T:
+        """Run ``fn(conn)`` in one transaction, retried whole on a deadlock, a serialization
+        failure or an idempotency-key race, so callers never see one."""
+
+        def attempt() -> T:
+            with self._pool.connection() as conn, conn.transaction():
+                return fn(conn)
+
+        runner = retry(
+            retry=retry_if_exception(_retryable),
+            wait=wait_random_exponential(multiplier=0.01, max=0.5),
+            stop=stop_after_attempt(_TX_ATTEMPTS),
+            reraise=True,
+        )(attempt)
+        try:
+            return runner()
+        except UnicodeEncodeError as exc:
+            raise InvalidInput(f"text is not valid Unicode ({exc.reason}); remove lone surrogates") from None
+        except psycopg.Error as exc:
+            raise StoreError(f"PostgreSQL write failed: {str(exc).strip()}") from exc
+
+    @contextmanager
+    def read(self) -> Iterator[psycopg.Connection]:
+        """A pooled connection (autocommit) for reads; database errors become StoreError."""
+        try:
+            with self._pool.connection() as conn:
+                yield conn
+        except psycopg.Error as exc:
+            raise StoreError(f"PostgreSQL read failed: {str(exc).strip()}") from exc
+
+    def _rows(self, sql: str, args: Sequence[Any]) -> list[tuple[Any, ...]]:
+        try:
+            with self._pool.connection() as conn:
+                return conn.execute(sql, args).fetchall()
+        except psycopg.Error as exc:
+            raise StoreError(f"PostgreSQL read failed: {str(exc).strip()}") from exc
+
+    def migrate(self) -> list[int]:
+        try:
+            with self._pool.connection() as conn:
+                return migrate_postgres(conn, POSTGRES_MIGRATIONS)
+        except MigrationError:
+            raise
+        except psycopg.Error as exc:
+            raise StoreError(f"PostgreSQL migration failed: {str(exc).strip()}") from exc
+
+    def schema_version(self) -> int:
+        return self._rows("SELECT COALESCE(MAX(version), 0) FROM schema_migrations", ())[0][0]
+
+    def close(self) -> None:
+        self._pool.close()
+
+    # -- capture ------------------------------------------------------------------------------
+
+    def capture(self, namespace: str, request: CaptureRequest, *, max_turns: int | None = None) -> CaptureReceipt:
+        _reject_nul(namespace, [request])
+        return self.transaction(lambda c: self._capture_in(c, namespace, request))
+
+    def capture_many(self, namespace: str, requests: Sequence[CaptureRequest]) -> list[CaptureReceipt]:
+        _reject_nul(namespace, requests)
+
+        def write(c: psycopg.Connection) -> list[CaptureReceipt]:
+            # Lock every session of the batch in one order, so two batches that share
+            # sessions wait for each other instead of deadlocking.
+            # New sessions still get created_at in request order, as on SQLite.
+            stamps: dict[str, datetime] = {}
+            for r in requests:
+                stamps.setdefault(r.session_id, utc_now())
+            for session_id in sorted(stamps):
+                self._lock_session(c, namespace, session_id, None, stamps[session_id])
+            return [self._capture_in(c, namespace, r) for r in requests]
+
+        return self.transaction(write)
+
+    def _lock_session(
+        self, c: psycopg.Connection, namespace: str, session_id: str, session_date: str | None, now: datetime
+    ) -> tuple[bool, str | None]:
+        """Create the session row if absent and lock it; return (created now, stored date)."""
+        created = c.execute(
+            "INSERT INTO sessions (namespace, session_id, session_date, created_at, updated_at)"
+            " VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING RETURNING session_date",
+            (namespace, session_id, session_date, now, now),
+        ).fetchone()
+        if created is not None:
+            return True, created[0]
+        row = c.execute(
+            "SELECT session_date FROM sessions WHERE namespace = %s AND session_id = %s FOR UPDATE",
+            (namespace, session_id),
+        ).fetchone()
+        return False, row[0]
+
+    def _capture_in(self, c: psycopg.Connection, namespace: str, req: CaptureRequest) -> CaptureReceipt:
+        now = utc_now()
+        # The session lock comes first: a second writer with the same idempotency key
+        # in the same session then sees the first one's receipt instead of racing it.
+        created, stored_date = self._lock_session(c, namespace, req.session_id, req.session_date, now)
+        if req.idempotency_key is not None:
+            row = c.execute(
+                "SELECT request_hash, body FROM receipts WHERE namespace = %s AND idempotency_key = %s",
+                (namespace, req.idempotency_key),
+            ).fetchone()
+            if row is not None:
+                if row[0] != req.request_hash:
+                    raise IdempotencyConflict(req.idempotency_key)
+                stored = CaptureReceipt.model_validate_json(row[1])
+                return stored.model_copy(update={"replayed": True})
+        warnings = []
+        if created:
+            session_date = req.session_date
+        else:
+            session_date = stored_date or req.session_date
+            if stored_date and req.session_date and stored_date != req.session_date:
+                warnings.append(_diag("session_date_kept",
+                                      f"session already dated {stored_date}; kept it, ignored {req.session_date}"))
+            c.execute(
+                "UPDATE sessions SET session_date = %s, updated_at = %s WHERE namespace = %s AND session_id = %s",
+                (session_date, now, namespace, req.session_id),
+            )
+        existing = c.execute(
+            "SELECT idx, external_id, content_hash FROM turns WHERE namespace = %s AND session_id = %s",
+            (namespace, req.session_id),
+        ).fetchall()
+        receipt_id = f"r_{uuid.uuid4().hex}"
+        new_rows = plan_append(namespace, req, [(r[0], r[1], r[2]) for r in existing], receipt_id, now.isoformat())
+        if new_rows:
+            with c.cursor() as cur:
+                cur.executemany(
+                    "INSERT INTO turns (turn_id, namespace, session_id, idx, role, name, content, external_id,"
+                    " timestamp, metadata, content_hash, receipt_id, created_at)"
+                    " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                    new_rows,
+                )
+            c.execute(turn_stats_sql(), ([r[0] for r in new_rows],))
+        receipt = CaptureReceipt(
+            receipt_id=receipt_id,
+            namespace=namespace,
+            session_id=req.session_id,
+            session_date=session_date,
+            turns_received=len(req.turns),
+            turns_stored=len(new_rows),
+            turn_ids=[r[0] for r in new_rows],
+            idempotency_key=req.idempotency_key,
+            warnings=warnings,
+        )
+        c.execute(
+            "INSERT INTO receipts (receipt_id, namespace, session_id, idempotency_key, request_hash, body, created_at)"
+            " VALUES (%s, %s, %s, %s, %s, %s, %s)",
+            (receipt_id, namespace, req.session_id, req.idempotency_key,
+             req.request_hash if req.idempotency_key is not None else None,
+             receipt.model_dump_json(), now),
+        )
+        return receipt
+
+    def save_receipt(self, namespace: str, receipt: CaptureReceipt) -> None:
+        body = receipt.model_dump_json()
+
+        def write(c: psycopg.Connection) -> None:
+            cur = c.execute(
+                "UPDATE receipts SET body = %s WHERE namespace = %s AND receipt_id = %s",
+                (body, namespace, receipt.receipt_id),
+            )
+            if cur.rowcount == 0:
+                raise NotFoundError(f"no receipt {receipt.receipt_id!r} in namespace {namespace!r}")
+
+        self.transaction(write)
+
+    def receipts(self, namespace: str, session_id: str | None = None) -> list[CaptureReceipt]:
+        sql = "SELECT body FROM receipts WHERE namespace = %s"
+        args: list[Any] = [namespace]
+        if session_id is not None:
+            sql += " AND session_id = %s"
+            args.append(session_id)
+        rows = self._rows(sql + ' ORDER BY created_at, receipt_id COLLATE "C"', args)
+        return [CaptureReceipt.model_validate_json(r[0]) for r in rows]
+
+    # -- reads ----------------------------------------------------------------------------------
+
+    def search_turns(self, namespace: str, match: str, *, k: int, session_id: str | None = None) -> list[SearchHit]:
+        """Search with an expression made by ``tortoise_sdk.search.fts5_query`` (quoted terms joined by OR)."""
+        return self.search_terms(namespace, terms_from_fts5(match), k=k, session_id=session_id)
+
+    def search_terms(
+        self, namespace: str, terms: Sequence[str], *, k: int, session_id: str | None = None
+    ) -> list[SearchHit]:
+        """Turns matching any term, best first by BM25 (as FTS5 computes it); ties by session id, then position."""
+        terms = usable_terms(terms)
+        if not terms or k < 1:
+            return []
+        where = "t.namespace = %s"
+        args: list[Any] = [terms, namespace]
+        if session_id is not None:
+            where += " AND t.session_id = %s"
+            args.append(session_id)
+        sql = bm25_search_sql(
+            table="turns", alias="t", select=_TURN_COLUMNS, from_=f"turns t {_JOIN_SESSION}", where=where,
+            output="turn_id, external_id, session_id, session_date, idx, role, name, content",
+            order_tail='matched.session_id COLLATE "C", matched.idx', weights=_TURN_WEIGHTS,
+        )
+        return [_hit(r, float(r[8])) for r in self._rows(sql, [*args, k])]
+
+    def sessions(self, namespace: str) -> list[SessionInfo]:
+        rows = self._rows(
+            "SELECT s.session_id, s.session_date, s.created_at, s.updated_at,"
+            " (SELECT COUNT(*) FROM turns t WHERE t.namespace = s.namespace AND t.session_id = s.session_id)"
+            ' FROM sessions s WHERE s.namespace = %s ORDER BY s.created_at, s.session_id COLLATE "C"',
+            (namespace,),
+        )
+        return [
+            SessionInfo(session_id=r[0], session_date=r[1], created_at=r[2], updated_at=r[3], turn_count=r[4])
+            for r in rows
+        ]
+
+    def turns(self, namespace: str, session_id: str, *, start: int = 0, stop: int | None = None) -> list[SearchHit]:
+        sql = f"SELECT {_TURN_COLUMNS} FROM turns t {_JOIN_SESSION} WHERE t.namespace = %s AND t.session_id = %s"
+        args: list[Any] = [namespace, session_id]
+        if start:
+            sql += " AND t.idx >= %s"
+            args.append(start)
+        if stop is not None:
+            sql += " AND t.idx < %s"
+            args.append(stop)
+        return [_hit(r, 0.0) for r in self._rows(sql + " ORDER BY t.idx", args)]
+
+    # -- reflex reads: tokens as the index sees them, term statistics, batched neighbours -------
+
+    def analyze(self, texts: Sequence[str]) -> list[list[str]]:
+        """Each text's lexemes in order, from the same ``tortoise_english`` configuration the index uses."""
+        if not texts:
+            return []
+        rows = self._rows(
+            "SELECT d.ord, w.lexeme FROM unnest(%s::text[]) WITH ORDINALITY AS d(txt, ord)"
+            " CROSS JOIN LATERAL (SELECT u.lexeme, p FROM unnest(to_tsvector(%s::regconfig, d.txt)) AS u,"
+            " unnest(u.positions) AS p) AS w ORDER BY d.ord, w.p",
+            ([t.replace("\x00", " ") for t in texts], FTS_CONFIG),
+        )
+        out: list[list[str]] = [[] for _ in texts]
+        for ord_, lexeme in rows:
+            out[ord_ - 1].append(lexeme)
+        return out
+
+    def term_stats(self, terms: Sequence[str]) -> tuple[int, dict[str, tuple[int, int]]]:
+        """Database-wide turn counts per lexeme: (in content, in speaker name); the GIN index finds the rows."""
+        unique = [t for t in dict.fromkeys(terms) if t and "\x00" not in t]
+        if not unique:
+            return 0, {}
+        n = self._rows("SELECT COALESCE(MAX(id), 0) FROM turns", ())[0][0]
+        rows = self._rows(
+            "SELECT x.term,"
+            " (SELECT COUNT(*) FILTER (WHERE ts_filter(t.fts, '{a}') @@ x.q) FROM turns t WHERE t.fts @@ x.q),"
+            " (SELECT COUNT(*) FILTER (WHERE ts_filter(t.fts, '{b}') @@ x.q) FROM turns t WHERE t.fts @@ x.q)"
+            " FROM (SELECT term, plainto_tsquery('simple', term) AS q FROM unnest(%s::text[]) AS term) AS x"
+            " WHERE numnode(x.q) > 0",
+            (unique,),
+        )
+        return n, {term: (content, name) for term, content, name in rows if content or name}
+
+    def candidate_turns(self, namespace: str, weighted_terms: Mapping[str, float], *, k: int,
+                        per_term: int = 200) -> list[SearchHit]:
+        """Turns ranked by the summed weights of the terms their content holds, newest first among equals.
+
+        Each term contributes at most its ``per_term`` newest matches in the namespace, as on SQLite.
+        """
+        terms = [t for t in weighted_terms if t and "\x00" not in t]
+        if k < 1 or not terms:
+            return []
+        scores: dict[int, float] = {}
+        sql = newest_matches_sql(table="turns", alias="t", where="t.namespace = %s", content_only=True)
+        for ord_, rid in self._rows(sql, (terms, namespace, per_term)):
+            scores[rid] = scores.get(rid, 0.0) + weighted_terms[terms[ord_ - 1]]
+        top = sorted(scores, key=lambda r: (-scores[r], -r))[:k]
+        if not top:
+            return []
+        rows = self._rows(f"SELECT t.id, {_TURN_COLUMNS} FROM turns t {_JOIN_SESSION}"
+                          " WHERE t.namespace = %s AND t.id = ANY(%s)", (namespace, top))
+        rows.sort(key=lambda r: (-scores[r[0]], -r[0]))
+        return [_hit(r[1:], scores[r[0]]) for r in rows]
+
+    def turns_at(self, namespace: str, positions: Sequence[tuple[str, int]]) -> list[SearchHit]:
+        keys = list(dict.fromkeys(positions))
+        if not keys:
+            return []
+        rows = self._rows(
+            f"SELECT {_TURN_COLUMNS} FROM turns t {_JOIN_SESSION}"
+            " WHERE t.namespace = %s AND (t.session_id, t.idx) IN (SELECT * FROM unnest(%s::text[], %s::int[]))",
+            (namespace, [k[0] for k in keys], [k[1] for k in keys]),
+        )
+        return [_hit(r, 0.0) for r in rows]
+
+    def get_turn(self, namespace: str, turn_id: str) -> SearchHit:
+        rows = self._rows(
+            f"SELECT {_TURN_COLUMNS} FROM turns t {_JOIN_SESSION} WHERE t.namespace = %s AND t.turn_id = %s",
+            (namespace, turn_id),
+        )
+        if not rows:
+            raise NotFoundError(f"no turn {turn_id!r} in namespace {namespace!r}")
+        return _hit(rows[0], 0.0)
+
+
+def terms_from_fts5(match: str) -> list[str]:
+    """The terms of an expression made by ``fts5_query``: ``"acme" OR "job"`` -> ``['acme', 'job']``.
+
+    Only that shape is accepted; PostgreSQL never sees FTS5 syntax.
+
+    Raises:
+        InvalidInput: ``match`` is not a quoted-OR expression.
+    """
+    terms: list[str] = []
+    pos = 0
+    text = match.strip()
+    while True:
+        m = _TERM.match(text, pos)
+        if m is None:
+            break
+        terms.append(m.group(1).replace('""', '"'))
+        pos = m.end()
+        if pos == len(text):
+            return terms
+        sep = re.compile(r"\s+OR\s+").match(text, pos)
+        if sep is None:
+            break
+        pos = sep.end()
+    raise InvalidInput(
+        "the PostgreSQL store accepts only expressions made by tortoise_sdk.search.fts5_query "
+        '(quoted terms joined by OR); pass plain terms to Store.search_terms instead',
+        field="match",
+    )
+
+
+def redact_url(url: str) -> str:
+    """The URL with its password replaced by ``***`` (for reprs and messages)."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "postgresql://***"
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    if parts.port is not None:
+        host = f"{host}:{parts.port}"
+    netloc = f"{parts.username or ''}:***@{host}"
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def _configure(conn: psycopg.Connection) -> None:
+    conn.execute("SET TIME ZONE 'UTC'")
+
+
+def _reject_nul(namespace: str, requests: Sequence[CaptureRequest]) -> None:
+    # PostgreSQL text cannot hold U+0000; refuse before writing instead of failing mid-transaction.
+    if "\x00" in namespace:
+        raise InvalidInput("PostgreSQL cannot store the NUL character (\\x00); remove it", field="namespace")
+    for req in requests:
+        for field, value in (("session_id", req.session_id), ("session_date", req.session_date),
+                             ("idempotency_key", req.idempotency_key)):
+            if value and "\x00" in value:
+                raise InvalidInput("PostgreSQL cannot store the NUL character (\\x00); remove it", field=field)
+        for i, t in enumerate(req.turns):
+            for field in ("content", "name", "id", "timestamp"):
+                value = getattr(t, field)
+                if value and "\x00" in value:
+                    raise InvalidInput(
+                        "PostgreSQL cannot store the NUL character (\\x00); remove it", field=f"turns[{i}].{field}"
+                    )
+
+
+def _hit(row: Sequence[Any], score: float) -> SearchHit:
+    return SearchHit(
+        turn_id=row[0], external_id=row[1], session_id=row[2], session_date=row[3], index=row[4],
+        role=row[5], name=row[6], content=row[7], score=score,
+    )
+
+
+def _diag(code: str, message: str) -> Diagnostic:
+    return Diagnostic(stage="capture", code=code, message=message)
