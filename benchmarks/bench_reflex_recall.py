@@ -112,10 +112,11 @@ def run(ablations: bool) -> int:
             mem = Memory(db, namespace=path.stem)
             turns = [t for s in sessions for t in s["turns"]]
             ids = [t["id"] for t in turns]
-            bm25 = BM25Okapi([[w for w in tokenize(t["content"])] or ["_"] for t in turns])
+            # The baselines see what the store holds: the speaker's name with the text.
+            docs = [f"{t['name']}: {t['content']}" for t in turns]
+            bm25 = BM25Okapi([tokenize(d) for d in docs])
             if dense is not None:
-                doc_vecs = dense.encode([t["content"] for t in turns], normalize_embeddings=True,
-                                        batch_size=64)
+                doc_vecs = dense.encode(docs, normalize_embeddings=True, batch_size=64)
                 q_vecs = dense.encode([q.question for q in questions], normalize_embeddings=True, batch_size=64)
             for name, overrides in configs.items():
                 saved = {k: getattr(reflex, k) for k in overrides}
