@@ -793,3 +793,24 @@ def test_the_reflex_points_at_the_same_turns_on_both_engines(tmp_path):
         finally:
             for mem in mems:
                 mem.close()
+
+
+def test_bounded_search_over_a_common_term_ranks_alike_on_both_engines(tmp_path):
+    from tortoise_sdk.store.sqlite import POSTINGS_BUDGET
+
+    require_postgres()
+    turns = [f"common filler line {i}" for i in range(POSTINGS_BUDGET + 100)]
+    turns[7] = "a zebra and a common word"
+    turns[900] = "zebra alone here"
+    turns[1500] = "the zebra zebra herd, common"
+    with temp_database("tortoise_bounded") as url:
+        stores = [open_store(str(tmp_path / "bounded.db")), open_store(url)]
+        try:
+            for store in stores:
+                store.capture("ns", req("s1", turns))
+            lite, pg = (s.search_terms("ns", ["zebra", "common"], k=3) for s in stores)
+            assert [h.index for h in lite] == [h.index for h in pg] == [1500, 900, 7]
+            assert all(abs(a.score - b.score) <= 0.05 * a.score for a, b in zip(lite, pg))
+        finally:
+            for store in stores:
+                store.close()

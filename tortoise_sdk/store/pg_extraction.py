@@ -20,7 +20,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from psycopg.rows import dict_row
 
@@ -37,8 +37,6 @@ if TYPE_CHECKING:
     import psycopg
 
 __all__ = ("PostgresExtractionMixin", "index_memory")
-
-T = TypeVar("T")
 
 log = logging.getLogger("tortoise_sdk.store.postgres")
 

@@ -73,15 +73,17 @@ def bm25_search_sql(
             FROM {from_}
             WHERE {alias}.fts @@ (SELECT tortoise_tsquery_or(query) FROM terms) AND {where}
         )
-        SELECT {output}, (
-            SELECT COALESCE(SUM(idf.idf * (f.f * {_K1 + 1.0!r})
-                                / (f.f + {_K1!r} * (1.0 - {_B!r} + {_B!r} * matched._len / stats.avgdl))), 0.0)
-            FROM idf CROSS JOIN LATERAL (
-                SELECT COALESCE(SUM({weight}), 0.0)::float8 AS f
-                FROM unnest(matched._fts) AS u, unnest(u.weights) AS w
-                WHERE u.lexeme = ANY(idf.lexemes)
+        SELECT {output}, COALESCE((
+            SELECT SUM(f.idf * (f.f * {_K1 + 1.0!r})
+                       / (f.f + {_K1!r} * (1.0 - {_B!r} + {_B!r} * matched._len / stats.avgdl)))
+            FROM (
+                SELECT idf.ord, MAX(idf.idf) AS idf, SUM({weight})::float8 AS f
+                FROM unnest(matched._fts) AS u
+                JOIN idf ON u.lexeme = ANY(idf.lexemes)
+                CROSS JOIN LATERAL unnest(u.weights) AS w
+                GROUP BY idf.ord
             ) AS f
-        ) AS score
+        ), 0.0) AS score
         FROM matched CROSS JOIN stats
         ORDER BY score DESC, {order_tail}
         LIMIT %s

@@ -5,7 +5,9 @@ Needs the extra: ``pip install 'tortoise-sdk[postgres]'``.
 
 from __future__ import annotations
 
+import math
 import re
+import threading
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -25,6 +27,7 @@ from ..errors import (
     StoreError,
 )
 from ..models import CaptureReceipt, Diagnostic, SearchHit, SessionInfo, utc_now
+from ..search import tokenize
 
 try:  # the optional extra, checked before anything else needs it
     import psycopg
@@ -40,7 +43,8 @@ from .pg_extraction import PostgresExtractionMixin
 from .pg_subagents import PostgresSubagentMixin
 from .pg_fts import FTS_CONFIG, bm25_search_sql, newest_matches_sql, turn_stats_sql, usable_terms
 from .pg_migrations import POSTGRES_MIGRATIONS, migrate_postgres
-from .sqlite import plan_append
+# One plan for both engines: the same append rules and the same bounded-search budget.
+from .sqlite import POSTINGS_BUDGET, _mentions, plan_append
 
 __all__ = ("PostgresStore", "redact_url", "terms_from_fts5")
 
@@ -86,6 +90,9 @@ class PostgresStore(PostgresExtractionMixin, PostgresSubagentMixin, Store):
         if min_size < 0 or max_size < max(min_size, 1):
             raise ConfigError("pool sizes need 0 <= min_size <= max_size and max_size >= 1")
         self.url = redact_url(url)
+        self._df_cache: dict[str, int] = {}
+        self._df_cache_size = 0
+        self._df_lock = threading.Lock()
         try:
             # A direct first connection reports libpq's own reason (refused, no such
             # database, auth) and brings the schema up to date before the pool opens.
@@ -293,12 +300,42 @@ class PostgresStore(PostgresExtractionMixin, PostgresSubagentMixin, Store):
     def search_terms(
         self, namespace: str, terms: Sequence[str], *, k: int, session_id: str | None = None
     ) -> list[SearchHit]:
-        """Turns matching any term, best first by BM25 (as FTS5 computes it); ties by session id, then position."""
-        terms = usable_terms(terms)
+        """BM25 over the terms (as FTS5 computes it), with bounded work on large stores.
+
+        The same plan as ``SQLiteStore.search_terms``: terms are taken rarest first until
+        their postings reach ``POSTINGS_BUDGET``; those rank a candidate pool by BM25, and
+        each remaining common term adds its IDF to the candidates that mention it. On a
+        small store this is plain BM25. Ties go by session id, then position.
+        """
+        terms = list(dict.fromkeys(usable_terms(terms)))
         if not terms or k < 1:
             return []
+        if session_id is not None:
+            return self._bm25_turns(namespace, terms, k=k, session_id=session_id)
+        n_docs, dfs = self._doc_freqs(terms)
+        lead: list[str] = []
+        postings = 0
+        for term in sorted(terms, key=lambda t: (dfs[t], t)):
+            if lead and postings + dfs[term] > POSTINGS_BUDGET:
+                break
+            lead.append(term)
+            postings += dfs[term]
+        rest = [t for t in terms if t not in lead]
+        if not rest:
+            return self._bm25_turns(namespace, lead, k=k)
+        idf = {t: math.log((n_docs - dfs[t] + 0.5) / (dfs[t] + 0.5) + 1.0) for t in rest}
+        scored = []
+        for hit in self._bm25_turns(namespace, lead, k=max(5 * k, 50)):
+            words = set(tokenize(hit.content))
+            scored.append(hit.model_copy(update={"score": hit.score + sum(
+                w for t, w in idf.items() if _mentions(words, t))}))
+        scored.sort(key=lambda h: (-h.score, h.session_id, h.index))
+        return scored[:k]
+
+    def _bm25_turns(self, namespace: str, terms: Sequence[str], *, k: int,
+                    session_id: str | None = None) -> list[SearchHit]:
         where = "t.namespace = %s"
-        args: list[Any] = [terms, namespace]
+        args: list[Any] = [list(terms), namespace]
         if session_id is not None:
             where += " AND t.session_id = %s"
             args.append(session_id)
@@ -308,6 +345,25 @@ class PostgresStore(PostgresExtractionMixin, PostgresSubagentMixin, Store):
             order_tail='matched.session_id COLLATE "C", matched.idx', weights=_TURN_WEIGHTS,
         )
         return [_hit(r, float(r[8])) for r in self._rows(sql, [*args, k])]
+
+    def _doc_freqs(self, terms: Sequence[str]) -> tuple[int, dict[str, int]]:
+        """Turn count and per-term document frequency, cached until the store grows 10% (as on SQLite)."""
+        n_docs = self._rows("SELECT COALESCE(MAX(id), 0) FROM turns", ())[0][0]
+        with self._df_lock:
+            if n_docs > self._df_cache_size * 1.1 or n_docs < self._df_cache_size:
+                self._df_cache.clear()
+                self._df_cache_size = n_docs
+            missing = [t for t in terms if t not in self._df_cache]
+        if missing:
+            rows = self._rows(
+                "SELECT t.term, (SELECT COUNT(*) FROM turns x WHERE x.fts @@ phraseto_tsquery(%s::regconfig, t.term))"
+                " FROM unnest(%s::text[]) AS t(term)",
+                (FTS_CONFIG, missing),
+            )
+            with self._df_lock:
+                self._df_cache.update({term: df for term, df in rows})
+        with self._df_lock:
+            return max(n_docs, 1), {t: self._df_cache.get(t, 0) for t in terms}
 
     def sessions(self, namespace: str) -> list[SessionInfo]:
         rows = self._rows(
