@@ -38,6 +38,8 @@ def _nothing_written(m: Memory) -> None:
         ([{"role": "user"}], "turns[0].content"),
         ([{"role": "user", "content": "   "}, {"role": "assistant", "content": ""}], "turns"),
         ([{"role": "user", "content": "a", "id": "x"}, {"role": "user", "content": "b", "id": "x"}], "turns[1].id"),
+        ([{"role": "user", "content": "nul \x00 byte"}], "turns[0].content"),
+        ([{"role": "user", "content": "ok", "metadata": {"k": "a\x00"}}], "turns[0].metadata"),
         (["just a string"], "turns[0]"),
     ],
 )
@@ -146,7 +148,7 @@ def test_capture_many_is_one_transaction(mem):
 # -- properties -------------------------------------------------------------------------------
 
 conversation = st.lists(
-    st.tuples(st.sampled_from(["user", "assistant"]), st.text(min_size=1, max_size=20).filter(str.strip)),
+    st.tuples(st.sampled_from(["user", "assistant"]), st.text(min_size=1, max_size=20).filter(lambda s: s.strip() and "\x00" not in s)),
     min_size=1, max_size=8,
 )
 

@@ -88,8 +88,8 @@ def prepare_capture(
     Raises:
         InvalidInput: naming the bad field (``session_id``, ``turns``, ``turns[3].role`` ...).
     """
-    if not isinstance(session_id, str) or not session_id.strip():
-        raise InvalidInput("must be a non-empty string", field="session_id")
+    if not isinstance(session_id, str) or not session_id.strip() or "\x00" in session_id:
+        raise InvalidInput("must be a non-empty string without NUL characters", field="session_id")
     if idempotency_key is not None and (not isinstance(idempotency_key, str) or not idempotency_key):
         raise InvalidInput("must be a non-empty string or None", field="idempotency_key")
     if turns is None or isinstance(turns, (str, bytes, Mapping)):
@@ -104,6 +104,8 @@ def prepare_capture(
             field="turns",
         )
     parsed = [_parse_turn(i, t) for i, t in enumerate(raw)]
+    for i, t in enumerate(parsed):
+        _refuse_nul(t, i)
     if all(not t.content.strip() for t in parsed):
         raise InvalidInput("every turn is blank; there is nothing to capture", field="turns")
     seen: dict[str, int] = {}
@@ -129,6 +131,18 @@ def _parse_turn(i: int, value: Turn | Mapping[str, Any]) -> Turn:
         err = exc.errors()[0]
         loc = ".".join(str(p) for p in err["loc"])
         raise InvalidInput(err["msg"], field=f"turns[{i}].{loc}" if loc else f"turns[{i}]") from None
+
+
+def _refuse_nul(turn: Turn, i: int) -> None:
+    """NUL cannot be stored by PostgreSQL; refuse it on every engine so both behave the same."""
+    for field in ("content", "name", "id", "timestamp"):
+        value = getattr(turn, field)
+        if value is not None and "\x00" in value:
+            raise InvalidInput("contains a NUL character (\\x00); remove it before capturing",
+                               field=f"turns[{i}].{field}")
+    if turn.metadata is not None and "\\u0000" in json.dumps(turn.metadata):
+        raise InvalidInput("contains a NUL character (\\x00); remove it before capturing",
+                           field=f"turns[{i}].metadata")
 
 
 def _request_hash(session_id: str, session_date: str | None, turns: list[Turn]) -> str:
