@@ -796,7 +796,7 @@ def test_the_reflex_points_at_the_same_turns_on_both_engines(tmp_path):
 
 
 def test_bounded_search_over_a_common_term_ranks_alike_on_both_engines(tmp_path):
-    from tortoise_sdk.store.sqlite import POSTINGS_BUDGET
+    from tortoise_sdk.search import POSTINGS_BUDGET
 
     require_postgres()
     turns = [f"common filler line {i}" for i in range(POSTINGS_BUDGET + 100)]

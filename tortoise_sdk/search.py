@@ -2,9 +2,24 @@
 
 from __future__ import annotations
 
+import math
 import re
+from collections.abc import Mapping, Sequence
 
-__all__ = ("STOP_WORDS", "fts5_query", "query_terms", "tokenize")
+__all__ = (
+    "POSTINGS_BUDGET",
+    "STOP_WORDS",
+    "fts5_query",
+    "idf",
+    "idf_bonus",
+    "mentions",
+    "query_terms",
+    "split_by_postings",
+    "tokenize",
+)
+
+#: How many postings the BM25 ranking pass of a bounded search may score (both stores).
+POSTINGS_BUDGET = 2_000
 
 # Function words and question scaffolding: they match most turns and only dilute BM25.
 STOP_WORDS: frozenset[str] = frozenset(
@@ -48,3 +63,43 @@ def fts5_query(text: str, *, terms: list[str] | None = None) -> str | None:
     if not terms:
         return None
     return " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
+
+
+# -- the bounded-search plan both stores follow (``Store.search_terms``) -------------------------
+
+
+def split_by_postings(
+    terms: Sequence[str], dfs: Mapping[str, int], budget: int = POSTINGS_BUDGET
+) -> tuple[list[str], list[str]]:
+    """``(lead, rest)``: terms taken rarest first (ties by text) until their postings reach ``budget``.
+
+    The lead terms retrieve and rank a candidate pool by BM25; the rest (common, low-IDF)
+    only add their IDF to the candidates that mention them. The rarest term always leads.
+    """
+    lead: list[str] = []
+    postings = 0
+    for term in sorted(terms, key=lambda t: (dfs[t], t)):
+        if lead and postings + dfs[term] > budget:
+            break
+        lead.append(term)
+        postings += dfs[term]
+    return lead, [t for t in terms if t not in lead]
+
+
+def idf(n_docs: int, df: int) -> float:
+    """BM25's (FTS5's) inverse document frequency of a term found in ``df`` of ``n_docs`` rows."""
+    return math.log((n_docs - df + 0.5) / (df + 0.5) + 1.0)
+
+
+def mentions(words: set[str], term: str) -> bool:
+    """Whether a tokenized text contains the term or an inflection of it (a cheap stand-in for the stemmer)."""
+    if term in words:
+        return True
+    stem = term[: max(4, len(term) - 2)]
+    return len(term) > 4 and any(w.startswith(stem) for w in words)
+
+
+def idf_bonus(text: str, idfs: Mapping[str, float]) -> float:
+    """The summed IDF of the common terms ``text`` mentions: their BM25 share at tf = 1 and average length."""
+    words = set(tokenize(text))
+    return sum(w for t, w in idfs.items() if mentions(words, t))

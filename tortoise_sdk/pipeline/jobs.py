@@ -3,7 +3,8 @@
 A worker leases the oldest runnable job, which bumps the job's revision; the S5
 write commits only if the revision is unchanged (checked inside its
 transaction), so a worker whose lease expired and was taken over cannot commit
-a late result. A crashed worker's job is leased again after its lease expires;
+a late result: the store refuses it with ``LeaseLost``, logs a warning and counts
+it in ``store.fenced_writes`` (the same on both engines). A crashed worker's job is leased again after its lease expires;
 after ``max_attempts`` the job is failed, keeping every attempt's error.
 """
 
@@ -38,11 +39,11 @@ def process_pending(store: Store, namespace: str | None, run: Run, *, max_jobs: 
             if report.status == "failed":
                 store.fail_job(fence, report.reason or "extraction failed", max_attempts=max_attempts)
         except LeaseLost:
-            pass  # another worker owns the job now; its result is the one that counts
+            pass  # refused, logged and counted by the store; the new lease holder's result counts
         except Exception as exc:  # noqa: BLE001 - recorded on the job, retried later
             try:
                 store.fail_job(fence, f"{type(exc).__name__}: {exc}", max_attempts=max_attempts)
             except LeaseLost:
-                pass
+                pass  # the error belongs to a lease that is gone; refused, logged and counted likewise
         done.append(store.get_job(job.job_id))
     return done

@@ -1,20 +1,23 @@
 """PostgreSQL side of sub-agent recording: the same one-statement upsert, reads and counters as SQLite.
 
-A mixin of ``PostgresStore`` (it relies on its ``transaction`` and ``read``). Every
+A mixin of ``PostgresStore`` (it relies on its ``transaction`` and ``read``); the flow
+is ``subagent_core.SubagentCore``'s. Every
 ``SET`` of the upsert reads only the stored row (``s``) and ``EXCLUDED``, so it is
 exactly ``tortoise_sdk.subagents.COLUMN_RULES`` with no read before the write.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from contextlib import AbstractContextManager
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from psycopg.rows import dict_row
 
-from ..models import SubagentContext, SubagentCounters
+from ..models import SubagentContext
+from .subagent_core import SubagentCore
+from .rows import Row, and_equal, subagent_context, subagent_params, utc
 
 if TYPE_CHECKING:
     import psycopg
@@ -22,8 +25,6 @@ if TYPE_CHECKING:
     from ..subagents import NormalizedFrame
 
 __all__ = ("PostgresSubagentMixin",)
-
-_COUNTER_NAMES = tuple(SubagentCounters.model_fields)
 
 # See sqlite_subagents._RESOLVE_TURN: the same three lookups.
 _RESOLVE_TURN = """COALESCE(
@@ -71,82 +72,38 @@ _BUMP = """INSERT INTO subagent_counters AS k (namespace, name, value) VALUES (%
 ON CONFLICT (namespace, name) DO UPDATE SET value = k.value + EXCLUDED.value"""
 
 
-def _utc(dt: datetime) -> datetime:
-    return dt.replace(tzinfo=timezone.utc) if dt.tzinfo is None else dt.astimezone(timezone.utc)
-
-
-def _bump(c: psycopg.Connection, namespace: str, increments: Mapping[str, int]) -> None:
-    rows = [(namespace, name, n) for name, n in increments.items() if n]
-    unknown = [name for _, name, _ in rows if name not in _COUNTER_NAMES]
-    if unknown:
-        raise ValueError(f"unknown subagent counters {unknown}; use {', '.join(_COUNTER_NAMES)}")
-    if rows:
-        with c.cursor() as cur:
-            cur.executemany(_BUMP, rows)
-
-
-def _context(row: Mapping[str, Any]) -> SubagentContext:
-    return SubagentContext.model_validate({**row, "id": str(row["id"])})
-
-
-class PostgresSubagentMixin:
+class PostgresSubagentMixin(SubagentCore):
     """Sub-agent rows and counters for ``PostgresStore``."""
 
     transaction: Callable[..., Any]
     read: Callable[[], AbstractContextManager[psycopg.Connection]]
 
-    def upsert_subagent(
-        self, namespace: str, frame: NormalizedFrame, now: datetime,
-        increments: Mapping[str, int] | None = None,
-    ) -> SubagentContext:
-        """Merge one normalized frame into its row in one statement; bump ``upserted`` and ``increments`` with it."""
-        stamp = _utc(now)
-        params = {
-            "namespace": namespace, "session_id": frame.session_id, "turn_ref": frame.turn_id,
-            "agent_execution_id": frame.agent_execution_id, "tool_call_id": frame.tool_call_id,
-            "parent_tool_call_id": frame.parent_tool_call_id, "subagent_type": frame.subagent_type,
-            "description": frame.description, "agent_id": frame.agent_id,
-            "child_session_id": frame.child_session_id, "model": frame.model,
-            "agent_status": frame.agent_status, "tool_status": frame.tool_status,
-            "is_async": bool(frame.is_async), "total_tokens": frame.total_tokens,
-            "tool_use_count": frame.tool_use_count, "duration_ms": frame.duration_ms, "source": frame.source,
-            "observed_at": _utc(frame.observed_at), "settles_at": stamp if frame.terminal else None, "now": stamp,
-        }
-
-        def write(c: psycopg.Connection) -> SubagentContext:
-            with c.cursor(row_factory=dict_row) as cur:
-                row = cur.execute(_UPSERT, params).fetchone()
-            counts = dict(increments or {})
-            counts["upserted"] = counts.get("upserted", 0) + 1
-            _bump(c, namespace, counts)
-            return _context(row)
-
-        return self.transaction(write)
-
     def subagents(
         self, namespace: str, session_id: str | None = None, turn_id: str | None = None
     ) -> list[SubagentContext]:
         """Rows of a namespace (or one session / launching turn), by observed_at, tool_call_id, agent_execution_id."""
-        sql = "SELECT * FROM subagent_contexts WHERE namespace = %s"
         args: list[Any] = [namespace]
-        if session_id is not None:
-            sql += " AND session_id = %s"
-            args.append(session_id)
-        if turn_id is not None:
-            sql += " AND turn_id = %s"
-            args.append(turn_id)
+        sql = and_equal("SELECT * FROM subagent_contexts WHERE namespace = %s", args,
+                        {"session_id": session_id, "turn_id": turn_id}, "%s")
         sql += ' ORDER BY observed_at, tool_call_id COLLATE "C", agent_execution_id COLLATE "C"'
         with self.read() as c, c.cursor(row_factory=dict_row) as cur:
             rows = cur.execute(sql, args).fetchall()
-        return [_context(r) for r in rows]
+        return [subagent_context(r) for r in rows]
 
-    def bump_subagent_counters(self, namespace: str, increments: Mapping[str, int]) -> None:
-        """Add to the namespace's persistent counters (names of ``SubagentCounters``) in one transaction."""
-        if any(increments.values()):
-            self.transaction(lambda c: _bump(c, namespace, increments))
+    def _upsert_params(self, namespace: str, frame: NormalizedFrame, now: datetime) -> dict[str, Any]:
+        return subagent_params(namespace, frame, now, stamp=utc, is_async=bool(frame.is_async))
 
-    def subagent_counters(self, namespace: str) -> SubagentCounters:
-        """The namespace's counters (zero when never bumped)."""
+    def _upsert_row(self, c: psycopg.Connection, params: dict[str, Any]) -> Row:
+        with c.cursor(row_factory=dict_row) as cur:
+            row = cur.execute(_UPSERT, params).fetchone()
+        assert row is not None  # an upsert always returns its row
+        return row
+
+    def _add_counters(self, c: psycopg.Connection, rows: list[tuple[str, str, int]]) -> None:
+        if rows:
+            with c.cursor() as cur:
+                cur.executemany(_BUMP, rows)
+
+    def _counter_values(self, namespace: str) -> list[tuple[str, int]]:
         with self.read() as c:
-            rows = c.execute("SELECT name, value FROM subagent_counters WHERE namespace = %s", (namespace,)).fetchall()
-        return SubagentCounters(**{name: value for name, value in rows if name in _COUNTER_NAMES})
+            return c.execute("SELECT name, value FROM subagent_counters WHERE namespace = %s", (namespace,)).fetchall()

@@ -5,7 +5,6 @@ Needs the extra: ``pip install 'tortoise-sdk[postgres]'``.
 
 from __future__ import annotations
 
-import math
 import re
 import threading
 import uuid
@@ -20,14 +19,13 @@ from tenacity import retry, retry_if_exception, stop_after_attempt, wait_random_
 from ..capture import CaptureRequest
 from ..errors import (
     ConfigError,
-    IdempotencyConflict,
     InvalidInput,
     MigrationError,
     NotFoundError,
     StoreError,
 )
 from ..models import CaptureReceipt, Diagnostic, SearchHit, SessionInfo, utc_now
-from ..search import tokenize
+from ..search import idf, idf_bonus, split_by_postings
 
 try:  # the optional extra, checked before anything else needs it
     import psycopg
@@ -43,8 +41,9 @@ from .pg_extraction import PostgresExtractionMixin
 from .pg_subagents import PostgresSubagentMixin
 from .pg_fts import FTS_CONFIG, bm25_search_sql, newest_matches_sql, turn_stats_sql, usable_terms
 from .pg_migrations import POSTGRES_MIGRATIONS, migrate_postgres
-# One plan for both engines: the same append rules and the same bounded-search budget.
-from .sqlite import POSTINGS_BUDGET, _mentions, plan_append
+from .capture_plan import new_receipt, plan_append, receipt_row, replay_or_conflict, session_date_for
+from .rows import and_equal
+from .rows import turn_hit as _hit
 
 __all__ = ("PostgresStore", "redact_url", "terms_from_fts5")
 
@@ -218,18 +217,12 @@ class PostgresStore(PostgresExtractionMixin, PostgresSubagentMixin, Store):
                 (namespace, req.idempotency_key),
             ).fetchone()
             if row is not None:
-                if row[0] != req.request_hash:
-                    raise IdempotencyConflict(req.idempotency_key)
-                stored = CaptureReceipt.model_validate_json(row[1])
-                return stored.model_copy(update={"replayed": True})
-        warnings = []
+                return replay_or_conflict(req, row[0], row[1])
+        warnings: list[Diagnostic] = []
         if created:
             session_date = req.session_date
         else:
-            session_date = stored_date or req.session_date
-            if stored_date and req.session_date and stored_date != req.session_date:
-                warnings.append(_diag("session_date_kept",
-                                      f"session already dated {stored_date}; kept it, ignored {req.session_date}"))
+            session_date, warnings = session_date_for(stored_date, req)
             c.execute(
                 "UPDATE sessions SET session_date = %s, updated_at = %s WHERE namespace = %s AND session_id = %s",
                 (session_date, now, namespace, req.session_id),
@@ -249,23 +242,11 @@ class PostgresStore(PostgresExtractionMixin, PostgresSubagentMixin, Store):
                     new_rows,
                 )
             c.execute(turn_stats_sql(), ([r[0] for r in new_rows],))
-        receipt = CaptureReceipt(
-            receipt_id=receipt_id,
-            namespace=namespace,
-            session_id=req.session_id,
-            session_date=session_date,
-            turns_received=len(req.turns),
-            turns_stored=len(new_rows),
-            turn_ids=[r[0] for r in new_rows],
-            idempotency_key=req.idempotency_key,
-            warnings=warnings,
-        )
+        receipt = new_receipt(namespace, req, receipt_id, session_date, new_rows, warnings)
         c.execute(
             "INSERT INTO receipts (receipt_id, namespace, session_id, idempotency_key, request_hash, body, created_at)"
             " VALUES (%s, %s, %s, %s, %s, %s, %s)",
-            (receipt_id, namespace, req.session_id, req.idempotency_key,
-             req.request_hash if req.idempotency_key is not None else None,
-             receipt.model_dump_json(), now),
+            receipt_row(receipt, req, now),
         )
         return receipt
 
@@ -283,11 +264,8 @@ class PostgresStore(PostgresExtractionMixin, PostgresSubagentMixin, Store):
         self.transaction(write)
 
     def receipts(self, namespace: str, session_id: str | None = None) -> list[CaptureReceipt]:
-        sql = "SELECT body FROM receipts WHERE namespace = %s"
         args: list[Any] = [namespace]
-        if session_id is not None:
-            sql += " AND session_id = %s"
-            args.append(session_id)
+        sql = and_equal("SELECT body FROM receipts WHERE namespace = %s", args, {"session_id": session_id}, "%s")
         rows = self._rows(sql + ' ORDER BY created_at, receipt_id COLLATE "C"', args)
         return [CaptureReceipt.model_validate_json(r[0]) for r in rows]
 
@@ -303,7 +281,7 @@ class PostgresStore(PostgresExtractionMixin, PostgresSubagentMixin, Store):
         """BM25 over the terms (as FTS5 computes it), with bounded work on large stores.
 
         The same plan as ``SQLiteStore.search_terms``: terms are taken rarest first until
-        their postings reach ``POSTINGS_BUDGET``; those rank a candidate pool by BM25, and
+        their postings reach ``search.POSTINGS_BUDGET``; those rank a candidate pool by BM25, and
         each remaining common term adds its IDF to the candidates that mention it. On a
         small store this is plain BM25. Ties go by session id, then position.
         """
@@ -313,22 +291,12 @@ class PostgresStore(PostgresExtractionMixin, PostgresSubagentMixin, Store):
         if session_id is not None:
             return self._bm25_turns(namespace, terms, k=k, session_id=session_id)
         n_docs, dfs = self._doc_freqs(terms)
-        lead: list[str] = []
-        postings = 0
-        for term in sorted(terms, key=lambda t: (dfs[t], t)):
-            if lead and postings + dfs[term] > POSTINGS_BUDGET:
-                break
-            lead.append(term)
-            postings += dfs[term]
-        rest = [t for t in terms if t not in lead]
+        lead, rest = split_by_postings(terms, dfs)
         if not rest:
             return self._bm25_turns(namespace, lead, k=k)
-        idf = {t: math.log((n_docs - dfs[t] + 0.5) / (dfs[t] + 0.5) + 1.0) for t in rest}
-        scored = []
-        for hit in self._bm25_turns(namespace, lead, k=max(5 * k, 50)):
-            words = set(tokenize(hit.content))
-            scored.append(hit.model_copy(update={"score": hit.score + sum(
-                w for t, w in idf.items() if _mentions(words, t))}))
+        idfs = {t: idf(n_docs, dfs[t]) for t in rest}
+        scored = [hit.model_copy(update={"score": hit.score + idf_bonus(hit.content, idfs)})
+                  for hit in self._bm25_turns(namespace, lead, k=max(5 * k, 50))]
         scored.sort(key=lambda h: (-h.score, h.session_id, h.index))
         return scored[:k]
 
@@ -528,14 +496,3 @@ def _reject_nul(namespace: str, requests: Sequence[CaptureRequest]) -> None:
                     raise InvalidInput(
                         "PostgreSQL cannot store the NUL character (\\x00); remove it", field=f"turns[{i}].{field}"
                     )
-
-
-def _hit(row: Sequence[Any], score: float) -> SearchHit:
-    return SearchHit(
-        turn_id=row[0], external_id=row[1], session_id=row[2], session_date=row[3], index=row[4],
-        role=row[5], name=row[6], content=row[7], score=score,
-    )
-
-
-def _diag(code: str, message: str) -> Diagnostic:
-    return Diagnostic(stage="capture", code=code, message=message)

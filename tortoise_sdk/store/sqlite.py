@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import math
 import re
 import sqlite3
 import threading
@@ -16,20 +14,20 @@ from typing import Any, TypeVar
 
 from tenacity import retry, retry_if_exception, stop_after_delay, wait_random_exponential
 
-from ..capture import CaptureRequest, turn_id_for
-from ..search import tokenize
+from ..capture import CaptureRequest
 from ..config import DEFAULT_BUSY_TIMEOUT_MS
-from ..errors import CaptureConflict, IdempotencyConflict, NotFoundError, StoreError
+from ..errors import NotFoundError, StoreError
 from ..models import CaptureReceipt, Diagnostic, MemoryRecord, SearchHit, SessionInfo, utc_now
+from ..search import idf, idf_bonus, split_by_postings
 from .base import Store
+from .capture_plan import new_receipt, plan_append, receipt_row, replay_or_conflict, session_date_for
 from .migrations import SQLITE_MIGRATIONS, migrate_sqlite
+from .rows import and_equal
+from .rows import turn_hit as _hit
 from .sqlite_extraction import SQLiteExtractionMixin
 from .sqlite_subagents import SQLiteSubagentMixin
 
-__all__ = ("POSTINGS_BUDGET", "SQLiteStore")
-
-# How many postings the BM25 ranking pass may score per search (see SQLiteStore.search_terms).
-POSTINGS_BUDGET = 2_000
+__all__ = ("SQLiteStore",)
 
 T = TypeVar("T")
 
@@ -175,17 +173,14 @@ class SQLiteStore(SQLiteExtractionMixin, SQLiteSubagentMixin, Store):
                 (namespace, req.idempotency_key),
             ).fetchone()
             if row is not None:
-                if row["request_hash"] != req.request_hash:
-                    raise IdempotencyConflict(req.idempotency_key)
-                stored = CaptureReceipt.model_validate_json(row["body"])
-                return stored.model_copy(update={"replayed": True})
+                return replay_or_conflict(req, row["request_hash"], row["body"])
         now = utc_now().isoformat()
         receipt_id = f"r_{uuid.uuid4().hex}"
         session = c.execute(
             "SELECT session_date FROM sessions WHERE namespace = ? AND session_id = ?",
             (namespace, req.session_id),
         ).fetchone()
-        warnings = []
+        warnings: list[Diagnostic] = []
         if session is None:
             c.execute(
                 "INSERT INTO sessions (namespace, session_id, session_date, created_at, updated_at) VALUES (?, ?, ?, ?, ?)",
@@ -193,10 +188,7 @@ class SQLiteStore(SQLiteExtractionMixin, SQLiteSubagentMixin, Store):
             )
             session_date = req.session_date
         else:
-            session_date = session["session_date"] or req.session_date
-            if session["session_date"] and req.session_date and session["session_date"] != req.session_date:
-                warnings.append(_diag("session_date_kept",
-                                      f"session already dated {session['session_date']}; kept it, ignored {req.session_date}"))
+            session_date, warnings = session_date_for(session["session_date"], req)
             c.execute(
                 "UPDATE sessions SET session_date = ?, updated_at = ? WHERE namespace = ? AND session_id = ?",
                 (session_date, now, namespace, req.session_id),
@@ -211,23 +203,11 @@ class SQLiteStore(SQLiteExtractionMixin, SQLiteSubagentMixin, Store):
             " metadata, content_hash, receipt_id, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             new_rows,
         )
-        receipt = CaptureReceipt(
-            receipt_id=receipt_id,
-            namespace=namespace,
-            session_id=req.session_id,
-            session_date=session_date,
-            turns_received=len(req.turns),
-            turns_stored=len(new_rows),
-            turn_ids=[r[0] for r in new_rows],
-            idempotency_key=req.idempotency_key,
-            warnings=warnings,
-        )
+        receipt = new_receipt(namespace, req, receipt_id, session_date, new_rows, warnings)
         c.execute(
             "INSERT INTO receipts (receipt_id, namespace, session_id, idempotency_key, request_hash, body, created_at)"
             " VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (receipt_id, namespace, req.session_id, req.idempotency_key,
-             req.request_hash if req.idempotency_key is not None else None,
-             receipt.model_dump_json(), now),
+            receipt_row(receipt, req, now),
         )
         return receipt
 
@@ -243,11 +223,8 @@ class SQLiteStore(SQLiteExtractionMixin, SQLiteSubagentMixin, Store):
         self.transaction(write)
 
     def receipts(self, namespace: str, session_id: str | None = None) -> list[CaptureReceipt]:
-        sql = "SELECT body FROM receipts WHERE namespace = ?"
         args: list[Any] = [namespace]
-        if session_id is not None:
-            sql += " AND session_id = ?"
-            args.append(session_id)
+        sql = and_equal("SELECT body FROM receipts WHERE namespace = ?", args, {"session_id": session_id})
         with self.read() as c:
             rows = c.execute(sql + " ORDER BY created_at, receipt_id", args).fetchall()
         return [CaptureReceipt.model_validate_json(r[0]) for r in rows]
@@ -281,7 +258,7 @@ class SQLiteStore(SQLiteExtractionMixin, SQLiteSubagentMixin, Store):
 
         BM25 in FTS5 scores every matching row, so a query holding a very common term
         costs time in proportion to the store. Terms are taken rarest first until their
-        postings reach ``POSTINGS_BUDGET``; those retrieve and rank a candidate pool, and
+        postings reach ``search.POSTINGS_BUDGET``; those retrieve and rank a candidate pool, and
         each remaining (common, low-IDF) term adds its IDF to the candidates that contain
         it, which is its BM25 contribution at tf = 1 and average length. On a small store
         every term fits the budget and this is plain BM25.
@@ -292,22 +269,12 @@ class SQLiteStore(SQLiteExtractionMixin, SQLiteSubagentMixin, Store):
         if session_id is not None:
             return self.search_turns(namespace, _or_expr(terms), k=k, session_id=session_id)
         n_docs, dfs = self._doc_freqs(terms)
-        lead: list[str] = []
-        postings = 0
-        for term in sorted(terms, key=lambda t: (dfs[t], t)):
-            if lead and postings + dfs[term] > POSTINGS_BUDGET:
-                break
-            lead.append(term)
-            postings += dfs[term]
-        rest = [t for t in terms if t not in lead]
+        lead, rest = split_by_postings(terms, dfs)
         if not rest:
             return self.search_turns(namespace, _or_expr(lead), k=k)
         pool = self._ranked_rows(namespace, _or_expr(lead), k=max(5 * k, 50))
-        idf = {t: math.log((n_docs - dfs[t] + 0.5) / (dfs[t] + 0.5) + 1.0) for t in rest}
-        scored = []
-        for row in pool:
-            words = set(tokenize(row["content"]))
-            scored.append((-row["rank"] + sum(w for t, w in idf.items() if _mentions(words, t)), row))
+        idfs = {t: idf(n_docs, dfs[t]) for t in rest}
+        scored = [(-row["rank"] + idf_bonus(row["content"], idfs), row) for row in pool]
         scored.sort(key=lambda sr: (-sr[0], sr[1]["session_id"], sr[1]["idx"]))
         return [_hit(row, score) for score, row in scored[:k]]
 
@@ -501,70 +468,5 @@ class SQLiteStore(SQLiteExtractionMixin, SQLiteSubagentMixin, Store):
         self._reflex_temp_ready = True
 
 
-def plan_append(
-    namespace: str,
-    req: CaptureRequest,
-    existing: Sequence[tuple[int, str | None, str]],
-    receipt_id: str,
-    now: str,
-) -> list[tuple[Any, ...]]:
-    """Rows to insert for a capture, given the stored ``(idx, external_id, content_hash)`` of its session.
-
-    Identity is the caller's id when given, else the position plus content hash.
-    A known identity with a different content raises CaptureConflict.
-    """
-    by_ext = {ext: h for _, ext, h in existing if ext is not None}
-    by_idx = {idx: h for idx, _, h in existing}
-    next_idx = max(by_idx, default=-1) + 1
-    rows: list[tuple[Any, ...]] = []
-    for pos, (turn, h) in enumerate(zip(req.turns, req.hashes)):
-        if turn.id is not None and turn.id in by_ext:
-            if by_ext[turn.id] != h:
-                raise CaptureConflict(
-                    f"turn id {turn.id!r} is already stored with different content; "
-                    "stored turns are never overwritten — use a new id for a new message",
-                    field=f"turns[{pos}]",
-                )
-            continue
-        if turn.id is None and pos in by_idx:
-            if by_idx[pos] != h:
-                raise CaptureConflict(
-                    f"differs from the turn already stored at position {pos} of session {req.session_id!r}; "
-                    "send the whole conversation so far in order, or give each turn an 'id'",
-                    field=f"turns[{pos}]",
-                )
-            continue
-        rows.append((
-            turn_id_for(namespace, req.session_id, next_idx), namespace, req.session_id, next_idx,
-            turn.role, turn.name, turn.content, turn.id, turn.timestamp,
-            json.dumps(turn.metadata, ensure_ascii=False) if turn.metadata is not None else None,
-            h, receipt_id, now,
-        ))
-        by_idx[next_idx] = h
-        if turn.id is not None:
-            by_ext[turn.id] = h
-        next_idx += 1
-    return rows
-
-
-def _hit(row: sqlite3.Row, score: float) -> SearchHit:
-    return SearchHit(
-        turn_id=row[0], external_id=row[1], session_id=row[2], session_date=row[3], index=row[4],
-        role=row[5], name=row[6], content=row[7], score=score,
-    )
-
-
-def _diag(code: str, message: str) -> Diagnostic:
-    return Diagnostic(stage="capture", code=code, message=message)
-
-
 def _or_expr(terms: Sequence[str]) -> str:
     return " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
-
-
-def _mentions(words: set[str], term: str) -> bool:
-    """Whether a tokenized text contains the term or an inflection of it (a cheap stand-in for the stemmer)."""
-    if term in words:
-        return True
-    stem = term[: max(4, len(term) - 2)]
-    return len(term) > 4 and any(w.startswith(stem) for w in words)

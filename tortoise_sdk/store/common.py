@@ -1,0 +1,348 @@
+"""The dialect-neutral half of the extraction mixins of both stores (``ExtractionCore``).
+
+It holds the S5 consolidation (order of application, ADD / NOOP / UPDATE / DELETE
+decisions, retraction matching), the supersession walk and the job state machine
+(leases, attempts, fencing, counting refused late writes). A store's mixin supplies
+``transaction`` and the small ``_``-hooks below: SQL text and driver calls only.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from ..errors import LeaseLost, NotFoundError
+from ..models import Diagnostic, ExtractionReport, JobInfo, MemoryRecord
+from ..text import jaccard, norm_content, norm_name
+from .plan import EntityPlan, ExtractionPlan, Fence, ItemPlan, RetractionPlan, SourcePlan, WriteResult
+from .rows import Row, entity_id_for, memory_id_for
+
+__all__ = ("RETRACTION_MATCH", "ExtractionCore")
+
+#: A retraction whose text overlaps a live memory at least this much (token Jaccard) deletes it.
+RETRACTION_MATCH = 0.5
+
+Conn = Any
+
+
+def _bump(counter: dict[str, int], key: str) -> None:
+    counter[key] = counter.get(key, 0) + 1
+
+
+class ExtractionCore:
+    """Supersession reads, the S5 write and the job queue, over per-dialect hooks."""
+
+    transaction: Callable[..., Any]
+    get_memory: Callable[[str, str], MemoryRecord]
+
+    #: Late writes this store refused because the job's lease had moved on.
+    fenced_writes: int = 0
+    _fence_lock = threading.Lock()
+    _log: logging.Logger = logging.getLogger("tortoise_sdk.store")
+
+    def supersession_chain(self, namespace: str, memory_id: str) -> list[MemoryRecord]:
+        """The versions of a fact, oldest first, that ``memory_id`` belongs to. Raises NotFoundError."""
+        first = self.get_memory(namespace, memory_id)
+        chain = [first]
+        seen = {first.id}
+        node = first
+        while node.supersedes and node.supersedes not in seen:
+            node = self.get_memory(namespace, node.supersedes)
+            chain.insert(0, node)
+            seen.add(node.id)
+        node = first
+        while node.superseded_by and node.superseded_by not in seen:
+            node = self.get_memory(namespace, node.superseded_by)
+            chain.append(node)
+            seen.add(node.id)
+        return chain
+
+    # -- S5: the write ----------------------------------------------------------------------------
+
+    def write_extraction(
+        self,
+        namespace: str,
+        plan: ExtractionPlan,
+        *,
+        finalize: Callable[[WriteResult], ExtractionReport],
+        fence: Fence | None = None,
+    ) -> WriteResult:
+        """Consolidate and write one session's extraction in one transaction.
+
+        Entities resolve to existing nodes by normalised name; each item becomes ADD,
+        NOOP (same normalised content as a live memory), UPDATE (``supersedes`` names a
+        live memory, which is kept, marked superseded and linked) or, for a retraction,
+        DELETE. ``finalize`` turns the outcome into the report stored with the run and
+        on the receipt, inside the same transaction.
+
+        Raises:
+            LeaseLost: ``fence`` no longer holds (another worker took the job); nothing was written.
+        """
+
+        def write(c: Conn) -> WriteResult:
+            if fence is not None:
+                self._check_fence(c, fence)
+            now = self._begin_s5(c, namespace)
+            result = WriteResult()
+            entity_ids = {norm_name(e.name): self._resolve_entity(c, namespace, e, now) for e in plan.entities}
+            for item in plan.items:
+                self._write_item(c, namespace, plan, item, entity_ids, result, now)
+            for retraction in plan.retractions:
+                self._retract(c, namespace, plan, retraction, result, now)
+            result.counts["entity"] = len(entity_ids)
+            report = finalize(result)
+            result.report = report
+            self._insert_extraction(c, namespace, plan, report, fence.job_id if fence else None, now)
+            if plan.receipt is not None:
+                self._set_receipt_body(c, namespace, plan.receipt.model_copy(update={"extraction": report}))
+            if fence is not None:
+                self._settle_job(c, fence.job_id, "done", now)
+            return result
+
+        return self.transaction(write)
+
+    def _resolve_entity(self, c: Conn, namespace: str, e: EntityPlan, now: datetime) -> str:
+        key = norm_name(e.name)
+        found = self._find_entity(c, namespace, key, e.kind)
+        if found is not None:
+            entity_id, note = found
+            if e.note and not note:
+                self._set_entity_note(c, entity_id, e.note, now)
+            return entity_id
+        entity_id = entity_id_for(namespace, e.name, e.kind)
+        self._insert_entity(c, namespace, entity_id, e, key, now)
+        return entity_id
+
+    def _write_item(self, c: Conn, namespace: str, plan: ExtractionPlan, item: ItemPlan,
+                    entity_ids: dict[str, str], result: WriteResult, now: datetime) -> None:
+        key = norm_content(item.content)
+        for name in item.about:
+            if norm_name(name) and norm_name(name) not in entity_ids:
+                entity_ids[norm_name(name)] = self._resolve_entity(c, namespace, EntityPlan(name, "other"), now)
+        about = [entity_ids[norm_name(n)] for n in item.about if norm_name(n)]
+        same = self._live_with_content(c, namespace, key)
+        if same is not None:
+            self._link(c, namespace, same, about, item.sources, plan.extraction_id)
+            self._index(c, same)
+            _bump(result.outcomes, "NOOP")
+            result.memory_ids.append(same)
+            return
+        old = None
+        if item.supersedes:
+            old = self._live_head(c, namespace, item.supersedes)
+            if old is None:
+                result.warnings.append(Diagnostic(
+                    stage="s5", code="supersedes_unknown",
+                    message=f"{item.kind} {item.content!r} names {item.supersedes!r} as superseded, but no live "
+                            "memory has that id; added as new",
+                ))
+        memory_id = self._insert_memory(c, namespace, plan, item, key, now, supersedes=old)
+        if old is not None:
+            self._set_memory_status(c, old, "superseded", plan.valid_at or now, superseded_by=memory_id)
+            _bump(result.outcomes, "UPDATE")
+        else:
+            _bump(result.outcomes, "ADD")
+        _bump(result.counts, item.kind)
+        self._link(c, namespace, memory_id, about, item.sources, plan.extraction_id)
+        self._index(c, memory_id)
+        result.memory_ids.append(memory_id)
+
+    def _insert_memory(self, c: Conn, namespace: str, plan: ExtractionPlan, item: ItemPlan,
+                       key: str, now: datetime, *, supersedes: str | None) -> str:
+        n = 0
+        while self._memory_exists(c, memory_id := memory_id_for(namespace, plan.session_id, item.kind,
+                                                                item.content, n)):
+            n += 1
+        self._insert_memory_row(c, namespace, memory_id, plan, item, key, now, supersedes)
+        return memory_id
+
+    def _retract(self, c: Conn, namespace: str, plan: ExtractionPlan, r: RetractionPlan,
+                 result: WriteResult, now: datetime) -> None:
+        target = self._live_head(c, namespace, r.target) if r.target else None
+        if target is None:
+            target = self._match_live(c, namespace, r.content)
+        if target is None:
+            result.warnings.append(Diagnostic(
+                stage="s5", code="retraction_unmatched",
+                message=f"retraction {r.content!r} matches no live memory; nothing deleted",
+            ))
+            return
+        self._set_memory_status(c, target, "deleted", plan.valid_at or now)
+        self._link(c, namespace, target, (), r.sources, plan.extraction_id)
+        _bump(result.outcomes, "DELETE")
+        result.memory_ids.append(target)
+
+    def _live_head(self, c: Conn, namespace: str, memory_id: str) -> str | None:
+        """The live memory at the end of ``memory_id``'s supersession chain, if any."""
+        seen: set[str] = set()
+        current: str | None = memory_id
+        while current and current not in seen:
+            seen.add(current)
+            state = self._memory_state(c, namespace, current)
+            if state is None or state[0] == "deleted":
+                return None
+            if state[0] == "live":
+                return current
+            current = state[1]
+        return None
+
+    def _match_live(self, c: Conn, namespace: str, content: str) -> str | None:
+        """The live memory a retraction names: same normalised content, else the best close match."""
+        same = self._live_with_content(c, namespace, norm_content(content))
+        if same is not None:
+            return same
+        best, best_score = None, RETRACTION_MATCH
+        for mid, text in self._retraction_candidates(c, namespace, content):
+            score = jaccard(content, text)
+            if score >= best_score:
+                best, best_score = mid, score
+        return best
+
+    # -- jobs ---------------------------------------------------------------------------------------
+
+    def lease_job(self, namespace: str | None, *, lease_s: float, max_attempts: int,
+                  now: datetime | None = None) -> JobInfo | None:
+        """Take the oldest runnable job (pending, or running with an expired lease) and bump its revision.
+
+        A job whose lease expired after its last allowed attempt is marked failed instead.
+        ``now`` defaults to the store's clock (the database clock on PostgreSQL).
+        """
+
+        def take(c: Conn) -> JobInfo | None:
+            at = now or self._clock(c)
+            for row in self._runnable_jobs(c, namespace, at):
+                errors = json.loads(row["errors"])
+                lapsed = f"attempt {row['attempts']}: lease expired (worker crashed or stalled); "
+                if row["attempts"] >= max_attempts:
+                    errors.append(lapsed + f"giving up after {max_attempts} attempts")
+                    self._settle_job(c, row["job_id"], "failed", at, errors)
+                    continue
+                if row["status"] == "running":
+                    errors.append(lapsed + "retried")
+                return self._lease_row(c, row["job_id"], at + timedelta(seconds=lease_s), errors, at)
+            return None
+
+        return self.transaction(take)
+
+    def fail_job(self, fence: Fence, error: str, *, max_attempts: int) -> JobInfo:
+        """Record a failed attempt: back to pending, or failed for good after ``max_attempts``.
+
+        Raises:
+            LeaseLost: the job was taken over; the error is not recorded by this worker.
+        """
+
+        def write(c: Conn) -> JobInfo:
+            row = self._check_fence(c, fence)
+            errors = json.loads(row["errors"]) + [f"attempt {row['attempts']}: {error}"]
+            status = "failed" if row["attempts"] >= max_attempts else "pending"
+            return self._settle_job(c, fence.job_id, status, self._clock(c), errors)
+
+        return self.transaction(write)
+
+    def finish_job(self, fence: Fence) -> None:
+        """Mark a leased job done (when there was nothing to write). Raises LeaseLost."""
+
+        def write(c: Conn) -> None:
+            self._check_fence(c, fence)
+            self._settle_job(c, fence.job_id, "done", self._clock(c))
+
+        self.transaction(write)
+
+    def _check_fence(self, c: Conn, fence: Fence) -> Row:
+        """The job's row, if ``fence`` still holds its lease; else count, log and raise LeaseLost."""
+        row = self._fenced_job_row(c, fence.job_id)
+        if row is None:
+            raise NotFoundError(f"no job {fence.job_id!r}")
+        if row["revision"] != fence.revision or row["status"] != "running":
+            with self._fence_lock:
+                self.fenced_writes += 1
+            self._log.warning("refused a late write for job %s: it is at revision %s (%s), the worker held %s",
+                        fence.job_id, row["revision"], row["status"], fence.revision)
+            raise LeaseLost(
+                f"job {fence.job_id} is at revision {row['revision']} ({row['status']}), this worker held "
+                f"revision {fence.revision}: its lease expired and another worker took it; the result was discarded"
+            )
+        return row
+
+    # -- dialect hooks: SQL text and driver calls ---------------------------------------------------
+
+    def _clock(self, c: Conn) -> datetime:
+        """Now, by the clock leases are timed with."""
+        raise NotImplementedError
+
+    def _begin_s5(self, c: Conn, namespace: str) -> datetime:
+        """Serialise S5 writes of the namespace (where the engine needs it); return the write's time."""
+        raise NotImplementedError
+
+    def _find_entity(self, c: Conn, namespace: str, key: str, kind: str) -> tuple[str, str | None] | None:
+        """``(entity_id, note)`` of the oldest entity with that normalised name, same kind first."""
+        raise NotImplementedError
+
+    def _set_entity_note(self, c: Conn, entity_id: str, note: str, now: datetime) -> None:
+        raise NotImplementedError
+
+    def _insert_entity(self, c: Conn, namespace: str, entity_id: str, e: EntityPlan, key: str,
+                       now: datetime) -> None:
+        raise NotImplementedError
+
+    def _live_with_content(self, c: Conn, namespace: str, key: str) -> str | None:
+        """The oldest live memory whose normalised content is ``key``."""
+        raise NotImplementedError
+
+    def _memory_state(self, c: Conn, namespace: str, memory_id: str) -> tuple[str, str | None] | None:
+        """``(status, superseded_by)`` of a memory, None when absent."""
+        raise NotImplementedError
+
+    def _memory_exists(self, c: Conn, memory_id: str) -> bool:
+        raise NotImplementedError
+
+    def _insert_memory_row(self, c: Conn, namespace: str, memory_id: str, plan: ExtractionPlan, item: ItemPlan,
+                           key: str, now: datetime, supersedes: str | None) -> None:
+        raise NotImplementedError
+
+    def _set_memory_status(self, c: Conn, memory_id: str, status: str, invalid_at: datetime,
+                           superseded_by: str | None = None) -> None:
+        """Retire a memory: ``superseded`` (by ``superseded_by``) or ``deleted``, invalid from ``invalid_at``."""
+        raise NotImplementedError
+
+    def _link(self, c: Conn, namespace: str, memory_id: str, about: Sequence[str],
+              sources: Sequence[SourcePlan], extraction_id: str) -> None:
+        """Add about-edges and provenance, keeping the ones already stored."""
+        raise NotImplementedError
+
+    def _index(self, c: Conn, memory_id: str) -> None:
+        """Refresh the memory's full-text entry (content, search keys, entity names)."""
+        raise NotImplementedError
+
+    def _retraction_candidates(self, c: Conn, namespace: str, content: str) -> Iterable[tuple[str, str]]:
+        """``(memory_id, content)`` of the 20 live memories ranking best for ``content``."""
+        raise NotImplementedError
+
+    def _insert_extraction(self, c: Conn, namespace: str, plan: ExtractionPlan, report: ExtractionReport,
+                           job_id: str | None, now: datetime) -> None:
+        raise NotImplementedError
+
+    def _set_receipt_body(self, c: Conn, namespace: str, receipt: Any) -> None:
+        raise NotImplementedError
+
+    def _runnable_jobs(self, c: Conn, namespace: str | None, at: datetime) -> Iterable[Row]:
+        """Pending jobs and running ones whose lease ended before ``at``, oldest first."""
+        raise NotImplementedError
+
+    def _lease_row(self, c: Conn, job_id: str, until: datetime, errors: list[str], at: datetime) -> JobInfo:
+        """Lease the job until ``until``: running, one more attempt, the next revision."""
+        raise NotImplementedError
+
+    def _settle_job(self, c: Conn, job_id: str, status: str, at: datetime,
+                    errors: list[str] | None = None) -> JobInfo:
+        """End the job's lease with ``status`` (and ``errors`` when given)."""
+        raise NotImplementedError
+
+    def _fenced_job_row(self, c: Conn, job_id: str) -> Row | None:
+        """The job's row, locked against a concurrent lease until the transaction ends."""
+        raise NotImplementedError
+
