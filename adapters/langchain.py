@@ -40,8 +40,8 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         "tortoise_sdk.adapters.langchain needs LangChain v1: pip install 'tortoise-sdk[langchain]'"
     ) from exc
 
-from ..errors import AdapterError
-from ..models import MEMORY_BLOCK_MARKER, MemoryBlock, utc_now
+from ..models import MEMORY_BLOCK_MARKER, MemoryBlock
+from ._common import MemoryAdapter
 
 if TYPE_CHECKING:
     from ..memory import ExtractMode, Memory
@@ -53,7 +53,7 @@ log = logging.getLogger(__name__)
 DEFAULT_SESSION = "langchain"
 
 
-class MemoryMiddleware(AgentMiddleware):
+class MemoryMiddleware(MemoryAdapter, AgentMiddleware):
     """Before each model call, the memory block joins the system message; after the turn, new messages are captured.
 
     Args:
@@ -76,20 +76,11 @@ class MemoryMiddleware(AgentMiddleware):
         capture: bool = True,
         extract: ExtractMode = "background",
     ) -> None:
-        super().__init__()
-        if window_turns < 1:
-            raise AdapterError("window_turns must be at least 1")
-        self.mem = mem
+        super().__init__(mem, budget=budget, max_tokens=max_tokens, window_turns=window_turns, extract=extract)
         self.session_id = session_id
-        self.budget = budget
-        self.max_tokens = max_tokens
-        self.window_turns = window_turns
         self.capture = capture
-        self.extract = extract
-        self.last_block: MemoryBlock = MemoryBlock()
         # One block per user message: the tool-call round trips of one turn see the same block.
         self._cache: tuple[str, MemoryBlock] | None = None
-        self._dated: set[str] = set()
 
     # -- before each model call ------------------------------------------------------------
 
@@ -111,18 +102,16 @@ class MemoryMiddleware(AgentMiddleware):
                 return request
             return request.override(system_message=_join_system(request.system_message, block.block))
         except Exception as exc:
-            log.warning("tortoise: memory block skipped: %s", exc)
-            self.last_block = MemoryBlock(degraded_reason=f"adapter_error: {type(exc).__name__}")
+            self._block_skipped(exc)
             return request
 
     def _block(self, messages: Sequence[BaseMessage]) -> MemoryBlock:
-        window = [m for m in messages if not isinstance(m, SystemMessage)][-self.window_turns:]
+        window = self._window(m for m in messages if not isinstance(m, SystemMessage))
         last_user = next((m for m in reversed(window) if isinstance(m, HumanMessage)), None)
         key = f"{id(last_user)}:{last_user.id}:{last_user.text}" if last_user is not None else ""
         if self._cache is not None and self._cache[0] == key:
             return self._cache[1]
-        block = self.mem.context(window, budget=self.budget, max_tokens=self.max_tokens,
-                                 session_id=self._session())
+        block = self._context(window, self._session())
         self._cache = (key, block)
         return block
 
@@ -130,24 +119,12 @@ class MemoryMiddleware(AgentMiddleware):
 
     def after_agent(self, state: Any, runtime: Any) -> dict[str, Any] | None:
         if self.capture:
-            self._capture(state.get("messages", []) if isinstance(state, dict) else [])
+            messages = state.get("messages", []) if isinstance(state, dict) else []
+            self._capture(self._session, (_turn(m) for m in messages))
         return None
 
     async def aafter_agent(self, state: Any, runtime: Any) -> dict[str, Any] | None:
         return self.after_agent(state, runtime)
-
-    def _capture(self, messages: Sequence[BaseMessage]) -> None:
-        try:
-            turns = [t for t in (_turn(m) for m in messages) if t is not None]
-            if not turns:
-                return
-            sid = self._session()
-            date = None if sid in self._dated else utc_now().isoformat()
-            # Message ids are the turns' identity: already stored ones are skipped, new ones appended.
-            self.mem.capture(sid, turns, session_date=date, extract=self.extract)
-            self._dated.add(sid)
-        except Exception as exc:
-            log.warning("tortoise: capture skipped: %s", exc)
 
     def _session(self) -> str:
         return self.session_id or _thread_id() or DEFAULT_SESSION

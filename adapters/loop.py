@@ -13,25 +13,23 @@ Usage::
 
 from __future__ import annotations
 
-import logging
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import AdapterError
-from ..models import MEMORY_BLOCK_MARKER, CaptureReceipt, MemoryBlock, utc_now
+from ..models import MEMORY_BLOCK_MARKER, CaptureReceipt
+from ._common import MemoryAdapter
 
 if TYPE_CHECKING:
     from ..memory import ExtractMode, Memory
 
 __all__ = ("MemorySession",)
 
-log = logging.getLogger(__name__)
-
 Message = Mapping[str, Any]
 
 
-class MemorySession:
+class MemorySession(MemoryAdapter):
     """One conversation's memory: a block before each model call, a capture after each exchange.
 
     Neither method ever raises because of memory: a failure is logged, ``before_turn``
@@ -58,28 +56,17 @@ class MemorySession:
     ) -> None:
         if not isinstance(session_id, str) or not session_id:
             raise AdapterError("session_id must be a non-empty string, e.g. MemorySession(mem, 'chat-42')")
-        if window_turns < 1:
-            raise AdapterError("window_turns must be at least 1")
-        self.mem = mem
+        super().__init__(mem, budget=budget, max_tokens=max_tokens, window_turns=window_turns, extract=extract)
         self.session_id = session_id
-        self.budget = budget
-        self.max_tokens = max_tokens
-        self.window_turns = window_turns
-        self.extract = extract
-        self.last_block: MemoryBlock = MemoryBlock()
-        self._dated = False
 
     def before_turn(self, messages: Sequence[Message]) -> list[dict[str, Any]]:
         """A copy of ``messages`` with the memory block as a system message after the leading system ones."""
         out = [dict(m) for m in messages]
         try:
-            window = [m for m in out if m.get("role") != "system"][-self.window_turns:]
-            block = self.mem.context(window, budget=self.budget, max_tokens=self.max_tokens,
-                                     session_id=self.session_id)
+            window = self._window(m for m in out if m.get("role") != "system")
+            self.last_block = block = self._context(window, self.session_id)
         except Exception as exc:  # context() itself fails open; this guards bad input too
-            log.warning("tortoise: memory block skipped: %s", exc)
-            block = MemoryBlock(degraded_reason=f"adapter_error: {type(exc).__name__}")
-        self.last_block = block
+            block = self._block_skipped(exc)
         if not block.block:
             return out
         at = 0
@@ -90,17 +77,8 @@ class MemorySession:
 
     def after_turn(self, user_msg: str | Message, assistant_msg: str | Message) -> CaptureReceipt | None:
         """Capture one exchange (each message gets a fresh id); returns the receipt, or None on failure."""
-        try:
-            turns = [t for t in (_turn(user_msg, "user"), _turn(assistant_msg, "assistant")) if t is not None]
-            if not turns:
-                return None
-            date = None if self._dated else utc_now().isoformat()
-            receipt = self.mem.capture(self.session_id, turns, session_date=date, extract=self.extract)
-            self._dated = True
-            return receipt
-        except Exception as exc:
-            log.warning("tortoise: capture skipped: %s", exc)
-            return None
+        exchange = ((user_msg, "user"), (assistant_msg, "assistant"))
+        return self._capture(self.session_id, (_turn(msg, role) for msg, role in exchange))
 
 
 def _turn(msg: str | Message, role: str) -> dict[str, Any] | None:

@@ -20,8 +20,14 @@ from typing import Any
 
 import pytest
 
-from stub_model import StubModel
-from tortoise_sdk.llm import LLMClient, LLMConfig
+# Before they are imported: their asserts then report values like a test module's.
+pytest.register_assert_rewrite("pipeline_scenarios")
+
+from stub_model import StubModel  # noqa: E402
+from tortoise_sdk import Memory  # noqa: E402
+from tortoise_sdk.cli import main as cli_main  # noqa: E402
+from tortoise_sdk.demo import load_demo_sessions  # noqa: E402
+from tortoise_sdk.llm import LLMClient, LLMConfig  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 CASSETTES = REPO / "cassettes"
@@ -200,3 +206,30 @@ def stub_model() -> Iterator[Any]:
     yield start
     for stub in started:
         stub.stop()
+
+
+def capture_demo_sessions(mem: Memory, **kwargs: Any) -> None:
+    """Capture every demo session (``tortoise_sdk.demo``) into ``mem`` with its date; ``kwargs`` go to capture."""
+    for s in load_demo_sessions():
+        mem.capture(s["session_id"], s["turns"], session_date=s["date"], **kwargs)
+
+
+@pytest.fixture
+def mem(tmp_path: Path) -> Iterator[Memory]:
+    """A SQLite ``Memory`` in tmp_path, namespace ``maya``, holding the demo sessions (no model: turns only)."""
+    with Memory(str(tmp_path / "m.db"), namespace="maya") as m:
+        capture_demo_sessions(m)
+        yield m
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> str:
+    """A fresh SQLite path for CLI tests (``--db``)."""
+    return str(tmp_path / "cli.db")
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    """Run ``tortoise *argv`` in-process: (exit code, stdout, stderr)."""
+    code = cli_main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err

@@ -17,7 +17,6 @@ from pydantic import Field
 from tortoise_sdk import Memory, StoreError
 from tortoise_sdk.adapters.langchain import MemoryCallbackHandler, MemoryMiddleware
 from tortoise_sdk.adapters.loop import MemorySession
-from tortoise_sdk.demo import load_demo_sessions
 from tortoise_sdk.models import MEMORY_BLOCK_MARKER
 
 REPO = Path(__file__).resolve().parents[1]
@@ -35,14 +34,6 @@ class RecordingChat(GenericFakeChatModel):
 
 def fake(*replies: str) -> RecordingChat:
     return RecordingChat(messages=iter([AIMessage(content=r) for r in replies]))
-
-
-@pytest.fixture
-def mem(tmp_path):
-    with Memory(str(tmp_path / "m.db"), namespace="maya") as m:
-        for s in load_demo_sessions():
-            m.capture(s["session_id"], s["turns"], session_date=s["date"])
-        yield m
 
 
 def _break_store(mem: Memory, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -9,18 +9,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from tortoise_sdk.cli import main
-
-
-@pytest.fixture
-def db(tmp_path):
-    return str(tmp_path / "cli.db")
-
-
-def run(capsys, *argv):
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
+from conftest import run_cli as run
 
 
 def write_jsonl(path, rows):

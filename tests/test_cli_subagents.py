@@ -8,22 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from tortoise_sdk.cli import main
+from conftest import run_cli as run
 
 EXCERPT = Path(__file__).parent / "data" / "claude_code_subagent_excerpt.jsonl"
 SESSION = "491e126e-1e71-469c-ade2-fcc8af567c74"
 TASK_ID = "toolu_01Cz2Pnv7qNcnK1ZiocxWhQX"
-
-
-@pytest.fixture
-def db(tmp_path):
-    return str(tmp_path / "cli.db")
-
-
-def run(capsys, *argv):
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 @pytest.mark.parametrize("fmt", ["auto", "claude-code"])

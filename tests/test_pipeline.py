@@ -9,32 +9,24 @@ exact prompts the pipeline sends). Re-record with
 from __future__ import annotations
 
 import hashlib
-import json
 from datetime import datetime, timezone
 from importlib import resources
 from typing import Any
 
 import pytest
 
-from conftest import FAST_RETRY, ModelEndpoint
+from conftest import ModelEndpoint
 from locomo import LOCOMO_DIR, SKIP_REASON, load_sessions
+from pipeline_scenarios import (
+    capture_demo,
+    later_session_supersedes,
+    memory,
+    repeated_capture_noops,
+    whole_cassette_played,  # noqa: F401 - autouse: every recorded exchange is played
+)
 from tortoise_sdk import Memory
-from tortoise_sdk.demo import load_demo_sessions
 
 pytestmark = pytest.mark.vcr
-
-DEMO = {s["session_id"]: s for s in load_demo_sessions()}
-
-
-def memory(tmp_path: Any, endpoint: ModelEndpoint, **kwargs: Any) -> Memory:
-    settings = {**({} if endpoint.live else FAST_RETRY), "max_attempts": 2, **kwargs.pop("model_settings", {})}
-    return Memory(str(tmp_path / "m.db"), namespace="t", model=endpoint.model, api_base=endpoint.api_base,
-                  api_key=endpoint.api_key, model_settings=settings, **kwargs)
-
-
-def capture_demo(mem: Memory, name: str, session_id: str | None = None) -> Any:
-    s = DEMO[name]
-    return mem.capture(session_id or s["session_id"], s["turns"], session_date=s["date"])
 
 
 def contents(mem: Memory, **kwargs: Any) -> list[str]:
@@ -152,45 +144,14 @@ def test_ungrounded_quote_rejected_alone(tmp_path: Any, model_endpoint: ModelEnd
 
 def test_repeated_capture_noops(tmp_path: Any, model_endpoint: ModelEndpoint) -> None:
     with memory(tmp_path, model_endpoint) as mem:
-        first = capture_demo(mem, "demo-1", "chat-1").extraction
-        assert first.outcomes == {"ADD": 7}
-        # The same turns again in the same session: nothing new, no model call.
-        again = capture_demo(mem, "demo-1", "chat-1")
-        assert (again.turns_stored, again.extraction.status) == (0, "skipped")
-        # The same conversation imported again under another id: every fact is already known.
-        second = capture_demo(mem, "demo-1", "chat-1-again").extraction
-        assert second.status == "ok"
-        assert second.outcomes == {"NOOP": 6}
-        assert len(mem.memories()) == 7
-        dog = next(m for m in mem.memories() if m.content.startswith("Maya has a dog"))
-        assert sorted(s.session_id for s in dog.sources) == ["chat-1", "chat-1-again"]
-        assert [r.extraction.status for r in mem.receipts()] == ["ok", "skipped", "ok"]
+        repeated_capture_noops(mem)
 
 
 def test_later_session_supersedes(tmp_path: Any, model_endpoint: ModelEndpoint) -> None:
     with memory(tmp_path, model_endpoint) as mem:
-        assert capture_demo(mem, "demo-1").extraction.outcomes == {"ADD": 7}
-        report = capture_demo(mem, "demo-2").extraction
-        assert report.status == "ok"
-        assert report.outcomes == {"ADD": 3, "UPDATE": 2}
+        new = later_session_supersedes(mem)
         live = contents(mem)
         assert "Maya works at Helix Health in San Francisco, leading its data platform." in live
         assert "Maya works at Northwind Labs, a biotech startup in Oakland." not in live
-        old = next(m for m in mem.memories(include_superseded=True) if m.content.startswith("Maya works at Northwind"))
-        new = next(m for m in mem.memories() if m.content.startswith("Maya works at Helix"))
-        assert (old.status, old.superseded_by, new.supersedes) == ("superseded", new.id, old.id)
-        assert old.invalid_at == datetime(2024, 6, 14, 9, 5, tzinfo=timezone.utc)
-        assert [m.id for m in mem.store.supersession_chain("t", new.id)] == [old.id, new.id]
-        assert len(mem.memories(include_superseded=True)) == 12 and len(mem.memories()) == 10
         g = mem.graph()
-        assert g.has_edge(f"memory:{new.id}", f"memory:{old.id}", key="supersedes")
         assert any(d["kind"] == "source" for _, _, d in g.out_edges(f"memory:{new.id}", data=True))
-        assert json.loads(mem.receipts("demo-2")[0].model_dump_json())["extraction"]["outcomes"] == {"ADD": 3, "UPDATE": 2}
-
-
-@pytest.fixture(autouse=True)
-def _whole_cassette_played(vcr: Any) -> Any:
-    """On replay, every recorded exchange must have been asked for: the pipeline made exactly the recorded calls."""
-    yield
-    if vcr is not None and vcr.write_protected:
-        assert vcr.play_count == len(vcr.requests), f"played {vcr.play_count} of {len(vcr.requests)} recorded exchanges"

@@ -13,9 +13,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from conftest import capture_demo_sessions
 from locomo import SKIP_REASON, load_questions, load_sessions, locomo_files
 from tortoise_sdk import Memory, MemoryBlock, NotFoundError, StoreError
-from tortoise_sdk.demo import load_demo_sessions
 from tortoise_sdk.models import MEMORY_BLOCK_MARKER, ExtractionReport
 from tortoise_sdk.reflex import MAX_BUDGET, MEMORY_BLOCK_END, approx_tokens
 from tortoise_sdk.store.plan import EntityPlan, ExtractionPlan, ItemPlan, SourcePlan
@@ -27,14 +27,6 @@ def ask(mem: Memory, text: str, **kwargs) -> MemoryBlock:
     # No time budget unless a test is about it: a loaded CI machine must not turn relevance tests into timeouts.
     kwargs.setdefault("time_budget_ms", None)
     return mem.context([{"role": "user", "content": text}], **kwargs)
-
-
-@pytest.fixture
-def mem(tmp_path):
-    with Memory(str(tmp_path / "m.db"), namespace="maya") as m:
-        for s in load_demo_sessions():
-            m.capture(s["session_id"], s["turns"], session_date=s["date"])
-        yield m
 
 
 def _write(mem: Memory, session_id: str, items: list[ItemPlan], entities=("Maya",)) -> list[str]:
@@ -317,8 +309,7 @@ def test_reflex_on_postgres():
 
     require_postgres()
     with temp_database("tortoise_reflex") as url, Memory(url, namespace="maya") as m:
-        for s in load_demo_sessions():
-            m.capture(s["session_id"], s["turns"], session_date=s["date"], extract=False)
+        capture_demo_sessions(m, extract=False)
         block = ask(m, "what is my dog called?", time_budget_ms=None)
         assert block.degraded_reason is None
         assert [p.external_id for p in block.pointers] == ["d1-6", "d1-4", "d1-5"]

@@ -56,6 +56,22 @@ def open_memory(args: argparse.Namespace, **kwargs: Any):  # noqa: ANN201 - retu
     return Memory(args.db, namespace=args.namespace, **kwargs)
 
 
+def run_and_print(
+    args: argparse.Namespace, call: Callable[[Any], Any], text: Callable[[Any], object], **options: Any
+) -> int:
+    """Open the memory, ``call`` one method on it, print the result; returns 0.
+
+    With ``--json`` the result is printed as one JSON document, else ``text(result)`` prints it.
+    """
+    with open_memory(args, **options) as mem:
+        result = call(mem)
+    if args.json:
+        emit_json(result)
+    else:
+        text(result)
+    return 0
+
+
 def emit_json(doc: Any) -> None:
     """Print one JSON document (pydantic models are dumped in JSON mode)."""
     print(json.dumps(_jsonable(doc), ensure_ascii=False, indent=2))
@@ -258,14 +274,13 @@ def _register_capture(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_subagents(args: argparse.Namespace) -> int:
-    with open_memory(args) as mem:
-        rows = mem.subagents(session_id=args.session)
-    if args.json:
-        emit_json(rows)
-        return 0
+    return run_and_print(args, lambda mem: mem.subagents(session_id=args.session), _print_subagents)
+
+
+def _print_subagents(rows: list[Any]) -> None:
     if not rows:
         print("no sub-agent invocations recorded (ingest a transcript with `tortoise capture FILE`)", file=sys.stderr)
-        return 0
+        return
     from rich.console import Console
     from rich.table import Table
 
@@ -287,7 +302,6 @@ def _cmd_subagents(args: argparse.Namespace) -> int:
             *((r.parent_tool_call_id or "",) if nested else ()),
         )
     Console(width=None if sys.stdout.isatty() else 200).print(table)
-    return 0
 
 
 def _num(value: int | None) -> str:
@@ -309,22 +323,24 @@ def _register_subagents(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_stats(args: argparse.Namespace) -> int:
-    with open_memory(args) as mem:
-        sessions = mem.sessions()
-        doc = {
-            "namespace": mem.namespace,
-            "sessions": len(sessions),
-            "turns": sum(s.turn_count for s in sessions),
-            "subagents": len(mem.subagents()),
-            "subagent_counters": mem.subagent_counters().model_dump(),
-        }
-    if args.json:
-        emit_json(doc)
-        return 0
+    return run_and_print(args, _stats, _print_stats)
+
+
+def _stats(mem: Any) -> dict[str, Any]:
+    sessions = mem.sessions()
+    return {
+        "namespace": mem.namespace,
+        "sessions": len(sessions),
+        "turns": sum(s.turn_count for s in sessions),
+        "subagents": len(mem.subagents()),
+        "subagent_counters": mem.subagent_counters().model_dump(),
+    }
+
+
+def _print_stats(doc: dict[str, Any]) -> None:
     print(f"namespace {doc['namespace']}: {doc['sessions']} session(s), {doc['turns']} turn(s), "
           f"{doc['subagents']} sub-agent invocation(s)")
     print("sub-agent frames: " + ", ".join(f"{k} {v}" for k, v in doc["subagent_counters"].items()))
-    return 0
 
 
 def _register_stats(sub: argparse._SubParsersAction) -> None:
@@ -359,18 +375,16 @@ def _register_extract(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_memories(args: argparse.Namespace) -> int:
-    with open_memory(args) as mem:
-        records = mem.memories(args.session, include_superseded=args.all)
-    if args.json:
-        emit_json(records)
-        return 0
+    return run_and_print(args, lambda mem: mem.memories(args.session, include_superseded=args.all), _print_memories)
+
+
+def _print_memories(records: list[Any]) -> None:
     for m in records:
         status = "" if m.status == "live" else f" ({m.status})"
         when = f" [{m.when}]" if m.when else ""
         print(f"{m.id}  {m.kind}{status}{when}: {m.content}")
     if not records:
         print("no memories (capture with a model configured, or run `tortoise extract SESSION`)", file=sys.stderr)
-    return 0
 
 
 def _register_memories(sub: argparse._SubParsersAction) -> None:
@@ -412,18 +426,16 @@ def _register_worker(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_search(args: argparse.Namespace) -> int:
-    with open_memory(args) as mem:
-        hits = mem.search(args.query, k=args.k, session_id=args.session)
-    if args.json:
-        emit_json(hits)
-        return 0
+    return run_and_print(args, lambda mem: mem.search(args.query, k=args.k, session_id=args.session), _print_hits)
+
+
+def _print_hits(hits: list[Any]) -> None:
     for h in hits:
         who = h.name or h.role
         date = f" {h.session_date}" if h.session_date else ""
         print(f"{h.score:7.3f}  [{h.session_id}#{h.index}{date}] {who}: {_one_line(h.content)}")
     if not hits:
         print("no matches", file=sys.stderr)
-    return 0
 
 
 def _one_line(text: str, width: int = 160) -> str:
@@ -442,14 +454,12 @@ def _register_search(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_sessions(args: argparse.Namespace) -> int:
-    with open_memory(args) as mem:
-        sessions = mem.sessions()
-    if args.json:
-        emit_json(sessions)
-        return 0
+    return run_and_print(args, lambda mem: mem.sessions(), _print_sessions)
+
+
+def _print_sessions(sessions: list[Any]) -> None:
     for s in sessions:
         print(f"{s.session_id}\t{s.session_date or '-'}\t{s.turn_count} turns")
-    return 0
 
 
 def _register_sessions(sub: argparse._SubParsersAction) -> None:
@@ -488,9 +498,9 @@ def _register_demo(sub: argparse._SubParsersAction) -> None:
 
 def _cmd_migrate_store(args: argparse.Namespace) -> int:
     # Copies a whole database (every namespace), which no namespaced Memory method covers.
-    from .store.copy import copy_store
+    from .memory import migrate_store
 
-    report = copy_store(args.src, args.dst, progress=None if args.json else _print_copied)
+    report = migrate_store(args.src, args.dst, progress=None if args.json else _print_copied)
     if args.json:
         emit_json({"source": report.source, "destination": report.destination,
                    "schema_version": report.schema_version, "rows": report.rows, "namespaces": report.namespaces})
@@ -522,11 +532,11 @@ def _cmd_context(args: argparse.Namespace) -> int:
     if not all(isinstance(t, (dict, str)) for t in window):
         raise InvalidInput('expected turns such as {"role": "user", "content": "..."}', field=args.window)
     prior = _read_prior(args.prior) if args.prior else None
-    with open_memory(args) as mem:
-        block = mem.context(window, prior, budget=args.budget, max_tokens=args.max_tokens, session_id=args.session)
-    if args.json:
-        emit_json(block)
-        return 0
+    return run_and_print(args, lambda mem: mem.context(window, prior, budget=args.budget, max_tokens=args.max_tokens,
+                                                       session_id=args.session), _print_block)
+
+
+def _print_block(block: Any) -> None:
     if block.block:
         print(block.block)
         for p, why in zip(block.pointers, block.why):
@@ -534,7 +544,6 @@ def _cmd_context(args: argparse.Namespace) -> int:
     else:
         reason = f" ({block.degraded_reason})" if block.degraded_reason else ""
         print(f"no memory block: nothing relevant{reason}", file=sys.stderr)
-    return 0
 
 
 def _read_prior(path: str) -> Any:
@@ -569,11 +578,10 @@ def _register_context(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_expand(args: argparse.Namespace) -> int:
-    with open_memory(args) as mem:
-        full = mem.expand(args.id)
-    if args.json:
-        emit_json(full)
-        return 0
+    return run_and_print(args, lambda mem: mem.expand(args.id), _print_expanded)
+
+
+def _print_expanded(full: Any) -> None:
     date = f" {full.session_date[:10]}" if full.session_date else ""
     print(f"{full.kind} {full.id} [{full.status}] {full.session_id or ''}{date}")
     print(full.content)
@@ -584,7 +592,6 @@ def _cmd_expand(args: argparse.Namespace) -> int:
     for h in full.surrounding:
         mark = ">" if h.turn_id in (full.id, *(s.turn_id for s in full.sources)) else " "
         print(f"  {mark} [{h.session_id}#{h.index}] {h.name or h.role}: {_one_line(h.content)}")
-    return 0
 
 
 def _register_expand(sub: argparse._SubParsersAction) -> None:

@@ -33,7 +33,8 @@ import re
 import threading
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
@@ -329,26 +330,11 @@ class LLMClient:
         Raises:
             ModelError: the call failed for good (``ModelTimeout`` on timeouts).
         """
-        started = time.perf_counter()
-        tally = _Tally()
-        try:
-            cap = max_tokens or self._config.max_tokens
-            request = self._request(stage, chunk, messages, cap, json_mode)
-            response = self._retrying_sync(tally, request)
-            partial = False
-            if _finish_reason(response) == "length":
-                tally.errors["truncation"] += 1
-                try:
-                    response = self._retrying_sync(tally, {**request, "max_tokens": self._larger(cap)})
-                except ModelError:
-                    partial = True  # keep the cut reply rather than lose it
-                else:
-                    if _finish_reason(response) == "length":
-                        tally.errors["truncation"] += 1
-                        partial = True
-            return self._result(response, stage, chunk, tally, partial, started)
-        finally:
-            self._book.add(stage, tally, (time.perf_counter() - started) * 1000)
+        with _Call(self, stage, chunk, messages, max_tokens, json_mode) as call:
+            for request in call:
+                with call.sending():
+                    call.reply = self._retrying_sync(call.tally, request)
+            return call.result()
 
     async def acomplete(
         self,
@@ -360,26 +346,11 @@ class LLMClient:
         json_mode: bool = False,
     ) -> LLMResult:
         """The async twin of :meth:`complete`; the deadline covers the whole attempt."""
-        started = time.perf_counter()
-        tally = _Tally()
-        try:
-            cap = max_tokens or self._config.max_tokens
-            request = self._request(stage, chunk, messages, cap, json_mode)
-            response = await self._retrying_async(tally, request)
-            partial = False
-            if _finish_reason(response) == "length":
-                tally.errors["truncation"] += 1
-                try:
-                    response = await self._retrying_async(tally, {**request, "max_tokens": self._larger(cap)})
-                except ModelError:
-                    partial = True
-                else:
-                    if _finish_reason(response) == "length":
-                        tally.errors["truncation"] += 1
-                        partial = True
-            return self._result(response, stage, chunk, tally, partial, started)
-        finally:
-            self._book.add(stage, tally, (time.perf_counter() - started) * 1000)
+        with _Call(self, stage, chunk, messages, max_tokens, json_mode) as call:
+            for request in call:
+                with call.sending():
+                    call.reply = await self._retrying_async(call.tally, request)
+            return call.result()
 
     def complete_json(
         self,
@@ -465,11 +436,8 @@ class LLMClient:
 
     def _retrying_sync(self, tally: _Tally, request: dict[str, Any]) -> Any:
         def attempt() -> Any:
-            tally.attempts += 1
-            try:
+            with self._attempt(tally):
                 response = _litellm().completion(**request)
-            except Exception as exc:
-                raise self._failed(tally, exc) from exc
             tally.add_usage(response)
             return response
 
@@ -477,15 +445,21 @@ class LLMClient:
 
     async def _retrying_async(self, tally: _Tally, request: dict[str, Any]) -> Any:
         async def attempt() -> Any:
-            tally.attempts += 1
-            try:
+            with self._attempt(tally):
                 response = await asyncio.wait_for(_litellm().acompletion(**request), self._config.timeout_s)
-            except Exception as exc:
-                raise self._failed(tally, exc) from exc
             tally.add_usage(response)
             return response
 
         return await tenacity.AsyncRetrying(**self._retry_policy())(attempt)
+
+    @contextmanager
+    def _attempt(self, tally: _Tally) -> Iterator[None]:
+        """Counts one HTTP attempt and maps its failure to a classified ModelError."""
+        tally.attempts += 1
+        try:
+            yield
+        except Exception as exc:
+            raise self._failed(tally, exc) from exc
 
     def _retry_policy(self) -> dict[str, Any]:
         return {
@@ -533,6 +507,64 @@ class LLMClient:
             model=getattr(response, "model", None),
             wall_ms=(time.perf_counter() - started) * 1000,
         )
+
+
+class _Call:
+    """One logical call: what :meth:`LLMClient.complete` and ``acomplete`` share (they differ only in how they send).
+
+    Iterating gives the requests to send: the first, then once more with a larger
+    output cap when the reply was cut by it. Leaving the ``with`` block adds the
+    call to the stage's stats, whether it succeeded or not.
+    """
+
+    def __init__(
+        self,
+        client: LLMClient,
+        stage: str,
+        chunk: int | None,
+        messages: Sequence[Message],
+        max_tokens: int | None,
+        json_mode: bool,
+    ) -> None:
+        self._started = time.perf_counter()
+        self._client = client
+        self._stage, self._chunk = stage, chunk
+        self._messages, self._json_mode = messages, json_mode
+        self._cap = max_tokens or client.config.max_tokens
+        self._retrying = False
+        self.tally = _Tally()
+        self.reply: Any = None
+        self.partial = False
+
+    def __enter__(self) -> _Call:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._client._book.add(self._stage, self.tally, (time.perf_counter() - self._started) * 1000)
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        request = self._client._request(self._stage, self._chunk, self._messages, self._cap, self._json_mode)
+        yield request
+        if _finish_reason(self.reply) == "length":
+            self.tally.errors["truncation"] += 1
+            self._retrying = True
+            yield {**request, "max_tokens": self._client._larger(self._cap)}
+            if not self.partial and _finish_reason(self.reply) == "length":
+                self.tally.errors["truncation"] += 1
+                self.partial = True
+
+    @contextmanager
+    def sending(self) -> Iterator[None]:
+        """Wraps sending one request: a failed larger-cap retry keeps the cut reply, marked partial."""
+        try:
+            yield
+        except ModelError:
+            if not self._retrying:
+                raise
+            self.partial = True  # keep the cut reply rather than lose it
+
+    def result(self) -> LLMResult:
+        return self._client._result(self.reply, self._stage, self._chunk, self.tally, self.partial, self._started)
 
 
 def map_error(exc: BaseException, *, model: str | None = None) -> ModelError:

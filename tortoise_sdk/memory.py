@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
@@ -40,10 +41,13 @@ if TYPE_CHECKING:
     import networkx
 
     from .ingest import IngestReport
+    from .store.copy import CopyReport
     from .streams.base import SubagentFrame
     from .subagents import SubagentRecorder
 
-__all__ = ("Memory",)
+__all__ = ("Memory", "migrate_store")
+
+_log = logging.getLogger("tortoise_sdk")
 
 TurnLike = Turn | Mapping[str, Any]
 ExtractMode = Literal["inline", "background"] | bool | None
@@ -379,8 +383,10 @@ class Memory:
         updated = receipt.model_copy(update={"extraction": report})
         try:
             self.store.save_receipt(self.namespace, updated)
-        except Exception:  # noqa: BLE001 - the capture itself is committed; the report is still returned
-            pass
+        except Exception as exc:  # noqa: BLE001 - the capture itself is committed; the report is still returned
+            _log.warning("could not store the extraction report on receipt %s: %s", receipt.receipt_id, exc)
+            report.warnings.append(Diagnostic(stage="capture", code="report_not_stored",
+                                              message=f"the extraction report was not stored: {exc}"))
         return updated
 
     def context(
@@ -425,3 +431,14 @@ class Memory:
         from .graph import build_graph
 
         return build_graph(self.store, self.namespace)
+
+
+def migrate_store(src: str, dst: str, *, progress: Callable[[str, int], None] | None = None) -> CopyReport:
+    """Copy the SQLite memory at ``src`` (every namespace, ids kept) into the empty PostgreSQL database at ``dst``.
+
+    A function beside ``Memory`` rather than a method: it works below namespaces, on
+    two stores at once. See :func:`tortoise_sdk.store.copy.copy_store` for the arguments.
+    """
+    from .store.copy import copy_store
+
+    return copy_store(src, dst, progress=progress)

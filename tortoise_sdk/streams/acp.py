@@ -31,8 +31,6 @@ from tortoise_sdk.streams.base import (
     AGENT_TOOL_NAMES,
     Event,
     StreamParser,
-    SubagentFrame,
-    TurnEvent,
     as_bool,
     as_dict,
     as_int,
@@ -220,16 +218,9 @@ class AcpParser(StreamParser):
             call_id = as_str(update.get("toolCallId"))
             if call_id and ((session, call_id) in self._agent_calls or is_acp_agent_call(update)):
                 self._agent_calls.add((session, call_id))
-                events.append(
-                    SubagentFrame(
-                        session_id=session,
-                        tool_call_id=call_id,
-                        source=self.source,
-                        observed_at=self._observed(as_dict(update.get("_meta")).get("timestamp")),
-                        line=line,
-                        **acp_agent_fields(update),
-                    )
-                )
+                timestamp = as_dict(update.get("_meta")).get("timestamp")
+                events.append(self._frame(line, timestamp, session_id=session, tool_call_id=call_id,
+                                          **acp_agent_fields(update)))
             else:
                 self._skip(line, kind, "tool call of a non-agent tool")
             return events
@@ -252,8 +243,7 @@ class AcpParser(StreamParser):
             id=as_str(params.get("messageId")) or f"{session}:L{line}",
             metadata={"format": self.format, "line": line, "request_id": obj.get("id")},
         )
-        uuid = as_str(params.get("messageId"))
-        events.append(TurnEvent(turn=turn, session_id=session, line=line, message_uuid=uuid, format=self.format))
+        events.append(self._turn_event(turn, session, line, as_str(params.get("messageId"))))
         return events
 
     def _close_session(self, session: str) -> list[Event]:
@@ -278,6 +268,4 @@ class AcpParser(StreamParser):
                       # a sub-agent's own messages: never memory grounding (pipeline.grounding)
                       **({"subagent": True} if key != message.session_id else {})},
         )
-        return [
-            TurnEvent(turn=turn, session_id=key, line=message.line, message_uuid=message.message_id, format=self.format)
-        ]
+        return [self._turn_event(turn, key, message.line, message.message_id)]

@@ -175,6 +175,14 @@ class StreamParser:
     def _observed(self, value: Any) -> datetime:
         return parse_time(value) or self.now()
 
+    def _frame(self, line: int, timestamp: Any, **fields: Any) -> SubagentFrame:
+        """A frame read from ``line``: this parser's source, observed at ``timestamp`` (else now)."""
+        return SubagentFrame(source=self.source, observed_at=self._observed(timestamp), line=line, **fields)
+
+    def _turn_event(self, turn: Turn, session_id: str, line: int, message_uuid: str | None) -> TurnEvent:
+        """A turn read from ``line``, in this parser's format."""
+        return TurnEvent(turn=turn, session_id=session_id, line=line, message_uuid=message_uuid, format=self.format)
+
 
 # -- helpers shared by the parsers ------------------------------------------------
 

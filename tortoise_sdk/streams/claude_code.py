@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 from tortoise_sdk.models import Role, Turn
 from tortoise_sdk.streams.base import (
@@ -30,7 +30,6 @@ from tortoise_sdk.streams.base import (
     Event,
     StreamParser,
     SubagentFrame,
-    TurnEvent,
     as_bool,
     as_dict,
     as_int,
@@ -51,11 +50,6 @@ LAUNCH_STATUSES: frozenset[str] = frozenset({"async_launched", "remote_launched"
 
 _NOTIFICATION_RE = re.compile(r"<task-notification>(.*?)</task-notification>", re.S)
 _USAGE_RE = re.compile(r"(total_tokens|tool_uses|duration_ms)\s*:\s*(-?\d+)")
-_SKIP_REASONS = {
-    "file-history-snapshot": "file snapshot, not a message",
-    "summary": "session summary, not a message",
-    "queue-operation": "input queue bookkeeping",
-}
 
 
 class _ToolUse(NamedTuple):
@@ -150,6 +144,11 @@ class ClaudeCodeParser(StreamParser):
     format = "claude-code"
     SESSION_KEY = "sessionId"
     RESULT_KEY = "toolUseResult"
+    SKIP_REASONS: ClassVar[dict[str, str]] = {
+        "file-history-snapshot": "file snapshot, not a message",
+        "summary": "session summary, not a message",
+        "queue-operation": "input queue bookkeeping",
+    }
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -226,10 +225,14 @@ class ClaudeCodeParser(StreamParser):
                 frames.extend(self._notification_frames(line, obj, session, obj["content"]))
             if frames:
                 return frames
-        if msg_type == "system":
+        return self._skip_line(line, obj, kind)
+
+    def _skip_line(self, line: int, obj: dict[str, Any], kind: str) -> list[Event]:
+        """Report a line that yields nothing: a system line by subtype, others by ``SKIP_REASONS``."""
+        if obj.get("type") == "system":
             self._skip(line, kind, f"system line ({obj.get('subtype') or 'no subtype'})")
         else:
-            self._skip(line, kind, _SKIP_REASONS.get(str(msg_type), "unknown line type"))
+            self._skip(line, kind, self.SKIP_REASONS.get(str(obj.get("type")), "unknown line type"))
         return []
 
     def _message_events(self, line: int, obj: dict[str, Any], kind: str) -> list[Event]:
@@ -242,8 +245,7 @@ class ClaudeCodeParser(StreamParser):
         key = self._turn_session(session, obj, parent)
         turn, reason = self._turn(line, obj, key)
         if turn is not None:
-            uuid = as_str(obj.get("uuid"))
-            events.append(TurnEvent(turn=turn, session_id=key, line=line, message_uuid=uuid, format=self.format))
+            events.append(self._turn_event(turn, key, line, as_str(obj.get("uuid"))))
         elif not events:
             self._skip(line, kind, reason)
         return events
@@ -259,18 +261,14 @@ class ClaudeCodeParser(StreamParser):
             return []
         inner = as_dict(data.get("message"))
         inner_msg = as_dict(inner.get("message"))
-        tool = self._tools.get(tool_id)
         frames: list[Event] = [
-            SubagentFrame(
-                session_id=session,
-                tool_call_id=tool_id,
-                parent_tool_call_id=tool.parent if tool else None,
-                turn_external_id=tool.turn_uuid if tool else None,
+            self._tool_frame(
+                line,
+                obj,
+                session,
+                tool_id,
                 agent_id=as_str(data.get("agentId")),
                 model=as_str(inner_msg.get("model")) if inner_msg.get("role") == "assistant" else None,
-                source=self.source,
-                observed_at=self._observed(obj.get("timestamp")),
-                line=line,
             )
         ]
         # A sub-agent launching its own sub-agent shows up inside its progress messages.
@@ -306,7 +304,9 @@ class ClaudeCodeParser(StreamParser):
         self, line: int, obj: dict[str, Any], session: str, parent: str | None, block: dict[str, Any]
     ) -> SubagentFrame:
         args = as_dict(block.get("input"))
-        return SubagentFrame(
+        return self._frame(
+            line,
+            obj.get("timestamp"),
             session_id=session,
             tool_call_id=as_str(block.get("id")),
             parent_tool_call_id=parent,
@@ -316,9 +316,6 @@ class ClaudeCodeParser(StreamParser):
             agent_id=as_str(args.get("resume")),
             model=as_str(args.get("model")),
             is_async=as_bool(args.get("run_in_background")),
-            source=self.source,
-            observed_at=self._observed(obj.get("timestamp")),
-            line=line,
         )
 
     def _result_frame(
@@ -335,15 +332,14 @@ class ClaudeCodeParser(StreamParser):
         if not ((tool is not None and tool.name in AGENT_TOOL_NAMES) or _looks_like_agent_result(payload)):
             return None
         fields = agent_result_fields(payload) if isinstance(payload, dict) else {}
-        return SubagentFrame(
+        return self._frame(
+            line,
+            obj.get("timestamp"),
             session_id=session,
             tool_call_id=tool_id,
             parent_tool_call_id=parent,
             turn_external_id=as_str(obj.get("sourceToolAssistantUUID")) or (tool.turn_uuid if tool else None),
             tool_status="error" if block.get("is_error") is True else "completed",
-            source=self.source,
-            observed_at=self._observed(obj.get("timestamp")),
-            line=line,
             **fields,
         )
 
@@ -359,23 +355,35 @@ class ClaudeCodeParser(StreamParser):
                 continue
             metrics = {k: int(v) for k, v in _USAGE_RE.findall(usage or "")}
             frames.append(
-                SubagentFrame(
-                    session_id=session,
-                    tool_call_id=tool_id,
-                    turn_external_id=tool.turn_uuid if tool else None,
-                    parent_tool_call_id=tool.parent if tool else None,
+                self._tool_frame(
+                    line,
+                    obj,
+                    session,
+                    tool_id,
                     agent_id=task_id,
                     agent_status=_tag(body, "status"),
                     is_async=True,
                     total_tokens=metrics.get("total_tokens"),
                     tool_use_count=metrics.get("tool_uses"),
                     duration_ms=metrics.get("duration_ms"),
-                    source=self.source,
-                    observed_at=self._observed(obj.get("timestamp")),
-                    line=line,
                 )
             )
         return frames
+
+    def _tool_frame(
+        self, line: int, obj: dict[str, Any], session: str | None, tool_id: str | None, **fields: Any
+    ) -> SubagentFrame:
+        """A frame of the sub-agent that ``tool_id`` launched, linked to that call's parent and turn once seen."""
+        tool = self._tools.get(tool_id or "")
+        return self._frame(
+            line,
+            obj.get("timestamp"),
+            session_id=session,
+            tool_call_id=tool_id,
+            parent_tool_call_id=tool.parent if tool else None,
+            turn_external_id=tool.turn_uuid if tool else None,
+            **fields,
+        )
 
     # -- turns ----------------------------------------------------------------------
 

@@ -17,7 +17,6 @@ from typing import Any
 from tortoise_sdk.streams.base import (
     AGENT_TOOL_NAMES,
     Event,
-    SubagentFrame,
     as_dict,
     as_int,
     as_str,
@@ -29,18 +28,16 @@ __all__ = ("TASK_SUBTYPES", "StreamJsonParser")
 #: ``system`` subtypes that describe a background task.
 TASK_SUBTYPES: frozenset[str] = frozenset({"task_started", "task_progress", "task_notification", "task_updated"})
 
-_SKIP_REASONS = {
-    "result": "run result summary",
-    "stream_event": "partial stream event (the whole message follows)",
-}
-
-
 class StreamJsonParser(ClaudeCodeParser):
     """Parses Claude Agent SDK stream-json lines."""
 
     format = "stream-json"
     SESSION_KEY = "session_id"
     RESULT_KEY = "tool_use_result"
+    SKIP_REASONS = {
+        "result": "run result summary",
+        "stream_event": "partial stream event (the whole message follows)",
+    }
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -69,11 +66,7 @@ class StreamJsonParser(ClaudeCodeParser):
             return self._message_events(line, obj, kind)
         if msg_type == "system" and as_str(obj.get("subtype")) in TASK_SUBTYPES:
             return self._task_events(line, obj, kind)
-        if msg_type == "system":
-            self._skip(line, kind, f"system line ({obj.get('subtype') or 'no subtype'})")
-        else:
-            self._skip(line, kind, _SKIP_REASONS.get(str(msg_type), "unknown line type"))
-        return []
+        return self._skip_line(line, obj, kind)
 
     def _task_events(self, line: int, obj: dict[str, Any], kind: str) -> list[Event]:
         subtype = obj["subtype"]
@@ -97,11 +90,11 @@ class StreamJsonParser(ClaudeCodeParser):
         status = as_str(obj.get("status")) if subtype == "task_notification" else as_str(patch.get("status"))
         session = self._session(obj)
         return [
-            SubagentFrame(
-                session_id=session,
-                tool_call_id=tool_id,
-                parent_tool_call_id=tool.parent if tool else None,
-                turn_external_id=tool.turn_uuid if tool else None,
+            self._tool_frame(
+                line,
+                obj,
+                session,
+                tool_id,
                 agent_id=self._agent_of_tool.get(tool_id or "") or task_id,
                 # task_progress descriptions narrate progress; only task_started carries the label.
                 description=as_str(obj.get("description")) if subtype == "task_started" else None,
@@ -109,8 +102,5 @@ class StreamJsonParser(ClaudeCodeParser):
                 total_tokens=as_int(usage.get("total_tokens")),
                 tool_use_count=as_int(usage.get("tool_uses")),
                 duration_ms=as_int(usage.get("duration_ms")),
-                source=self.source,
-                observed_at=self._observed(obj.get("timestamp")),
-                line=line,
             )
         ]

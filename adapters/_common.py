@@ -1,0 +1,84 @@
+"""What every framework adapter does with ``Memory``: read a block before a model call, capture after a turn.
+
+Both fail open: a memory failure is logged on the adapter module's logger and
+the host's call goes on without memory.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from ..errors import AdapterError
+from ..models import CaptureReceipt, MemoryBlock, utc_now
+
+if TYPE_CHECKING:
+    from ..memory import ExtractMode, Memory
+
+__all__ = ("MemoryAdapter",)
+
+
+class MemoryAdapter:
+    """The settings and the fail-open read/capture steps shared by ``MemorySession`` and ``MemoryMiddleware``.
+
+    Args:
+        mem: the ``Memory`` to read and write.
+        budget, max_tokens: passed to ``Memory.context``.
+        window_turns: how many recent messages form the reflex window.
+        extract: ``Memory.capture``'s ``extract`` for the captures.
+    """
+
+    def __init__(
+        self, mem: Memory, *, budget: int, max_tokens: int, window_turns: int, extract: ExtractMode
+    ) -> None:
+        if window_turns < 1:
+            raise AdapterError("window_turns must be at least 1")
+        self.mem = mem
+        self.budget = budget
+        self.max_tokens = max_tokens
+        self.window_turns = window_turns
+        self.extract = extract
+        self.last_block: MemoryBlock = MemoryBlock()
+        self._dated: set[str] = set()
+
+    def _window(self, messages: Iterable[Any]) -> list[Any]:
+        """The reflex window: the last ``window_turns`` of ``messages`` (already without system ones)."""
+        return list(messages)[-self.window_turns:]
+
+    def _context(self, window: Sequence[Any], session_id: str) -> MemoryBlock:
+        """``Memory.context`` for ``window`` with this adapter's budget."""
+        return self.mem.context(window, budget=self.budget, max_tokens=self.max_tokens, session_id=session_id)
+
+    def _block_skipped(self, exc: BaseException) -> MemoryBlock:
+        """Log a failed block read; ``last_block`` becomes a degraded empty block, which is returned."""
+        self._log().warning("tortoise: memory block skipped: %s", exc)
+        self.last_block = MemoryBlock(degraded_reason=f"adapter_error: {type(exc).__name__}")
+        return self.last_block
+
+    def _capture(
+        self, session: str | Callable[[], str], turns: Iterable[dict[str, Any] | None]
+    ) -> CaptureReceipt | None:
+        """Capture the non-None ``turns``; None when there are none or on failure.
+
+        ``turns`` may be a generator and ``session`` a function: both are resolved
+        inside the guard, so a malformed message or a failing lookup is logged, not
+        raised. The first capture of a session sets its date to now.
+        """
+        try:
+            kept = [t for t in turns if t is not None]
+            if not kept:
+                return None
+            session_id = session() if callable(session) else session
+            date = None if session_id in self._dated else utc_now().isoformat()
+            # Message ids are the turns' identity: already stored ones are skipped, new ones appended.
+            receipt = self.mem.capture(session_id, kept, session_date=date, extract=self.extract)
+            self._dated.add(session_id)
+            return receipt
+        except Exception as exc:
+            self._log().warning("tortoise: capture skipped: %s", exc)
+            return None
+
+    def _log(self) -> logging.Logger:
+        # The adapter's own module logger, as before the steps were shared.
+        return logging.getLogger(type(self).__module__)

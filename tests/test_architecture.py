@@ -1,0 +1,136 @@
+"""The data flow of STYLE.md, checked on the source: imports point downstream only.
+
+- ``models`` and ``errors`` import nothing of ours;
+- ``reflex`` never imports ``llm``, not even through another module;
+- adapters and ``cli`` use only ``Memory`` (with the models and errors it speaks in);
+- litellm is imported only by ``llm``, and lazily.
+
+Imports are read with ``ast`` (every import statement, also those inside
+functions and under ``TYPE_CHECKING``), so nothing is executed.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+# The repository keeps adapters/ at the top; it ships as tortoise_sdk.adapters (pyproject's package-dir).
+PACKAGE_DIRS = ((REPO / "tortoise_sdk", "tortoise_sdk"), (REPO / "adapters", "tortoise_sdk.adapters"))
+
+#: What cli.py and the adapters may import of ours besides their own modules.
+MEMORY_FACADE = frozenset({"tortoise_sdk", "tortoise_sdk.memory", "tortoise_sdk.models", "tortoise_sdk.errors"})
+#: Precise exceptions for cli.py, as (module, imported name).
+CLI_EXCEPTIONS = frozenset({
+    # Writes the networkx graph Memory.graph() returned to a file: a serializer that reads no store.
+    ("tortoise_sdk.graph", "export_graph"),
+    # `tortoise demo` is itself a Memory client (checked below to use only Memory), run from the CLI.
+    ("tortoise_sdk.demo", "run_demo"),
+})
+
+
+def _modules() -> Iterator[tuple[str, Path, bool]]:
+    for base, package in PACKAGE_DIRS:
+        for path in sorted(base.rglob("*.py")):
+            parts = list(path.relative_to(base).with_suffix("").parts)
+            is_package = parts[-1] == "__init__"
+            if is_package:
+                parts.pop()
+            yield ".".join([package, *parts]), path, is_package
+
+
+MODULES = {name: (path, is_package) for name, path, is_package in _modules()}
+
+
+@cache
+def imports(module: str) -> frozenset[tuple[str, str | None]]:
+    """(module, name) pairs a module imports; name is None for ``import x`` and for ``from x import *``.
+
+    ``from package import submodule`` is reported as the submodule.
+    """
+    path, is_package = MODULES[module]
+    found: set[tuple[str, str | None]] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update((alias.name, None) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                package = module.split(".") if is_package else module.split(".")[:-1]
+                package = package[: len(package) - (node.level - 1)]
+                source = ".".join([*package, *([node.module] if node.module else [])])
+            else:
+                source = node.module or ""
+            for alias in node.names:
+                submodule = f"{source}.{alias.name}"
+                found.add((submodule, None) if submodule in MODULES else (source, alias.name))
+    return frozenset(found)
+
+
+def ours(module: str) -> set[str]:
+    """The modules of this package that ``module`` imports."""
+    return {m for m, _ in imports(module) if m == "tortoise_sdk" or m.startswith("tortoise_sdk.")}
+
+
+def reachable(module: str) -> set[str]:
+    """Every module of ours that ``module`` imports, directly or through others (lazy imports included)."""
+    seen: set[str] = set()
+    todo = [module]
+    while todo:
+        for dep in ours(todo.pop()):
+            if dep not in seen and dep in MODULES:
+                seen.add(dep)
+                todo.append(dep)
+    return seen
+
+
+def test_the_module_map_is_complete() -> None:
+    assert {"tortoise_sdk.models", "tortoise_sdk.errors", "tortoise_sdk.reflex", "tortoise_sdk.llm",
+            "tortoise_sdk.cli", "tortoise_sdk.memory", "tortoise_sdk.adapters.loop",
+            "tortoise_sdk.adapters.langchain"} <= MODULES.keys()
+    # The parser sees relative, absolute and function-level imports alike.
+    assert ("tortoise_sdk.memory", "Memory") in imports("tortoise_sdk")
+    assert "tortoise_sdk.reflex" in ours("tortoise_sdk.memory")  # from . import reflex
+    assert "tortoise_sdk.graph" in ours("tortoise_sdk.memory")  # inside Memory.graph()
+    assert ("tortoise_sdk.adapters._common", "MemoryAdapter") in imports("tortoise_sdk.adapters.loop")
+    # ... and follows them: the rules below would see a violation two modules away.
+    assert "tortoise_sdk.store.base" in reachable("tortoise_sdk.reflex")
+    assert "tortoise_sdk.llm" in reachable("tortoise_sdk.memory")
+
+
+@pytest.mark.parametrize("module", ["tortoise_sdk.models", "tortoise_sdk.errors"])
+def test_models_and_errors_import_nothing_of_ours(module: str) -> None:
+    assert ours(module) == set()
+
+
+def test_reflex_never_reaches_llm() -> None:
+    assert "tortoise_sdk.llm" not in reachable("tortoise_sdk.reflex")
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if m.startswith("tortoise_sdk.adapters")))
+def test_adapters_use_only_memory(module: str) -> None:
+    outside = {m for m in ours(module) if not m.startswith("tortoise_sdk.adapters")}
+    assert outside <= MEMORY_FACADE, f"{module} imports {sorted(outside - MEMORY_FACADE)}"
+
+
+def test_cli_uses_only_memory() -> None:
+    outside = {(m, name) for m, name in imports("tortoise_sdk.cli")
+               if m.startswith("tortoise_sdk") and m not in MEMORY_FACADE}
+    assert outside <= CLI_EXCEPTIONS, f"cli.py imports {sorted(outside - CLI_EXCEPTIONS)}"
+
+
+def test_the_demo_run_by_the_cli_uses_only_memory() -> None:
+    outside = {m for m in ours("tortoise_sdk.demo") if not m.startswith("tortoise_sdk.demo")}
+    assert outside <= MEMORY_FACADE, f"the demo imports {sorted(outside - MEMORY_FACADE)}"
+
+
+def test_litellm_is_imported_only_by_llm_and_lazily() -> None:
+    importers = {m for m in MODULES for dep, _ in imports(m) if dep.split(".")[0] == "litellm"}
+    assert importers == {"tortoise_sdk.llm"}
+    tree = ast.parse(MODULES["tortoise_sdk.llm"][0].read_text(encoding="utf-8"))
+    top_level = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
+    assert not [n for n in top_level if any(a.name.split(".")[0] == "litellm" for a in n.names)
+                or (isinstance(n, ast.ImportFrom) and (n.module or "").split(".")[0] == "litellm")]
