@@ -117,3 +117,38 @@ def test_model_free_commands_do_not_import_litellm(db):
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_batch_import_is_validated_whole_before_writing(capsys, db, tmp_path):
+    batch = [{"session_id": f"s{i}", "turns": [{"role": "user", "content": f"session {i}"}]} for i in range(150)]
+    batch[120]["turns"][0]["role"] = "bot"
+    f = write_jsonl(tmp_path / "batch.jsonl", batch)
+    code, _, err = run(capsys, "--db", db, "capture", f)
+    assert code == 2 and "sessions[120]: turns[0].role" in err
+    assert json.loads(run(capsys, "--db", db, "sessions", "--json")[1]) == []
+
+
+def test_conflict_in_a_later_chunk_says_what_was_stored(capsys, db, tmp_path):
+    run(capsys, "--db", db, "capture", write_jsonl(tmp_path / "a.jsonl", [{"role": "user", "content": "a"}]),
+        "--session", "s149")
+    batch = [{"session_id": f"s{i}", "turns": [{"role": "user", "content": f"session {i}"}]} for i in range(150)]
+    code, _, err = run(capsys, "--db", db, "capture", write_jsonl(tmp_path / "batch.jsonl", batch))
+    assert code == 2 and "100 session(s) before it were stored" in err
+    code, out, _ = run(capsys, "--db", db, "capture", write_jsonl(tmp_path / "fixed.jsonl", batch[:149]))
+    assert code == 0 and "49 new turn(s) of 149" in out
+
+
+def test_idempotency_conflict_and_bad_paths_exit_2(capsys, db, tmp_path):
+    run(capsys, "--db", db, "capture", write_jsonl(tmp_path / "a.jsonl", [{"role": "user", "content": "a"}]),
+        "--session", "s", "--key", "k1")
+    code, _, err = run(capsys, "--db", db, "capture", write_jsonl(tmp_path / "b.jsonl", [{"role": "user", "content": "b"}]),
+                       "--session", "s", "--key", "k1")
+    assert code == 2 and "k1" in err
+    code, _, err = run(capsys, "--db", db, "export", "--format", "json", str(tmp_path / "no" / "such" / "dir.json"))
+    assert code == 2 and err.count("\n") == 1
+    code, _, err = run(capsys, "--db", "postgresql+psycopg://x@127.0.0.1/y", "sessions")
+    assert code == 2 and "unsupported database URL scheme" in err
+    bad = tmp_path / "sur.jsonl"
+    bad.write_text('{"role": "user", "content": "bad \\ud800 surrogate"}\n', encoding="utf-8")
+    code, _, err = run(capsys, "--db", db, "capture", str(bad), "--session", "u")
+    assert code == 2 and "turns[0].content" in err

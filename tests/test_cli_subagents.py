@@ -21,7 +21,7 @@ def test_capture_a_transcript_then_list_subagents_and_stats(capsys, db, fmt):
     assert code == 0
     report = json.loads(out)
     assert (report["format"], report["sessions"], report["turns_stored"], report["frames_recorded"]) == (
-        "claude-code", 1, 4, 3)
+        "claude-code", 2, 5, 3)  # the sub-agent's progress message is a turn of "<session>:agent-afb92ff"
     assert report["counters"] == {"upserted": 3, "skipped_no_identity": 0, "unknown_execution": 3,
                                   "anomalous_value": 0, "failed": 0}
     assert report["parse"]["lines"] == 5
@@ -37,7 +37,7 @@ def test_capture_a_transcript_then_list_subagents_and_stats(capsys, db, fmt):
     assert (code, json.loads(out)) == (0, [])
 
     code, out, _ = run(capsys, "--db", db, "stats", "--json")
-    assert json.loads(out) == {"namespace": "default", "sessions": 1, "turns": 4, "subagents": 1,
+    assert json.loads(out) == {"namespace": "default", "sessions": 2, "turns": 5, "subagents": 1,
                                "subagent_counters": {"upserted": 3, "skipped_no_identity": 0,
                                                      "unknown_execution": 3, "anomalous_value": 0, "failed": 0}}
 
@@ -46,12 +46,12 @@ def test_recapture_stores_nothing_new_and_text_output(capsys, db):
     assert run(capsys, "--db", db, "capture", str(EXCERPT))[0] == 0
     code, out, err = run(capsys, "--db", db, "capture", str(EXCERPT))
     assert code == 0
-    assert out.startswith("ingested claude-code: 1 session(s), 0 new turn(s) of 4; 3 of 3 sub-agent frame(s) recorded")
+    assert out.startswith("ingested claude-code: 2 session(s), 0 new turn(s) of 5; 3 of 3 sub-agent frame(s) recorded")
     assert err == ""  # every line of the excerpt was used
     code, out, _ = run(capsys, "--db", db, "subagents")
     assert code == 0 and TASK_ID in out and "33,894" in out and "38.8s" in out and "Plan" in out
     code, out, _ = run(capsys, "--db", db, "stats")
-    assert "1 session(s), 4 turn(s), 1 sub-agent invocation(s)" in out and "upserted 6" in out
+    assert "2 session(s), 5 turn(s), 1 sub-agent invocation(s)" in out and "upserted 6" in out
 
 
 def test_capture_a_transcript_from_stdin(monkeypatch, capsys, db):

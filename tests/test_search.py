@@ -91,3 +91,14 @@ def test_locomo_evidence_recall_at_10_meets_goal(tmp_path):
     print(f"LoCoMo evidence recall@10 over {n} questions: {recall:.3f}")
     assert n > 200
     assert recall >= 0.55
+
+
+def test_ties_beyond_the_ranking_pool_still_break_by_session_and_position(tmp_path):
+    with Memory(str(tmp_path / "m.db")) as m:
+        m.capture_many([{"session_id": f"f{i:03d}", "turns": [{"role": "user", "content": f"filler {i} about weather"}]}
+                        for i in range(300)])
+        m.capture_many([{"session_id": f"z{i:02d}", "turns": [{"role": "user", "content": "I love pancakes"}]}
+                        for i in reversed(range(60))])
+        hits = m.search("pancakes", k=5)
+        assert [h.session_id for h in hits] == ["z00", "z01", "z02", "z03", "z04"]
+        assert len({h.score for h in hits}) == 1

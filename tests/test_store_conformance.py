@@ -26,6 +26,7 @@ from tortoise_sdk.search import fts5_query, query_terms
 from tortoise_sdk.store.base import Store, open_store
 from tortoise_sdk.store.migrations import SQLITE_MIGRATIONS, migrate_sqlite
 from tortoise_sdk.store.plan import EntityPlan, ExtractionPlan, Fence, ItemPlan, RetractionPlan, SourcePlan
+from tortoise_sdk.store.sqlite import SQLiteStore
 from tortoise_sdk.streams import SubagentFrame
 from tortoise_sdk.subagents import ROW_COLUMNS, normalize_frame, replay
 
@@ -655,7 +656,17 @@ _frames = st.builds(
     tool_status=_statuses, is_async=st.sampled_from([None, True, False]), total_tokens=_metrics,
     tool_use_count=_metrics, duration_ms=_metrics, source=st.sampled_from(["live", "backfill"]),
     observed_at=st.sampled_from([T0, T0 + timedelta(seconds=1)]),
+    turn_external_id=st.sampled_from([None, "", " ", "m1", "m2"]),
 )
+
+
+def _turn_refs(store: Store, ns: str) -> dict[tuple[str, str, str], str | None]:
+    """The stored raw turn reference (``turn_ref``) of each sub-agent row of ``ns``."""
+    mark = "?" if isinstance(store, SQLiteStore) else "%s"
+    with store.read() as c:
+        rows = c.execute("SELECT session_id, agent_execution_id, tool_call_id, turn_ref FROM subagent_contexts"
+                         f" WHERE namespace = {mark}", (ns,)).fetchall()
+    return {(r[0], r[1], r[2]): r[3] for r in rows}
 
 
 def _record(store: Store, ns: str, frames, nows) -> None:
@@ -676,10 +687,14 @@ def test_subagent_upserts_equal_the_pure_merge(store: Store, frames):
     _record(store, ns, frames, nows)
     expected, counters = replay(frames, nows)
     stored = {(c.session_id, c.agent_execution_id, c.tool_call_id): c for c in store.subagents(ns)}
+    refs = _turn_refs(store, ns)
     assert set(stored) == set(expected)
     for key, row in expected.items():
         got = stored[key]
-        assert {col: getattr(got, col) for col in ROW_COLUMNS} == {col: row[col] for col in ROW_COLUMNS}
+        # the pure rule's turn_id is the raw reference: the store keeps it as turn_ref
+        assert {col: refs[key] if col == "turn_id" else getattr(got, col) for col in ROW_COLUMNS} == \
+            {col: row[col] for col in ROW_COLUMNS}
+        assert got.turn_id is None  # no turn of the namespace to resolve to
     assert store.subagent_counters(ns) == counters
 
 
@@ -694,6 +709,56 @@ def test_subagent_turn_id_resolves_to_the_stored_turn_and_is_filled_forward(stor
     assert store.upsert_subagent(ns, unknown, T0 + timedelta(seconds=2)).turn_id == r.turn_ids[0]
     assert [c.tool_call_id for c in store.subagents(ns, turn_id=r.turn_ids[0])] == ["t1"]
     assert store.subagents(ns + "_other") == []
+
+
+def test_a_frame_recorded_before_its_turn_is_resolved_when_the_turn_is_captured(store: Store, ns):
+    norm = normalize_frame
+    frames = {"t1": "msg-1", "t2": "in-task", "t3": "in-agent", "t4": "elsewhere", "t5": "msg-1"}
+    for call, ref in frames.items():
+        row = store.upsert_subagent(ns, norm(SubagentFrame(session_id="s1", tool_call_id=call, turn_external_id=ref,
+                                                           observed_at=T0))[0], T0)
+        assert (row.turn_id, row.tool_call_id) == (None, call)
+    store.upsert_subagent(ns, norm(SubagentFrame(session_id="s1:agent-a", tool_call_id="t6",
+                                                 turn_external_id="deep", observed_at=T0))[0], T0)
+    launch = store.capture(ns, req("s1", [{"role": "user", "content": "go", "id": "msg-1"}])).turn_ids[0]
+    task = store.capture(ns, req("s1:task-x", [{"role": "user", "content": "t", "id": "in-task"}])).turn_ids[0]
+    # only the derived prefixes count: ':agent-' and ':task-', not any ':'
+    store.capture(ns, req("s1:other", [{"role": "user", "content": "o", "id": "elsewhere"}]))
+    store.capture(ns, req("s10:agent-b", [{"role": "user", "content": "o", "id": "in-agent"}]))
+    store.capture(ns + "_other", req("s1:agent-a", [{"role": "user", "content": "o", "id": "in-agent"}]))
+    deep = store.capture(ns, req("s1:agent-a:task-y", [{"role": "user", "content": "d", "id": "deep"}])).turn_ids[0]
+    assert {c.tool_call_id: c.turn_id for c in store.subagents(ns)} == {
+        "t1": launch, "t2": task, "t3": None, "t4": None, "t5": launch, "t6": deep}
+    assert [c.tool_call_id for c in store.subagents(ns, turn_id=launch)] == ["t1", "t5"]
+    agent = store.capture(ns, req("s1:agent-a", [{"role": "user", "content": "a", "id": "in-agent"}])).turn_ids[0]
+    later = store.upsert_subagent(ns, norm(SubagentFrame(session_id="s1", tool_call_id="t3", description="d",
+                                                         observed_at=T0))[0], T0 + timedelta(seconds=1))
+    assert (later.turn_id, later.description) == (agent, "d")
+    assert _turn_refs(store, ns)[("s1", "unknown", "t3")] == "in-agent"
+    # the same message id in two derived sessions: the first by session id (byte order)
+    store.capture(ns, req("s1:task-a", [{"role": "user", "content": "1", "id": "dup"}]))
+    first = store.capture(ns, req("s1:agent-z", [{"role": "user", "content": "2", "id": "dup"}])).turn_ids[0]
+    dup = store.upsert_subagent(ns, norm(SubagentFrame(session_id="s1", tool_call_id="t7", turn_external_id="dup",
+                                                       observed_at=T0))[0], T0)
+    assert dup.turn_id == first
+
+
+def test_subagent_reads_break_ties_by_session_id_in_byte_order(store: Store, ns):
+    for session in ("a", "B", "a:agent-x"):
+        store.upsert_subagent(ns, normalize_frame(SubagentFrame(session_id=session, tool_call_id="t",
+                                                                observed_at=T0))[0], T0)
+    assert [c.session_id for c in store.subagents(ns)] == ["B", "a", "a:agent-x"]
+
+
+def test_an_oversized_metric_is_anomalous_and_the_rest_of_the_frame_is_stored(store: Store, ns):
+    frame = SubagentFrame(session_id="s1", tool_call_id="t1", total_tokens=2**63, tool_use_count=2**63 - 1,
+                          duration_ms=10**30, description="kept", tool_status="completed", observed_at=T0)
+    _record(store, ns, [frame], [T0])
+    (row,) = store.subagents(ns)
+    assert (row.total_tokens, row.tool_use_count, row.duration_ms) == (None, 2**63 - 1, None)
+    assert (row.description, row.tool_status, row.settled_at) == ("kept", "completed", T0)
+    counters = store.subagent_counters(ns)
+    assert (counters.upserted, counters.anomalous_value, counters.failed) == (1, 2, 0)
 
 
 _KILLED_WORKER = """

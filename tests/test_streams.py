@@ -82,8 +82,10 @@ def test_real_transcripts_account_for_every_line(name: str) -> None:
     assert report.lines == sum(report.line_types.values()) == len(lines)
     assert report.malformed == 0
     assert covered_lines(parsed) == set(range(1, len(lines) + 1))
-    assert list(parsed.sessions) == [next(x["sessionId"] for x in lines if "sessionId" in x)]
-    uuids = {x.get("uuid") for x in lines}
+    session = next(x["sessionId"] for x in lines if "sessionId" in x)
+    agents = sorted({x["data"]["agentId"] for x in lines if x.get("data", {}).get("type") == "agent_progress"})
+    assert list(parsed.sessions) == [session, *(f"{session}:agent-{a}" for a in agents)]
+    uuids = {x.get("uuid") for x in lines} | {x.get("data", {}).get("message", {}).get("uuid") for x in lines}
     assert all(t.id in uuids for ts in parsed.sessions.values() for t in ts)
     again = parse_stream(path)
     assert again.model_dump() == parsed.model_dump()
@@ -102,7 +104,11 @@ def test_excerpt_turn_shapes() -> None:
     assert result.content.startswith("[tool_result Task] Excellent!")
     assert result.metadata is not None and result.metadata["tool_use_result"]["totalTokens"] == 33894
     assert parsed.report.line_types == {"user": 2, "assistant": 2, "progress:agent_progress": 1}
-    assert 4 not in by_line  # progress is a frame, not a turn
+    child = by_line[4]  # progress: a frame, and the child's own message as a turn of the derived session
+    assert (child.role, child.id) == ("user", "a2bb9623-3017-492e-b392-36b3dcaac2e3")
+    assert child.content.startswith("Draft bead content for setting up Credo, Dialyxir, and mix_audit")
+    assert child.metadata is not None and (child.metadata["subagent"], child.metadata["agent_id"]) == (True, "afb92ff")
+    assert list(parsed.sessions) == [SESSION, f"{SESSION}:agent-afb92ff"]
 
 
 def cc_line(kind: str, uuid: str, content: Any, **extra: Any) -> str:
@@ -201,7 +207,8 @@ def test_nested_sidechain_thinking_and_notification_turns() -> None:
     parsed = parse_stream(ASYNC_LINES)
     nested = next(f for f in parsed.frames if f.tool_call_id == "toolu_nested")
     assert (nested.parent_tool_call_id, nested.turn_external_id, nested.description) == ("toolu_bg", "u-inner", "Nested")
-    assert [t.content for t in parsed.sessions["sess-a:agent-a8b740b"]] == ["child says hi"]
+    assert [(t.id, t.content) for t in parsed.sessions["sess-a:agent-a8b740b"]] == [
+        ("u-side", "child says hi"), ("u-inner", "[tool_use Agent description=Nested prompt=SECRET PROMPT]")]
     roles = {t.id: t.role for t in parsed.sessions["sess-a"]}
     assert roles["u-note"] == "system" and roles["u-ack"] == "tool"
     assert "u-think" not in roles
@@ -231,8 +238,8 @@ def test_duplicated_lines_keep_one_turn_per_message_id() -> None:
     lines = EXCERPT.read_text().splitlines()
     parsed = parse_stream(lines + lines)
     ids = [t.id for ts in parsed.sessions.values() for t in ts]
-    assert len(ids) == len(set(ids)) == 4
-    assert parsed.report.skip_reasons()["duplicate message id"] == 4
+    assert len(ids) == len(set(ids)) == 5
+    assert parsed.report.skip_reasons()["duplicate message id"] == 5
     assert len(parsed.frames) == len(parse_stream(lines).frames)
 
 
@@ -387,9 +394,11 @@ def test_acp_turns_concatenate_chunks_per_message() -> None:
     main = parsed.sessions["acp-1"]
     assert [(t.role, t.content) for t in main] == [("user", "review this"), ("assistant", "Let me delegate."), ("assistant", "All good.")]
     assert main[1].id == "acp-1:L3" and main[1].metadata == {"format": "acp", "line": 3, "chunk_lines": [3, 4, 5]}
-    assert [t.content for t in parsed.sessions["acp-1:task-toolu_acp"]] == ["child work"]
+    assert [(t.id, t.content) for t in parsed.sessions["acp-1:task-toolu_acp"]] == [
+        ("acp-1:task-toolu_acp:L8", "child work"), ("acp-1:task-toolu_acp:tool-toolu_read", "[tool_use Read]")]
     reasons = parsed.report.skip_reasons()
-    assert reasons["thought chunk (not stored as text)"] == 1 and reasons["tool call of a non-agent tool"] == 1
+    assert reasons == {"thought chunk (not stored as text)": 1, "session update (plan) carries no turn or frame": 1,
+                       "prompt response (ends the turn)": 1, "initialize carries no turn or frame": 1}
     chunk_lines = {n for ts in parsed.sessions.values() for t in ts for n in (t.metadata or {}).get("chunk_lines", [])}
     assert covered_lines(parsed) | chunk_lines == set(range(1, len(ACP_LINES) + 1))
 

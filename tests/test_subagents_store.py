@@ -71,22 +71,38 @@ def record_all(store: SQLiteStore, frames: list[SubagentFrame], nows: list[datet
     return recorder
 
 
-def oracle(frames: list[SubagentFrame], nows: list[datetime], resolve: dict[tuple[str, str], str]):
-    """``replay`` over frames whose message ids are resolved as the store resolves them."""
-    resolved = []
-    for f in frames:
-        ref = f.turn_external_id.strip() if f.turn_external_id and f.turn_external_id.strip() else None
-        sid = f.session_id.strip() if f.session_id and f.session_id.strip() else None
-        resolved.append(f.model_copy(update={"turn_external_id": resolve.get((sid, ref)) if ref and sid else None}))
-    return replay(resolved, nows)
+Key = tuple[str, str, str]
 
 
-def stored_rows(store: SQLiteStore) -> dict[tuple[str, str, str], dict[str, Any]]:
-    rows = {}
+def raw_refs(store: Any) -> dict[Key, str | None]:
+    """The stored raw turn reference (``turn_ref``) of each row of the namespace."""
+    mark = "?" if isinstance(store, SQLiteStore) else "%s"
+    with store.read() as c:
+        rows = c.execute("SELECT session_id, agent_execution_id, tool_call_id, turn_ref FROM subagent_contexts"
+                         f" WHERE namespace = {mark}", (NS,)).fetchall()
+    return {(r[0], r[1], r[2]): r[3] for r in rows}
+
+
+def stored_rows(store: Any) -> tuple[dict[Key, dict[str, Any]], dict[Key, str | None]]:
+    """Each row as the pure rules state it (``turn_id`` is the raw reference), and its resolved turn id."""
+    refs = raw_refs(store)
+    rows, resolved = {}, {}
     for r in store.subagents(NS):
-        data = r.model_dump(exclude={"id", "namespace"})
-        rows[(r.session_id, r.agent_execution_id, r.tool_call_id)] = data
-    return rows
+        key = (r.session_id, r.agent_execution_id, r.tool_call_id)
+        rows[key] = {**r.model_dump(exclude={"id", "namespace"}), "turn_id": refs[key]}
+        resolved[key] = r.turn_id
+    return rows, resolved
+
+
+def check_against_replay(store: Any, order: list[SubagentFrame], nows: list[datetime],
+                         resolve: dict[tuple[str, str], str]) -> tuple[dict[Key, dict[str, Any]], SubagentCounters]:
+    """The stored rows are ``replay``'s (raw references compared), each turn id the resolution of its reference."""
+    expected_rows, expected_counts = replay(order, nows)
+    got, resolved = stored_rows(store)
+    assert got == expected_rows  # every column of every row, two keys never merged
+    # every turn referred to is stored before the frames: each reference is resolved (or never will be)
+    assert resolved == {key: resolve.get((key[0], row["turn_id"])) for key, row in got.items()}
+    return got, expected_counts
 
 
 # -- hypothesis: the SQL upsert is the oracle ----------------------------------------------------
@@ -128,13 +144,10 @@ def test_sql_upsert_equals_the_oracle_for_any_order_and_duplication(world, frame
     nows = [T0 + timedelta(hours=1, milliseconds=i) for i in range(len(order))]
     clear(store)
     recorder = record_all(store, order, nows)
-    expected_rows, expected_counts = oracle(order, nows, resolve)
-
-    got = stored_rows(store)
-    assert got == expected_rows  # every column of every row, two keys never merged
+    got, expected_counts = check_against_replay(store, order, nows, resolve)
     assert store.subagent_counters(NS) == expected_counts == recorder.counts
     listed = store.subagents(NS)
-    keys = [(r.observed_at, r.tool_call_id, r.agent_execution_id) for r in listed]
+    keys = [(r.observed_at, r.tool_call_id, r.agent_execution_id, r.session_id, int(r.id)) for r in listed]
     assert keys == sorted(keys)
 
     # the order-independent facts, stated directly
@@ -180,17 +193,48 @@ def test_two_executions_reusing_a_tool_call_id_are_two_rows(world) -> None:
     assert store.subagent_counters(NS).unknown_execution == 1
 
 
-def test_turn_id_resolves_and_is_filled_forward_then_kept(world) -> None:
+def test_the_first_reference_wins_and_turn_id_is_its_resolution(world) -> None:
     store, resolve = world
     clear(store)
-    f = dict(session_id="s1", tool_call_id="tc1", observed_at=T0)
-    rec = record_all(store, [SubagentFrame(turn_external_id="missing", **f)], [T0])
-    assert store.subagents(NS)[0].turn_id is None
-    rec.record(SubagentFrame(turn_external_id="child-m", **f))  # found in the derived sub-agent session
-    rec.record(SubagentFrame(turn_external_id="m1", **f))  # first non-empty wins
-    (row,) = store.subagents(NS, turn_id=resolve[("s1", "child-m")])
-    assert row.turn_id == resolve[("s1", "child-m")]
+    f = dict(session_id="s1", observed_at=T0)
+    rec = record_all(store, [SubagentFrame(tool_call_id="tc1", turn_external_id="missing", **f)], [T0])
+    rec.record(SubagentFrame(tool_call_id="tc1", turn_external_id="child-m", **f))  # "missing" was first: kept
+    rec.record(SubagentFrame(tool_call_id="tc2", **f))
+    rec.record(SubagentFrame(tool_call_id="tc2", turn_external_id="child-m", **f))  # found in s1:agent-x
+    rec.record(SubagentFrame(tool_call_id="tc2", turn_external_id="m1", **f))  # first non-empty wins
+    assert raw_refs(store) == {("s1", "unknown", "tc1"): "missing", ("s1", "unknown", "tc2"): "child-m"}
+    assert [(r.tool_call_id, r.turn_id) for r in store.subagents(NS)] == [
+        ("tc1", None), ("tc2", resolve[("s1", "child-m")])]
+    assert [r.tool_call_id for r in store.subagents(NS, turn_id=resolve[("s1", "child-m")])] == ["tc2"]
     assert store.subagents(NS, turn_id=resolve[("s1", "m1")]) == []
+
+
+def test_a_frame_recorded_before_its_turn_gets_the_turn_when_it_is_captured(tmp_path) -> None:
+    with Memory(str(tmp_path / "m.db"), namespace=NS) as mem:
+        first = mem.record_subagent(SubagentFrame(session_id="s", tool_call_id="t", turn_external_id="msg-1"))
+        assert first is not None and first.turn_id is None
+        mem.record_subagent(SubagentFrame(session_id="s", tool_call_id="c", turn_external_id="in-child"))
+        mem.record_subagent(SubagentFrame(session_id="s", tool_call_id="o", turn_external_id="elsewhere"))
+        mem.capture("s", [{"role": "user", "content": "x", "id": "msg-1"}])
+        mem.capture("s:agent-a", [{"role": "assistant", "content": "y", "id": "in-child"}])
+        mem.capture("s:other", [{"role": "assistant", "content": "z", "id": "elsewhere"}])  # not a derived session
+        mem.capture("t", [{"role": "user", "content": "w", "id": "msg-1"}])  # another session's msg-1
+        (launch,) = mem.turns("s")
+        (child,) = mem.turns("s:agent-a")
+        later = mem.record_subagent(SubagentFrame(session_id="s", tool_call_id="t", description="d"))
+        assert later is not None and (later.turn_id, later.description) == (launch.turn_id, "d")
+        assert [r.tool_call_id for r in mem.subagents(turn_id=launch.turn_id)] == ["t"]
+        assert {r.tool_call_id: r.turn_id for r in mem.subagents()} == {
+            "t": launch.turn_id, "c": child.turn_id, "o": None}
+
+
+def test_an_oversized_metric_is_anomalous_and_the_frame_is_kept(tmp_path) -> None:
+    with Memory(str(tmp_path / "m.db"), namespace=NS) as mem:
+        row = mem.record_subagent(SubagentFrame(session_id="s", tool_call_id="t", total_tokens=2**63,
+                                                duration_ms=2**63 - 1, description="kept"))
+        assert row is not None
+        assert (row.total_tokens, row.duration_ms, row.description) == (None, 2**63 - 1, "kept")
+        assert mem.subagent_counters() == SubagentCounters(upserted=1, unknown_execution=1, anomalous_value=1)
 
 
 # -- THE regression: an async launch reports no usage, and the row says NULL, never 0 -----------
@@ -256,19 +300,20 @@ def check_settled_task(mem: Memory) -> None:
 def test_excerpt_ingests_one_settled_row(tmp_path) -> None:
     with Memory(str(tmp_path / "m.db"), namespace=NS) as mem:
         report = mem.ingest(EXCERPT)
-        assert (report.format, report.sessions, report.turns_stored, report.frames_recorded) == ("claude-code", 1, 4, 3)
+        # 4 turns of the session, 1 of the sub-agent's own (its progress line) in "<session>:agent-afb92ff"
+        assert (report.format, report.sessions, report.turns_stored, report.frames_recorded) == ("claude-code", 2, 5, 3)
         check_settled_task(mem)
         again = mem.ingest(EXCERPT)
-        assert (again.turns_stored, again.sessions_unchanged, again.receipts, again.errors) == (0, 1, [], [])
+        assert (again.turns_stored, again.sessions_unchanged, again.receipts, again.errors) == (0, 2, [], [])
         check_settled_task(mem)
-        assert len(mem.receipts()) == 1
+        assert len(mem.receipts()) == 2
 
 
 @needs_shared
 def test_real_subagent_transcript_ingests_one_settled_row(tmp_path) -> None:
     with Memory(str(tmp_path / "m.db"), namespace=NS) as mem:
         report = mem.ingest(TRANSCRIPTS / "subagent.jsonl")
-        assert (report.turns_stored, report.frames_recorded, report.counters.failed) == (43, 4, 0)
+        assert (report.turns_stored, report.frames_recorded, report.counters.failed) == (62, 4, 0)  # 43 + 19 child
         check_settled_task(mem)
         assert mem.subagent_counters() == SubagentCounters(upserted=4, unknown_execution=4)
 
@@ -280,7 +325,7 @@ def test_a_grown_transcript_appends_only_its_new_turns(tmp_path) -> None:
         first = grown.ingest(lines[:40])
         second = grown.ingest(lines)
         once.ingest(lines)
-        assert first.turns_stored + second.turns_stored == 43 and second.errors == []
+        assert first.turns_stored + second.turns_stored == 62 and second.errors == []
         assert [(t.turn_id, t.content) for t in grown.turns(SESSION)] == [(t.turn_id, t.content) for t in once.turns(SESSION)]
         check_settled_task(grown)
 
@@ -293,7 +338,7 @@ def test_a_failing_upsert_warns_counts_failed_and_the_capture_succeeds(tmp_path,
         mem.store.transaction(lambda c: c.execute("DROP TABLE subagent_contexts"))
         with caplog.at_level(logging.WARNING, logger="tortoise_sdk.subagents"):
             report = mem.ingest(EXCERPT)
-        assert report.turns_stored == 4 and report.ok
+        assert report.turns_stored == 5 and report.ok
         assert report.counters == SubagentCounters(failed=3)
         assert mem.subagent_counters() == SubagentCounters(failed=3)
         assert "subagent upsert failed" in caplog.text
@@ -352,6 +397,29 @@ def test_migration_3_on_an_existing_database_leaves_its_data_untouched(tmp_path)
     again.close()
 
 
+def test_migration_4_keeps_existing_rows_and_their_turn_ids(tmp_path) -> None:
+    path = tmp_path / "v3.db"
+    conn = sqlite3.connect(path, isolation_level=None)
+    assert migrate_sqlite(conn, [m for m in SQLITE_MIGRATIONS if m.version <= 3]) == [1, 2, 3]
+    at = "2026-01-01T00:00:00.000000+00:00"
+    conn.execute("INSERT INTO subagent_contexts (namespace, session_id, turn_id, tool_call_id, total_tokens, source,"
+                 " observed_at, updated_at) VALUES ('ns', 's1', 't_old', 'tc1', 5, 'live', ?, ?)", (at, at))
+    conn.close()
+    store = SQLiteStore(path)
+    try:
+        assert store.schema_version() == 4
+        (row,) = store.subagents(NS)
+        assert (row.turn_id, row.total_tokens) == ("t_old", 5)
+        assert raw_refs(store) == {("s1", "unknown", "tc1"): None}
+        # a later frame records its reference; the resolved turn id stays the one stored
+        rec = SubagentRecorder(store, NS)
+        after = rec.record(SubagentFrame(session_id="s1", tool_call_id="tc1", turn_external_id="m9"))
+        assert after is not None and after.turn_id == "t_old"
+        assert raw_refs(store) == {("s1", "unknown", "tc1"): "m9"}
+    finally:
+        store.close()
+
+
 # -- PostgreSQL: the same upsert, the same oracle --------------------------------------------------
 
 
@@ -386,10 +454,10 @@ def test_postgres_upsert_equals_the_oracle(world) -> None:
             ids = {(h.session_id, h.external_id): h.turn_id for s in ("s1", "s1:agent-x") for h in pg.turns(NS, s)}
             resolve = {("s1", "m1"): ids[("s1", "m1")], ("s1", "child-m"): ids[("s1:agent-x", "child-m")]}
             recorder = record_all(pg, strategy_frames, nows)  # type: ignore[arg-type]
-            expected_rows, expected_counts = oracle(strategy_frames, nows, resolve)
-            assert stored_rows(pg) == expected_rows  # type: ignore[arg-type]
+            expected_rows, expected_counts = check_against_replay(pg, strategy_frames, nows, resolve)
             assert pg.subagent_counters(NS) == expected_counts == recorder.counts
             assert any(r["settled_at"] for r in expected_rows.values()) and is_terminal("completed")
+            assert any(r["turn_id"] == "child-m" for r in expected_rows.values())
         finally:
             pg.close()
 
@@ -447,9 +515,11 @@ def test_nested_agents_keep_their_parent_and_sub_agent_turns_are_never_evidence(
         assert set(rows) == {"toolu_bg", "toolu_nested"}
         assert (rows["toolu_nested"].parent_tool_call_id, rows["toolu_nested"].description) == ("toolu_bg", "Nested")
         assert rows["toolu_bg"].turn_id == mem.turns("sess-a")[0].turn_id
-        (child,) = mem.turns("sess-a:agent-a8b")
-        metadata = mem.store.turn_metadata(NS, "sess-a:agent-a8b")[child.turn_id]
-        assert metadata["subagent"] is True and not is_evidence(child, metadata)
+        children = mem.turns("sess-a:agent-a8b")  # the sidechain line, then the progress line's inner message
+        assert [c.external_id for c in children] == ["u-side", "u-inner"]
+        for child in children:
+            metadata = mem.store.turn_metadata(NS, "sess-a:agent-a8b")[child.turn_id]
+            assert metadata["subagent"] is True and not is_evidence(child, metadata)
         (parent,) = mem.turns("sess-a")
         assert is_evidence(parent, mem.store.turn_metadata(NS, "sess-a")[parent.turn_id])
         assert report.sessions == 2 and [s.session_id for s in mem.sessions()] == ["sess-a", "sess-a:agent-a8b"]

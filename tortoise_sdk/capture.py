@@ -134,12 +134,19 @@ def _parse_turn(i: int, value: Turn | Mapping[str, Any]) -> Turn:
 
 
 def _refuse_nul(turn: Turn, i: int) -> None:
-    """NUL cannot be stored by PostgreSQL; refuse it on every engine so both behave the same."""
+    """Refuse text no engine stores faithfully: NUL (PostgreSQL cannot) and lone surrogates (not UTF-8)."""
     for field in ("content", "name", "id", "timestamp"):
         value = getattr(turn, field)
-        if value is not None and "\x00" in value:
+        if value is None:
+            continue
+        if "\x00" in value:
             raise InvalidInput("contains a NUL character (\\x00); remove it before capturing",
                                field=f"turns[{i}].{field}")
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise InvalidInput(f"is not valid Unicode text (a lone surrogate at character {exc.start}); "
+                               "decode the source as UTF-8 before capturing", field=f"turns[{i}].{field}") from None
     if turn.metadata is not None and "\\u0000" in json.dumps(turn.metadata):
         raise InvalidInput("contains a NUL character (\\x00); remove it before capturing",
                            field=f"turns[{i}].metadata")

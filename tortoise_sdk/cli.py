@@ -9,10 +9,11 @@ import argparse
 import json
 import sys
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from .errors import ConfigError, InvalidInput, NotFoundError, StreamParseError, TortoiseError
+from .errors import ConfigError, IdempotencyConflict, InvalidInput, NotFoundError, StreamParseError, TortoiseError
 
 __all__ = ("main",)
 
@@ -28,8 +29,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         return args.handler(args)
-    except (InvalidInput, ConfigError, NotFoundError, StreamParseError) as exc:
+    except (InvalidInput, ConfigError, NotFoundError, StreamParseError, IdempotencyConflict) as exc:
         print(f"tortoise: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # a path the user gave cannot be read or written
+        print(f"tortoise: {exc.filename or ''}: {exc.strerror or exc}", file=sys.stderr)
         return 2
     except TortoiseError as exc:
         print(f"tortoise: {exc}", file=sys.stderr)
@@ -126,14 +130,17 @@ def _read_text(path: str) -> str:
         raise InvalidInput(f"cannot read file: {exc.strerror}", field=path) from None
 
 
-def _progress(items: list[Any], label: str) -> Iterator[Any]:
-    """Yield items, showing a progress bar on a terminal for long imports."""
-    if len(items) < 50 or not sys.stderr.isatty():
-        yield from items
+@contextmanager
+def _progress(total: int, label: str) -> Iterator[Callable[[int, int], None]]:
+    """A ``progress(done, total)`` callback drawing a bar on a terminal for long imports."""
+    if total < 50 or not sys.stderr.isatty():
+        yield lambda done, total: None
         return
-    from rich.progress import track
+    from rich.progress import Progress
 
-    yield from track(items, description=label, console=None, transient=True)
+    with Progress(transient=True) as bar:
+        task = bar.add_task(label, total=total)
+        yield lambda done, total: bar.update(task, completed=done)
 
 
 def _cmd_capture(args: argparse.Namespace) -> int:
@@ -152,10 +159,9 @@ def _cmd_capture(args: argparse.Namespace) -> int:
             if args.session or args.key:
                 raise InvalidInput("--session and --key apply to a single-session file, not a batch of sessions",
                                    field="--session")
-            receipts = []
             batch = [dict(r, date=r.get("date", args.date)) for r in records]
-            for start in _progress(list(range(0, len(batch), 100)), "importing sessions"):
-                receipts.extend(mem.capture_many(batch[start:start + 100]))
+            with _progress(len(batch), "importing sessions") as advance:
+                receipts = mem.capture_many(batch, extract=_extract_mode(args), chunk_size=100, progress=advance)
         else:
             if not args.session:
                 raise InvalidInput("a file of turns needs --session ID", field="--session")
@@ -204,7 +210,7 @@ def _cmd_ingest(args: argparse.Namespace, text: str | None) -> int:
                             format=args.format, session_id=args.session, extract=_extract_mode(args))
     if args.json:
         emit_json(report)
-        return 0 if report.ok else 1
+        return _ingest_exit_code(report)
     c = report.counters
     print(f"ingested {report.format}: {report.sessions} session(s), {report.turns_stored} new turn(s) of "
           f"{report.turns_received}; {report.frames_recorded} of {report.frames} sub-agent frame(s) recorded"
@@ -220,7 +226,15 @@ def _cmd_ingest(args: argparse.Namespace, text: str | None) -> int:
             print(f"extraction {r.session_id}: {_report_line(r.extraction)}")
     for d in report.errors:
         print(f"tortoise: session {(d.detail or {}).get('session_id')}: {d.message}", file=sys.stderr)
-    return 0 if report.ok else 1
+    return _ingest_exit_code(report)
+
+
+def _ingest_exit_code(report: Any) -> int:
+    """0 when every session was captured; 2 when only the input was at fault (conflicts); else 1."""
+    if report.ok:
+        return 0
+    user_errors = {"CaptureConflict", "IdempotencyConflict", "InvalidInput"}
+    return 2 if all(d.code in user_errors for d in report.errors) else 1
 
 
 def _model_options(args: argparse.Namespace) -> dict[str, Any]:

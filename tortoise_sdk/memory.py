@@ -16,7 +16,7 @@ from .config import (
     default_db_path,
     env_model,
 )
-from .errors import ConfigError, InvalidInput
+from .errors import CaptureConflict, ConfigError, InvalidInput
 from .models import (
     CaptureReceipt,
     Diagnostic,
@@ -162,8 +162,26 @@ class Memory:
             return receipt
         return self._after_capture(receipt, extract)
 
-    def capture_many(self, sessions: Sequence[Mapping[str, Any]]) -> list[CaptureReceipt]:
-        """Import several sessions ``{"session_id", "date"?, "turns", "idempotency_key"?}`` in one transaction."""
+    def capture_many(
+        self,
+        sessions: Sequence[Mapping[str, Any]],
+        *,
+        extract: ExtractMode = None,
+        chunk_size: int | None = None,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> list[CaptureReceipt]:
+        """Import sessions ``{"session_id", "date"?, "turns", "idempotency_key"?}``.
+
+        Every session is validated before anything is written. By default all are written in
+        one transaction; with ``chunk_size``, each chunk of sessions is its own transaction and
+        ``progress(done, total)`` is called after each (a conflict in a later chunk then leaves
+        the earlier chunks stored; running the same import again skips them). Extraction then
+        runs per session as in ``capture``.
+
+        Raises:
+            InvalidInput: a bad session, named ``sessions[i]``; nothing was written.
+            CaptureConflict, IdempotencyConflict: as in ``capture``.
+        """
         requests = []
         for i, s in enumerate(sessions):
             if not isinstance(s, Mapping):
@@ -175,7 +193,19 @@ class Memory:
                 ))
             except InvalidInput as exc:
                 raise InvalidInput(str(exc), field=f"sessions[{i}]") from None
-        return self.store.capture_many(self.namespace, requests)
+        size = chunk_size or max(len(requests), 1)
+        receipts: list[CaptureReceipt] = []
+        for start in range(0, len(requests), size):
+            try:
+                receipts.extend(self.store.capture_many(self.namespace, requests[start:start + size]))
+            except CaptureConflict as exc:
+                if not receipts:
+                    raise
+                raise CaptureConflict(f"{exc} ({len(receipts)} session(s) before it were stored; "
+                                      "running the same import again skips them)") from None
+            if progress is not None:
+                progress(len(receipts), len(requests))
+        return [self._after_capture(r, extract) for r in receipts]
 
     # -- reads -------------------------------------------------------------------------------
 
@@ -207,7 +237,7 @@ class Memory:
     # part of the memory block.
 
     def subagents(self, session_id: str | None = None, turn_id: str | None = None) -> list[SubagentContext]:
-        """Recorded sub-agent invocations, ordered by observed_at, tool_call_id, agent_execution_id."""
+        """Recorded sub-agent invocations, ordered by observed_at, tool_call_id, agent_execution_id, session_id."""
         return self.store.subagents(self.namespace, session_id=session_id, turn_id=turn_id)
 
     def subagent_counters(self) -> SubagentCounters:
@@ -246,7 +276,9 @@ class Memory:
         Reads a Claude Code transcript, Claude Agent SDK stream-json, ACP traffic or turn
         JSONL (``format="auto"`` detects which). Each session's turns are captured like
         ``capture`` (message ids are turn ids, so ingesting the same file again stores
-        nothing and a grown file appends only its new turns); then every sub-agent frame is
+        nothing and a grown file appends only its new turns; an edited message under a stored
+        id is a ``CaptureConflict`` in ``errors``; a session with id-less turns is captured in
+        one call whatever ``max_turns_per_capture``); then every sub-agent frame is
         recorded, after the turns so that frames resolve their launching turn.
 
         Args:
@@ -260,6 +292,7 @@ class Memory:
             ConfigError: unknown ``format``.
             StreamParseError: the input cannot be read or holds no JSON object.
         """
+        from .capture import content_hash
         from .errors import CaptureConflict
         from .ingest import IngestReport
         from .streams import parse_stream
@@ -271,15 +304,21 @@ class Memory:
                               frames=len(parsed.frames), parse=parsed.report)
         for sid, turns in parsed.sessions.items():
             report.turns_received += len(turns)
-            stored = {h.external_id for h in self.store.turns(self.namespace, sid)}
-            if all(t.id is not None and t.id in stored for t in turns):
+            stored = {h.external_id: content_hash(Turn(role=h.role, name=h.name, content=h.content))
+                      for h in self.store.turns(self.namespace, sid) if h.external_id is not None}
+            # An edited message under a known id is not "unchanged": capture it, so it conflicts.
+            if all(t.id is not None and stored.get(t.id) == content_hash(t) for t in turns):
                 report.sessions_unchanged += 1
                 continue
             first = next((d for t in turns if (d := parse_time(t.timestamp)) is not None), None)
-            for start in range(0, len(turns), self.max_turns_per_capture):
-                chunk = turns[start:start + self.max_turns_per_capture]
+            # An id-less turn's identity is its position, so such a session is captured in one call
+            # (ingest is a file import; max_turns_per_capture guards API callers).
+            size = len(turns) if any(t.id is None for t in turns) else self.max_turns_per_capture
+            for start in range(0, len(turns), size):
+                chunk = turns[start:start + size]
                 try:
-                    receipt = self.capture(sid, chunk, session_date=first, extract=extract)
+                    request = prepare_capture(sid, chunk, session_date=first, max_turns=size)
+                    receipt = self._after_capture(self.store.capture(self.namespace, request), extract)
                 except (InvalidInput, CaptureConflict) as exc:
                     report.errors.append(Diagnostic(stage="capture", code=type(exc).__name__, message=str(exc),
                                                     detail={"session_id": sid}))
@@ -442,3 +481,4 @@ def migrate_store(src: str, dst: str, *, progress: Callable[[str, int], None] | 
     from .store.copy import copy_store
 
     return copy_store(src, dst, progress=progress)
+

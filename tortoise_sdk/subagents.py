@@ -12,6 +12,9 @@ Rules, one per column (see ``COLUMN_RULES`` for the code):
 
 - key columns, ``source``, ``observed_at``: write-once (the first committed frame's).
 - ``turn_id``: first non-empty wins; a stored NULL is filled by a later frame.
+  This is the frame's raw reference (a message id); a store keeps it as
+  ``turn_ref`` and stores in ``turn_id`` the turn it resolves to, filled forward
+  by a later frame or by the capture that stores that turn.
 - ``is_async``: sticky, False -> True only.
 - ``tool_status``: last reported wins until settled, then frozen.
 - ``settled_at``: set to ``now`` by the first frame whose ``tool_status`` is
@@ -23,10 +26,11 @@ Rules, one per column (see ``COLUMN_RULES`` for the code):
 
 Normalization: empty or whitespace strings are None; ``total_tokens`` and
 ``duration_ms`` of exactly 0 are None (not reported); ``tool_use_count`` 0 is a
-real zero; a negative metric is None and counts as ``anomalous_value``; a
-missing execution id is stored as ``'unknown'`` and counts as
-``unknown_execution``; a frame without session or tool call id writes nothing
-and counts as ``skipped_no_identity`` (and nothing else).
+real zero; a negative metric, or one above ``MAX_METRIC`` (2**63 - 1, what a
+row can hold), is None and counts as ``anomalous_value``; a missing execution
+id is stored as ``'unknown'`` and counts as ``unknown_execution``; a frame
+without session or tool call id writes nothing and counts as
+``skipped_no_identity`` (and nothing else).
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ __all__ = (
     "COLUMN_RULES",
     "COUNTER_NAMES",
     "EMPTY_ROW",
+    "MAX_METRIC",
     "ROW_COLUMNS",
     "TERMINAL_STATUSES",
     "UNKNOWN_EXECUTION",
@@ -123,10 +128,14 @@ def _text(value: str | None) -> str | None:
     return value if isinstance(value, str) and value.strip() else None
 
 
+#: The largest metric a row can hold (a signed 64-bit integer on both engines).
+MAX_METRIC = 2**63 - 1
+
+
 def _metric(value: int | None, zero_is_unreported: bool, counts: dict[str, int]) -> int | None:
     if value is None or (zero_is_unreported and value == 0):
         return None
-    if value < 0:
+    if value < 0 or value > MAX_METRIC:
         counts["anomalous_value"] += 1
         return None
     return value

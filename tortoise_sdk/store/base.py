@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..capture import CaptureRequest
+from ..errors import ConfigError
 from ..models import (
     CaptureReceipt,
     ExtractionReport,
@@ -179,16 +181,17 @@ class Store(ABC):
     ) -> SubagentContext:
         """Merge a normalized frame into its row with one atomic upsert (``subagents.COLUMN_RULES``).
 
-        ``frame.turn_id`` is the source's message id: it is resolved to the stored turn of
-        the frame's session (or a derived sub-agent session), else NULL. ``upserted`` and
-        ``increments`` are added to the counters in the same transaction.
+        ``frame.turn_id`` is the source's message id, kept as the row's ``turn_ref`` (first
+        non-empty wins): ``turn_id`` is the stored turn it names in the frame's session (or
+        a derived ``:agent-``/``:task-`` session), else NULL until a capture stores that turn.
+        ``upserted`` and ``increments`` are added to the counters in the same transaction.
         """
 
     @abstractmethod
     def subagents(
         self, namespace: str, session_id: str | None = None, turn_id: str | None = None
     ) -> list[SubagentContext]:
-        """Sub-agent rows ordered by observed_at, tool_call_id, agent_execution_id."""
+        """Sub-agent rows ordered by observed_at, tool_call_id, agent_execution_id, session_id (text in byte order)."""
 
     @abstractmethod
     def bump_subagent_counters(self, namespace: str, increments: Mapping[str, int]) -> None:
@@ -223,6 +226,19 @@ class Store(ABC):
         """
         return self.search_terms(namespace, list(weighted_terms), k=k)
 
+    def turn_fact_status(self, namespace: str, turn_ids: Sequence[str]) -> dict[str, tuple[int, int]]:
+        """For turns that ground memories: ``turn_id -> (live, no longer live)`` memory counts.
+
+        The reflex uses it to keep turns whose facts were all superseded or retracted out of the
+        block unless the user asks about a change.
+        """
+        ids = list(dict.fromkeys(turn_ids))
+        return {r[0]: (int(r[1]), int(r[2])) for r in self._turn_fact_rows(namespace, ids)} if ids else {}
+
+    def _turn_fact_rows(self, namespace: str, turn_ids: list[str]) -> Sequence[Sequence[Any]]:
+        """``(turn_id, live count, other count)`` rows; a store without memories has none."""
+        return []
+
     def candidate_memories(self, namespace: str, weighted_terms: Mapping[str, float], *, k: int,
                            per_term: int = 200, include_superseded: bool = False) -> list[tuple[MemoryRecord, float]]:
         """Memories ranked like ``candidate_turns``, over content, search keys and entity names.
@@ -254,4 +270,9 @@ def open_store(url: str) -> Store:
 
     if url.startswith("sqlite:///"):
         url = url[len("sqlite:///") :]
+    elif re.match(r"^[A-Za-z][\w+.-]*://", url):
+        raise ConfigError(
+            f"unsupported database URL scheme in {url.split('://')[0]}://...; use a SQLite path, "
+            "sqlite:///path or postgresql://user@host/db"
+        )
     return SQLiteStore(url)

@@ -216,7 +216,20 @@ M003_SUBAGENTS = Migration(
     ),
 )
 
-SQLITE_MIGRATIONS: list[Migration] = [M001_FOUNDATION, M002_EXTRACTION, M003_SUBAGENTS]
+# The frame's raw turn reference, kept so that a turn captured after its frame fills
+# ``turn_id`` forward (the capture transaction resolves the pending rows). Rows written
+# before this migration keep a NULL ``turn_ref``.
+M004_SUBAGENT_TURN_REF = Migration(
+    4,
+    "subagents: turn_ref",
+    (
+        "ALTER TABLE subagent_contexts ADD COLUMN turn_ref TEXT",
+        """CREATE INDEX subagent_contexts_pending ON subagent_contexts (namespace, session_id)
+            WHERE turn_id IS NULL AND turn_ref IS NOT NULL""",
+    ),
+)
+
+SQLITE_MIGRATIONS: list[Migration] = [M001_FOUNDATION, M002_EXTRACTION, M003_SUBAGENTS, M004_SUBAGENT_TURN_REF]
 
 
 def applied_versions(conn: sqlite3.Connection) -> set[int]:

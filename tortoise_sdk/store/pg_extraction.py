@@ -107,6 +107,15 @@ class PostgresExtractionMixin(ExtractionCore):
             records = self._records(c, rows)
         return [(rec, float(row["score"])) for rec, row in zip(records, rows)]
 
+    def _turn_fact_rows(self, namespace: str, turn_ids: list[str]) -> Sequence[Sequence[Any]]:
+        with self.read() as c:
+            return c.execute(
+                "SELECT p.turn_id, COUNT(*) FILTER (WHERE m.status = 'live'), COUNT(*) FILTER (WHERE m.status <> 'live')"
+                " FROM provenance p JOIN memories m ON m.memory_id = p.memory_id"
+                " WHERE p.namespace = %s AND p.turn_id = ANY(%s) GROUP BY p.turn_id",
+                (namespace, turn_ids),
+            ).fetchall()
+
     def candidate_memories(self, namespace: str, weighted_terms: Mapping[str, float], *, k: int,
                            per_term: int = 200, include_superseded: bool = False) -> list[tuple[MemoryRecord, float]]:
         """Memories ranked by the summed weights of the terms they hold (content, search keys, entity

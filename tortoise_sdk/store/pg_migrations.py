@@ -1,7 +1,7 @@
 """Versioned schema migrations for the PostgreSQL store.
 
 The same versions and concepts as ``SQLITE_MIGRATIONS`` (1 = foundation,
-2 = extraction, 3 = subagent contexts): a version applied on one engine means
+2 = extraction, 3 = subagent contexts, 4 = their turn_ref): a version applied on one engine means
 the same tables and semantics on the other. Each migration runs in its own
 transaction under a transaction-scoped advisory lock, so any number of
 processes opening a new database concurrently apply it exactly once. A shipped
@@ -243,7 +243,18 @@ M003_SUBAGENTS = Migration(
     ),
 )
 
-POSTGRES_MIGRATIONS: list[Migration] = [M001_FOUNDATION, M002_EXTRACTION, M003_SUBAGENTS]
+# Mirrors SQLite's M004: the raw turn reference, and an index over the rows still waiting for their turn.
+M004_SUBAGENT_TURN_REF = Migration(
+    4,
+    "subagents: turn_ref",
+    (
+        "ALTER TABLE subagent_contexts ADD COLUMN turn_ref TEXT",
+        """CREATE INDEX subagent_contexts_pending ON subagent_contexts (namespace, session_id)
+            WHERE turn_id IS NULL AND turn_ref IS NOT NULL""",
+    ),
+)
+
+POSTGRES_MIGRATIONS: list[Migration] = [M001_FOUNDATION, M002_EXTRACTION, M003_SUBAGENTS, M004_SUBAGENT_TURN_REF]
 
 _CREATE_VERSIONS = (
     "CREATE TABLE IF NOT EXISTS schema_migrations ("

@@ -8,48 +8,57 @@ exactly ``tortoise_sdk.subagents.COLUMN_RULES`` with no read before the write.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+import psycopg
 from psycopg.rows import dict_row
 
 from ..models import SubagentContext
-from .subagent_core import SubagentCore
+from .subagent_core import SubagentCore, owner_sessions
 from .rows import Row, and_equal, subagent_context, subagent_params, utc
 
 if TYPE_CHECKING:
-    import psycopg
-
     from ..subagents import NormalizedFrame
 
-__all__ = ("PostgresSubagentMixin",)
+logger = logging.getLogger(__name__)
 
-# See sqlite_subagents._RESOLVE_TURN: the same three lookups.
+__all__ = ("PostgresSubagentMixin", "fill_subagent_turns")
+
+# See sqlite_subagents._RESOLVE_TURN: the same lookups in the same order, the same derived prefixes.
 _RESOLVE_TURN = """COALESCE(
     (SELECT t.turn_id FROM turns t
-      WHERE t.namespace = %(namespace)s AND t.session_id = %(session_id)s AND t.external_id = %(turn_ref)s::text),
+      WHERE t.namespace = %(namespace)s AND t.session_id = {session} AND t.external_id = {ref}),
     (SELECT t.turn_id FROM turns t
-      WHERE t.namespace = %(namespace)s AND starts_with(t.session_id, %(session_id)s::text || ':')
-        AND t.external_id = %(turn_ref)s::text ORDER BY t.session_id COLLATE "C" LIMIT 1),
+      WHERE t.namespace = %(namespace)s AND t.external_id = {ref} AND starts_with(t.session_id, {session} || ':agent-')
+      ORDER BY t.session_id COLLATE "C", t.idx LIMIT 1),
     (SELECT t.turn_id FROM turns t
-      WHERE t.turn_id = %(turn_ref)s::text AND t.namespace = %(namespace)s AND t.session_id = %(session_id)s)
+      WHERE t.namespace = %(namespace)s AND t.external_id = {ref} AND starts_with(t.session_id, {session} || ':task-')
+      ORDER BY t.session_id COLLATE "C", t.idx LIMIT 1),
+    (SELECT t.turn_id FROM turns t
+      WHERE t.turn_id = {ref} AND t.namespace = %(namespace)s AND t.session_id = {session})
 )"""
 
 _UPSERT = f"""
 INSERT INTO subagent_contexts AS s (
-    namespace, session_id, turn_id, agent_execution_id, tool_call_id, parent_tool_call_id, subagent_type,
+    namespace, session_id, turn_ref, turn_id, agent_execution_id, tool_call_id, parent_tool_call_id, subagent_type,
     description, agent_id, child_session_id, model, agent_status, tool_status, is_async, total_tokens,
     tool_use_count, duration_ms, source, observed_at, settled_at, updated_at
 ) VALUES (
-    %(namespace)s, %(session_id)s, {_RESOLVE_TURN}, %(agent_execution_id)s, %(tool_call_id)s,
+    %(namespace)s, %(session_id)s, %(turn_ref)s::text,
+    {_RESOLVE_TURN.format(session="%(session_id)s::text", ref="%(turn_ref)s::text")},
+    %(agent_execution_id)s, %(tool_call_id)s,
     %(parent_tool_call_id)s, %(subagent_type)s, %(description)s, %(agent_id)s, %(child_session_id)s, %(model)s,
     %(agent_status)s, %(tool_status)s, %(is_async)s, %(total_tokens)s, %(tool_use_count)s, %(duration_ms)s,
     %(source)s, %(observed_at)s, %(settles_at)s, %(now)s
 )
 ON CONFLICT (namespace, session_id, agent_execution_id, tool_call_id) DO UPDATE SET
-    turn_id             = COALESCE(s.turn_id, EXCLUDED.turn_id),
+    turn_ref            = COALESCE(s.turn_ref, EXCLUDED.turn_ref),
+    turn_id             = COALESCE(s.turn_id, CASE WHEN s.turn_ref IS NULL OR s.turn_ref = EXCLUDED.turn_ref
+                                                   THEN EXCLUDED.turn_id END),
     parent_tool_call_id = COALESCE(EXCLUDED.parent_tool_call_id, s.parent_tool_call_id),
     subagent_type       = COALESCE(EXCLUDED.subagent_type, s.subagent_type),
     description         = COALESCE(EXCLUDED.description, s.description),
@@ -68,8 +77,32 @@ ON CONFLICT (namespace, session_id, agent_execution_id, tool_call_id) DO UPDATE 
 RETURNING *
 """
 
+# See sqlite_subagents._FILL: the rows of one session still waiting for their turn.
+_FILL = f"""
+UPDATE subagent_contexts AS s
+   SET turn_id = {_RESOLVE_TURN.format(session="s.session_id", ref="s.turn_ref")}
+ WHERE s.namespace = %(namespace)s AND s.session_id = %(session_id)s AND s.turn_id IS NULL AND s.turn_ref IS NOT NULL
+"""
+
 _BUMP = """INSERT INTO subagent_counters AS k (namespace, name, value) VALUES (%s, %s, %s)
 ON CONFLICT (namespace, name) DO UPDATE SET value = k.value + EXCLUDED.value"""
+
+
+def fill_subagent_turns(c: psycopg.Connection, namespace: str, session_id: str) -> None:
+    """Fill forward the ``turn_id`` of rows whose turn a capture of ``session_id`` may just have stored.
+
+    See ``sqlite_subagents.fill_subagent_turns``. Runs in a savepoint of the capture's
+    transaction; a failure other than a deadlock or serialization conflict (which the
+    capture's transaction retries) logs a warning and leaves the rows pending.
+    """
+    try:
+        with c.transaction():
+            for owner in owner_sessions(session_id):
+                c.execute(_FILL, {"namespace": namespace, "session_id": owner})
+    except (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure):
+        raise
+    except psycopg.Error as exc:
+        logger.warning("subagent turn ids of session %r were not filled forward: %s", session_id, exc)
 
 
 class PostgresSubagentMixin(SubagentCore):
@@ -81,11 +114,13 @@ class PostgresSubagentMixin(SubagentCore):
     def subagents(
         self, namespace: str, session_id: str | None = None, turn_id: str | None = None
     ) -> list[SubagentContext]:
-        """Rows of a namespace (or one session / launching turn), by observed_at, tool_call_id, agent_execution_id."""
+        """Rows of a namespace (or one session / launching turn), by observed_at, tool_call_id,
+        agent_execution_id, session_id, then insertion (text in byte order, as on SQLite)."""
         args: list[Any] = [namespace]
         sql = and_equal("SELECT * FROM subagent_contexts WHERE namespace = %s", args,
                         {"session_id": session_id, "turn_id": turn_id}, "%s")
-        sql += ' ORDER BY observed_at, tool_call_id COLLATE "C", agent_execution_id COLLATE "C"'
+        sql += (' ORDER BY observed_at, tool_call_id COLLATE "C", agent_execution_id COLLATE "C",'
+                ' session_id COLLATE "C", id')
         with self.read() as c, c.cursor(row_factory=dict_row) as cur:
             rows = cur.execute(sql, args).fetchall()
         return [subagent_context(r) for r in rows]

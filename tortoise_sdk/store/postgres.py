@@ -38,7 +38,7 @@ except ImportError as exc:
 
 from .base import Store
 from .pg_extraction import PostgresExtractionMixin
-from .pg_subagents import PostgresSubagentMixin
+from .pg_subagents import PostgresSubagentMixin, fill_subagent_turns
 from .pg_fts import FTS_CONFIG, bm25_search_sql, newest_matches_sql, turn_stats_sql, usable_terms
 from .pg_migrations import POSTGRES_MIGRATIONS, migrate_postgres
 from .capture_plan import new_receipt, plan_append, receipt_row, replay_or_conflict, session_date_for
@@ -242,6 +242,7 @@ class PostgresStore(PostgresExtractionMixin, PostgresSubagentMixin, Store):
                     new_rows,
                 )
             c.execute(turn_stats_sql(), ([r[0] for r in new_rows],))
+            fill_subagent_turns(c, namespace, req.session_id)
         receipt = new_receipt(namespace, req, receipt_id, session_date, new_rows, warnings)
         c.execute(
             "INSERT INTO receipts (receipt_id, namespace, session_id, idempotency_key, request_hash, body, created_at)"

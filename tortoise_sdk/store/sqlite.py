@@ -25,7 +25,7 @@ from .migrations import SQLITE_MIGRATIONS, migrate_sqlite
 from .rows import and_equal
 from .rows import turn_hit as _hit
 from .sqlite_extraction import SQLiteExtractionMixin
-from .sqlite_subagents import SQLiteSubagentMixin
+from .sqlite_subagents import SQLiteSubagentMixin, fill_subagent_turns
 
 __all__ = ("SQLiteStore",)
 
@@ -203,6 +203,8 @@ class SQLiteStore(SQLiteExtractionMixin, SQLiteSubagentMixin, Store):
             " metadata, content_hash, receipt_id, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             new_rows,
         )
+        if new_rows:
+            fill_subagent_turns(c, namespace, req.session_id)
         receipt = new_receipt(namespace, req, receipt_id, session_date, new_rows, warnings)
         c.execute(
             "INSERT INTO receipts (receipt_id, namespace, session_id, idempotency_key, request_hash, body, created_at)"
@@ -244,9 +246,13 @@ class SQLiteStore(SQLiteExtractionMixin, SQLiteSubagentMixin, Store):
         with self.read() as c:
             if session_id is None:
                 pool = k + 20
-                rows = c.execute(_RANK_IN_INDEX, (match, pool, namespace)).fetchall()
-                if len(rows) >= k + 10 or c.execute(_COUNT_MATCHES, (match, pool)).fetchone()[0] < pool:
-                    return sorted(rows, key=lambda r: (r["rank"], r["session_id"], r["idx"]))[:k]
+                rows = sorted(c.execute(_RANK_IN_INDEX, (match, pool, namespace)).fetchall(),
+                              key=lambda r: (r["rank"], r["session_id"], r["idx"]))
+                complete = c.execute(_COUNT_MATCHES, (match, pool)).fetchone()[0] < pool
+                # Exact unless the pool was cut short: by other namespaces' rows, or inside a run
+                # of ties at the k-th rank (then which tied rows made the pool is arbitrary).
+                if complete or (len(rows) >= k + 10 and rows[k - 1]["rank"] != rows[-1]["rank"]):
+                    return rows[:k]
             sql = _RANK_JOINED + (" AND t.session_id = ?" if session_id is not None else "")
             args = [match, namespace] + ([session_id] if session_id is not None else [])
             return c.execute(sql + " ORDER BY rank, t.session_id, t.idx LIMIT ?", [*args, k]).fetchall()
@@ -420,6 +426,15 @@ class SQLiteStore(SQLiteExtractionMixin, SQLiteSubagentMixin, Store):
                                  role=r[6], name=r[7], content=r[8], score=scores[r[0]])) for r in rows]
         hits.sort(key=lambda x: (-x[1].score, -x[0]))
         return [h for _, h in hits]
+
+    def _turn_fact_rows(self, namespace: str, turn_ids: list[str]) -> Sequence[Sequence[Any]]:
+        with self.read() as c:
+            return c.execute(
+                "SELECT p.turn_id, SUM(m.status = 'live'), SUM(m.status != 'live') FROM provenance p"
+                " JOIN memories m ON m.memory_id = p.memory_id"
+                f" WHERE p.namespace = ? AND p.turn_id IN ({', '.join('?' * len(turn_ids))}) GROUP BY p.turn_id",
+                [namespace, *turn_ids],
+            ).fetchall()
 
     def candidate_memories(self, namespace: str, weighted_terms: Mapping[str, float], *, k: int,
                            per_term: int = 200, include_superseded: bool = False) -> list[tuple[MemoryRecord, float]]:

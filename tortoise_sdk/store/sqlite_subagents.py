@@ -1,14 +1,17 @@
 """SQLite side of sub-agent recording: the one-statement upsert, reads, and persistent counters.
 
 A mixin of ``SQLiteStore`` (it relies on its ``transaction`` and ``read``); the flow
-is ``subagent_core.SubagentCore``'s. The upsert is a single ``INSERT ... ON CONFLICT DO UPDATE``: every ``SET`` reads only
-the stored row and ``excluded`` (SQLite evaluates all of them against the old
-row), so it is exactly ``tortoise_sdk.subagents.COLUMN_RULES``, with no read
-before the write.
+is ``subagent_core.SubagentCore``'s. The upsert is a single ``INSERT ... ON CONFLICT
+DO UPDATE``: every ``SET`` reads only the stored row and ``excluded`` (SQLite
+evaluates all of them against the old row), so it is exactly
+``tortoise_sdk.subagents.COLUMN_RULES``, with no read before the write. The rule's
+``turn_id`` (a raw message id) is stored as ``turn_ref``; ``turn_id`` holds the turn
+it resolves to, filled forward by ``fill_subagent_turns`` when a capture stores it.
 """
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 from collections.abc import Callable
 from contextlib import AbstractContextManager
@@ -16,40 +19,56 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from ..models import SubagentContext
-from .subagent_core import SubagentCore
+from .subagent_core import SubagentCore, owner_sessions
 from .rows import Row, and_equal, subagent_context, subagent_params, utc
 
 if TYPE_CHECKING:
     from ..subagents import NormalizedFrame
 
-__all__ = ("SQLiteSubagentMixin", "subagent_time")
+logger = logging.getLogger(__name__)
 
-# The frame's message uuid becomes the store's turn id: the turn with that external id in
-# the frame's session, else in one of its derived sub-agent sessions ("<session>:agent-..."),
-# else a store turn id given directly. NULL when none is stored (yet); a later frame fills it.
+__all__ = ("SQLiteSubagentMixin", "fill_subagent_turns", "subagent_time")
+
+# The frame's message uuid (``turn_ref``) becomes the store's turn id: the turn with that
+# external id in the row's session, else in one of its derived sub-agent sessions
+# ("<session>:agent-..." or "<session>:task-...", the first by session id), else a store turn
+# id given directly. NULL while no such turn is stored; the capture that stores it fills it
+# forward (``fill_subagent_turns``). ``{session}``/``{ref}`` are SQL expressions. Every
+# ':agent-' session sorts before every ':task-' one, so two index range lookups in that
+# order give the first derived session; each range is exactly its prefix.
 _RESOLVE_TURN = """COALESCE(
     (SELECT t.turn_id FROM turns t
-      WHERE t.namespace = :namespace AND t.session_id = :session_id AND t.external_id = :turn_ref),
+      WHERE t.namespace = :namespace AND t.session_id = {session} AND t.external_id = {ref}),
     (SELECT t.turn_id FROM turns t
-      WHERE t.namespace = :namespace AND t.session_id > :session_id || ':' AND t.session_id < :session_id || ';'
-        AND t.external_id = :turn_ref ORDER BY t.session_id LIMIT 1),
+      WHERE t.namespace = :namespace AND t.external_id = {ref}
+        AND t.session_id >= {session} || ':agent-' AND t.session_id < {session} || ':agent.'
+      ORDER BY t.session_id, t.idx LIMIT 1),
     (SELECT t.turn_id FROM turns t
-      WHERE t.turn_id = :turn_ref AND t.namespace = :namespace AND t.session_id = :session_id)
+      WHERE t.namespace = :namespace AND t.external_id = {ref}
+        AND t.session_id >= {session} || ':task-' AND t.session_id < {session} || ':task.'
+      ORDER BY t.session_id, t.idx LIMIT 1),
+    (SELECT t.turn_id FROM turns t
+      WHERE t.turn_id = {ref} AND t.namespace = :namespace AND t.session_id = {session})
 )"""
 
-# One statement per rule of COLUMN_RULES; unqualified names are the stored row.
+# One statement per rule of COLUMN_RULES; unqualified names are the stored row. ``turn_ref``
+# is the rule's raw reference (first non-empty wins); ``turn_id`` is its resolution, taken
+# from this frame only when the frame carries the kept reference, then write-once.
 _UPSERT = f"""
 INSERT INTO subagent_contexts (
-    namespace, session_id, turn_id, agent_execution_id, tool_call_id, parent_tool_call_id, subagent_type,
+    namespace, session_id, turn_ref, turn_id, agent_execution_id, tool_call_id, parent_tool_call_id, subagent_type,
     description, agent_id, child_session_id, model, agent_status, tool_status, is_async, total_tokens,
     tool_use_count, duration_ms, source, observed_at, settled_at, updated_at
 ) VALUES (
-    :namespace, :session_id, {_RESOLVE_TURN}, :agent_execution_id, :tool_call_id, :parent_tool_call_id,
+    :namespace, :session_id, :turn_ref, {_RESOLVE_TURN.format(session=":session_id", ref=":turn_ref")},
+    :agent_execution_id, :tool_call_id, :parent_tool_call_id,
     :subagent_type, :description, :agent_id, :child_session_id, :model, :agent_status, :tool_status, :is_async,
     :total_tokens, :tool_use_count, :duration_ms, :source, :observed_at, :settles_at, :now
 )
 ON CONFLICT (namespace, session_id, agent_execution_id, tool_call_id) DO UPDATE SET
-    turn_id             = COALESCE(turn_id, excluded.turn_id),
+    turn_ref            = COALESCE(turn_ref, excluded.turn_ref),
+    turn_id             = COALESCE(turn_id, CASE WHEN turn_ref IS NULL OR turn_ref = excluded.turn_ref
+                                                 THEN excluded.turn_id END),
     parent_tool_call_id = COALESCE(excluded.parent_tool_call_id, parent_tool_call_id),
     subagent_type       = COALESCE(excluded.subagent_type, subagent_type),
     description         = COALESCE(excluded.description, description),
@@ -68,8 +87,29 @@ ON CONFLICT (namespace, session_id, agent_execution_id, tool_call_id) DO UPDATE 
 RETURNING *
 """
 
+# The rows of one session still waiting for their turn, resolved against the turns stored now.
+_FILL = f"""
+UPDATE subagent_contexts
+   SET turn_id = {_RESOLVE_TURN.format(session="subagent_contexts.session_id", ref="subagent_contexts.turn_ref")}
+ WHERE namespace = :namespace AND session_id = :session_id AND turn_id IS NULL AND turn_ref IS NOT NULL
+"""
+
 _BUMP = """INSERT INTO subagent_counters (namespace, name, value) VALUES (?, ?, ?)
 ON CONFLICT (namespace, name) DO UPDATE SET value = value + excluded.value"""
+
+
+def fill_subagent_turns(c: sqlite3.Connection, namespace: str, session_id: str) -> None:
+    """Fill forward the ``turn_id`` of rows whose turn a capture of ``session_id`` may just have stored.
+
+    Runs inside the capture's transaction: the rows of ``session_id`` and of every session
+    it derives from (``s`` for ``s:agent-x``). Never fails the capture: a failure logs a
+    warning and the rows stay pending (a later capture or frame fills them).
+    """
+    try:
+        for owner in owner_sessions(session_id):
+            c.execute(_FILL, {"namespace": namespace, "session_id": owner})
+    except sqlite3.Error as exc:
+        logger.warning("subagent turn ids of session %r were not filled forward: %s", session_id, exc)
 
 
 def subagent_time(dt: datetime) -> str:
@@ -86,12 +126,14 @@ class SQLiteSubagentMixin(SubagentCore):
     def subagents(
         self, namespace: str, session_id: str | None = None, turn_id: str | None = None
     ) -> list[SubagentContext]:
-        """Rows of a namespace (or one session / launching turn), by observed_at, tool_call_id, agent_execution_id."""
+        """Rows of a namespace (or one session / launching turn), by observed_at, tool_call_id,
+        agent_execution_id, session_id, then insertion."""
         args: list[Any] = [namespace]
         sql = and_equal("SELECT * FROM subagent_contexts WHERE namespace = ?", args,
                         {"session_id": session_id, "turn_id": turn_id})
         with self.read() as c:
-            rows = c.execute(sql + " ORDER BY observed_at, tool_call_id, agent_execution_id", args).fetchall()
+            rows = c.execute(sql + " ORDER BY observed_at, tool_call_id, agent_execution_id, session_id, id",
+                             args).fetchall()
         return [subagent_context(r) for r in rows]
 
     def _upsert_params(self, namespace: str, frame: NormalizedFrame, now: datetime) -> dict[str, Any]:

@@ -16,9 +16,26 @@ from .rows import COUNTER_NAMES, Row, counter_rows, subagent_context
 if TYPE_CHECKING:
     from ..subagents import NormalizedFrame
 
-__all__ = ("SubagentCore",)
+__all__ = ("DERIVED_MARKERS", "SubagentCore", "owner_sessions")
 
 Conn = Any
+
+#: What follows a session id in the id of a session derived from it (a sub-agent's own turns).
+DERIVED_MARKERS: tuple[str, ...] = (":agent-", ":task-")
+
+
+def owner_sessions(session_id: str) -> list[str]:
+    """``session_id`` and every session it derives from: ``s:agent-a:task-b`` -> itself, ``s:agent-a``, ``s``.
+
+    The sessions whose sub-agent rows may resolve their turn reference to a turn of ``session_id``.
+    """
+    owners = {session_id}
+    for marker in DERIVED_MARKERS:
+        at = session_id.find(marker, 1)
+        while at > 0:
+            owners.add(session_id[:at])
+            at = session_id.find(marker, at + 1)
+    return sorted(owners)
 
 
 class SubagentCore:

@@ -18,10 +18,16 @@ Frames: ``tool_call`` / ``tool_call_update`` of a sub-agent tool, recognised as
 - Auggie: title ``sub-agent-<type>: <description>``.
 
 Once a tool call is known to be a sub-agent, every later update of it is one too.
+
+Any other tool call becomes turns, summarized like Claude Code's: the call an
+assistant turn ``[tool_use <title> arg=…]`` (id ``<session>:tool-<toolCallId>``),
+its completed or failed output a tool turn ``[tool_result <title>] output…``
+(id ``…:result``); the full rawInput/rawOutput/content stay in the metadata.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,8 +41,9 @@ from tortoise_sdk.streams.base import (
     as_dict,
     as_int,
     as_str,
+    shorten,
 )
-from tortoise_sdk.streams.claude_code import agent_result_fields
+from tortoise_sdk.streams.claude_code import agent_result_fields, summarize_tool_use
 
 __all__ = ("AcpParser", "acp_agent_fields", "is_acp_agent_call")
 
@@ -122,6 +129,30 @@ def _content_text(content: Any) -> str:
     return "".join(parts)
 
 
+def _tool_output_text(update: dict[str, Any]) -> str:
+    """The readable output of a tool_call(_update): its content blocks, else its ``rawOutput``."""
+    parts = []
+    for item in update.get("content") if isinstance(update.get("content"), list) else []:
+        item = as_dict(item)
+        if item.get("type") == "content":
+            parts.append(_content_text(item.get("content")))
+        elif item.get("type") == "diff":
+            parts.append(f"[diff {as_str(item.get('path')) or '?'}]")
+        elif item.get("type"):
+            parts.append(f"[{item['type']}]")
+    text = "\n".join(p for p in parts if p)
+    if text.strip():
+        return text
+    raw = update.get("rawOutput")
+    if isinstance(raw, str):
+        return raw
+    if isinstance(raw, dict):
+        for name in ("output", "stdout", "result", "text", "content"):
+            if isinstance(raw.get(name), str):
+                return raw[name]
+    return json.dumps(raw, ensure_ascii=False, default=str) if raw not in (None, {}, []) else ""
+
+
 class AcpParser(StreamParser):
     """Parses ACP JSON-RPC lines (either direction; non-``session/*`` traffic is reported and skipped)."""
 
@@ -130,6 +161,8 @@ class AcpParser(StreamParser):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._agent_calls: set[tuple[str, str]] = set()
+        self._tool_titles: dict[tuple[str, str], str] = {}
+        self._tool_turn_ids: set[str] = set()
         self._prompt_sessions: dict[str, str] = {}
         self._open: dict[str, _Message] = {}
 
@@ -222,10 +255,58 @@ class AcpParser(StreamParser):
                 events.append(self._frame(line, timestamp, session_id=session, tool_call_id=call_id,
                                           **acp_agent_fields(update)))
             else:
-                self._skip(line, kind, "tool call of a non-agent tool")
+                events.extend(self._tool_turns(line, session, key, call_id, name, update, kind))
             return events
         self._skip(line, kind, f"session update ({name or 'unknown'}) carries no turn or frame")
         return []
+
+    def _tool_turns(
+        self, line: int, session: str, key: str, call_id: str | None, name: str, update: dict[str, Any], kind: str
+    ) -> list[Event]:
+        """A non-agent tool's call and its final output as turns, summarized like Claude Code's tool_use/tool_result.
+
+        The call is an assistant turn ``<key>:tool-<id>``, the output a tool turn ``<key>:tool-<id>:result``
+        (status completed or failed); later repeats and intermediate updates are reported and skipped.
+        """
+        claude = as_dict(as_dict(update.get("_meta")).get("claudeCode"))
+        title = as_str(claude.get("toolName")) or as_str(update.get("title"))
+        ref = (session, call_id or f"L{line}")
+        if title and (name == "tool_call" or ref not in self._tool_titles):
+            self._tool_titles[ref] = title
+        label = self._tool_titles.get(ref) or as_str(update.get("kind")) or "?"
+        base = f"{key}:tool-{call_id}" if call_id else f"{key}:L{line}"
+        metadata: dict[str, Any] = {
+            "format": self.format, "line": line, "tool_call_id": call_id, "title": as_str(update.get("title")),
+            "kind": as_str(update.get("kind")), "status": as_str(update.get("status")),
+            "raw_input": update.get("rawInput"), "raw_output": update.get("rawOutput"),
+            "content": update.get("content"),
+            # a sub-agent's own tool calls: never memory grounding (pipeline.grounding)
+            "subagent": True if key != session else None,
+        }
+        metadata = {k: v for k, v in metadata.items() if v is not None}
+        events: list[Event] = []
+        if name == "tool_call" and base not in self._tool_turn_ids:
+            self._tool_turn_ids.add(base)
+            call = summarize_tool_use({"name": label, "input": update.get("rawInput")})
+            events.append(self._turn_event(Turn(role="assistant", content=call, id=base, metadata=metadata),
+                                           key, line, None))
+        status = as_str(update.get("status"))
+        output = _tool_output_text(update)
+        result_id = f"{base}:result"
+        if status in ("completed", "failed") and result_id not in self._tool_turn_ids:
+            self._tool_turn_ids.add(result_id)
+            head = f"[tool_result {label}{' error' if status == 'failed' else ''}]"
+            text = shorten(output, 300)
+            events.append(self._turn_event(
+                Turn(role="tool", content=f"{head} {text}" if text else head, name=label, id=result_id,
+                     metadata=metadata),
+                key, line, None))
+        if not events:
+            final = status in ("completed", "failed")
+            self._skip(line, kind, "tool call result seen already" if final
+                       else "tool call update without a final result" if name == "tool_call_update"
+                       else "tool call seen already")
+        return events
 
     def _prompt(self, line: int, obj: dict[str, Any], params: dict[str, Any], kind: str) -> list[Event]:
         session = as_str(params.get("sessionId")) or self.default_session_id

@@ -10,7 +10,9 @@ What a transcript gives, per line ``type``:
   totalDurationMs, totalToolUseCount, ...} and ``sourceToolAssistantUUID``.
   A ``<task-notification>`` in user text reports a background agent's end.
 - ``progress`` with ``data.type == "agent_progress"``: the running child's
-  messages, linked by ``parentToolUseID`` and ``data.agentId``.
+  messages, linked by ``parentToolUseID`` and ``data.agentId``; each is a frame
+  and a turn of ``<sessionId>:agent-<agentId>`` (id: the inner message's uuid,
+  metadata ``subagent: True``, so never memory grounding).
 - ``system``, ``file-history-snapshot``, ``summary``, ``queue-operation``:
   bookkeeping, counted in the report.
 
@@ -273,9 +275,26 @@ class ClaudeCodeParser(StreamParser):
         ]
         # A sub-agent launching its own sub-agent shows up inside its progress messages.
         if inner:
-            inner = {**inner, "timestamp": obj.get("timestamp")}
-            frames.extend(self._frames_from_message(line, inner, session, tool_id))
+            frames.extend(self._frames_from_message(line, {**inner, "timestamp": obj.get("timestamp")}, session,
+                                                    tool_id))
+            frames.extend(self._progress_turn(line, obj, inner, session, tool_id, as_str(data.get("agentId"))))
         return frames
+
+    def _progress_turn(
+        self, line: int, obj: dict[str, Any], inner: dict[str, Any], session: str, tool_id: str, agent_id: str | None
+    ) -> list[Event]:
+        """The child's own message as a turn of ``<session>:agent-<agentId>`` (id: the inner message's uuid)."""
+        agent = agent_id or self._agent_of_tool.get(tool_id)
+        key = f"{session}:agent-{agent}" if agent else f"{session}:task-{tool_id}"
+        message = {**inner, "timestamp": inner.get("timestamp") or obj.get("timestamp")}
+        turn, _ = self._turn(line, message, key)
+        if turn is None:
+            return []
+        metadata = {**(turn.metadata or {}), "type": "progress", "message_type": inner.get("type"),
+                    "subagent": True, "agent_id": agent, "parent_tool_use_id": tool_id,
+                    "progress_uuid": as_str(obj.get("uuid"))}
+        turn = turn.model_copy(update={"metadata": {k: v for k, v in metadata.items() if v is not None}})
+        return [self._turn_event(turn, key, line, as_str(inner.get("uuid")))]
 
     # -- frames --------------------------------------------------------------------
 
