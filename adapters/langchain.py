@@ -169,6 +169,9 @@ class MemoryCallbackHandler(BaseCallbackHandler):
             reply = gen.message if isinstance(gen, ChatGeneration) else None
             if reply is not None and not reply.id:
                 reply = reply.model_copy(update={"id": f"run-{run_id}"})
+            # Without an id the text is no identity here: a second "yes" in a session is a new turn.
+            if user is not None and not user.id:
+                user = user.model_copy(update={"id": f"run-{run_id}-user"})
             turns = [t for t in (_turn(user) if user is not None else None, _turn(reply) if reply else None) if t]
             if turns:
                 self.mem.capture(sid, turns, extract=self.extract)

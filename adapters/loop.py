@@ -60,13 +60,20 @@ class MemorySession(MemoryAdapter):
         self.session_id = session_id
 
     def before_turn(self, messages: Sequence[Message]) -> list[dict[str, Any]]:
-        """A copy of ``messages`` with the memory block as a system message after the leading system ones."""
-        out = [dict(m) for m in messages]
+        """A copy of ``messages`` with the memory block as a system message after the leading system ones.
+
+        Messages that are not mappings are logged and returned as given (``[]`` for None), without a block.
+        """
+        out: list[dict[str, Any]] | None = None
         try:
+            out = [dict(m) for m in messages]
             window = self._window(m for m in out if m.get("role") != "system")
             self.last_block = block = self._context(window, self.session_id)
         except Exception as exc:  # context() itself fails open; this guards bad input too
-            block = self._block_skipped(exc)
+            self._block_skipped(exc)
+            if out is not None:
+                return out
+            return [] if messages is None else messages  # type: ignore[return-value]
         if not block.block:
             return out
         at = 0

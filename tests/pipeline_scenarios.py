@@ -59,16 +59,20 @@ def later_session_supersedes(mem: Memory) -> MemoryRecord:
     assert capture_demo(mem, "demo-1").extraction.outcomes == {"ADD": 7}
     report = capture_demo(mem, "demo-2").extraction
     assert report.status == "ok"
-    assert report.outcomes == {"ADD": 3, "UPDATE": 2}
+    assert report.outcomes == {"ADD": 3, "UPDATE": 3}
     old = next(m for m in mem.memories(include_superseded=True) if m.content.startswith("Maya works at Northwind"))
     new = next(m for m in mem.memories() if m.content.startswith("Maya works at Helix"))
     assert (old.status, old.superseded_by, new.supersedes) == ("superseded", new.id, old.id)
     assert old.invalid_at == datetime(2024, 6, 14, 9, 5, tzinfo=timezone.utc)
     assert [m.id for m in mem.store.supersession_chain("t", new.id)] == [old.id, new.id]
-    assert len(mem.memories(include_superseded=True)) == 12 and len(mem.memories()) == 10
+    # Leaving Northwind also ends her role there: S4 supersedes it with the new one.
+    role = next(m for m in mem.memories(include_superseded=True) if m.content.startswith("Maya is a data engineer"))
+    lead = next(m for m in mem.memories() if m.content == "Maya leads the data platform at Helix Health.")
+    assert (role.status, role.superseded_by, lead.supersedes) == ("superseded", lead.id, role.id)
+    assert len(mem.memories(include_superseded=True)) == 13 and len(mem.memories()) == 10
     g = mem.graph()
     assert g.has_edge(f"memory:{new.id}", f"memory:{old.id}", key="supersedes")
-    assert json.loads(mem.receipts("demo-2")[0].model_dump_json())["extraction"]["outcomes"] == {"ADD": 3, "UPDATE": 2}
+    assert json.loads(mem.receipts("demo-2")[0].model_dump_json())["extraction"]["outcomes"] == {"ADD": 3, "UPDATE": 3}
     return new
 
 

@@ -139,6 +139,15 @@ def test_callback_handler_records_turns_from_any_runnable(mem):
         ("user", "what is Miso?"), ("assistant", "Miso is a kitten.")]
 
 
+def test_callback_handler_keeps_a_repeated_id_less_user_message(mem):
+    handler = MemoryCallbackHandler(mem, "cb-2", extract=False)
+    model = fake("Shall I book it?", "Booked.")
+    model.invoke([HumanMessage("yes")], config={"callbacks": [handler]})
+    model.invoke([HumanMessage("yes")], config={"callbacks": [handler]})
+    assert [(t.role, t.content) for t in mem.turns("cb-2")] == [
+        ("user", "yes"), ("assistant", "Shall I book it?"), ("user", "yes"), ("assistant", "Booked.")]
+
+
 def test_callback_handler_swallows_store_failures(mem, monkeypatch):
     _break_store(mem, monkeypatch)
     model = fake("fine")
@@ -170,6 +179,17 @@ def test_memory_session_fails_open(mem, monkeypatch):
     assert session.before_turn(messages) == messages
     assert session.last_block.degraded_reason == "store_error"
     assert session.after_turn("hi", "hello") is None
+
+
+@pytest.mark.parametrize(("messages", "returned", "error"), [
+    (None, [], "TypeError"), ([None], [None], "TypeError"),
+    ([("role", "user")], [("role", "user")], "ValueError"), (5, 5, "TypeError")])
+def test_memory_session_before_turn_survives_malformed_messages(mem, caplog, messages, returned, error):
+    session = MemorySession(mem, "loop-3")
+    with caplog.at_level("WARNING", logger="tortoise_sdk.adapters.loop"):
+        assert session.before_turn(messages) == returned
+    assert session.last_block.degraded_reason == f"adapter_error: {error}"
+    assert "tortoise: memory block skipped" in caplog.text
 
 
 def test_custom_loop_example_runs(tmp_path):

@@ -162,8 +162,9 @@ def test_demo_replays_a_recorded_extraction(tmp_path: Path, capsys: pytest.Captu
     assert main(["--db", str(tmp_path / "demo.db"), "demo"]) == 0
     out = capsys.readouterr().out
     assert "RECORDED replies" in out
-    assert "extraction ok: ADD 3, UPDATE 2, 3 model calls" in out
+    assert "extraction ok: ADD 3, UPDATE 3, 3 model calls" in out
     assert "~ [point] Maya works at Northwind Labs, a biotech startup in Oakland." in out
+    assert "~ [point] Maya is a data engineer on the protein folding team at Northwind Labs." in out
     assert main(["--db", str(tmp_path / "demo.db"), "demo"]) == 0  # idempotent: replayed, memories listed again
     again = capsys.readouterr().out
     assert "replayed (already captured)" in again and "Maya works at Helix Health" in again
@@ -197,3 +198,16 @@ def test_vet_gate_runs_between_s2_and_s4_when_enabled(tmp_path: Path, stub_model
         assert [(w.stage, w.code) for w in report.warnings] == [("vet", "drop")]
         assert report.stages["vet"].calls == 1 and report.stages["vet"].prompt_hash
         assert "Biscuit howls when Maya leaves for work at 7." not in [m.content for m in mem.memories()]
+
+
+def test_stage_wall_ms_is_elapsed_time_not_the_sum_of_concurrent_calls(tmp_path: Path, stub_model: Any) -> None:
+    empty = {"content": {"entities": [], "events": [], "points": [], "retractions": []}}
+    stub = stub_model({"routes": [
+        {"stage": "s1", "replies": [{"content": "Maya talked about her week.", "delay": 0.3}], "cycle": True},
+        {"stage": "s2", "replies": [empty]}, {"stage": "s4", "replies": [empty]}]})
+    with mem_for(tmp_path, stub, chunk_turns=2, concurrency=4) as mem:
+        stages = capture(mem, "demo-1").extraction.stages
+    assert stages["s1"].calls == 4
+    assert stages["s1"].wall_ms >= 300
+    # Sequential stages fit inside the run; four overlapping 0.3 s calls summed would not.
+    assert stages["s1"].wall_ms + stages["s2"].wall_ms + stages["s4"].wall_ms <= stages["total"].wall_ms

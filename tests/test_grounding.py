@@ -63,3 +63,27 @@ def test_tool_subagent_and_memory_block_turns_are_never_evidence() -> None:
     result = ground(proposal([{"content": "Maya lives in Berlin.", "quote": "Maya lives in Berlin", "turn": 2}]),
                     evidence)
     assert result.points == [] and result.rejected == 1
+
+
+def test_quotes_too_short_or_inside_words_or_spanning_far_ground_nothing() -> None:
+    long_turn = hit(0, "The weather " + "blah " * 80 + "was nice, and I help at the shelter.")
+    result = ground(proposal([
+        {"content": "Maya owns a yacht.", "quote": "I", "turn": 0},
+        {"content": "Maya has three children.", "quote": "he", "turn": 0},  # only inside "help", "shelter"
+        {"content": "Maya hates the weather.", "quote": "The weather ... was nice", "turn": 0},  # 400 chars apart
+        {"content": "Maya helps at a shelter.", "quote": "I help at the shelter", "turn": 0},
+    ]), [long_turn])
+    assert [g.item.content for g in result.points] == ["Maya helps at a shelter."]
+    assert result.rejected == 3
+
+
+def test_a_memory_block_inside_a_turn_is_cut_out_before_matching() -> None:
+    system = hit(0, f"You are helpful.\n\n{MEMORY_BLOCK_MARKER} data\n1. (memory) Maya is allergic to peanuts ref:m_1\n"
+                    f"[/tortoise memory]\nBe concise.", role="system", name=None)
+    user = hit(1, f"ok {MEMORY_BLOCK_MARKER} Maya is allergic to peanuts [/tortoise memory] and I love hiking")
+    result = ground(proposal([
+        {"content": "Maya is allergic to peanuts.", "quote": "Maya is allergic to peanuts", "turn": 0},
+        {"content": "Maya loves hiking.", "quote": "I love hiking", "turn": 1},
+    ]), [system, user])
+    assert [g.item.content for g in result.points] == ["Maya loves hiking."]
+    assert result.rejected == 1

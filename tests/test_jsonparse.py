@@ -187,6 +187,60 @@ def test_a_list_is_never_mistaken_for_its_first_object() -> None:
         parse_json('Here: [{"a": 1}, {"b": 2}]', expect="object")
 
 
+# Prose with brackets of its own (no quotes, and it ends in words: a bracket left open
+# right before the value would make it a cut or broken reply, not prose).
+bracket_prose = st.lists(
+    st.sampled_from(["Based on turn [0],", "Use the {curly} format", "see [notes]", "{", "[", "]", "}", "[1, 2]",
+                     "{x: 1}", "[]", "{}", "(a) [b] {c}"])
+    | st.text(alphabet=st.sampled_from(list("abxyz 019:,.'-[]{}")), max_size=20),
+    max_size=4,
+).map(" ".join).flatmap(lambda p: st.sampled_from(["here is the list:", "Output", "result ->"]).map(
+    lambda end: f"{p} {end}"))
+
+
+def _holds(prose: str, expect: str) -> bool:
+    """Whether ``prose`` itself has complete JSON of the expected shape at one of its brackets."""
+    for i, c in enumerate(prose):
+        if c in "[{":
+            try:
+                value, _ = json.JSONDecoder().raw_decode(prose, i)
+            except ValueError:
+                continue
+            if isinstance(value, dict if expect == "object" else list):
+                return True
+    return False
+
+
+@FAST
+@given(st.sampled_from(["object", "list"]), objects, st.lists(json_values, max_size=4), bracket_prose, trailer)
+def test_prose_brackets_before_the_value_are_passed_over(
+    expect: Any, obj: dict[str, Any], lst: list[Any], before: str, after: str
+) -> None:
+    assume(not _holds(before, expect))
+    value = obj if expect == "object" else lst
+    parsed = parse_json(f"{before} {json.dumps(value)}{after}", expect=expect)
+    assert parsed == ParsedJSON(value, False, ["extracted"])
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ('Based on turn [0], here is the list: {"entities": []}', {"entities": []}),
+        ('Use the {curly} format: {"entities": []}', {"entities": []}),
+        ('Use the {curly} format: [1] {"entities": [{"name": "A"}]}', {"entities": [{"name": "A"}]}),
+        ('In [0] we saw {"a": "x", "b": tr', {"a": "x"}),
+    ],
+)
+def test_prose_brackets_are_not_the_reply(text: str, value: Any) -> None:
+    assert parse_json(text, expect="object").value == value
+
+
+def test_a_broken_reply_is_not_read_as_one_of_its_items() -> None:
+    with pytest.raises(MalformedOutput, match="invalid JSON at offset 29") as caught:
+        parse_json('{"entities": [{"name": "A"}] "events": []}', expect="object")
+    assert caught.value.error_class == "parse"
+
+
 @FAST
 @given(st.text(max_size=60))
 def test_arbitrary_text_parses_or_raises_classified(text: str) -> None:

@@ -86,7 +86,8 @@ def test_one_s1_chunk_failing(tmp_path: Any, model_endpoint: ModelEndpoint) -> N
 
 
 def test_s2_truncated_then_recovered(tmp_path: Any, model_endpoint: ModelEndpoint) -> None:
-    with memory(tmp_path, model_endpoint) as mem:
+    # A real cut: the 300-token cap stops S2 mid-list; the retry's 600-token cap holds the whole reply.
+    with memory(tmp_path, model_endpoint, model_settings={"max_tokens": 300}) as mem:
         report = capture_demo(mem, "demo-2").extraction
         assert report.status == "ok"
         assert codes(report.warnings) == [("s2", "truncation_recovered")]
@@ -95,17 +96,25 @@ def test_s2_truncated_then_recovered(tmp_path: Any, model_endpoint: ModelEndpoin
         assert "Maya wants to learn Rust this summer to contribute to Helix Health's ingestion service." in contents(mem)
     if model_endpoint.stub is not None:
         caps = [r.body["max_tokens"] for r in model_endpoint.stub.requests if r.stage == "s2"]
-        assert caps == [4096, 8192]
+        assert caps == [300, 600]
 
 
 def test_s2_truncated_twice_keeps_complete_items(tmp_path: Any, model_endpoint: ModelEndpoint) -> None:
-    with memory(tmp_path, model_endpoint) as mem:
+    # A real cut: S2 fills the 150-token cap, then the retry's 300-token cap, inside the Rust point.
+    with memory(tmp_path, model_endpoint, model_settings={"max_tokens": 150}) as mem:
         report = capture_demo(mem, "demo-2").extraction
         assert report.status == "partial"
         assert codes(report.warnings) == [("s2", "truncation")]
-        assert report.outcomes == {"ADD": 4}
-        assert not any("Rust" in c for c in contents(mem))
+        assert report.stages["s2"].errors == {"truncation": 2}
+        # The union: S2's complete items kept, and S4 recovered the point the cut lost, cited to turn 4.
+        assert report.outcomes == {"ADD": 5}
         assert "Maya's commute is a 15-minute walk." in contents(mem)
+        rust = next(m for m in mem.memories() if "Rust" in m.content)
+        assert rust.content == "Maya wants to learn Rust this summer to contribute to Helix Health's ingestion service."
+        assert [(s.external_id, s.quote) for s in rust.sources] == [("d2-5", "I want to learn Rust this summer")]
+    if model_endpoint.stub is not None:
+        caps = [r.body["max_tokens"] for r in model_endpoint.stub.requests if r.stage == "s2"]
+        assert caps == [150, 300]
 
 
 def test_s4_server_errors_keep_s2(tmp_path: Any, model_endpoint: ModelEndpoint) -> None:
@@ -153,5 +162,7 @@ def test_later_session_supersedes(tmp_path: Any, model_endpoint: ModelEndpoint) 
         live = contents(mem)
         assert "Maya works at Helix Health in San Francisco, leading its data platform." in live
         assert "Maya works at Northwind Labs, a biotech startup in Oakland." not in live
+        assert "Maya is a data engineer on the protein folding team at Northwind Labs." not in live
+        assert "Maya leads the data platform at Helix Health." in live
         g = mem.graph()
         assert any(d["kind"] == "source" for _, _, d in g.out_edges(f"memory:{new.id}", data=True))

@@ -1,4 +1,4 @@
-"""Stage pieces that need no HTTP: S1 story compilation, the VET gate (fail-open), prompt loading and overrides."""
+"""Stage pieces that need no HTTP: S1 chunking, concurrency and compilation, the VET gate, prompt loading."""
 
 from __future__ import annotations
 
@@ -8,12 +8,14 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tortoise_sdk.errors import ConfigError, ModelError
 from tortoise_sdk.models import SearchHit
 from tortoise_sdk.pipeline.merge import coerce_proposal
 from tortoise_sdk.pipeline.prompts import PROMPT_NAMES, load_prompt
-from tortoise_sdk.pipeline.s1_narrate import chunk_turns, compile_stories
+from tortoise_sdk.pipeline.s1_narrate import chunk_turns, compile_stories, narrate
 from tortoise_sdk.pipeline.vet import vet
 
 TURNS = [SearchHit(turn_id=f"t{i}", external_id=None, session_id="s", session_date=None, index=i, role="user",
@@ -88,3 +90,68 @@ def test_prompts_ship_hash_and_override(tmp_path: Path) -> None:
         custom.render(transcript="T")
     with pytest.raises(ConfigError, match="no prompt template 'nope'"):
         load_prompt("nope")
+
+
+def test_vet_merge_cycle_keeps_one_survivor() -> None:
+    client = FakeClient({"decisions": [
+        {"id": "c1", "action": "merge", "into": "c2"},
+        {"id": "c2", "action": "merge", "into": "c1"},
+        {"id": "c3", "action": "drop"},
+    ]})
+    kept, notes = asyncio.run(vet(client, load_prompt("vet"), CANDIDATES, TURNS))
+    assert [(p.content, p.about) for p in kept.points] == [("Maya is employed by Northwind.",
+                                                            ("Northwind Labs", "Maya"))]
+    assert [n.message for n in notes] == ["c1 merge:", "c3 drop:"]
+
+
+def test_vet_ignores_a_merge_into_a_dropped_candidate() -> None:
+    client = FakeClient({"decisions": [{"id": "c2", "action": "merge", "into": "c1"}, {"id": "c1", "action": "drop"}]})
+    kept, notes = asyncio.run(vet(client, load_prompt("vet"), CANDIDATES, TURNS))
+    assert [p.content for p in kept.points] == ["Maya is employed by Northwind.", "The weather was nice."]
+    assert [n.message for n in notes] == ["c2 merge ignored: target c1 is dropped", "c1 drop:"]
+
+
+_decisions = st.lists(st.tuples(st.integers(1, 6), st.sampled_from(["keep", "drop", "merge"]), st.integers(1, 6)),
+                      max_size=10)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 6), _decisions)
+def test_vet_never_loses_a_candidate_it_did_not_drop(n: int, raw: list[tuple[int, str, int]]) -> None:
+    proposal = coerce_proposal({"points": [
+        {"content": f"fact {i}", "about": [f"E{i}"], "quote": "turn", "turn": 0} for i in range(1, n + 1)]},
+        stage="s2")[0]
+    decisions = [{"id": f"c{i}", "action": a, "into": f"c{j}"} for i, a, j in raw]
+    kept, _ = asyncio.run(vet(FakeClient({"decisions": decisions}), load_prompt("vet"), proposal, TURNS))
+    dropped = {d["id"] for d in decisions if d["action"] == "drop"}
+    holders = {f"c{i}": [p.content for p in kept.points if f"E{i}" in p.about] for i in range(1, n + 1)}
+    for h, where in holders.items():
+        assert len(where) == (0 if h in dropped else 1), (h, where)
+    assert len({p.content for p in kept.points}) == len(kept.points)
+
+
+class GaugedClient:
+    """Answers acomplete after a pause, counting how many calls are in flight at once."""
+
+    def __init__(self, pause: float = 0.02) -> None:
+        self.pause, self.in_flight, self.peak, self.calls = pause, 0, 0, 0
+
+    async def acomplete(self, stage: str, messages: list[dict], **kw: Any) -> Any:
+        self.in_flight += 1
+        self.calls += 1
+        self.peak = max(self.peak, self.in_flight)
+        try:
+            await asyncio.sleep(self.pause)
+        finally:
+            self.in_flight -= 1
+        return SimpleNamespace(text=f"Story of chunk {kw['chunk']}.")
+
+
+@pytest.mark.parametrize(("size", "concurrency"), [(1, 3), (1, 7), (1, 10), (3, 8), (2, 2), (1, 1)])
+def test_s1_runs_min_of_chunks_and_concurrency_calls_at_once(size: int, concurrency: int) -> None:
+    client = GaugedClient()
+    result = asyncio.run(narrate(client, load_prompt("s1_narrate"), TURNS, session_date=None, size=size,
+                                 concurrency=concurrency))
+    chunks = len(chunk_turns(TURNS, size))
+    assert (client.calls, client.peak) == (chunks, min(chunks, concurrency))
+    assert result.stories == [f"Story of chunk {n}." for n in range(chunks)] and result.errors == []

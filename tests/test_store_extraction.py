@@ -161,3 +161,18 @@ def test_graph_projection(store: SQLiteStore, tmp_path: Path) -> None:
     assert g.nodes[mid]["content"] == "Maya is vegan."
     kinds = sorted(d["kind"] for _, _, d in g.out_edges(mid, data=True))
     assert kinds == ["about", "source"]
+
+
+def test_turn_fact_status_and_the_reflex_leaves_out_turns_whose_facts_were_replaced(store: SQLiteStore) -> None:
+    first = write(store, "s1", [point(store, "s1", "Maya works at Northwind Labs.", "I work at Northwind Labs")])
+    t1, t2 = turn_id(store, "s1"), turn_id(store, "s2")
+    assert store.turn_fact_status(NS, [t1, t2]) == {t1: (1, 0)}
+    write(store, "s2", [point(store, "s2", "Maya works at Helix Health.", "I'm at Helix Health now",
+                              supersedes=first.memory_ids[0])], valid_at=DAY2)
+    assert store.turn_fact_status(NS, [t1, t2]) == {t1: (0, 1), t2: (1, 0)}
+    mem = Memory(store=store, namespace=NS)
+    plain = mem.context([{"role": "user", "content": "Did I work at Northwind Labs?"}], budget=5)
+    assert t1 not in {p.id for p in plain.pointers}
+    change = mem.context([{"role": "user", "content": "How did my job change since Northwind Labs?"}], budget=5)
+    flagged = {p.id: p.superseded for p in change.pointers}
+    assert flagged.get(t1) is True and "SUPERSEDED" in change.block

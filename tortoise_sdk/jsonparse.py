@@ -4,8 +4,9 @@ The ladder, first success wins:
 
 1. ``strict``: the whole reply is JSON.
 2. ``stripped_fences`` / ``extracted``: the JSON sits in a markdown fence or
-   between prose; the first ``{`` or ``[`` starts it and prose after it is
-   ignored.
+   between prose; each ``{`` or ``[`` in turn is tried as its start until one
+   begins a complete value of the expected shape (prose brackets such as
+   ``turn [0]`` or ``{curly}`` are passed over), and prose after it is ignored.
 3. ``closed_tail``: the reply stops after a complete value (e.g. the output
    cap hit just before the last brackets): the open brackets are closed.
 4. ``kept_complete_items``: the reply stops inside a value: everything back
@@ -86,19 +87,12 @@ def parse_json(text: str, expect: Expect = "object") -> ParsedJSON:
             steps.append("stripped_fences")
             break
 
-    start = _first_bracket(body)
+    start, failure = _extract(body, expect, steps, text)
+    if isinstance(start, ParsedJSON):
+        return start
     if start is None:
-        raise _fail("parse", f"no JSON {_noun(expect)} in the reply", text)
-    try:
-        value, _ = _DECODER.raw_decode(body, start)
-    except ValueError:
-        pass
-    else:
-        return _shape(value, expect, [*steps, "extracted"], False, text)
-
+        raise failure or _fail("parse", f"no JSON {_noun(expect)} in the reply", text)
     scan = _scan(body, start)
-    if scan.error is not None:
-        raise _fail("parse", f"invalid JSON at offset {scan.error}", text)
     if scan.cut is None:
         raise _fail("truncation", "the reply was cut off before any complete value", text)
     cut, closers = scan.cut
@@ -112,6 +106,37 @@ def parse_json(text: str, expect: Expect = "object") -> ParsedJSON:
         steps.append("extracted")
     steps.append("closed_tail" if not body[cut:].strip(_WS) else "kept_complete_items")
     return _shape(value, expect, steps, True, text)
+
+
+def _extract(body: str, expect: Expect, steps: list[str], text: str) -> tuple[ParsedJSON | int | None,
+                                                                            MalformedOutput | None]:
+    """Try each bracket of ``body`` in order as the start of the reply's JSON.
+
+    Returns the parsed value of the expected shape, else the start of a value the
+    reply was cut inside (for the truncation ladder), else None with the first
+    failure. A bracket that starts valid JSON of another shape is skipped whole,
+    and one that starts invalid JSON is skipped up to where it went wrong, so an
+    item inside a list or a broken reply is never taken for the reply; prose
+    brackets (``turn [0]``, ``{curly}``) are passed over.
+    """
+    failure: MalformedOutput | None = None
+    at = _first_bracket(body, 0)
+    while at is not None:
+        try:
+            value, end = _DECODER.raw_decode(body, at)
+        except ValueError:
+            scan = _scan(body, at)
+            if scan.error is None:
+                return at, failure
+            failure = failure or _fail("parse", f"invalid JSON at offset {scan.error}", text)
+            at = _first_bracket(body, max(scan.error, at + 1))
+            continue
+        try:
+            return _shape(value, expect, [*steps, "extracted"], False, text), None
+        except MalformedOutput as exc:
+            failure = failure or exc
+        at = _first_bracket(body, end)
+    return None, failure
 
 
 def _shape(value: Any, expect: Expect, steps: list[str], partial: bool, text: str) -> ParsedJSON:
@@ -147,10 +172,10 @@ def _noun(expect: Expect) -> str:
     return {"object": "object", "list": "list", "any": "value"}[expect]
 
 
-def _first_bracket(text: str) -> int | None:
+def _first_bracket(text: str, start: int) -> int | None:
     # The outermost bracket, whatever the expected shape: starting inside a
     # list to find an object would return one item as if it were the reply.
-    found = [i for i in (text.find("{"), text.find("[")) if i >= 0]
+    found = [i for i in (text.find("{", start), text.find("[", start)) if i >= 0]
     return min(found) if found else None
 
 

@@ -13,6 +13,7 @@ __all__ = (
     "ExpandResult",
     "ExtractionReport",
     "JobInfo",
+    "MEMORY_BLOCK_END",
     "MEMORY_BLOCK_MARKER",
     "MemoryBlock",
     "MemoryRecord",
@@ -34,6 +35,7 @@ Role = Literal["user", "assistant", "system", "tool"]
 #: starts with it (or whose metadata is ``{"tortoise": "memory_block"}``) is an echo of memory,
 #: never new evidence: extraction does not ground on it.
 MEMORY_BLOCK_MARKER = "[tortoise memory]"
+MEMORY_BLOCK_END = "[/tortoise memory]"
 ROLES: tuple[str, ...] = ("user", "assistant", "system", "tool")
 
 
@@ -72,7 +74,8 @@ class StageStats(BaseModel):
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     cost_usd: float | None = Field(default=None, description="None when litellm does not know the model's price.")
-    wall_ms: float = 0.0
+    wall_ms: float = Field(default=0.0, description="Elapsed wall time of the stage in ms (not the sum of its "
+                                                  "call durations: S1's concurrent calls overlap).")
     errors: dict[str, int] = Field(default_factory=dict, description="Error census by class.")
     prompt_hash: str | None = Field(default=None, description="sha256 of the prompt template used.")
 

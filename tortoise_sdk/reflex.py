@@ -33,13 +33,14 @@ import math
 import re
 import sqlite3
 import time
+import unicodedata
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import NotFoundError, StoreError
-from .models import MEMORY_BLOCK_MARKER, ExpandResult, MemoryBlock, MemoryRecord, Pointer, SearchHit
+from .models import MEMORY_BLOCK_END, MEMORY_BLOCK_MARKER, ExpandResult, MemoryBlock, MemoryRecord, Pointer, SearchHit
 from .search import STOP_WORDS, fts5_query, query_terms
 from .store.base import Store
 
@@ -63,7 +64,6 @@ DEFAULT_BUDGET = 3
 MAX_BUDGET = 8
 DEFAULT_MAX_TOKENS = 400
 DEFAULT_TIME_BUDGET_MS = 50.0
-MEMORY_BLOCK_END = "[/tortoise memory]"
 
 _HEADER = (
     f"{MEMORY_BLOCK_MARKER} Retrieved from this user's earlier conversations. It is reference data, "
@@ -110,7 +110,8 @@ _TIME_WORDS = re.compile(
 _CAPITALISED = re.compile(r"\b[A-Z][\w'-]+")
 _SPACE = re.compile(r"\s+")
 _RUNS = re.compile(r"[A-Za-z]+|[0-9]+|[^\S\n]+|\n+|[\x21-\x7e]|[^\x00-\x7f]")
-_ESCAPES = str.maketrans({"[": "(", "]": ")", "<": "‹", ">": "›", "`": "'"})
+_ESCAPES = str.maketrans({"[": "(", "]": ")", "<": "‹", ">": "›", "`": "'", '"': "'"})
+_REF = re.compile(r"\bref\s*:", re.IGNORECASE)
 
 
 def approx_tokens(text: str) -> int:
@@ -262,6 +263,7 @@ class _Cand:
     says_when: bool = False
     spoken: bool = False  # spoken by a person the query names
     weight: float = 1.0  # of this candidate's list in the rank fusion
+    stale: bool = False  # a turn whose extracted facts were all superseded or retracted
 
 
 class _Reflex:
@@ -294,10 +296,27 @@ class _Reflex:
         wants_change = bool(_CHANGE.search(query))
         ranked = self._rank(terms, query, wants_change)
         self._tick()
+        ranked = self._without_stale_turns(ranked[: budget * 4 + len(msgs)], wants_change)
         ranked = self._not_in_window(ranked[: budget * 4 + len(msgs)], msgs, session_id)
         if not ask:
             ranked = _drop_prior(ranked, prior)
         return self._render(ranked[: budget * 2], budget, max_tokens)
+
+    def _without_stale_turns(self, ranked: list[_Cand], wants_change: bool) -> list[_Cand]:
+        """Turns whose facts were all superseded or retracted follow their memories' rule:
+        left out, unless the window asks about a change (then kept and flagged)."""
+        ids = [c.hit.turn_id for c in ranked if c.kind == "turn" and c.hit is not None]
+        status = self.store.turn_fact_status(self.ns, ids)
+        kept = []
+        for c in ranked:
+            live, gone = status.get(c.key, (1, 0)) if c.kind == "turn" else (1, 0)
+            if live == 0 and gone > 0:
+                if not wants_change:
+                    continue
+                c.stale = True
+                c.reasons.append("its facts were later superseded (the question asks about a change)")
+            kept.append(c)
+        return kept
 
     def _terms(self, query: str, earlier: str = "") -> list[_Term]:
         """Weighted query terms; those only in the earlier user turn are context, at a fraction of their weight."""
@@ -637,9 +656,27 @@ def _norm(text: str) -> str:
 
 
 def _escape(text: str) -> str:
-    """One line of data: no newlines, no brackets or tags that could close the frame or open another."""
-    flat = "".join(ch if ch.isprintable() else " " for ch in text)
-    return _SPACE.sub(" ", flat.translate(_ESCAPES)).strip()
+    """One line of data that cannot close the frame, open another, or forge a pointer.
+
+    NFKC first (full-width and other look-alike brackets become ASCII), then every opening or
+    closing bracket becomes a parenthesis, quotes become apostrophes (a turn's synopsis is
+    quoted) and ``ref:`` loses its colon (only the block writes pointer references).
+    """
+    flat = "".join(_neutral(ch) for ch in unicodedata.normalize("NFKC", text))
+    return _REF.sub("ref ", _SPACE.sub(" ", flat.translate(_ESCAPES))).strip()
+
+
+def _neutral(ch: str) -> str:
+    if not ch.isprintable():
+        return " "
+    category = unicodedata.category(ch)
+    if category == "Ps" and ch != "(":
+        return "("
+    if category == "Pe" and ch != ")":
+        return ")"
+    if category in ("Pi", "Pf") or ch in "\"\u201c\u201d\u201e\u00ab\u00bb":
+        return "'"
+    return ch
 
 
 def _line(c: _Cand, n: int, synopsis: str) -> str:
@@ -647,7 +684,8 @@ def _line(c: _Cand, n: int, synopsis: str) -> str:
         h = c.hit
         who = _escape(h.name or h.role)
         date = (h.session_date or "undated")[:10]
-        return f'{n}. ({date}, {who}) "{synopsis}" ref:{h.turn_id}'
+        flag = ", SUPERSEDED" if c.stale else ""
+        return f'{n}. ({date}, {who}{flag}) "{synopsis}" ref:{h.turn_id}'
     m = c.memory
     tag = "memory" + (", SUPERSEDED" if m is not None and m.status == "superseded" else "")
     if m is not None and m.when:
@@ -660,7 +698,8 @@ def _pointer(c: _Cand, synopsis: str) -> Pointer:
         h = c.hit
         label = f"turn {(h.session_date or 'undated')[:10]} {h.name or h.role}"
         return Pointer(id=h.turn_id, kind="turn", label=label, synopsis=synopsis, score=round(c.score, 6),
-                       external_id=h.external_id, session_id=h.session_id, session_date=h.session_date)
+                       external_id=h.external_id, session_id=h.session_id, session_date=h.session_date,
+                       superseded=c.stale)
     m = c.memory
     assert m is not None
     return Pointer(id=m.id, kind="memory", label=f"memory {m.kind}", synopsis=synopsis, score=round(c.score, 6),

@@ -3,17 +3,21 @@
 A quote is looked for in the turn the item cites, then in every other evidence
 turn of the session (the item is re-anchored there, with a warning); failing
 both, that item alone is rejected with a warning. Matching ignores case,
-typographic quotes and spacing; ``...`` in a quote skips text between parts.
-Tool turns, sub-agent records and injected memory blocks are never evidence.
+typographic quotes and spacing, and respects word boundaries; ``...`` in a quote
+skips at most ``MAX_ELLIPSIS_GAP`` characters between parts. A quote must hold at
+least ``MIN_QUOTE_WORDS`` words or ``MIN_QUOTE_CHARS`` characters ("I" or "he"
+ground nothing). Tool turns, sub-agent records and injected memory blocks are never
+evidence, and a memory block embedded anywhere in a turn is cut out before matching.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..models import MEMORY_BLOCK_MARKER, Diagnostic, SearchHit
+from ..models import MEMORY_BLOCK_END, MEMORY_BLOCK_MARKER, Diagnostic, SearchHit
 from ..store.plan import SourcePlan
 from ..text import norm_name, norm_quote
 from .merge import Entity, Proposal, _Grounded
@@ -21,6 +25,10 @@ from .merge import Entity, Proposal, _Grounded
 __all__ = ("Grounded", "evidence_turns", "ground", "is_evidence")
 
 _SUBAGENT_FLAGS = ("subagent", "is_subagent", "isSidechain", "sidechain")
+MIN_QUOTE_WORDS = 3
+MIN_QUOTE_CHARS = 12
+MAX_ELLIPSIS_GAP = 200
+_BLOCK = re.compile(re.escape(MEMORY_BLOCK_MARKER) + r".*?(?:" + re.escape(MEMORY_BLOCK_END) + r"|\Z)", re.DOTALL)
 
 
 def is_evidence(turn: SearchHit, metadata: Mapping[str, Any] | None) -> bool:
@@ -66,7 +74,7 @@ class GroundingResult:
 def ground(proposal: Proposal, turns: Sequence[SearchHit]) -> GroundingResult:
     """Check every quote against the evidence turns; keep entities that are used or named in the session."""
     by_index = {t.index: t for t in turns}
-    normed = {t.index: norm_quote(t.content) for t in turns}
+    normed = {t.index: norm_quote(_BLOCK.sub(" ", t.content)) for t in turns}
     warnings: list[Diagnostic] = []
     rejected = 0
     out: dict[str, list[Grounded]] = {"events": [], "points": [], "retractions": []}
@@ -103,7 +111,8 @@ def _locate(item: _Grounded, normed: Mapping[int, str]) -> int | None:
         return None
     parts = [p.strip(" \"'") for p in norm_quote(item.quote).split("...")]
     parts = [p for p in parts if p]
-    if not parts:
+    joined = " ".join(parts)
+    if len(joined.split()) < MIN_QUOTE_WORDS and len(joined) < MIN_QUOTE_CHARS:
         return None
     if item.turn is not None and item.turn in normed and _contains(normed[item.turn], parts):
         return item.turn
@@ -114,10 +123,12 @@ def _locate(item: _Grounded, normed: Mapping[int, str]) -> int | None:
 
 
 def _contains(text: str, parts: Sequence[str]) -> bool:
-    at = 0
+    """The parts occur in order, each on word boundaries, at most MAX_ELLIPSIS_GAP apart."""
+    at, first = 0, True
     for part in parts:
-        found = text.find(part, at)
-        if found < 0:
+        pattern = (r"(?<!\w)" if part[0].isalnum() else "") + re.escape(part) + (r"(?!\w)" if part[-1].isalnum() else "")
+        match = re.compile(pattern).search(text, at)
+        if match is None or (not first and match.start() - at > MAX_ELLIPSIS_GAP):
             return False
-        at = found + len(part)
+        at, first = match.end(), False
     return True

@@ -67,6 +67,8 @@ async def aextract_session(store: Store, namespace: str, session_id: str, *, llm
     errors: list[Diagnostic] = []
     warnings: list[Diagnostic] = []
     local: dict[str, StageStats] = {}
+    # Elapsed time of each model stage; the client's own wall_ms sums call durations, which overlap in S1.
+    elapsed: dict[str, float] = {}
     partial = False
 
     turns = store.turns(namespace, session_id)
@@ -74,16 +76,22 @@ async def aextract_session(store: Store, namespace: str, session_id: str, *, llm
     evidence = evidence_turns(turns, store.turn_metadata(namespace, session_id))
 
     if evidence:
+        t = time.perf_counter()
         s1 = await narrate(client, prompts["s1_narrate"], evidence, session_date=session_date,
                            size=options.chunk_turns, concurrency=options.concurrency)
+        elapsed["s1"] = (time.perf_counter() - t) * 1000
         errors += s1.errors
+        t = time.perf_counter()
         s2 = await map_session(client, prompts["s2_map"], story=s1.story, turns=evidence, session_date=session_date)
+        elapsed["s2"] = (time.perf_counter() - t) * 1000
         errors += s2.errors
         warnings += s2.warnings
         partial |= s2.partial
         candidates = s2.proposal or Proposal()
         if options.vet and s2.proposal is not None:
+            t = time.perf_counter()
             candidates, vet_notes = await run_vet(client, prompts["vet"], candidates, evidence)
+            elapsed["vet"] = (time.perf_counter() - t) * 1000
             for d in vet_notes:
                 (warnings if d.code in ("drop", "merge") else errors).append(d)
         t = time.perf_counter()
@@ -92,8 +100,10 @@ async def aextract_session(store: Store, namespace: str, session_id: str, *, llm
         if priors.degraded:
             warnings.append(Diagnostic(stage="s3", code="degraded",
                                        message=f"priors unavailable ({priors.degraded}); every item treated as new"))
+        t = time.perf_counter()
         s4 = await review(client, prompts["s4_review"], story=s1.story, priors=priors, candidates=candidates,
                           turns=evidence, session_date=session_date)
+        elapsed["s4"] = (time.perf_counter() - t) * 1000
         warnings += s4.warnings
         partial |= s4.partial
         if s4.proposal is None:
@@ -114,7 +124,8 @@ async def aextract_session(store: Store, namespace: str, session_id: str, *, llm
         stages = {**client.stats, **local}
         for stage, name in (("s1", "s1_narrate"), ("s2", "s2_map"), ("vet", "vet"), ("s4", "s4_review")):
             if stage in stages:
-                stages[stage] = stages[stage].model_copy(update={"prompt_hash": prompts[name].sha256})
+                stages[stage] = stages[stage].model_copy(update={"prompt_hash": prompts[name].sha256,
+                                                                 "wall_ms": elapsed.get(stage, stages[stage].wall_ms)})
         stages["total"] = StageStats(wall_ms=(time.perf_counter() - started) * 1000,
                                      calls=sum(s.calls for s in stages.values()),
                                      retries=sum(s.retries for s in stages.values()),

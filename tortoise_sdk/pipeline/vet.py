@@ -18,7 +18,9 @@ async def vet(client: Any, prompt: Prompt, proposal: Proposal, turns: Sequence[S
     """Apply the gate's decisions ``{"decisions": [{"id", "action": keep|drop|merge, "into"?, "reason"?}]}``.
 
     Candidates are events and points, numbered c1, c2 ... Anything the gate does
-    not mention is kept; a failed or unreadable reply keeps everything.
+    not mention is kept; a failed or unreadable reply keeps everything. Merges
+    join groups that each keep one survivor (a merge cycle keeps one, never
+    none); a merge into a dropped candidate is ignored.
     """
     items = [*proposal.events, *proposal.points]
     if not items:
@@ -34,32 +36,48 @@ async def vet(client: Any, prompt: Prompt, proposal: Proposal, turns: Sequence[S
     except Exception as exc:  # noqa: BLE001 - the gate fails open
         return proposal, [diagnostic("vet", exc, "vet failed; kept every candidate")]
     handle = {f"c{i}": it for i, it in enumerate(items, 1)}
-    dropped: set[str] = set()
-    extra: dict[str, dict[str, set[str]]] = {}
+    valid = [d for d in decisions if isinstance(d, dict) and d.get("id") in handle]
+    dropped = {d["id"] for d in valid if d.get("action") == "drop"}
+    # Merges form groups (union-find); each group keeps its root, so a merge cycle cannot lose the fact.
+    parent = {h: h for h in handle}
+
+    def root(h: str) -> str:
+        while parent[h] != h:
+            parent[h] = parent[parent[h]]
+            h = parent[h]
+        return h
+
     warnings: list[Diagnostic] = []
-    for d in decisions:
-        if not isinstance(d, dict) or d.get("id") not in handle:
+    for d in valid:
+        h, action, into = d["id"], d.get("action"), d.get("into")
+        reason = f"{h} {action}: {d.get('reason', '')}".strip()
+        if action == "merge":
+            if into not in handle or into == h or h in dropped:
+                continue
+            if into in dropped:
+                reason = f"{h} merge ignored: target {into} is dropped"
+            elif root(h) == root(into):
+                continue
+            else:
+                parent[root(h)] = root(into)
+        elif action != "drop":
             continue
-        action = d.get("action")
-        if action == "drop":
-            dropped.add(d["id"])
-        elif action == "merge" and d.get("into") in handle and d.get("into") != d["id"]:
-            dropped.add(d["id"])
-            src = handle[d["id"]]
-            bucket = extra.setdefault(d["into"], {"about": set(), "search_keys": set()})
-            bucket["about"].update(getattr(src, "about", ()))
-            bucket["search_keys"].update(getattr(src, "search_keys", ()))
-        if action in ("drop", "merge"):
-            warnings.append(Diagnostic(stage="vet", code=action, message=f"{d['id']} {action}: {d.get('reason', '')}".strip(),
-                                       detail={"item": handle[d["id"]].content}))
+        warnings.append(Diagnostic(stage="vet", code=action, message=reason, detail={"item": handle[h].content}))
+    groups: dict[str, list[str]] = {}
+    for h in handle:
+        if h not in dropped:
+            groups.setdefault(root(h), []).append(h)
     kept = {}
     for h, it in handle.items():
-        if h in dropped:
+        if h not in groups:
             continue
-        if h in extra:
-            update: dict[str, Any] = {"about": tuple(dict.fromkeys([*it.about, *sorted(extra[h]["about"])]))}
+        others = [handle[m] for m in groups[h] if m != h]
+        if others:
+            update: dict[str, Any] = {"about": tuple(dict.fromkeys(
+                [*it.about, *sorted({a for o in others for a in getattr(o, "about", ())})]))}
             if hasattr(it, "search_keys"):
-                update["search_keys"] = tuple(dict.fromkeys([*it.search_keys, *sorted(extra[h]["search_keys"])]))
+                update["search_keys"] = tuple(dict.fromkeys(
+                    [*it.search_keys, *sorted({k for o in others for k in getattr(o, "search_keys", ())})]))
             it = it.model_copy(update=update)
         kept[h] = it
     events = tuple(it for it in kept.values() if isinstance(it, Event))
