@@ -11,7 +11,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from .errors import InvalidInput
-from .models import ROLES, Turn
+from .models import ROLES, ExtractionReport, Turn
 
 __all__ = ("CaptureRequest", "content_hash", "normalize_date", "prepare_capture", "turn_id_for")
 
@@ -19,7 +19,7 @@ __all__ = ("CaptureRequest", "content_hash", "normalize_date", "prepare_capture"
 class CaptureRequest:
     """A validated capture: the turns, their identities and the request fingerprint."""
 
-    __slots__ = ("session_id", "session_date", "turns", "hashes", "idempotency_key", "_request_hash")
+    __slots__ = ("session_id", "session_date", "turns", "hashes", "idempotency_key", "extraction", "_request_hash")
 
     def __init__(
         self,
@@ -33,6 +33,8 @@ class CaptureRequest:
         self.turns = turns
         self.hashes = [content_hash(t) for t in turns]
         self.idempotency_key = idempotency_key
+        # Known before writing when no extraction will run: stored with the receipt in one write.
+        self.extraction: ExtractionReport | None = None
         self._request_hash: str | None = None
 
     @property

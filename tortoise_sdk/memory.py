@@ -157,6 +157,7 @@ class Memory:
             session_id, turns, session_date=session_date, idempotency_key=idempotency_key,
             max_turns=self.max_turns_per_capture,
         )
+        request.extraction = self._report_before_writing(extract)
         receipt = self.store.capture(self.namespace, request)
         if receipt.replayed:
             return receipt
@@ -193,6 +194,9 @@ class Memory:
                 ))
             except InvalidInput as exc:
                 raise InvalidInput(str(exc), field=f"sessions[{i}]") from None
+        skipped = self._report_before_writing(extract)
+        for request in requests:
+            request.extraction = skipped
         size = chunk_size or max(len(requests), 1)
         receipts: list[CaptureReceipt] = []
         for start in range(0, len(requests), size):
@@ -318,6 +322,7 @@ class Memory:
                 chunk = turns[start:start + size]
                 try:
                     request = prepare_capture(sid, chunk, session_date=first, max_turns=size)
+                    request.extraction = self._report_before_writing(extract)
                     receipt = self._after_capture(self.store.capture(self.namespace, request), extract)
                 except (InvalidInput, CaptureConflict) as exc:
                     report.errors.append(Diagnostic(stage="capture", code=type(exc).__name__, message=str(exc),
@@ -377,12 +382,17 @@ class Memory:
 
         return process_pending(self.store, self.namespace, run, max_jobs=max_jobs)
 
-    def _after_capture(self, receipt: CaptureReceipt, extract: ExtractMode) -> CaptureReceipt:
+    def _report_before_writing(self, extract: ExtractMode) -> ExtractionReport | None:
+        """The ``skipped`` report when no extraction will run (stored with the receipt), else None."""
         if extract not in (None, True, False, "inline", "background"):
             raise ConfigError(f"extract={extract!r}: use None, 'inline', 'background' or False")
-        if extract is False or not self.model:
-            reason = "extraction disabled for this capture (extract=False)" if extract is False else NO_MODEL_REASON
-            return self._store_report(receipt, ExtractionReport(status="skipped", reason=reason))
+        if extract is False:
+            return ExtractionReport(status="skipped", reason="extraction disabled for this capture (extract=False)")
+        return None if self.model else ExtractionReport(status="skipped", reason=NO_MODEL_REASON)
+
+    def _after_capture(self, receipt: CaptureReceipt, extract: ExtractMode) -> CaptureReceipt:
+        if extract is False or not self.model or receipt.replayed:
+            return receipt
         if receipt.turns_stored == 0:
             return self._store_report(receipt, ExtractionReport(
                 status="skipped", reason="no new turns; run mem.extract(session_id) to re-extract"))

@@ -95,6 +95,7 @@ def new_receipt(namespace: str, req: CaptureRequest, receipt_id: str, session_da
         turn_ids=[r[0] for r in rows],
         idempotency_key=req.idempotency_key,
         warnings=warnings,
+        extraction=req.extraction,
     )
 
 
