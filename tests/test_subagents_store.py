@@ -89,7 +89,7 @@ def stored_rows(store: Any) -> tuple[dict[Key, dict[str, Any]], dict[Key, str | 
     rows, resolved = {}, {}
     for r in store.subagents(NS):
         key = (r.session_id, r.agent_execution_id, r.tool_call_id)
-        rows[key] = {**r.model_dump(exclude={"id", "namespace"}), "turn_id": refs[key]}
+        rows[key] = {**r.model_dump(exclude={"id", "namespace", "turn_ref"}), "turn_id": refs[key]}
         resolved[key] = r.turn_id
     return rows, resolved
 

@@ -210,6 +210,8 @@ class SubagentContext(BaseModel):
     namespace: str
     session_id: str
     turn_id: str | None = None
+    turn_ref: str | None = Field(default=None, description="The launching message id as the stream gave it; "
+                                 "turn_id is filled from it once that turn is captured.")
     agent_execution_id: str = "unknown"
     tool_call_id: str
     parent_tool_call_id: str | None = None
