@@ -92,8 +92,10 @@ def prepare_capture(
     """
     if not isinstance(session_id, str) or not session_id.strip() or "\x00" in session_id:
         raise InvalidInput("must be a non-empty string without NUL characters", field="session_id")
-    if idempotency_key is not None and (not isinstance(idempotency_key, str) or not idempotency_key):
-        raise InvalidInput("must be a non-empty string or None", field="idempotency_key")
+    if idempotency_key is not None and (
+        not isinstance(idempotency_key, str) or not idempotency_key or "\x00" in idempotency_key
+    ):
+        raise InvalidInput("must be a non-empty string without NUL characters, or None", field="idempotency_key")
     if turns is None or isinstance(turns, (str, bytes, Mapping)):
         raise InvalidInput("must be a list of turns", field="turns")
     raw = list(turns)

@@ -95,8 +95,9 @@ class Memory:
         vet: bool = False,
         model_settings: Mapping[str, Any] | None = None,
     ) -> None:
-        if not isinstance(namespace, str) or not namespace:
-            raise ConfigError("namespace must be a non-empty string, e.g. Memory(namespace='alice')")
+        if not isinstance(namespace, str) or not namespace or "\x00" in namespace:
+            raise ConfigError("namespace must be a non-empty string without NUL characters, "
+                              "e.g. Memory(namespace='alice')")
         if max_turns_per_capture < 1:
             raise ConfigError("max_turns_per_capture must be at least 1")
         self.namespace = namespace

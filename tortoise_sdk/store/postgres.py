@@ -170,12 +170,9 @@ class PostgresStore(PostgresExtractionMixin, PostgresSubagentMixin, Store):
     # -- capture ------------------------------------------------------------------------------
 
     def capture(self, namespace: str, request: CaptureRequest, *, max_turns: int | None = None) -> CaptureReceipt:
-        _reject_nul(namespace, [request])
         return self.transaction(lambda c: self._capture_in(c, namespace, request))
 
     def capture_many(self, namespace: str, requests: Sequence[CaptureRequest]) -> list[CaptureReceipt]:
-        _reject_nul(namespace, requests)
-
         def write(c: psycopg.Connection) -> list[CaptureReceipt]:
             # Lock every session of the batch in one order, so two batches that share
             # sessions wait for each other instead of deadlocking.
@@ -479,21 +476,3 @@ def redact_url(url: str) -> str:
 
 def _configure(conn: psycopg.Connection) -> None:
     conn.execute("SET TIME ZONE 'UTC'")
-
-
-def _reject_nul(namespace: str, requests: Sequence[CaptureRequest]) -> None:
-    # PostgreSQL text cannot hold U+0000; refuse before writing instead of failing mid-transaction.
-    if "\x00" in namespace:
-        raise InvalidInput("PostgreSQL cannot store the NUL character (\\x00); remove it", field="namespace")
-    for req in requests:
-        for field, value in (("session_id", req.session_id), ("session_date", req.session_date),
-                             ("idempotency_key", req.idempotency_key)):
-            if value and "\x00" in value:
-                raise InvalidInput("PostgreSQL cannot store the NUL character (\\x00); remove it", field=field)
-        for i, t in enumerate(req.turns):
-            for field in ("content", "name", "id", "timestamp"):
-                value = getattr(t, field)
-                if value and "\x00" in value:
-                    raise InvalidInput(
-                        "PostgreSQL cannot store the NUL character (\\x00); remove it", field=f"turns[{i}].{field}"
-                    )
