@@ -616,6 +616,12 @@ def _register_expand(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=_cmd_expand)
 
 
+def _register_hosts(sub: argparse._SubParsersAction) -> None:
+    from .cli_hosts import register
+
+    register(sub)
+
+
 REGISTRY: list[Callable[[argparse._SubParsersAction], None]] = [
     _register_capture,
     _register_search,
@@ -630,6 +636,7 @@ REGISTRY: list[Callable[[argparse._SubParsersAction], None]] = [
     _register_stats,
     _register_context,
     _register_expand,
+    _register_hosts,
 ]
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,0 +1,120 @@
+"""``tortoise mcp`` end to end: the server runs as a subprocess and the official MCP client talks to it over stdio."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("mcp", reason="the mcp extra is not installed (pip install -e '.[dev]' installs it)")
+
+from mcp import Client, StdioServerParameters  # noqa: E402
+
+TOOLS = {"memory_search", "memory_context", "memory_expand", "memory_capture", "memory_memories"}
+TORTOISE = str(Path(sys.executable).with_name("tortoise"))
+
+TURNS = [
+    {"role": "user", "content": "My greyhound Biscuit only eats salmon kibble since the vet visit in March.",
+     "id": "u1"},
+    {"role": "assistant", "content": "Noted: Biscuit the greyhound is on salmon kibble.", "id": "a1"},
+]
+
+
+def server(db: Path, namespace: str) -> Client:
+    return Client(StdioServerParameters(command=TORTOISE, args=["mcp", "--db", str(db), "--namespace", namespace]),
+                  read_timeout_seconds=60)
+
+
+def text(result: Any) -> str:
+    return "\n".join(c.text for c in result.content if getattr(c, "type", None) == "text")
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+def test_tools_capture_search_context_expand_over_stdio(tmp_path: Path) -> None:
+    db = tmp_path / "m.db"
+
+    async def scenario() -> None:
+        async with server(db, "alice") as client:
+            tools = {t.name: t for t in (await client.list_tools()).tools}
+            assert set(tools) == TOOLS
+            # The input schemas are the SDK's pydantic models: a turn's role is one of the four roles.
+            turn_schema = tools["memory_capture"].input_schema["$defs"]["Turn"]
+            assert turn_schema["properties"]["role"]["enum"] == ["user", "assistant", "system", "tool"]
+            assert "hits" in tools["memory_search"].output_schema["properties"]
+
+            captured = await client.call_tool("memory_capture", {"session_id": "vet", "turns": TURNS,
+                                                                 "session_date": "2024-03-18T10:00:00"})
+            assert not captured.is_error, text(captured)
+            assert captured.structured_content["turns_stored"] == 2
+            assert "stored 2 new turn(s) of 2 in session vet" in text(captured)
+            again = await client.call_tool("memory_capture", {"session_id": "vet", "turns": TURNS})
+            assert again.structured_content["turns_stored"] == 0  # same ids: nothing captured twice
+
+            found = await client.call_tool("memory_search", {"query": "salmon kibble", "k": 5})
+            hits = found.structured_content["hits"]
+            assert {h["external_id"] for h in hits} == {"u1", "a1"}
+            assert "Biscuit only eats salmon kibble" in text(found)
+
+            context = await client.call_tool("memory_context", {"query": "What does Biscuit eat these days?",
+                                                                "session_id": "today"})
+            block = context.structured_content
+            assert block["block"].startswith("[tortoise memory]") and block["pointers"]
+            assert text(context) == block["block"]
+            pointer = block["pointers"][0]["id"]
+            # Already shown in this conversation, and not asked about again: not repeated.
+            repeat = await client.call_tool("memory_context", {"query": "Biscuit food, salmon kibble",
+                                                               "shown": [p["id"] for p in block["pointers"]]})
+            assert pointer not in {p["id"] for p in repeat.structured_content["pointers"]}
+
+            expanded = await client.call_tool("memory_expand", {"pointer_id": pointer})
+            assert expanded.structured_content["id"] == pointer
+            assert expanded.structured_content["session_id"] == "vet"
+            assert "salmon kibble" in expanded.structured_content["content"]
+
+            memories = await client.call_tool("memory_memories", {})
+            assert memories.structured_content == {"memories": []}  # no model configured: turns only
+            assert text(memories) == "no memories extracted yet"
+
+            resources = {str(r.uri) for r in (await client.list_resources()).resources}
+            assert resources == {"tortoise://sessions", "tortoise://sessions/vet"}
+            listing = await client.read_resource("tortoise://sessions/vet")
+            assert listing.contents[0].text.splitlines()[0].startswith("#0 user: My greyhound Biscuit")
+
+            bad = await client.call_tool("memory_capture", {"session_id": "vet", "turns": [
+                {"role": "user", "content": "the vet moved the visit", "id": "u1"}]})
+            assert bad.is_error and "already stored with different content" in text(bad)
+            missing = await client.call_tool("memory_expand", {"pointer_id": "t_00000000000000000000"})
+            assert missing.is_error and "t_00000000000000000000" in text(missing)
+
+    run(scenario())
+
+
+def test_a_server_on_another_namespace_sees_nothing_of_the_first(tmp_path: Path) -> None:
+    db = tmp_path / "m.db"
+
+    async def scenario() -> None:
+        async with server(db, "alice") as alice:
+            await alice.call_tool("memory_capture", {"session_id": "vet", "turns": TURNS})
+            block = (await alice.call_tool("memory_context", {"query": "what does Biscuit eat?"})).structured_content
+            pointer = block["pointers"][0]["id"]
+        async with server(db, "bob") as bob:
+            assert (await bob.call_tool("memory_search", {"query": "salmon kibble"})).structured_content == {
+                "hits": []}
+            empty = (await bob.call_tool("memory_context", {"query": "what does Biscuit eat?"})).structured_content
+            assert empty["pointers"] == [] and empty["block"] == ""
+            refused = await bob.call_tool("memory_expand", {"pointer_id": pointer})
+            assert refused.is_error
+            assert {str(r.uri) for r in (await bob.list_resources()).resources} == {"tortoise://sessions"}
+            listing = await bob.read_resource("tortoise://sessions")
+            assert listing.contents[0].text.strip() == "[]"
+            # No tool takes a namespace: an extra argument cannot reach alice's memory.
+            schema = {t.name: t.input_schema for t in (await bob.list_tools()).tools}
+            assert all("namespace" not in s["properties"] for s in schema.values())
+
+    run(scenario())
