@@ -30,24 +30,25 @@ sys.path.insert(0, str(ROOT))
 
 from locomo import SKIP_REASON, load_questions, load_sessions, locomo_files  # noqa: E402
 
-from tortoise_sdk import Memory, reflex  # noqa: E402
+from tortoise_sdk import Memory  # noqa: E402
+from tortoise_sdk.reflex import tuning  # noqa: E402
 from tortoise_sdk.search import STOP_WORDS, tokenize  # noqa: E402
 
 K = 5
 
 # Cumulative build-up: each row adds one part of the method to the row above (the last row is
 # the shipped reflex), then leave-one-out rows switch one part off the full method.
-_OFF = {"_NEIGHBOUR_SHARE": 0.0, "_NEXT_SHARE": 0.0, "_DIVERSIFY": False, "_SPEAKER_BOOST": 0.0,
-        "_NAMES_AS_SPEAKERS": False, "_MAX_DF_SHARE": 1.0, "_WHEN_BOOST": 0.0, "_MIN_COVERAGE": 0.0,
-        "_RELATIVE_GATE": 0.0}
+_OFF = {"NEIGHBOUR_SHARE": 0.0, "NEXT_SHARE": 0.0, "DIVERSIFY": False, "SPEAKER_BOOST": 0.0,
+        "NAMES_AS_SPEAKERS": False, "MAX_DF_SHARE": 1.0, "WHEN_BOOST": 0.0, "MIN_COVERAGE": 0.0,
+        "RELATIVE_GATE": 0.0}
 _STEPS = [
     ("stemmed BM25 (index stems, IDF-weighted terms)", ()),
-    ("+ neighbouring-turn context", ("_NEIGHBOUR_SHARE", "_NEXT_SHARE")),
-    ("+ speaker awareness", ("_SPEAKER_BOOST", "_NAMES_AS_SPEAKERS")),
-    ("+ diversified neighbours", ("_DIVERSIFY",)),
-    ("+ common-term pruning", ("_MAX_DF_SHARE",)),
-    ("+ 'when' awareness", ("_WHEN_BOOST",)),
-    ("+ gates (= reflex)", ("_MIN_COVERAGE", "_RELATIVE_GATE")),
+    ("+ neighbouring-turn context", ("NEIGHBOUR_SHARE", "NEXT_SHARE")),
+    ("+ speaker awareness", ("SPEAKER_BOOST", "NAMES_AS_SPEAKERS")),
+    ("+ diversified neighbours", ("DIVERSIFY",)),
+    ("+ common-term pruning", ("MAX_DF_SHARE",)),
+    ("+ 'when' awareness", ("WHEN_BOOST",)),
+    ("+ gates (= reflex)", ("MIN_COVERAGE", "RELATIVE_GATE")),
 ]
 ABLATIONS: dict[str, dict[str, object]] = {}
 _on: set[str] = set()
@@ -55,12 +56,12 @@ for _label, _keys in _STEPS[:-1]:
     _on.update(_keys)
     ABLATIONS[_label] = {k: v for k, v in _OFF.items() if k not in _on}
 ABLATIONS.update({
-    "reflex without neighbouring turns": {"_NEIGHBOUR_SHARE": 0.0, "_NEXT_SHARE": 0.0},
-    "reflex without diversification": {"_DIVERSIFY": False},
-    "reflex without speaker awareness": {"_SPEAKER_BOOST": 0.0, "_NAMES_AS_SPEAKERS": False},
-    "reflex without common-term pruning": {"_MAX_DF_SHARE": 1.0},
-    "reflex without 'when' awareness": {"_WHEN_BOOST": 0.0},
-    "reflex without gates": {"_MIN_COVERAGE": 0.0, "_RELATIVE_GATE": 0.0},
+    "reflex without neighbouring turns": {"NEIGHBOUR_SHARE": 0.0, "NEXT_SHARE": 0.0},
+    "reflex without diversification": {"DIVERSIFY": False},
+    "reflex without speaker awareness": {"SPEAKER_BOOST": 0.0, "NAMES_AS_SPEAKERS": False},
+    "reflex without common-term pruning": {"MAX_DF_SHARE": 1.0},
+    "reflex without 'when' awareness": {"WHEN_BOOST": 0.0},
+    "reflex without gates": {"MIN_COVERAGE": 0.0, "RELATIVE_GATE": 0.0},
 })
 
 
@@ -119,9 +120,9 @@ def run(ablations: bool) -> int:
                 doc_vecs = dense.encode(docs, normalize_embeddings=True, batch_size=64)
                 q_vecs = dense.encode([q.question for q in questions], normalize_embeddings=True, batch_size=64)
             for name, overrides in configs.items():
-                saved = {k: getattr(reflex, k) for k in overrides}
+                saved = {k: getattr(tuning, k) for k in overrides}
                 for k, v in overrides.items():
-                    setattr(reflex, k, v)
+                    setattr(tuning, k, v)
                 try:
                     for q in questions:
                         t0 = time.perf_counter()
@@ -133,7 +134,7 @@ def run(ablations: bool) -> int:
                         results[name].append(recall([p.external_id or "" for p in block.pointers], q.evidence))
                 finally:
                     for k, v in saved.items():
-                        setattr(reflex, k, v)
+                        setattr(tuning, k, v)
             for i, q in enumerate(questions):
                 qt = [w for w in tokenize(q.question) if w not in STOP_WORDS]
                 scores = bm25.get_scores(qt or tokenize(q.question))

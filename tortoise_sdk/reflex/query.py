@@ -1,0 +1,128 @@
+"""The reflex's query: the window read as messages, the question taken from it, its terms weighted."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from ..models import MEMORY_BLOCK_MARKER
+from ..search import STOP_WORDS, query_terms
+from . import tuning
+from .shapes import Message, Reading, Term
+
+__all__ = (
+    "CHANGE",
+    "SPACE",
+    "WHEN",
+    "as_list",
+    "entity_names",
+    "message",
+    "query_text",
+    "surface_of",
+    "text_of",
+    "weigh_terms",
+)
+
+# Question scaffolding: words that say what kind of answer is wanted, not what it is about.
+_SCAFFOLD = frozenset("kind kinds type types sort sorts thing things something describe mention mentioned".split())
+_COURTESY = frozenset(
+    """thanks thank thx ty cheers hello hiya howdy yo bye goodbye cya later morning evening afternoon night
+    good great nice cool awesome perfect fine sure sounds lol haha wow welcome please np alright right
+    gotcha see""".split()
+)
+_ASK = re.compile(r"\?|\b(remind|recall|remember|tell me|what|when|where|who|which|why|how)\b", re.I)
+CHANGE = re.compile(
+    r"\b(chang\w*|used to|before|previous(ly)?|earlier|anymore|no longer|still|switch\w*|moved|former(ly)?|"
+    r"update[ds]?|instead)\b", re.I)
+WHEN = re.compile(r"\b(when|what (year|month|day|date|time)|how long ago)\b", re.I)
+_CAPITALISED = re.compile(r"\b[A-Z][\w'-]+")
+SPACE = re.compile(r"\s+")
+
+
+def as_list(value: Any) -> list[Any]:
+    if value is None:
+        return []
+    if isinstance(value, (str, Mapping)) or hasattr(value, "content") or hasattr(value, "block"):
+        return [value]
+    return list(value)
+
+
+def message(x: Any) -> Message | None:
+    """A window item (Turn, OpenAI dict, LangChain message, str) as role + text; memory blocks are dropped."""
+    if isinstance(x, str):
+        role, content, ident, meta = "user", x, None, None
+    elif isinstance(x, Mapping):
+        role, content, ident, meta = x.get("role", "user"), x.get("content", ""), x.get("id"), x.get("metadata")
+    else:
+        role = getattr(x, "role", None) or {"human": "user", "ai": "assistant"}.get(getattr(x, "type", ""),
+                                                                                 getattr(x, "type", "user"))
+        content, ident = getattr(x, "content", ""), getattr(x, "id", None)
+        meta = getattr(x, "metadata", None) or getattr(x, "additional_kwargs", None)
+    text = text_of(content)
+    if text.startswith(MEMORY_BLOCK_MARKER) or (isinstance(meta, Mapping) and meta.get("tortoise") == "memory_block"):
+        return None
+    return Message(str(role), text, str(ident) if ident is not None else None)
+
+
+def text_of(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, Iterable):
+        parts = []
+        for p in content:
+            if isinstance(p, str):
+                parts.append(p)
+            elif isinstance(p, Mapping) and isinstance(p.get("text"), str):
+                parts.append(p["text"])
+        return " ".join(parts)
+    return ""
+
+
+def query_text(msgs: list[Message]) -> tuple[str, str, bool]:
+    """The last user turn, the one before it when the last is short (else ""), and whether it asks."""
+    users = [m for m in msgs if m.role == "user"] or [m for m in msgs if m.role != "system"][-1:]
+    if not users:
+        return "", "", False
+    last = users[-1].text
+    content = [t for t in query_terms(last) if t not in STOP_WORDS and t not in _COURTESY]
+    if not content:
+        return "", "", False
+    earlier = users[-2].text if len(content) < 3 and len(users) > 1 else ""
+    return last, earlier, bool(_ASK.search(last))
+
+
+def weigh_terms(r: Reading, query: str, earlier: str = "") -> list[Term]:
+    """Weighted query terms; those only in the earlier user turn are context, at a fraction of their weight."""
+    own = [t for t in query_terms(query) if t not in STOP_WORDS and t not in _SCAFFOLD]
+    more = [t for t in query_terms(earlier) if t not in STOP_WORDS and t not in _SCAFFOLD and t not in own]
+    surfaces = own + more
+    if not surfaces:
+        return []
+    stems = r.store.analyze(surfaces)
+    seen: dict[str, tuple[str, bool]] = {}
+    for i, (surface, st) in enumerate(zip(surfaces, stems)):
+        if st and st[0] not in seen:
+            seen[st[0]] = (surface, i >= len(own))
+    n, stats = r.store.term_stats(list(seen))
+    r.n_docs = n
+    terms = []
+    for stem, (surface, context) in seen.items():
+        df_content, df_name = stats.get(stem, (0, 0))
+        weight = math.log(1 + (n - df_content + 0.5) / (df_content + 0.5)) if n else 1.0
+        terms.append(Term(surface, stem, weight * (tuning.CONTEXT_WEIGHT if context else 1.0), df_content,
+                          is_name=df_name > 0, context=context))
+    terms.sort(key=lambda t: (t.context, -t.weight))
+    return terms[: tuning.MAX_TERMS]
+
+
+def entity_names(query: str, terms: list[Term]) -> list[str]:
+    words = [w.strip("'-") for w in _CAPITALISED.findall(query)]
+    names = [w for w in words if w.lower() not in STOP_WORDS and w.lower() not in _COURTESY]
+    names += [t.surface.capitalize() for t in terms if t.is_name]
+    return list(dict.fromkeys(n for n in names if n))[:8]
+
+
+def surface_of(terms: list[Term], stem: str) -> str:
+    return next((t.surface for t in terms if t.stem == stem), stem)

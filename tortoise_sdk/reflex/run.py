@@ -1,0 +1,103 @@
+"""The reflex's steps in order for one host turn, under a time budget, failing open: ``context``."""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from ..errors import StoreError
+from ..models import MemoryBlock
+from ..store.base import Store
+from .candidates import memory_candidates, turn_pool
+from .prior import drop_prior, not_in_window
+from .query import CHANGE, as_list, message, query_text, weigh_terms
+from .render import render
+from .scoring import fuse, score_turns, without_stale_turns
+from .shapes import Reading, Timeout
+from .tokens import TokenCounter, approx_tokens
+
+__all__ = ("DEFAULT_BUDGET", "DEFAULT_MAX_TOKENS", "DEFAULT_TIME_BUDGET_MS", "MAX_BUDGET", "context")
+
+log = logging.getLogger("tortoise_sdk.reflex")
+
+DEFAULT_BUDGET = 3
+MAX_BUDGET = 8
+DEFAULT_MAX_TOKENS = 400
+DEFAULT_TIME_BUDGET_MS = 50.0
+
+
+def context(
+    store: Store,
+    namespace: str,
+    window: Sequence[Any],
+    prior_context: Any = None,
+    *,
+    budget: int = DEFAULT_BUDGET,
+    max_tokens: int = DEFAULT_MAX_TOKENS,
+    session_id: str | None = None,
+    token_counter: TokenCounter | None = None,
+    time_budget_ms: float | None = DEFAULT_TIME_BUDGET_MS,
+) -> MemoryBlock:
+    """The memory block for the next host turn; never raises (see the ``tortoise_sdk.reflex`` docstring).
+
+    Args:
+        window: the recent conversation: ``Turn``s, OpenAI-style dicts, LangChain messages or strings.
+        prior_context: what the host already showed: earlier ``MemoryBlock``s, strings or messages.
+        budget: at most this many pointers (capped at 8).
+        max_tokens: at most this many tokens for the whole block, counted with ``token_counter``.
+        session_id: the host's session; its turns the window already shows are never surfaced.
+        time_budget_ms: past this, the block is empty with ``degraded_reason="timeout"``; None disables.
+    """
+    started = time.perf_counter()
+    deadline = None
+    try:
+        # One-time per-connection setup (TEMP tables), kept out of the per-turn time budget.
+        prepare = getattr(store, "prepare_reflex", None)
+        if prepare is not None:
+            prepare()
+        started = time.perf_counter()
+        deadline = None if time_budget_ms is None else started + time_budget_ms / 1000
+        block = _steps(Reading(store, namespace, token_counter or approx_tokens, deadline),
+                       window, prior_context, budget, max_tokens, session_id)
+    except Timeout:
+        block = MemoryBlock(degraded_reason="timeout")
+    except (StoreError, sqlite3.Error) as exc:
+        log.warning("reflex: store error, returning an empty block: %s", exc)
+        block = MemoryBlock(degraded_reason="store_error")
+    except Exception as exc:  # fail open: the host turn must go on
+        log.warning("reflex: %s, returning an empty block", exc, exc_info=True)
+        block = MemoryBlock(degraded_reason=f"internal_error: {type(exc).__name__}")
+    block.elapsed_ms = round((time.perf_counter() - started) * 1000, 3)
+    if deadline is not None and block.degraded_reason is None and time.perf_counter() > deadline:
+        return MemoryBlock(degraded_reason="timeout", elapsed_ms=block.elapsed_ms)
+    return block
+
+
+def _steps(r: Reading, window: Sequence[Any], prior: Any, budget: int, max_tokens: int,
+           session_id: str | None) -> MemoryBlock:
+    budget = min(int(budget), MAX_BUDGET)
+    max_tokens = int(max_tokens)
+    if budget < 1 or max_tokens < 1:
+        return MemoryBlock()
+    msgs = [m for m in (message(x) for x in as_list(window)) if m is not None and m.text.strip()]
+    query, earlier, ask = query_text(msgs)
+    if not query:
+        return MemoryBlock()
+    terms = r.terms = weigh_terms(r, query, earlier)
+    r.tick()
+    if not terms:
+        return MemoryBlock()
+    wants_change = bool(CHANGE.search(query))
+    content_terms, pool = turn_pool(r, terms)
+    turns = score_turns(r, terms, content_terms, query, pool)
+    r.tick()
+    ranked = fuse([turns, *memory_candidates(r, terms, query, wants_change)])
+    r.tick()
+    ranked = without_stale_turns(r, ranked[: budget * 4 + len(msgs)], wants_change)
+    ranked = not_in_window(ranked[: budget * 4 + len(msgs)], msgs, session_id)
+    if not ask:
+        ranked = drop_prior(ranked, prior)
+    return render(r, ranked[: budget * 2], budget, max_tokens)

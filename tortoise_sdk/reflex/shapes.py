@@ -1,0 +1,73 @@
+"""What the reflex's steps hand each other: messages, weighted terms, candidates and one call's reading."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from ..models import MemoryRecord, SearchHit
+
+if TYPE_CHECKING:
+    from ..store.base import Store
+    from .tokens import TokenCounter
+
+__all__ = ("Candidate", "Message", "Reading", "Term", "Timeout")
+
+
+class Timeout(Exception):
+    """The call ran past its time budget."""
+
+
+@dataclass
+class Message:
+    role: str
+    text: str
+    id: str | None = None
+
+
+@dataclass
+class Term:
+    surface: str
+    stem: str
+    weight: float
+    df: int = 0
+    is_name: bool = False
+    context: bool = False  # from the earlier user turn, not the last one
+
+
+@dataclass
+class Candidate:
+    key: str
+    kind: str  # "turn" | "memory"
+    text: str
+    hit: SearchHit | None = None
+    memory: MemoryRecord | None = None
+    score: float = 0.0
+    own: float = 0.0
+    matched: set[str] = field(default_factory=set)
+    reasons: list[str] = field(default_factory=list)
+    mult: float = 1.0
+    nb_only: set[str] = field(default_factory=set)  # terms only its neighbouring turn matched
+    says_when: bool = False
+    spoken: bool = False  # spoken by a person the query names
+    weight: float = 1.0  # of this candidate's list in the rank fusion
+    stale: bool = False  # a turn whose extracted facts were all superseded or retracted
+
+
+class Reading:
+    """One call of the reflex: the store and namespace it reads, its token counter, its deadline,
+    and what the query step learnt (the weighted terms, the number of turns in the index)."""
+
+    def __init__(self, store: Store, namespace: str, count: TokenCounter, deadline: float | None) -> None:
+        self.store = store
+        self.ns = namespace
+        self.count = count
+        self.deadline = deadline
+        self.terms: list[Term] = []
+        self.n_docs = 0
+
+    def tick(self) -> None:
+        """Raise ``Timeout`` once the deadline has passed."""
+        if self.deadline is not None and time.perf_counter() > self.deadline:
+            raise Timeout

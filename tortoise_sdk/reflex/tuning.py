@@ -1,0 +1,50 @@
+"""The reflex's retrieval constants, measured on LoCoMo (see benchmarks/bench_reflex_recall.py).
+
+The steps read them as ``tuning.NAME`` at call time, so the benchmark's ablations can switch
+one part off by setting an attribute of this module.
+"""
+
+from __future__ import annotations
+
+__all__ = (
+    "B",
+    "CANDIDATES",
+    "CONTEXT_WEIGHT",
+    "DIVERSIFY",
+    "FUSE_DEPTH",
+    "HOP_WEIGHT",
+    "K1",
+    "MAX_DF_SHARE",
+    "MAX_QUERY_TERMS",
+    "MAX_TERMS",
+    "MIN_COVERAGE",
+    "NAMES_AS_SPEAKERS",
+    "NEIGHBOUR_SHARE",
+    "NEXT_SHARE",
+    "PER_TERM",
+    "RELATIVE_GATE",
+    "RRF_K",
+    "SPEAKER_BOOST",
+    "SYNOPSIS_CHARS",
+    "WHEN_BOOST",
+)
+
+CANDIDATES = 32          # turns fetched by the full-text query
+MAX_TERMS = 10           # query terms kept, rarest first
+MAX_DF_SHARE = 0.04      # terms in more than this share of turns are pruned from the full-text query
+MAX_QUERY_TERMS = 6      # of those, the rarest searched in the index
+PER_TERM = 200           # newest matches read per term: bounds the cost of common terms
+K1, B = 1.2, 0.75
+NEIGHBOUR_SHARE = 0.8    # share of the previous turn's score a turn inherits (it may answer it)
+NEXT_SHARE = 0.8         # share of the next turn's score a turn inherits
+SPEAKER_BOOST = 0.30     # relative boost for a turn spoken by a person the query names
+MIN_COVERAGE = 0.20      # share of the query's weight a pointer (with its neighbour) must match
+SYNOPSIS_CHARS = 300
+RRF_K = 60
+FUSE_DEPTH = 24          # ranks of each list that take part in the fusion
+RELATIVE_GATE = 0.2      # drop turns scoring under this share of the best one
+CONTEXT_WEIGHT = 0.4     # weight of terms only in the earlier user turn (a short follow-up's topic)
+HOP_WEIGHT = 0.5         # rank-fusion weight of memories reached one hop through an entity
+NAMES_AS_SPEAKERS = True   # a name the turns' speakers carry is a speaker signal, not a content term
+WHEN_BOOST = 0.2         # a 'when' question prefers turns that say when
+DIVERSIFY = True         # a turn does not inherit the score of a neighbour already chosen
