@@ -31,6 +31,7 @@ sys.path.insert(0, str(ROOT))
 from locomo import SKIP_REASON, load_questions, load_sessions, locomo_files  # noqa: E402
 
 from tortoise_sdk import Memory  # noqa: E402
+from tortoise_sdk.evaluation.locomo import evidence_recall as recall  # noqa: E402
 from tortoise_sdk.reflex import tuning  # noqa: E402
 from tortoise_sdk.search import STOP_WORDS, tokenize  # noqa: E402
 
@@ -63,10 +64,6 @@ ABLATIONS.update({
     "reflex without 'when' awareness": {"WHEN_BOOST": 0.0},
     "reflex without gates": {"MIN_COVERAGE": 0.0, "RELATIVE_GATE": 0.0},
 })
-
-
-def recall(found: list[str], evidence: frozenset[str]) -> float:
-    return len(evidence & set(found)) / len(evidence)
 
 
 def rrf(*rankings: list[str], k: int = 60) -> list[str]:

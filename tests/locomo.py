@@ -1,25 +1,21 @@
 """Loading the LoCoMo conversations in ../shared/data/locomo (CC BY-NC 4.0, evaluation only).
 
-Used by tests and benchmarks; no LoCoMo text is copied into the repository.
+Used by tests and benchmarks; the reading itself is ``tortoise_sdk.evaluation.locomo`` (what
+``tortoise eval locomo`` uses). Only a small excerpt is copied into the repository
+(tests/data/locomo_conv26_excerpt.json, with its licence in tests/data/README.md).
 """
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
+
+from tortoise_sdk.evaluation.locomo import Question, load_conversations, parse_date
+
+__all__ = ("LOCOMO_DIR", "SKIP_REASON", "Question", "load_questions", "load_sessions", "locomo_files", "parse_date")
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 LOCOMO_DIR = SHARED_DATA / "locomo"
 SKIP_REASON = f"LoCoMo data not found at {LOCOMO_DIR} (it lives beside the repo in CI, not in a user's clone)"
-
-
-@dataclass(frozen=True)
-class Question:
-    question: str
-    evidence: frozenset[str]
-    category: int
 
 
 def locomo_files() -> list[Path]:
@@ -27,43 +23,13 @@ def locomo_files() -> list[Path]:
     return sorted(LOCOMO_DIR.glob("*.json")) if LOCOMO_DIR.is_dir() else []
 
 
-def parse_date(text: str) -> str:
-    """'1:56 pm on 8 May, 2023' -> '2023-05-08T13:56:00'."""
-    return datetime.strptime(text.strip(), "%I:%M %p on %d %B, %Y").isoformat()
-
-
 def load_sessions(path: Path) -> list[dict]:
-    """One session object per LoCoMo session: date, speaker as name, dia_id as id, caption appended."""
-    conv = json.loads(path.read_text(encoding="utf-8"))
-    conv = conv.get("conversation", conv)
-    sessions = []
-    n = 1
-    while f"session_{n}" in conv:
-        turns = []
-        for t in conv[f"session_{n}"]:
-            text = t["text"]
-            if t.get("blip_caption"):
-                text = f"{text} [shares a photo: {t['blip_caption']}]"
-            turns.append({"role": "user", "name": t["speaker"], "id": t["dia_id"], "content": text})
-        if turns:
-            sessions.append({
-                "session_id": f"{path.stem}-s{n}",
-                "date": parse_date(conv[f"session_{n}_date_time"]),
-                "turns": turns,
-            })
-        n += 1
-    return sessions
+    """The sessions of a one-conversation file: date, speaker as name, dia_id as id, caption appended."""
+    (conv,) = load_conversations(path)
+    return conv.sessions
 
 
 def load_questions(path: Path, *, include_adversarial: bool = False) -> list[Question]:
-    """QA items with their evidence dia_ids; category 5 (adversarial) excluded by default."""
-    data = json.loads(path.read_text(encoding="utf-8"))
-    out = []
-    for qa in data.get("qa", []):
-        cat = int(qa.get("category", 0))
-        if cat == 5 and not include_adversarial:
-            continue
-        evidence = frozenset(e.strip() for ev in qa.get("evidence", []) for e in ev.split(";") if e.strip())
-        if evidence:
-            out.append(Question(str(qa["question"]), evidence, cat))
-    return out
+    """QA items that cite evidence; category 5 (adversarial) excluded by default."""
+    (conv,) = load_conversations(path)
+    return [q for q in conv.questions if q.evidence and (include_adversarial or q.category != 5)]

@@ -30,6 +30,10 @@ CLI_EXCEPTIONS = frozenset({
     ("tortoise_sdk.graph", "export_graph"),
     # `tortoise demo` is itself a Memory client (checked below to use only Memory), run from the CLI.
     ("tortoise_sdk.demo", "run_demo"),
+    # `tortoise eval locomo` runs the evaluation engine whole (checked below: Memory plus the model layer).
+    ("tortoise_sdk.evaluation", "EvalSettings"),
+    ("tortoise_sdk.evaluation", "run_locomo"),
+    ("tortoise_sdk.evaluation", "render_markdown"),
 })
 
 
@@ -118,7 +122,7 @@ def test_adapters_use_only_memory(module: str) -> None:
 
 #: The CLI's own modules, and the adapters it runs (``tortoise mcp``, ``tortoise hook``): those are
 #: Memory clients themselves, checked by ``test_adapters_use_only_memory``.
-CLI_MODULES = ("tortoise_sdk.cli", "tortoise_sdk.cli_hosts")
+CLI_MODULES = ("tortoise_sdk.cli", "tortoise_sdk.cli_hosts", "tortoise_sdk.cli_eval")
 
 
 @pytest.mark.parametrize("module", CLI_MODULES)
@@ -132,6 +136,23 @@ def test_cli_uses_only_memory(module: str) -> None:
 def test_the_demo_run_by_the_cli_uses_only_memory() -> None:
     outside = {m for m in ours("tortoise_sdk.demo") if not m.startswith("tortoise_sdk.demo")}
     assert outside <= MEMORY_FACADE, f"the demo imports {sorted(outside - MEMORY_FACADE)}"
+
+
+#: What the evaluation engine may use besides Memory: the model layer (answer and judge calls go
+#: through LLMClient, with its stage header, retries and stats), its JSON reader, the prompt loader.
+EVALUATION_USES = MEMORY_FACADE | {"tortoise_sdk.llm", "tortoise_sdk.jsonparse", "tortoise_sdk.pipeline.prompts",
+                                   "tortoise_sdk.config"}
+
+
+def test_the_evaluation_run_by_the_cli_uses_memory_and_the_model_layer() -> None:
+    outside = {m for m in reachable_within("tortoise_sdk.evaluation")
+               if not m.startswith("tortoise_sdk.evaluation")}
+    assert outside <= EVALUATION_USES, f"the evaluation imports {sorted(outside - EVALUATION_USES)}"
+
+
+def reachable_within(package: str) -> set[str]:
+    """What the modules of ``package`` import directly (not what those imports import in turn)."""
+    return {dep for m in MODULES if m == package or m.startswith(package + ".") for dep in ours(m)}
 
 
 def test_litellm_is_imported_only_by_llm_and_lazily() -> None:

@@ -622,6 +622,12 @@ def _register_hosts(sub: argparse._SubParsersAction) -> None:
     register(sub)
 
 
+def _register_eval(sub: argparse._SubParsersAction) -> None:
+    from .cli_eval import register
+
+    register(sub)
+
+
 REGISTRY: list[Callable[[argparse._SubParsersAction], None]] = [
     _register_capture,
     _register_search,
@@ -637,6 +643,7 @@ REGISTRY: list[Callable[[argparse._SubParsersAction], None]] = [
     _register_context,
     _register_expand,
     _register_hosts,
+    _register_eval,
 ]
 
 if __name__ == "__main__":  # pragma: no cover
