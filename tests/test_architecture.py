@@ -3,7 +3,7 @@
 - ``models`` and ``errors`` import nothing of ours;
 - ``reflex`` never imports ``llm``, not even through another module;
 - adapters and ``cli`` use only ``Memory`` (with the models and errors it speaks in);
-- litellm is imported only by ``llm``, and lazily.
+- litellm is imported only inside ``llm`` (by its ``lazy`` module), and lazily;
 
 Imports are read with ``ast`` (every import statement, also those inside
 functions and under ``TYPE_CHECKING``), so nothing is executed.
@@ -22,9 +22,9 @@ REPO = Path(__file__).resolve().parents[1]
 # The repository keeps adapters/ at the top; it ships as tortoise_sdk.adapters (pyproject's package-dir).
 PACKAGE_DIRS = ((REPO / "tortoise_sdk", "tortoise_sdk"), (REPO / "adapters", "tortoise_sdk.adapters"))
 
-#: What cli.py and the adapters may import of ours besides their own modules.
+#: What the CLI and the adapters may import of ours besides their own modules.
 MEMORY_FACADE = frozenset({"tortoise_sdk", "tortoise_sdk.memory", "tortoise_sdk.models", "tortoise_sdk.errors"})
-#: Precise exceptions for cli.py, as (module, imported name).
+#: Precise exceptions for the CLI, as (module, imported name).
 CLI_EXCEPTIONS = frozenset({
     # Writes the networkx graph Memory.graph() returned to a file: a serializer that reads no store.
     ("tortoise_sdk.graph", "export_graph"),
@@ -79,6 +79,11 @@ def ours(module: str) -> set[str]:
     return {m for m, _ in imports(module) if m == "tortoise_sdk" or m.startswith("tortoise_sdk.")}
 
 
+def in_package(module: str, package: str) -> bool:
+    """``module`` is ``package`` or one of its submodules."""
+    return module == package or module.startswith(package + ".")
+
+
 def reachable(module: str) -> set[str]:
     """Every module of ours that ``module`` imports, directly or through others (lazy imports included)."""
     seen: set[str] = set()
@@ -111,7 +116,7 @@ def test_models_and_errors_import_nothing_of_ours(module: str) -> None:
 
 
 def test_reflex_never_reaches_llm() -> None:
-    assert "tortoise_sdk.llm" not in reachable("tortoise_sdk.reflex")
+    assert not {m for m in reachable("tortoise_sdk.reflex") if in_package(m, "tortoise_sdk.llm")}
 
 
 @pytest.mark.parametrize("module", sorted(m for m in MODULES if m.startswith("tortoise_sdk.adapters")))
@@ -120,9 +125,13 @@ def test_adapters_use_only_memory(module: str) -> None:
     assert outside <= MEMORY_FACADE, f"{module} imports {sorted(outside - MEMORY_FACADE)}"
 
 
-#: The CLI's own modules, and the adapters it runs (``tortoise mcp``, ``tortoise hook``): those are
-#: Memory clients themselves, checked by ``test_adapters_use_only_memory``.
-CLI_MODULES = ("tortoise_sdk.cli", "tortoise_sdk.cli_hosts", "tortoise_sdk.cli_eval")
+#: The CLI's own modules (the ``tortoise_sdk.cli`` package); the adapters it runs (``tortoise mcp``,
+#: ``tortoise hook``) are Memory clients themselves, checked by ``test_adapters_use_only_memory``.
+CLI_MODULES = tuple(sorted(m for m in MODULES if in_package(m, "tortoise_sdk.cli")))
+
+
+def test_the_cli_package_is_seen() -> None:
+    assert {"tortoise_sdk.cli", "tortoise_sdk.cli._common", "tortoise_sdk.cli.capture"} <= set(CLI_MODULES)
 
 
 @pytest.mark.parametrize("module", CLI_MODULES)
@@ -157,8 +166,9 @@ def reachable_within(package: str) -> set[str]:
 
 def test_litellm_is_imported_only_by_llm_and_lazily() -> None:
     importers = {m for m in MODULES for dep, _ in imports(m) if dep.split(".")[0] == "litellm"}
-    assert importers == {"tortoise_sdk.llm"}
-    tree = ast.parse(MODULES["tortoise_sdk.llm"][0].read_text(encoding="utf-8"))
-    top_level = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
-    assert not [n for n in top_level if any(a.name.split(".")[0] == "litellm" for a in n.names)
-                or (isinstance(n, ast.ImportFrom) and (n.module or "").split(".")[0] == "litellm")]
+    assert importers == {"tortoise_sdk.llm.lazy"}
+    for module in importers:
+        tree = ast.parse(MODULES[module][0].read_text(encoding="utf-8"))
+        top_level = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
+        assert not [n for n in top_level if any(a.name.split(".")[0] == "litellm" for a in n.names)
+                    or (isinstance(n, ast.ImportFrom) and (n.module or "").split(".")[0] == "litellm")]

@@ -433,7 +433,7 @@ def test_reset_stats_returns_and_clears() -> None:
 def _tally(**kwargs: Any) -> Any:
     from collections import Counter
 
-    from tortoise_sdk.llm import _Tally
+    from tortoise_sdk.llm.usage import Tally as _Tally
 
     errors = Counter(kwargs.pop("errors", {}))
     return _Tally(errors=errors, **kwargs)
@@ -499,7 +499,7 @@ def test_backoff_honours_retry_after_up_to_the_cap() -> None:
 
 
 def test_threads_share_one_import() -> None:
-    from tortoise_sdk.llm import _litellm
+    from tortoise_sdk.llm.lazy import load_litellm as _litellm
 
     seen: list[Any] = []
     threads = [threading.Thread(target=lambda: seen.append(_litellm())) for _ in range(4)]

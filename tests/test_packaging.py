@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -17,8 +18,15 @@ REPO = Path(__file__).resolve().parents[1]
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("dist")
+    # Built from a clean copy of the sources: an in-tree build reuses build/lib, whose stale
+    # modules would hide a package missing from pyproject's packages=.
+    src = tmp_path_factory.mktemp("src")
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy2(REPO / name, src / name)
+    for name in ("tortoise_sdk", "prompts", "adapters"):
+        shutil.copytree(REPO / name, src / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", str(REPO), "--no-deps", "--no-build-isolation", "-q", "-w", str(out)],
+        [sys.executable, "-m", "pip", "wheel", str(src), "--no-deps", "--no-build-isolation", "-q", "-w", str(out)],
         check=True, capture_output=True, text=True, timeout=300,
     )
     (whl,) = out.glob("tortoise_sdk-*.whl")
@@ -36,6 +44,10 @@ def test_wheel_layout(wheel):
     for py in (REPO / "adapters").glob("*.py"):
         assert f"tortoise_sdk/adapters/{py.name}" in names
     assert "tortoise_sdk/demo/sessions.json" in names
+    # pyproject's packages= is an explicit list: a sub-package missing there would be left out.
+    for py in sorted((REPO / "tortoise_sdk").rglob("*.py")):
+        module = f"tortoise_sdk/{py.relative_to(REPO / 'tortoise_sdk').as_posix()}"
+        assert module in names, f"{module} is not in the wheel: add its package to pyproject's packages="
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     assert "tortoise = tortoise_sdk.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 __all__ = ("register",)
 
@@ -25,10 +25,10 @@ def _memory_options(p: argparse.ArgumentParser) -> None:
 
 def _cmd_mcp(args: argparse.Namespace) -> int:
     try:
-        from .adapters.mcp_server import build_server
+        from ..adapters.mcp_server import build_server
     except ImportError as exc:
         raise ConfigError(f"{exc}") from None
-    from .memory import Memory
+    from ..memory import Memory
 
     with Memory(args.db, namespace=args.namespace) as mem:
         build_server(mem).run("stdio")

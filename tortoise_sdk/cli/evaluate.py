@@ -74,7 +74,7 @@ def _temperature(text: str) -> float | None:
 
 def _cmd_locomo(args: argparse.Namespace) -> int:
     # The engine is a Memory client with the model layer, run whole by this command (like the demo).
-    from .evaluation import EvalSettings, render_markdown, run_locomo
+    from ..evaluation import EvalSettings, render_markdown, run_locomo
 
     settings = EvalSettings.with_models(
         args.model, answer_model=args.answer_model, judge_model=args.judge_model,

@@ -1,0 +1,63 @@
+"""Extraction from the command line: ``extract`` a stored session now, or run the background ``worker``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ._common import add_model_options, emit_json, model_options, open_memory, report_line
+
+__all__ = ("register",)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add ``extract`` and ``worker``."""
+    _register_extract(sub)
+    _register_worker(sub)
+
+
+def _cmd_extract(args: argparse.Namespace) -> int:
+    with open_memory(args, **model_options(args)) as mem:
+        report = mem.extract(args.session)
+    if args.json:
+        emit_json(report)
+    else:
+        print(f"extraction {args.session}: {report_line(report)}")
+        for d in report.errors + report.warnings:
+            print(f"  {d.stage} {d.code}: {d.message}", file=sys.stderr)
+    return 0 if report.status != "failed" else 1
+
+
+def _register_extract(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("extract", help="(re-)extract memories from a stored session",
+                       description="Example: TORTOISE_MODEL=openai/gpt-4o-mini tortoise extract s1")
+    p.add_argument("session", help="session id")
+    p.add_argument("--json", action="store_true", help="print the extraction report as JSON")
+    add_model_options(p)
+    p.set_defaults(handler=_cmd_extract)
+
+
+def _cmd_worker(args: argparse.Namespace) -> int:
+    import time
+
+    with open_memory(args, **model_options(args)) as mem:
+        ran = 0
+        while True:
+            jobs = mem.process_pending(max_jobs=None if args.max_jobs is None else args.max_jobs - ran)
+            for job in jobs:
+                print(f"job {job.job_id} {job.session_id}: {job.status} (attempt {job.attempts})"
+                      + (f" - {job.errors[-1]}" if job.errors and job.status != "done" else ""))
+            ran += len(jobs)
+            if args.once or (args.max_jobs is not None and ran >= args.max_jobs):
+                return 0
+            time.sleep(args.poll)
+
+
+def _register_worker(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("worker", help="run queued background extractions",
+                       description="Runs jobs queued by `capture --extract background`. Example: tortoise worker --once")
+    p.add_argument("--once", action="store_true", help="run what is queued now, then exit")
+    p.add_argument("--max-jobs", type=int, help="exit after this many jobs")
+    p.add_argument("--poll", type=float, default=2.0, help="seconds between polls (default: %(default)s)")
+    add_model_options(p)
+    p.set_defaults(handler=_cmd_worker)

@@ -1,0 +1,180 @@
+"""Reading the memory: ``search``, ``sessions``, ``memories``, ``context``, ``expand``, ``export``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from ..errors import InvalidInput
+from ._common import open_memory, read_json_records, read_text, run_and_print
+
+__all__ = ("register",)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add ``search``, ``sessions``, ``export``, ``memories``, ``context`` and ``expand``."""
+    _register_search(sub)
+    _register_sessions(sub)
+    _register_export(sub)
+    _register_memories(sub)
+    _register_context(sub)
+    _register_expand(sub)
+
+
+def _cmd_search(args: argparse.Namespace) -> int:
+    return run_and_print(args, lambda mem: mem.search(args.query, k=args.k, session_id=args.session), _print_hits)
+
+
+def _print_hits(hits: list[Any]) -> None:
+    for h in hits:
+        who = h.name or h.role
+        date = f" {h.session_date}" if h.session_date else ""
+        print(f"{h.score:7.3f}  [{h.session_id}#{h.index}{date}] {who}: {_one_line(h.content)}")
+    if not hits:
+        print("no matches", file=sys.stderr)
+
+
+def _one_line(text: str, width: int = 160) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= width else flat[: width - 1] + "…"
+
+
+def _register_search(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("search", help="BM25 search over captured turns",
+                       description="Example: tortoise search 'where does Maya work' --k 5")
+    p.add_argument("query")
+    p.add_argument("--k", type=int, default=10, help="number of hits (default: %(default)s)")
+    p.add_argument("--session", help="only this session")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=_cmd_search)
+
+
+def _cmd_sessions(args: argparse.Namespace) -> int:
+    return run_and_print(args, lambda mem: mem.sessions(), _print_sessions)
+
+
+def _print_sessions(sessions: list[Any]) -> None:
+    for s in sessions:
+        print(f"{s.session_id}\t{s.session_date or '-'}\t{s.turn_count} turns")
+
+
+def _register_sessions(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("sessions", help="list captured sessions")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=_cmd_sessions)
+
+
+def _cmd_memories(args: argparse.Namespace) -> int:
+    return run_and_print(args, lambda mem: mem.memories(args.session, include_superseded=args.all), _print_memories)
+
+
+def _print_memories(records: list[Any]) -> None:
+    for m in records:
+        status = "" if m.status == "live" else f" ({m.status})"
+        when = f" [{m.when}]" if m.when else ""
+        print(f"{m.id}  {m.kind}{status}{when}: {m.content}")
+    if not records:
+        print("no memories (capture with a model configured, or run `tortoise extract SESSION`)", file=sys.stderr)
+
+
+def _register_memories(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("memories", help="list extracted memories",
+                       description="Example: tortoise memories --session s1 --json")
+    p.add_argument("--session", help="only memories from this session")
+    p.add_argument("--all", action="store_true", help="include superseded and retracted memories")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=_cmd_memories)
+
+
+def _cmd_context(args: argparse.Namespace) -> int:
+    window = read_json_records(args.window)
+    if not all(isinstance(t, (dict, str)) for t in window):
+        raise InvalidInput('expected turns such as {"role": "user", "content": "..."}', field=args.window)
+    prior = _read_prior(args.prior) if args.prior else None
+    return run_and_print(args, lambda mem: mem.context(window, prior, budget=args.budget, max_tokens=args.max_tokens,
+                                                       session_id=args.session), _print_block)
+
+
+def _print_block(block: Any) -> None:
+    if block.block:
+        print(block.block)
+        for p, why in zip(block.pointers, block.why):
+            print(f"# {p.id}: {why}", file=sys.stderr)
+    else:
+        reason = f" ({block.degraded_reason})" if block.degraded_reason else ""
+        print(f"no memory block: nothing relevant{reason}", file=sys.stderr)
+
+
+def _read_prior(path: str) -> Any:
+    """Prior context: a block from ``tortoise context --json``, a JSON/JSONL list of turns, or plain text."""
+    from ..models import MemoryBlock
+
+    text = sys.stdin.read() if path == "-" else read_text(path)
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError:
+        try:
+            return read_json_records(path, text)
+        except InvalidInput:
+            return text
+    if isinstance(doc, dict) and "block" in doc:
+        return MemoryBlock.model_validate(doc)
+    return doc if isinstance(doc, list) else text
+
+
+def _register_context(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("context", help="the memory block the next model call would receive",
+                       description="Reads the recent conversation (JSON/JSONL turns) and prints the bounded memory "
+                                   "block for it; reasons go to stderr. Example: tortoise context --window chat.jsonl "
+                                   "--budget 5")
+    p.add_argument("--window", required=True, help="recent turns, JSON or JSONL file (or - for stdin)")
+    p.add_argument("--prior", help="what the model was already shown: a block from --json, turns, or text")
+    p.add_argument("--budget", type=int, default=3, help="at most this many pointers, cap 8 (default: %(default)s)")
+    p.add_argument("--max-tokens", type=int, default=400, help="token cap for the whole block (default: %(default)s)")
+    p.add_argument("--session", help="the conversation the window belongs to")
+    p.add_argument("--json", action="store_true", help="print the MemoryBlock as JSON")
+    p.set_defaults(handler=_cmd_context)
+
+
+def _cmd_expand(args: argparse.Namespace) -> int:
+    return run_and_print(args, lambda mem: mem.expand(args.id), _print_expanded)
+
+
+def _print_expanded(full: Any) -> None:
+    date = f" {full.session_date[:10]}" if full.session_date else ""
+    print(f"{full.kind} {full.id} [{full.status}] {full.session_id or ''}{date}")
+    print(full.content)
+    for m in full.supersession:
+        print(f"  version: [{m.status}] {m.content}")
+    for s in full.sources:
+        print(f'  source {s.external_id or s.turn_id}: "{s.quote or ""}"')
+    for h in full.surrounding:
+        mark = ">" if h.turn_id in (full.id, *(s.turn_id for s in full.sources)) else " "
+        print(f"  {mark} [{h.session_id}#{h.index}] {h.name or h.role}: {_one_line(h.content)}")
+
+
+def _register_expand(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("expand", help="the full turn or memory behind a pointer id",
+                       description="Example: tortoise expand t_3ad9b9e04bb769be6516")
+    p.add_argument("id", help="a pointer id from `tortoise context` (t_... or m_...)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=_cmd_expand)
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    from ..graph import export_graph
+
+    with open_memory(args) as mem:
+        g = mem.graph()
+    export_graph(g, args.out, args.format)
+    print(f"wrote {g.number_of_nodes()} nodes and {g.number_of_edges()} edges to {args.out}", file=sys.stderr)
+    return 0
+
+
+def _register_export(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("export", help="export the memory graph (GraphML or node-link JSON)")
+    p.add_argument("--format", choices=("graphml", "json"), default="graphml")
+    p.add_argument("out", help="output file")
+    p.set_defaults(handler=_cmd_export)

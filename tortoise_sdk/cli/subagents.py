@@ -1,0 +1,94 @@
+"""``tortoise subagents`` (the recorded sub-agent invocations) and ``tortoise stats`` (the counts)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from ._common import run_and_print
+
+__all__ = ("register",)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add ``subagents`` and ``stats``."""
+    _register_subagents(sub)
+    _register_stats(sub)
+
+
+def _cmd_subagents(args: argparse.Namespace) -> int:
+    return run_and_print(args, lambda mem: mem.subagents(session_id=args.session), _print_subagents)
+
+
+def _print_subagents(rows: list[Any]) -> None:
+    if not rows:
+        print("no sub-agent invocations recorded (ingest a transcript with `tortoise capture FILE`)", file=sys.stderr)
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    nested = any(r.parent_tool_call_id for r in rows)
+    table = Table(box=None, header_style="bold")
+    for name in ("observed", "session", "tool call", "type", "description", "status", "async",
+                 "tokens", "tools", "duration", *(("parent",) if nested else ())):
+        table.add_column(name, justify="right" if name in ("tokens", "tools", "duration") else "left",
+                         no_wrap=name != "description", min_width=12 if name == "description" else None)
+    for r in rows:
+        status = r.tool_status or "-"
+        if r.agent_status and r.agent_status != r.tool_status:
+            status += f" ({r.agent_status})"
+        table.add_row(
+            r.observed_at.strftime("%Y-%m-%d %H:%M:%S"), _short(r.session_id), r.tool_call_id,
+            r.subagent_type or "-", r.description or "-", status + ("" if r.settled_at else " …"),
+            "yes" if r.is_async else "", _num(r.total_tokens), _num(r.tool_use_count),
+            "-" if r.duration_ms is None else f"{r.duration_ms / 1000:.1f}s",
+            *((r.parent_tool_call_id or "",) if nested else ()),
+        )
+    Console(width=None if sys.stdout.isatty() else 200).print(table)
+
+
+def _num(value: int | None) -> str:
+    return "-" if value is None else f"{value:,}"
+
+
+def _short(text: str, width: int = 12) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _register_subagents(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("subagents", help="list recorded sub-agent invocations",
+                       description="One row per sub-agent invocation (Task/Agent tool calls ...), in observed "
+                                   "order; '-' is a figure the stream did not report. "
+                                   "Example: tortoise subagents --session SESSION --json")
+    p.add_argument("--session", help="only this session")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=_cmd_subagents)
+
+
+def _cmd_stats(args: argparse.Namespace) -> int:
+    return run_and_print(args, _stats, _print_stats)
+
+
+def _stats(mem: Any) -> dict[str, Any]:
+    sessions = mem.sessions()
+    return {
+        "namespace": mem.namespace,
+        "sessions": len(sessions),
+        "turns": sum(s.turn_count for s in sessions),
+        "subagents": len(mem.subagents()),
+        "subagent_counters": mem.subagent_counters().model_dump(),
+    }
+
+
+def _print_stats(doc: dict[str, Any]) -> None:
+    print(f"namespace {doc['namespace']}: {doc['sessions']} session(s), {doc['turns']} turn(s), "
+          f"{doc['subagents']} sub-agent invocation(s)")
+    print("sub-agent frames: " + ", ".join(f"{k} {v}" for k, v in doc["subagent_counters"].items()))
+
+
+def _register_stats(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("stats", help="counts of sessions, turns and sub-agent invocations, and recorder counters",
+                       description="Example: tortoise stats --json")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=_cmd_stats)
