@@ -226,9 +226,10 @@ def _clean_summary(report: dict[str, Any]) -> dict[str, Any]:
 def test_a_provider_failure_mid_run_leaves_a_resumable_report(capsys, out, stub_model, tmp_path, stage) -> None:
     eighth = QUESTIONS[7].question
     stub = stub_model(script({"stage": stage, "contains": eighth, "replies": [{"status": 402}]}))
-    code, _, stderr, report = run_eval(capsys, out, stub=stub)
+    code, _, stderr, report = run_eval(capsys, out, "--concurrency", "1", stub=stub)
     assert code == 1
-    assert "billing" in stderr and "run the same command again to resume" in stderr
+    assert "billing" in stderr and "the 7 judged question(s) are kept" in stderr, stderr[-300:]
+    assert "run the same command again to resume" in stderr
     assert report["status"] == "incomplete"
     judged = [r for r in report["questions"] if r["label"] is not None]
     assert [r["index"] for r in judged] == list(range(7))
@@ -238,7 +239,7 @@ def test_a_provider_failure_mid_run_leaves_a_resumable_report(capsys, out, stub_
 
     # The same command resumes: nothing already paid for is asked again.
     before = stages(stub)
-    code, _, stderr, resumed = run_eval(capsys, out, stub=stub)
+    code, _, stderr, resumed = run_eval(capsys, out, "--concurrency", "1", stub=stub)
     assert code == 0, stderr
     assert resumed["status"] == "complete"
     asked = stages(stub) - before
@@ -252,6 +253,25 @@ def test_a_provider_failure_mid_run_leaves_a_resumable_report(capsys, out, stub_
     assert _clean_summary(resumed) == _clean_summary(whole)
     assert [(r["index"], r["answer"], r["label"]) for r in resumed["questions"]] == [
         (r["index"], r["answer"], r["label"]) for r in whole["questions"]]
+
+
+@LOOPBACK
+def test_with_calls_in_flight_a_failure_keeps_every_answer_that_came_back(capsys, out, stub_model) -> None:
+    eighth = QUESTIONS[7].question
+    # The refusal comes late, so the other workers' calls finish while it is pending.
+    stub = stub_model(script({"stage": "judge", "contains": eighth, "replies": [{"status": 402, "delay": 0.5}]}))
+    code, _, stderr, report = run_eval(capsys, out, "--concurrency", "4", stub=stub)
+    assert code == 1 and "run the same command again to resume" in stderr
+    judged = {r["index"] for r in report["questions"] if r["label"] is not None}
+    assert 7 not in judged and len(judged) >= 7
+    # Every call that returned is in the report: each judged question was answered and judged once.
+    assert stages(stub)["judge"] == len(judged) + 1
+    assert {r["index"] for r in report["questions"]} == {
+        i for i, q in enumerate(QUESTIONS) if any(r.stage == "answer" and q.question in r.prompt for r in stub.requests)}
+    code, _, _, resumed = run_eval(capsys, out, "--concurrency", "4", stub=stub)
+    assert code == 0 and resumed["status"] == "complete"
+    assert stages(stub) == {"answer": 20, "judge": 21}
+    assert got_j(resumed, "verbatim")["overall"] == 0.8
 
 
 @LOOPBACK

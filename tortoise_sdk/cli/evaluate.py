@@ -58,6 +58,8 @@ def _register_locomo(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--temperature", type=_temperature, default=0.0,
                    help="sampling temperature of answer and judge calls; 'none' leaves the provider's default "
                         "(default: %(default)s)")
+    p.add_argument("--concurrency", type=int, default=4,
+                   help="answer and judge calls in flight at once (default: %(default)s)")
     p.add_argument("--out", type=Path, default=Path("locomo-eval.json"),
                    help="JSON report, rewritten as questions are answered (default: %(default)s)")
     p.set_defaults(handler=_cmd_locomo)
@@ -80,7 +82,7 @@ def _cmd_locomo(args: argparse.Namespace) -> int:
         args.model, answer_model=args.answer_model, judge_model=args.judge_model,
         files=args.files, out=args.out, modes=("verbatim", "memories") if args.mode == "both" else (args.mode,),
         budget=args.budget, max_tokens=args.max_tokens, judge=args.judge, answer_from_block=args.answer_from_block,
-        api_base=args.api_base, api_key=args.api_key, temperature=args.temperature,
+        api_base=args.api_base, api_key=args.api_key, temperature=args.temperature, concurrency=args.concurrency,
     )
     with _progress() as progress:
         report = run_locomo(settings, progress)

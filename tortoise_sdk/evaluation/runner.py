@@ -6,7 +6,8 @@ go into their own store beside the report, one namespace each, sessions in order
 dates. Then per question: ``Memory.context`` with a one-turn window holding the question, the
 answer model with ``prompts/eval_answer.md``, the judge with ``prompts/eval_judge.md`` (or the
 exact-match judge). Model calls go through :class:`~tortoise_sdk.llm.LLMClient` with
-``X-Tortoise-Stage: answer`` / ``judge``.
+``X-Tortoise-Stage: answer`` / ``judge``, ``concurrency`` questions at a time; a conversation's
+blocks are all built first, one at a time, so ``context()`` is timed alone.
 
 The report is rewritten atomically as questions are answered (at most a second apart, and
 always before leaving), so an interrupted or failed run keeps what it paid for; running the
@@ -18,11 +19,14 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from itertools import islice
 from pathlib import Path
 from typing import Any, Literal
 
@@ -78,6 +82,7 @@ class EvalSettings:
     api_base: str | None = None
     api_key: str | None = field(default=None, repr=False)
     temperature: float | None = 0.0
+    concurrency: int = 4
     model_settings: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -115,6 +120,8 @@ class EvalSettings:
             raise ConfigError("--budget is between 1 and 8 pointers")
         if self.max_tokens < 1:
             raise ConfigError("--max-tokens must be at least 1")
+        if self.concurrency < 1:
+            raise ConfigError("--concurrency must be at least 1")
 
 
 def store_path(out: Path, mode: str) -> Path:
@@ -155,6 +162,7 @@ class _Run:
         self.answerer = None if settings.answer_from_block else self._client(settings.answer_model)
         self.judge = self._client(settings.judge_model) if settings.judge == "llm" else None
         self._saved_at = 0.0
+        self._lock = threading.Lock()  # workers add records and labels while the main thread saves
         self.report: dict[str, Any] = {}
 
     # -- settings and resume -----------------------------------------------------------------
@@ -217,15 +225,33 @@ class _Run:
         phase = f"questions {mode}"
         self.progress(phase, done, total)
         for conv, _, _ in self.conversations:
-            todo = [q for q in conv.questions if not self._done(self.records.get((mode, conv.conversation_id, q.index)))]
+            cid = conv.conversation_id
+            todo = [q for q in conv.questions if not self._done(self.records.get((mode, cid, q.index)))]
             if not todo:
                 continue
-            with Memory(db, namespace=conv.conversation_id) as mem:
-                for question in todo:
-                    self._ask(mode, conv, question, mem)
-                    done += self._done(self.records[mode, conv.conversation_id, question.index])
-                    self.progress(phase, done, total)
-                    self.save(throttled=True)
+            # Every block first, one at a time: context() is timed alone, not beside model calls.
+            with Memory(db, namespace=cid) as mem:
+                retrieved = {q.index: self._retrieve(mode, conv, q, mem) for q in todo
+                             if (mode, cid, q.index) not in self.records}
+            # At most `concurrency` questions in flight, the next one started only when one succeeds:
+            # after a failure nothing new is asked, and what was in flight ends and is kept.
+            queue = iter(todo)
+            try:
+                with ThreadPoolExecutor(max_workers=self.s.concurrency, thread_name_prefix="tortoise-eval") as pool:
+                    def start(q: Question) -> Future[None]:
+                        return pool.submit(self._ask, mode, conv, q, retrieved.get(q.index))
+
+                    running = {start(q) for q in islice(queue, self.s.concurrency)}
+                    while running:
+                        finished, running = wait(running, return_when=FIRST_COMPLETED)
+                        for future in finished:
+                            future.result()
+                            done += 1
+                            self.progress(phase, done, total)
+                            self.save(throttled=True)
+                            running.update(start(q) for q in islice(queue, 1))
+            except ModelError as exc:
+                raise self._interrupted(exc) from exc
 
     def _capture(self, mode: Mode, db: str) -> None:
         """Every conversation is stored (and extracted) before any question, as one store holds them all."""
@@ -278,26 +304,30 @@ class _Run:
                              f"beside {self.s.out}: fix the cause and run the same command again to resume",
                              model=self.s.extraction_model, error_class=first)
 
-    def _ask(self, mode: Mode, conv: Conversation, q: Question, mem: Memory) -> None:
+    def _ask(self, mode: Mode, conv: Conversation, q: Question,
+             retrieved: tuple[QuestionResult, MemoryBlock] | None) -> None:
+        """Answer (unless an earlier run did) and judge one question; runs in a worker thread."""
         key = (mode, conv.conversation_id, q.index)
-        record = self.records.get(key)
-        if record is None:
-            record, block = self._retrieve(mode, conv, q, mem)
+        if retrieved is not None:
+            record, block = retrieved
             if self.answerer is None:
                 record.answer = _block_answer(block)
             else:
-                result = self._call(self.answerer, "answer", self.prompts[ANSWER_PROMPT].render(
-                    memory=block.block or EMPTY_BLOCK, question=q.question), json_mode=False)
+                result = self.answerer.complete("answer", [{"role": "user", "content": self.prompts[ANSWER_PROMPT].render(
+                    memory=block.block or EMPTY_BLOCK, question=q.question)}])
                 record.answer = result.text.strip()
                 record.answer_usage = _usage(result)
-            self.records[key] = record
+            with self._lock:
+                self.records[key] = record
+        record = self.records[key]
         if self.judge is None:
-            record.label = "CORRECT" if exact_match(record.answer, q) else "WRONG"
-            return
-        result = self._call(self.judge, "judge", self.prompts[JUDGE_PROMPT].render(
-            question=q.question, gold_answer=q.gold, generated_answer=record.answer), json_mode=True)
-        record.label, record.judge_reason = _label(result.text)
-        record.judge_usage = _usage(result)
+            label, reason, usage = ("CORRECT" if exact_match(record.answer, q) else "WRONG"), None, None
+        else:
+            result = self.judge.complete("judge", [{"role": "user", "content": self.prompts[JUDGE_PROMPT].render(
+                question=q.question, gold_answer=q.gold, generated_answer=record.answer)}], json_mode=True)
+            (label, reason), usage = _label(result.text), _usage(result)
+        with self._lock:
+            record.label, record.judge_reason, record.judge_usage = label, reason, usage
 
     def _retrieve(self, mode: Mode, conv: Conversation, q: Question, mem: Memory) -> tuple[QuestionResult, MemoryBlock]:
         started = time.perf_counter()
@@ -313,15 +343,12 @@ class _Run:
             block_tokens=block.tokens, context_ms=round(elapsed, 3), degraded_reason=block.degraded_reason,
         ), block
 
-    def _call(self, client: LLMClient, stage: str, prompt: str, *, json_mode: bool) -> LLMResult:
-        try:
-            return client.complete(stage, [{"role": "user", "content": prompt}], json_mode=json_mode)
-        except ModelError as exc:
-            self.save()
-            raise type(exc)(f"{exc} -- the {sum(self._done(r) for r in self.records.values())} judged "
-                            f"question(s) are kept in {self.s.out}; run the same command again to resume",
-                            model=exc.model, status_code=exc.status_code, error_class=exc.error_class,
-                            body=exc.body) from exc
+    def _interrupted(self, exc: ModelError) -> ModelError:
+        """The same failure, its message saying what was kept and how to go on."""
+        self.save()
+        return type(exc)(f"{exc} -- the {sum(self._done(r) for r in self.records.values())} judged question(s) "
+                         f"are kept in {self.s.out}; run the same command again to resume",
+                         model=exc.model, status_code=exc.status_code, error_class=exc.error_class, body=exc.body)
 
     def _done(self, record: QuestionResult | None) -> bool:
         return record is not None and record.label is not None
@@ -340,8 +367,9 @@ class _Run:
         if throttled and now - self._saved_at < SAVE_EVERY_S:
             return
         self._saved_at = now
-        records = sorted(self.records.values(), key=lambda r: (self.s.modes.index(r.mode) if r.mode in self.s.modes
-                                                                 else 99, r.conversation_id, r.index))
+        with self._lock:
+            records = [r.model_copy() for r in self.records.values()]
+        records.sort(key=lambda r: (self.s.modes.index(r.mode), r.conversation_id, r.index))
         expected = len(self.s.modes) * sum(len(c.questions) for c, _, _ in self.conversations)
         complete = sum(self._done(r) for r in records) == expected
         usage = {mode: [a for sessions in per_conv.values() for attempts in sessions.values() for a in attempts]
