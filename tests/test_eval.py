@@ -267,7 +267,8 @@ def test_with_calls_in_flight_a_failure_keeps_every_answer_that_came_back(capsys
     # Every call that returned is in the report: each judged question was answered and judged once.
     assert stages(stub)["judge"] == len(judged) + 1
     assert {r["index"] for r in report["questions"]} == {
-        i for i, q in enumerate(QUESTIONS) if any(r.stage == "answer" and q.question in r.prompt for r in stub.requests)}
+        i for i, q in enumerate(QUESTIONS)
+        if any(r.stage == "answer" and q.question in r.prompt for r in stub.requests)}
     code, _, _, resumed = run_eval(capsys, out, "--concurrency", "4", stub=stub)
     assert code == 0 and resumed["status"] == "complete"
     assert stages(stub) == {"answer": 20, "judge": 21}

@@ -51,7 +51,8 @@ def _register_locomo(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--budget", type=int, default=5, help="pointers per block, 1-8 (default: %(default)s)")
     p.add_argument("--max-tokens", type=int, default=400, help="token cap of a block (default: %(default)s)")
     p.add_argument("--judge", choices=("llm", "exact"), default="llm",
-                   help="llm: the judge model; exact: normalised exact/substring match, no model (default: %(default)s)")
+                   help="llm: the judge model; exact: normalised exact/substring match, no model "
+                        "(default: %(default)s)")
     p.add_argument("--answer-from-block", action="store_true",
                    help="no answer model: the block's text is the answer (with --judge exact: does the block hold "
                         "the gold answer verbatim)")

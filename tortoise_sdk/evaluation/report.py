@@ -18,7 +18,8 @@ from pydantic import BaseModel, Field
 
 from .locomo import ADVERSARIAL, CATEGORIES
 
-__all__ = ("REPORT_FORMAT", "CallUsage", "QuestionResult", "percentile", "render_markdown", "summarize", "usage_total", "write_atomic")
+__all__ = ("REPORT_FORMAT", "CallUsage", "QuestionResult", "percentile", "render_markdown", "summarize",
+           "usage_total", "write_atomic")
 
 REPORT_FORMAT = 1
 

@@ -1,4 +1,4 @@
-"""``tortoise eval locomo``: capture LoCoMo conversations, ask each question through the memory block, judge the answers.
+"""``tortoise eval locomo``: capture LoCoMo conversations, ask each question through the memory block, judge.
 
 For each mode (``verbatim``: captured turns only, no model; ``memories``: the turns extracted
 into memories by the pipeline, the block as the reflex delivers it from both) the conversations
@@ -35,7 +35,7 @@ from ..errors import ConfigError, InvalidInput, MalformedOutput, ModelError
 from ..jsonparse import parse_json
 from ..llm import RETRYABLE_CLASSES, LLMClient, LLMConfig, LLMResult
 from ..memory import Memory
-from ..models import MemoryBlock
+from ..models import ExtractionReport, MemoryBlock, StageStats
 from ..pipeline.prompts import PROMPT_NAMES, Prompt, load_prompt
 from .locomo import NOT_MENTIONED, Conversation, Question, evidence_recall, exact_match, load_conversations
 from .report import REPORT_FORMAT, CallUsage, QuestionResult, render_markdown, summarize, write_atomic
@@ -285,16 +285,7 @@ class _Run:
         if attempts and not _provider_failed(attempts[-1]):
             return
         report = mem.extract(sid)
-        total = report.stages.get("total")
-        attempt = {"status": report.status, "reason": report.reason, "counts": report.counts,
-                   "errors": [f"{d.stage}: {d.code}" for d in report.errors],
-                   "provider_failed": report.status == "failed" or any(d.code in PROVIDER_FAILURES
-                                                                       for d in report.errors),
-                   **({"calls": total.calls, "prompt_tokens": total.prompt_tokens,
-                       "completion_tokens": total.completion_tokens, "cost_usd": total.cost_usd,
-                       "failed": bool(report.errors) and total.prompt_tokens is None
-                       and total.completion_tokens is None}
-                      if total is not None else {"calls": 0})}
+        attempt = _attempt(report)
         attempts.append(attempt)
         self.save(throttled=not attempt["provider_failed"])
         if attempt["provider_failed"]:
@@ -313,8 +304,8 @@ class _Run:
             if self.answerer is None:
                 record.answer = _block_answer(block)
             else:
-                result = self.answerer.complete("answer", [{"role": "user", "content": self.prompts[ANSWER_PROMPT].render(
-                    memory=block.block or EMPTY_BLOCK, question=q.question)}])
+                prompt = self.prompts[ANSWER_PROMPT].render(memory=block.block or EMPTY_BLOCK, question=q.question)
+                result = self.answerer.complete("answer", [{"role": "user", "content": prompt}])
                 record.answer = result.text.strip()
                 record.answer_usage = _usage(result)
             with self._lock:
@@ -323,8 +314,9 @@ class _Run:
         if self.judge is None:
             label, reason, usage = ("CORRECT" if exact_match(record.answer, q) else "WRONG"), None, None
         else:
-            result = self.judge.complete("judge", [{"role": "user", "content": self.prompts[JUDGE_PROMPT].render(
-                question=q.question, gold_answer=q.gold, generated_answer=record.answer)}], json_mode=True)
+            prompt = self.prompts[JUDGE_PROMPT].render(question=q.question, gold_answer=q.gold,
+                                                       generated_answer=record.answer)
+            result = self.judge.complete("judge", [{"role": "user", "content": prompt}], json_mode=True)
             (label, reason), usage = _label(result.text), _usage(result)
         with self._lock:
             record.label, record.judge_reason, record.judge_usage = label, reason, usage
@@ -410,6 +402,22 @@ def _load(files: Sequence[str | Path]) -> list[tuple[Conversation, Path, str]]:
     return out
 
 
+def _attempt(report: ExtractionReport) -> dict[str, Any]:
+    """One extraction of a session as the report keeps it: outcome, errors, and its calls' usage totals.
+
+    ``failed`` marks an attempt none of whose calls produced anything (so none was billed).
+    """
+    total = report.stages.get("total") or StageStats()
+    return {
+        "status": report.status, "reason": report.reason, "counts": report.counts,
+        "errors": [f"{d.stage}: {d.code}" for d in report.errors],
+        "provider_failed": report.status == "failed" or any(d.code in PROVIDER_FAILURES for d in report.errors),
+        "calls": total.calls, "prompt_tokens": total.prompt_tokens, "completion_tokens": total.completion_tokens,
+        "cost_usd": total.cost_usd,
+        "failed": bool(report.errors) and total.prompt_tokens is None and total.completion_tokens is None,
+    }
+
+
 def _provider_failed(attempt: dict[str, Any]) -> bool:
     return bool(attempt.get("provider_failed")) or attempt.get("status") == "failed"
 
@@ -447,7 +455,7 @@ def _usage(result: LLMResult) -> CallUsage:
 
 
 def _label(text: str) -> tuple[Literal["CORRECT", "WRONG"] | None, str | None]:
-    """The judge's label: the JSON ``label`` field, else the one label word the reply names (None if not exactly one)."""
+    """The judge's label: the JSON ``label`` field, else the only label word in the reply (None if not one)."""
     reason = None
     try:
         value = parse_json(text, "object").value
