@@ -228,6 +228,38 @@ def test_no_read_crosses_namespaces(store: Store, ns):
     assert store.sessions(ns + "_empty") == []
 
 
+# -- cursors (named host state) ------------------------------------------------------------------
+
+
+def test_a_cursor_is_saved_by_compare_and_set_and_stays_in_its_namespace(store: Store, ns):
+    assert (store.get_cursor(ns, "c").revision, store.get_cursor(ns, "c").value) == (0, {})
+    first = store.put_cursor(ns, "c", {"offset": 10, "path": "/tmp/é.jsonl"}, 0)
+    assert first is not None and first.revision == 1
+    got = store.get_cursor(ns, "c")
+    assert (got.value, got.revision) == ({"offset": 10, "path": "/tmp/é.jsonl"}, 1)
+    assert got.updated_at is not None and got.updated_at.tzinfo is not None
+    assert store.put_cursor(ns, "c", {"offset": 99}, 0) is None  # it exists: "never saved" is stale
+    assert store.put_cursor(ns, "c", {"offset": 99}, 5) is None  # not the stored revision
+    assert store.put_cursor(ns, "c", {"offset": 20}, 1).revision == 2
+    assert store.get_cursor(ns, "c").value == {"offset": 20}
+    assert store.get_cursor(ns + "_other", "c").revision == 0
+    with pytest.raises(InvalidInput):
+        store.put_cursor(ns, "c", {"bad": float("nan")}, 2)
+
+
+def test_concurrent_cursor_saves_from_one_revision_let_exactly_one_win(store: Store, ns):
+    store.put_cursor(ns, "offset", {"offset": 0}, 0)
+
+    def save(i):
+        return store.put_cursor(ns, "offset", {"offset": i}, 1)
+
+    with ThreadPoolExecutor(6) as pool:
+        results = list(pool.map(save, range(12)))
+    winners = [r for r in results if r is not None]
+    assert len(winners) == 1 and winners[0].revision == 2
+    assert store.get_cursor(ns, "offset").value == winners[0].value
+
+
 # -- search --------------------------------------------------------------------------------------
 
 HOSTILE = [

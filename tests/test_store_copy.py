@@ -72,6 +72,8 @@ def _populate(path: str) -> None:
             _frame("call-2", turn_id="m1", subagent_type="Explore", observed_at=T0 + timedelta(seconds=1)),
         ):
             store.upsert_subagent(ns, frame, now=T0 + timedelta(seconds=9), increments={"anomalous_value": 1})
+        saved = store.put_cursor(ns, "claude-code:/tmp/s.jsonl", {"offset": 120, "tail": "ab"}, 0)
+        store.put_cursor(ns, saved.name, {"offset": 240, "tail": "cd"}, saved.revision)
     store.close()
 
 
@@ -89,7 +91,7 @@ def _pk_order(table: str) -> str:
     return {"sessions": "namespace, session_id", "turns": "turn_id", "receipts": "receipt_id",
             "entities": "entity_id", "memories": "memory_id", "memory_entities": "memory_id, entity_id",
             "provenance": "memory_id, turn_id", "extractions": "extraction_id", "jobs": "job_id",
-            "subagent_counters": "namespace, name"}.get(table, "id")
+            "subagent_counters": "namespace, name", "cursors": "namespace, name"}.get(table, "id")
 
 
 def _norm(value):
@@ -148,6 +150,8 @@ def test_the_copied_memory_reads_and_behaves_the_same(tmp_path, pg_url):
             assert a.subagents(ns) == b.subagents(ns) and len(a.subagents(ns)) == 2
             assert a.subagent_counters(ns) == b.subagent_counters(ns)
             assert a.subagent_counters(ns).upserted == 3
+            assert a.get_cursor(ns, "claude-code:/tmp/s.jsonl") == b.get_cursor(ns, "claude-code:/tmp/s.jsonl")
+            assert b.get_cursor(ns, "claude-code:/tmp/s.jsonl").value == {"offset": 240, "tail": "cd"}
             assert a.find_entities(ns, ["maya", "acme"]) == b.find_entities(ns, ["maya", "acme"])
             assert [m.id for m, _ in a.search_memories(ns, '"globex"', k=5)] == \
                 [m.id for m, _ in b.search_memories(ns, '"globex"', k=5)]

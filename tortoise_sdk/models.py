@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
 __all__ = (
     "CaptureReceipt",
+    "Cursor",
     "Diagnostic",
     "ExpandResult",
     "ExtractionReport",
@@ -256,3 +257,13 @@ class JobInfo(BaseModel):
     receipt_id: str | None = Field(default=None, description="The capture receipt the job reports into.")
     created_at: datetime
     updated_at: datetime
+
+
+class Cursor(BaseModel):
+    """Named state a host integration keeps in the store between processes (a transcript's read offset ...)."""
+
+    name: str = Field(description="The cursor's name, unique in its namespace, e.g. 'claude-code:<path>'.")
+    value: dict[str, Any] = Field(default_factory=dict, description="The state, a JSON object.")
+    revision: int = Field(default=0, description="Counts the saves; a save naming an older revision is refused. "
+                                                 "0: never saved.")
+    updated_at: datetime | None = Field(default=None, description="When it was last saved; None: never saved.")

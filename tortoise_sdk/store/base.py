@@ -11,6 +11,7 @@ from ..capture import CaptureRequest
 from ..errors import ConfigError
 from ..models import (
     CaptureReceipt,
+    Cursor,
     ExtractionReport,
     JobInfo,
     MemoryRecord,
@@ -200,6 +201,16 @@ class Store(ABC):
     @abstractmethod
     def subagent_counters(self, namespace: str) -> SubagentCounters:
         """The namespace's sub-agent counters."""
+
+    # -- cursors (named host state kept between processes) ---------------------------------------
+
+    @abstractmethod
+    def get_cursor(self, namespace: str, name: str) -> Cursor:
+        """The cursor ``name``; revision 0 with an empty value when it was never saved."""
+
+    @abstractmethod
+    def put_cursor(self, namespace: str, name: str, value: Mapping[str, Any], revision: int) -> Cursor | None:
+        """Save ``value`` if the stored revision is still ``revision`` (0: never saved); None when another save won."""
 
     # Reads the reflex uses. A backend may override them with faster, index-exact versions;
     # these defaults keep the reflex working (with plainer query weighting) on any backend.

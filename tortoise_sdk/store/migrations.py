@@ -229,7 +229,23 @@ M004_SUBAGENT_TURN_REF = Migration(
     ),
 )
 
-SQLITE_MIGRATIONS: list[Migration] = [M001_FOUNDATION, M002_EXTRACTION, M003_SUBAGENTS, M004_SUBAGENT_TURN_REF]
+M005_CURSORS = Migration(
+    5,
+    "cursors: named host state (transcript read offsets, session views)",
+    (
+        """CREATE TABLE cursors (
+            namespace  TEXT NOT NULL,
+            name       TEXT NOT NULL,
+            value      TEXT NOT NULL,
+            revision   INTEGER NOT NULL CHECK (revision > 0),
+            updated_at TEXT NOT NULL,
+            PRIMARY KEY (namespace, name)
+        )""",
+    ),
+)
+
+SQLITE_MIGRATIONS: list[Migration] = [M001_FOUNDATION, M002_EXTRACTION, M003_SUBAGENTS, M004_SUBAGENT_TURN_REF,
+                                      M005_CURSORS]
 
 
 def applied_versions(conn: sqlite3.Connection) -> set[int]:

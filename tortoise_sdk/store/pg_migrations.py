@@ -254,7 +254,24 @@ M004_SUBAGENT_TURN_REF = Migration(
     ),
 )
 
-POSTGRES_MIGRATIONS: list[Migration] = [M001_FOUNDATION, M002_EXTRACTION, M003_SUBAGENTS, M004_SUBAGENT_TURN_REF]
+# Mirrors SQLite's M005.
+M005_CURSORS = Migration(
+    5,
+    "cursors: named host state (transcript read offsets, session views)",
+    (
+        """CREATE TABLE cursors (
+            namespace  TEXT NOT NULL,
+            name       TEXT NOT NULL,
+            value      TEXT NOT NULL,
+            revision   BIGINT NOT NULL CHECK (revision > 0),
+            updated_at TIMESTAMPTZ NOT NULL,
+            PRIMARY KEY (namespace, name)
+        )""",
+    ),
+)
+
+POSTGRES_MIGRATIONS: list[Migration] = [M001_FOUNDATION, M002_EXTRACTION, M003_SUBAGENTS, M004_SUBAGENT_TURN_REF,
+                                        M005_CURSORS]
 
 _CREATE_VERSIONS = (
     "CREATE TABLE IF NOT EXISTS schema_migrations ("

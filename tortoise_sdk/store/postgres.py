@@ -37,6 +37,7 @@ except ImportError as exc:
     ) from exc
 
 from .base import Store
+from .cursors import CursorMixin
 from .pg_extraction import PostgresExtractionMixin
 from .pg_subagents import PostgresSubagentMixin, fill_subagent_turns
 from .pg_fts import FTS_CONFIG, bm25_search_sql, newest_matches_sql, turn_stats_sql, usable_terms
@@ -66,7 +67,7 @@ def _retryable(exc: BaseException) -> bool:
     return isinstance(exc, pg_errors.UniqueViolation) and exc.diag.constraint_name == "receipts_idempotency"
 
 
-class PostgresStore(PostgresExtractionMixin, PostgresSubagentMixin, Store):
+class PostgresStore(PostgresExtractionMixin, PostgresSubagentMixin, CursorMixin, Store):
     """A PostgreSQL database shared by any number of processes and hosts.
 
     Usage::
@@ -84,6 +85,11 @@ class PostgresStore(PostgresExtractionMixin, PostgresSubagentMixin, Store):
         max_size: the most connections this process opens.
         connect_timeout: seconds to wait for the server before giving up.
     """
+
+    PARAM = "%s"
+
+    def _time_param(self, value: datetime) -> Any:
+        return value
 
     def __init__(self, url: str, *, min_size: int = 1, max_size: int = 8, connect_timeout: float = 10.0) -> None:
         if min_size < 0 or max_size < max(min_size, 1):

@@ -21,6 +21,7 @@ from ..models import CaptureReceipt, Diagnostic, MemoryRecord, SearchHit, Sessio
 from ..search import idf, idf_bonus, split_by_postings
 from .base import Store
 from .capture_plan import new_receipt, plan_append, receipt_row, replay_or_conflict, session_date_for
+from .cursors import CursorMixin
 from .migrations import SQLITE_MIGRATIONS, migrate_sqlite
 from .rows import and_equal
 from .rows import turn_hit as _hit
@@ -55,7 +56,7 @@ def _is_busy(exc: BaseException) -> bool:
     )
 
 
-class SQLiteStore(SQLiteExtractionMixin, SQLiteSubagentMixin, Store):
+class SQLiteStore(SQLiteExtractionMixin, SQLiteSubagentMixin, CursorMixin, Store):
     """A SQLite database file shared safely by threads and processes.
 
     Writers take ``BEGIN IMMEDIATE`` and wait on a busy timeout; a transaction
