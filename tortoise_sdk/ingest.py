@@ -26,6 +26,11 @@ class IngestReport(BaseModel):
                                        description="What these frames added to the persistent counters.")
     errors: list[Diagnostic] = Field(default_factory=list, description="Sessions that could not be captured.")
     parse: ParseReport = Field(description="Lines read by type, and every line not used, with its reason.")
+    start_offset: int | None = Field(default=None, description="Memory.follow: the byte offset read from.")
+    end_offset: int | None = Field(default=None, description="Memory.follow: the offset after the last complete "
+                                                             "line read (where the next call starts).")
+    restarted: bool = Field(default=False, description="Memory.follow: the file shrank or was rewritten, so it was "
+                                                       "read again from its start.")
 
     @property
     def ok(self) -> bool:

@@ -19,6 +19,7 @@ from .config import (
 from .errors import CaptureConflict, ConfigError, InvalidInput
 from .models import (
     CaptureReceipt,
+    Cursor,
     Diagnostic,
     ExpandResult,
     ExtractionReport,
@@ -37,15 +38,16 @@ from .store.base import Store, open_store
 
 if TYPE_CHECKING:
     import os
+    from pathlib import Path
 
     import networkx
 
     from .ingest import IngestReport
     from .store.copy import CopyReport
-    from .streams.base import SubagentFrame
+    from .streams.base import ParsedStream, SubagentFrame
     from .subagents import SubagentRecorder
 
-__all__ = ("Memory", "migrate_store")
+__all__ = ("Memory", "migrate_store", "state_dir")
 
 _log = logging.getLogger("tortoise_sdk")
 
@@ -233,6 +235,10 @@ class Memory:
         """A session's stored turns, in order."""
         return self.store.turns(self.namespace, session_id)
 
+    def turn_metadata(self, session_id: str) -> dict[str, dict[str, Any] | None]:
+        """The metadata each turn of a session was captured with (verbatim), by turn id."""
+        return self.store.turn_metadata(self.namespace, session_id)
+
     def receipts(self, session_id: str | None = None) -> list[CaptureReceipt]:
         """Capture receipts (with their extraction reports), oldest first."""
         return self.store.receipts(self.namespace, session_id)
@@ -249,11 +255,26 @@ class Memory:
         """The persistent sub-agent recorder counters of this namespace."""
         return self.store.subagent_counters(self.namespace)
 
-    def record_subagent(self, frame: SubagentFrame) -> SubagentContext | None:
-        """Merge one sub-agent frame into its row; never raises (failures log a warning and count ``failed``).
+    def record_subagent(self, frame: SubagentFrame | Mapping[str, Any]) -> SubagentContext | None:
+        """Merge one sub-agent frame into its row; failures log a warning and count ``failed``, never raise.
 
-        Returns the row as stored, or None when the frame had no identity or the write failed.
+        ``frame`` is a ``SubagentFrame`` or a mapping of its fields (what an adapter observed,
+        e.g. ``{"session_id", "tool_call_id", "subagent_type", "tool_status"}``). Returns the row
+        as stored, or None when the frame had no identity or the write failed.
+
+        Raises:
+            InvalidInput: ``frame`` is a mapping that is not a sub-agent frame (a caller's bug).
         """
+        if isinstance(frame, Mapping):
+            from pydantic import ValidationError
+
+            from .streams.base import SubagentFrame
+
+            try:
+                frame = SubagentFrame.model_validate(frame)
+            except ValidationError as exc:
+                first = exc.errors()[0]
+                raise InvalidInput(first["msg"], field=".".join(str(p) for p in first["loc"]) or "frame") from None
         return self._subagent_recorder().record(frame)
 
     def subagent_handler(self, session_id: str | None = None, **options: Any) -> Any:
@@ -297,14 +318,79 @@ class Memory:
             ConfigError: unknown ``format``.
             StreamParseError: the input cannot be read or holds no JSON object.
         """
+        from .streams import parse_stream
+
+        parsed = parse_stream(path_or_lines, format, source=source, session_id=session_id)
+        return self._ingest_parsed(parsed, source, extract)
+
+    def follow(
+        self,
+        path: str | os.PathLike[str],
+        format: str = "auto",
+        source: Literal["live", "backfill"] = "live",
+        *,
+        session_id: str | None = None,
+        extract: ExtractMode = None,
+        max_bytes: int | None = None,
+    ) -> IngestReport:
+        """Ingest what a growing transcript gained since the last ``follow`` of the same file.
+
+        The byte offset reached is kept in the store (a cursor named ``follow:<absolute path>``),
+        so separate processes (one per Claude Code hook call) continue where the last one
+        stopped. Only complete lines are read: a line still being written waits for the next
+        call. Earlier lines still teach the parser their ids, so the new lines yield exactly
+        what ``ingest`` of the whole file yields for them. A file that shrank or whose read
+        part changed (rewritten) is read again from its start (``report.restarted``); turns
+        already stored are skipped, so nothing is captured twice. With ``max_bytes``, at most
+        that many bytes of new lines are read (always at least one line); the rest waits for the
+        next call, so a caller with a time limit still makes progress through a long file.
+        Other arguments as for ``ingest``.
+
+        Raises:
+            ConfigError: unknown ``format``.
+            StreamParseError: the file cannot be read.
+        """
+        from pathlib import Path
+
+        from .errors import StreamParseError
+        from .ingest import IngestReport
+        from .streams import parse_stream
+        from .streams.base import ParseReport
+
+        where = Path(path).expanduser().resolve()
+        try:
+            data = where.read_bytes()
+        except OSError as exc:
+            raise StreamParseError(f"cannot read {where}: {exc.strerror or exc}", source=str(where)) from exc
+        cursor = self.cursor(f"follow:{where}")
+        start = cursor.value.get("offset", 0) if isinstance(cursor.value.get("offset"), int) else 0
+        restarted = start > len(data) or (start > 0 and cursor.value.get("check") != _prefix_check(data, start))
+        if restarted:
+            start = 0
+        end = data.rfind(b"\n", start) + 1 or start  # complete lines only
+        if max_bytes is not None and end - start > max_bytes:
+            end = data.rfind(b"\n", start, start + max_bytes) + 1 or data.find(b"\n", start) + 1
+        fmt = cursor.value.get("format") if format == "auto" and not restarted else None
+        if end <= start:
+            report = IngestReport(format=str(fmt or format), source=source, parse=ParseReport(format=str(fmt or format)))
+        else:
+            lines = data[:end].splitlines()
+            parsed = parse_stream(lines, fmt or format, source=source, session_id=session_id,
+                                  skip_lines=data.count(b"\n", 0, start))
+            report = self._ingest_parsed(parsed, source, extract)
+            self.save_cursor(cursor.name, {"offset": end, "check": _prefix_check(data, end), "format": parsed.format},
+                             revision=cursor.revision)
+        report.start_offset, report.end_offset, report.restarted = start, max(end, start), restarted
+        return report
+
+    def _ingest_parsed(self, parsed: ParsedStream, source: str, extract: ExtractMode) -> IngestReport:
+        """Capture each parsed session's turns, then record the frames (after the turns, so they resolve)."""
         from .capture import content_hash
         from .errors import CaptureConflict
         from .ingest import IngestReport
-        from .streams import parse_stream
         from .streams.base import parse_time
         from .subagents import SubagentRecorder
 
-        parsed = parse_stream(path_or_lines, format, source=source, session_id=session_id)
         report = IngestReport(format=parsed.format, source=source, sessions=len(parsed.sessions),
                               frames=len(parsed.frames), parse=parsed.report)
         for sid, turns in parsed.sessions.items():
@@ -334,6 +420,24 @@ class Memory:
         report.counters = SubagentRecorder(self.store, self.namespace).record_all(parsed.frames)
         report.frames_recorded = report.counters.upserted
         return report
+
+    # -- host state ----------------------------------------------------------------------------
+
+    def cursor(self, name: str) -> Cursor:
+        """Named state a host integration keeps in this namespace between processes.
+
+        Revision 0 with an empty value when it was never saved. Used for a transcript's read
+        offset (``follow``) and a session's view (the OpenAI Agents SDK session).
+        """
+        return self.store.get_cursor(self.namespace, name)
+
+    def save_cursor(self, name: str, value: Mapping[str, Any], *, revision: int) -> Cursor | None:
+        """Save a cursor if it is still at ``revision`` (from ``cursor(name)``); None when another save came first.
+
+        Raises:
+            InvalidInput: ``value`` is not a JSON object.
+        """
+        return self.store.put_cursor(self.namespace, name, value, revision)
 
     def _subagent_recorder(self) -> SubagentRecorder:
         recorder = getattr(self, "_recorder", None)
@@ -398,11 +502,20 @@ class Memory:
             return self._store_report(receipt, ExtractionReport(
                 status="skipped", reason="no new turns; run mem.extract(session_id) to re-extract"))
         if extract == "background":
-            job = self.store.enqueue_job(self.namespace, receipt.session_id, receipt.receipt_id)
+            job = self._pending_job(receipt.session_id) or self.store.enqueue_job(
+                self.namespace, receipt.session_id, receipt.receipt_id)
             return self._store_report(receipt, ExtractionReport(
                 status="queued", reason="run mem.process_pending() or `tortoise worker`", job_id=job.job_id))
         report = self._extract(receipt.session_id, receipt)
         return receipt.model_copy(update={"extraction": report})
+
+    def _pending_job(self, session_id: str) -> JobInfo | None:
+        """A queued job of the session that no worker has started: it extracts the turns just stored too.
+
+        (A host that captures after every turn, such as a Claude Code hook, then queues one
+        extraction per session, not one per turn.)
+        """
+        return next((j for j in self.store.jobs(self.namespace, status="pending") if j.session_id == session_id), None)
 
     def _extract(self, session_id: str, receipt: CaptureReceipt | None, fence: Any = None) -> ExtractionReport:
         from .pipeline.runner import PipelineOptions, extract_session
@@ -493,3 +606,28 @@ def migrate_store(src: str, dst: str, *, progress: Callable[[str, int], None] | 
 
     return copy_store(src, dst, progress=progress)
 
+
+
+#: Bytes of a followed file hashed at its start and before the offset reached: a rewrite changes them.
+_CHECK_BYTES = 4096
+
+
+def _prefix_check(data: bytes, offset: int) -> str:
+    """A digest of the first and the last ``_CHECK_BYTES`` bytes before ``offset``."""
+    import hashlib
+
+    head, tail = data[: min(offset, _CHECK_BYTES)], data[max(0, offset - _CHECK_BYTES): offset]
+    return hashlib.sha256(b"%d:" % offset + head + b"\x00" + tail).hexdigest()
+
+
+def state_dir(db: str | None = None) -> Path:
+    """The directory for files kept beside a memory (the hook log): a SQLite database's own directory,
+    else (PostgreSQL) ``~/.tortoise``. ``db`` as for ``Memory``; default ``$TORTOISE_DB``."""
+    from pathlib import Path
+
+    url = db or default_db_path()
+    if url.startswith(("postgresql://", "postgres://")):
+        return Path.home() / ".tortoise"
+    if url.startswith("sqlite:///"):
+        url = url[len("sqlite:///"):]
+    return Path(url).expanduser().absolute().parent

@@ -3,21 +3,43 @@
 from __future__ import annotations
 
 import argparse
+import json
+import logging
+import os
+import shlex
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
 
-from ..errors import ConfigError
+from ..errors import ConfigError, InvalidInput
 
-__all__ = ("register",)
+__all__ = ("DEFAULT_HOOK_TIMEOUT_S", "register")
+
+#: The hook's own hard limit, in seconds: well under the timeout written into settings.json.
+DEFAULT_HOOK_TIMEOUT_S = 8.0
+#: What ``hooks install`` asks Claude Code to allow (its default is 60 s, or 600 s in newer versions).
+SETTINGS_TIMEOUT_S = 30
+#: New transcript bytes one hook call captures at most; a longer backlog is taken over several calls.
+HOOK_MAX_BYTES = 4 * 1024 * 1024
+HOOK_LOG = "hooks.log"
+_LOG_MAX_BYTES = 1024 * 1024
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the host commands to the ``tortoise`` parser."""
     _register_mcp(sub)
+    _register_hook(sub)
+    _register_hooks(sub)
 
 
 def _memory_options(p: argparse.ArgumentParser) -> None:
     """``--db`` and ``--namespace`` after the command too (``tortoise mcp --namespace alice``)."""
     p.add_argument("--db", default=argparse.SUPPRESS, help="SQLite path or postgresql:// URL")
-    p.add_argument("--namespace", default=argparse.SUPPRESS, help="the namespace to serve (fixed for the run)")
+    p.add_argument("--namespace", default=argparse.SUPPRESS, help="the namespace to use (fixed for the run)")
 
 
 # -- mcp -------------------------------------------------------------------------------------------
@@ -45,3 +67,203 @@ def _register_mcp(sub: argparse._SubParsersAction) -> None:
     _memory_options(p)
     p.set_defaults(handler=_cmd_mcp)
 
+
+# -- hook: one Claude Code hook event -------------------------------------------------------------
+
+
+def _cmd_hook(args: argparse.Namespace) -> int:
+    """Never fails the host: any failure, or a run past the limit, ends with exit 0, no output, a log line."""
+    outcome: dict[str, Any] = {}
+    with _hook_log(args.db, outcome) as log:
+        return _run_hook(args, outcome, log)
+
+
+def _run_hook(args: argparse.Namespace, outcome: dict[str, Any], log: logging.Logger) -> int:
+    def work() -> None:
+        try:
+            from ..adapters.claude_code import handle_event
+            from ..memory import Memory
+
+            raw = sys.stdin.read()
+            outcome["event"] = event = json.loads(raw) if raw.strip() else None
+            model = {"model": args.model} if args.model else {}
+            with Memory(args.db, namespace=args.namespace, **model) as mem:
+                outcome["output"] = handle_event(mem, event, budget=args.budget, max_tokens=args.max_tokens,
+                                                 max_bytes=HOOK_MAX_BYTES)
+        except BaseException as exc:  # noqa: BLE001 - reported in the log, never to the host
+            outcome["error"] = exc
+
+    started = time.monotonic()
+    worker = threading.Thread(target=work, name="tortoise-hook", daemon=True)
+    worker.start()
+    worker.join(args.timeout)
+    if worker.is_alive():
+        log.error("timed out after %g s; nothing printed, the host went on", args.timeout)
+        logging.shutdown()
+        # A hard stop: the worker may sit in a database call. An open transaction dies with the
+        # process (SQLite rolls back from its journal, PostgreSQL on disconnect): nothing half-written.
+        os._exit(0)
+    if "error" in outcome:
+        exc = outcome["error"]
+        log.error("%s: %s", type(exc).__name__, exc, exc_info=exc)
+        return 0
+    output = outcome.get("output")
+    if output:
+        try:
+            sys.stdout.write(json.dumps(output, ensure_ascii=False) + "\n")
+            sys.stdout.flush()
+        except OSError as exc:
+            log.error("could not write the output: %s", exc)
+    elapsed = time.monotonic() - started
+    if elapsed > args.timeout * 0.8:
+        log.warning("slow: %.2f s of the %g s limit", elapsed, args.timeout)
+    return 0
+
+
+class _EventFilter(logging.Filter):
+    """Stamps each record with the hook event and session it happened in."""
+
+    def __init__(self, outcome: dict[str, Any]) -> None:
+        super().__init__()
+        self.outcome = outcome
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        event = self.outcome.get("event")
+        event = event if isinstance(event, dict) else {}
+        record.hook_event = event.get("hook_event_name") or "-"
+        record.hook_session = event.get("session_id") or "-"
+        return True
+
+
+@contextmanager
+def _hook_log(db: str | None, outcome: dict[str, Any]) -> Iterator[logging.Logger]:
+    """For the run, the ``tortoise_sdk`` loggers write warnings to ``hooks.log`` beside the database, not stderr.
+
+    (Claude Code shows a hook's stderr to the user.)
+    """
+    from logging.handlers import RotatingFileHandler
+
+    log = logging.getLogger("tortoise_sdk.hook")
+    try:
+        from ..memory import state_dir
+
+        path = state_dir(db) / HOOK_LOG
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handler: logging.Handler = RotatingFileHandler(path, maxBytes=_LOG_MAX_BYTES, backupCount=1,
+                                                       encoding="utf-8", delay=True)
+    except Exception:  # noqa: BLE001 - logging must not be the failure that reaches the host
+        handler = logging.NullHandler()
+    handler.setLevel(logging.WARNING)
+    handler.addFilter(_EventFilter(outcome))
+    handler.setFormatter(logging.Formatter(
+        "%(asctime)s %(hook_event)s session=%(hook_session)s pid=%(process)d %(name)s: %(message)s"))
+    root = logging.getLogger("tortoise_sdk")
+    before = (root.level, root.propagate)
+    root.addHandler(handler)
+    root.setLevel(logging.WARNING)
+    root.propagate = False
+    try:
+        yield log
+    finally:
+        root.removeHandler(handler)
+        handler.close()
+        root.setLevel(before[0])
+        root.propagate = before[1]
+
+
+def _register_hook(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("hook", help="handle one Claude Code hook event (JSON on stdin); installed by `hooks install`",
+                       description="Reads one Claude Code hook event from stdin. UserPromptSubmit: captures the "
+                                   "transcript lines added since the last call and prints the memory block as "
+                                   "additionalContext (nothing when empty). Stop, SubagentStop, PreCompact, "
+                                   "SessionEnd: captures what is new and queues extraction. Always exits 0; "
+                                   "a failure or a run past --timeout prints nothing and is logged to hooks.log "
+                                   "beside the database.")
+    _memory_options(p)
+    p.add_argument("--timeout", type=float, default=DEFAULT_HOOK_TIMEOUT_S,
+                   help="hard limit in seconds (default: %(default)s)")
+    p.add_argument("--budget", type=int, default=3, help="at most this many pointers (default: %(default)s)")
+    p.add_argument("--max-tokens", type=int, default=400, help="token cap of the block (default: %(default)s)")
+    p.add_argument("--model", help="litellm model whose extraction jobs are queued (default: $TORTOISE_MODEL)")
+    p.set_defaults(handler=_cmd_hook)
+
+
+# -- hooks install / uninstall ---------------------------------------------------------------------
+
+
+def _cmd_hooks(args: argparse.Namespace) -> int:
+    from ..adapters.claude_code import install_hooks, uninstall_hooks
+
+    path = _settings_path(args)
+    current = _read_settings(path)
+    if args.action == "install":
+        updated = install_hooks(current, _hook_command(args), timeout=SETTINGS_TIMEOUT_S)
+    else:
+        updated = uninstall_hooks(current)
+    text = json.dumps(updated, ensure_ascii=False, indent=2) + "\n"
+    if args.print:
+        sys.stdout.write(text)
+        return 0
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tortoise-{os.getpid()}")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+    done = "installed in" if args.action == "install" else "removed from"
+    print(f"tortoise hooks {done} {path}", file=sys.stderr)
+    return 0
+
+
+def _settings_path(args: argparse.Namespace) -> Path:
+    if args.user:
+        return Path.home() / ".claude" / "settings.json"
+    return Path(args.project or ".").expanduser().absolute() / ".claude" / "settings.json"
+
+
+def _read_settings(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return {}
+    if not text.strip():
+        return {}
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InvalidInput(f"not valid JSON ({exc.msg}, line {exc.lineno}); fix it first, nothing was changed",
+                           field=str(path)) from None
+    if not isinstance(data, dict):
+        raise InvalidInput("expected a JSON object; fix it first, nothing was changed", field=str(path))
+    return data
+
+
+def _hook_command(args: argparse.Namespace) -> str:
+    """The command line Claude Code runs: this installation's ``tortoise``, with the options given to install."""
+    argv0 = Path(sys.argv[0])
+    exe = argv0 if argv0.name.startswith("tortoise") and argv0.is_file() else Path(sys.executable).with_name("tortoise")
+    words = [str(exe.absolute()) if exe.is_file() else "tortoise"]
+    if getattr(args, "db", None):
+        db = args.db
+        words += ["--db", db if "://" in db else str(Path(db).expanduser().absolute())]
+    if getattr(args, "namespace", "default") != "default":
+        words += ["--namespace", args.namespace]
+    words.append("hook")
+    if args.model:
+        words += ["--model", args.model]
+    return shlex.join(words)
+
+
+def _register_hooks(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("hooks", help="install or remove the Claude Code hooks in .claude/settings.json",
+                       description="Merges one `tortoise hook` entry per event (UserPromptSubmit, Stop, SubagentStop, "
+                                   "PreCompact, SessionEnd) into .claude/settings.json, keeping every other hook; "
+                                   "uninstall removes only these. --db, --namespace and --model given here are "
+                                   "written into the hook command. Example: tortoise hooks install --user")
+    p.add_argument("action", choices=("install", "uninstall"))
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--project", metavar="DIR", help="the project's .claude/settings.json (default: the current "
+                                                        "directory)")
+    where.add_argument("--user", action="store_true", help="~/.claude/settings.json")
+    p.add_argument("--print", action="store_true", help="print the resulting settings.json instead of writing it")
+    p.add_argument("--model", help="litellm model the hook queues extraction for (default: $TORTOISE_MODEL)")
+    _memory_options(p)
+    p.set_defaults(handler=_cmd_hooks)

@@ -143,11 +143,14 @@ def parse_stream(
     source: FrameSource = "backfill",
     session_id: str | None = None,
     now: datetime | None = None,
+    skip_lines: int = 0,
 ) -> ParsedStream:
     """Parse a transcript file (a path) or its lines into turns by session, sub-agent frames and a report.
 
     Malformed lines are counted and reported, never raised. Repeated message ids
-    keep their first turn; identical frames are kept once.
+    keep their first turn; identical frames are kept once. With ``skip_lines``, the
+    first lines (already read by an earlier call) only teach the parser their ids, so
+    what the later lines yield is exactly what a parse of the whole input yields for them.
 
     Args:
         path_or_lines: a path (``str`` is always a path), or an iterable of lines.
@@ -155,6 +158,7 @@ def parse_stream(
         source: ``backfill`` for files read afterwards, ``live`` for streams read as they run.
         session_id: the session for lines that name none (``turns`` and ACP without ``sessionId``).
         now: observation time for lines without a timestamp (default: the current time).
+        skip_lines: how many leading lines yield nothing and are left out of the report.
 
     Raises:
         ConfigError: unknown ``format``.
@@ -164,8 +168,10 @@ def parse_stream(
         raise ConfigError(f"unknown stream format {format!r}; use auto or one of {', '.join(PARSERS)}")
     raw, where = _read_lines(path_or_lines)
     scratch = ParseReport(format=format)
-    objs = [(n, obj) for n, text in enumerate(raw, start=1) if (obj := decode_line(text, n, scratch)) is not None]
-    if not objs and scratch.malformed:
+    earlier = ParseReport(format=format)  # what the skipped lines would report: not this call's
+    objs = [(n, obj) for n, text in enumerate(raw, start=1)
+            if (obj := decode_line(text, n, scratch if n > skip_lines else earlier)) is not None]
+    if not objs and scratch.malformed and not skip_lines:
         objs = _whole_document(raw, scratch)
         if not objs:
             raise StreamParseError("no line is a JSON object; is this a transcript?", source=where)
@@ -179,7 +185,8 @@ def parse_stream(
         parser.index(n, obj)
     events: list[Event] = []
     for n, obj in objs:
-        events.extend(parser.feed(n, obj))
+        if n > skip_lines:
+            events.extend(parser.feed(n, obj))
     events.extend(parser.finish())
     return _assemble(fmt, events, parser)
 

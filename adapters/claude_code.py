@@ -1,0 +1,174 @@
+"""Claude Code hooks: capture the transcript as it grows, and give each prompt its memory block.
+
+``tortoise hooks install`` writes the entries into ``.claude/settings.json``; Claude Code
+then runs ``tortoise hook`` for each event, with the event as JSON on stdin
+(``session_id``, ``transcript_path``, ``cwd``, ``hook_event_name``; ``prompt`` on
+``UserPromptSubmit``; ``agent_transcript_path`` on ``SubagentStop``):
+
+- ``UserPromptSubmit``: the transcript lines added since the last call are captured
+  (``Memory.follow``: from the byte offset kept in the store), then the memory block for the
+  prompt and the session's recent turns is returned as
+  ``{"hookSpecificOutput": {"hookEventName": "UserPromptSubmit", "additionalContext": block}}``,
+  or None when the block is empty. Pointers already shown in the session are not repeated
+  unless the prompt asks.
+- ``Stop``, ``SubagentStop``, ``PreCompact``, ``SessionEnd``: what is new in the transcript
+  (and a sub-agent's own transcript) is captured, turns and sub-agent rows, and extraction
+  is queued (``tortoise worker`` runs it).
+
+``handle_event`` raises on failure; the ``tortoise hook`` command turns every failure
+into silence (exit 0, no output) within its time limit, and logs the reason.
+"""
+
+from __future__ import annotations
+
+import logging
+import shlex
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import InvalidInput, TortoiseError
+
+if TYPE_CHECKING:
+    from ..memory import Memory
+
+__all__ = (
+    "CAPTURE_EVENTS",
+    "HOOK_EVENTS",
+    "handle_event",
+    "install_hooks",
+    "is_our_command",
+    "uninstall_hooks",
+)
+
+log = logging.getLogger(__name__)
+
+#: Events after which what is new in the transcript is captured and extraction queued.
+CAPTURE_EVENTS: tuple[str, ...] = ("Stop", "SubagentStop", "PreCompact", "SessionEnd")
+#: Every event ``tortoise hooks install`` registers.
+HOOK_EVENTS: tuple[str, ...] = ("UserPromptSubmit", *CAPTURE_EVENTS)
+#: Recent turns of the session the reflex reads beside the prompt.
+WINDOW_TURNS = 6
+#: How many pointer ids already shown in a session are remembered (prior-mention rule).
+SHOWN_KEPT = 64
+
+
+def handle_event(
+    mem: Memory, event: Mapping[str, Any], *, budget: int = 3, max_tokens: int = 400, max_bytes: int | None = None
+) -> dict | None:
+    """Act on one hook event; returns the JSON document to print, or None to print nothing.
+
+    ``budget`` and ``max_tokens`` bound the block; ``max_bytes`` bounds the transcript bytes
+    captured per call (``Memory.follow``), so a long backlog is taken over several calls.
+
+    Raises:
+        InvalidInput: the event is not a hook event object.
+        TortoiseError, OSError: the store or the transcript failed (the command logs it and stays silent).
+    """
+    if not isinstance(event, Mapping) or not isinstance(event.get("hook_event_name"), str):
+        raise InvalidInput("expected a Claude Code hook event with hook_event_name", field="stdin")
+    name = event["hook_event_name"]
+    session_id = _text(event.get("session_id"))
+    transcript = _text(event.get("transcript_path"))
+    if name == "UserPromptSubmit":
+        if transcript:
+            try:
+                mem.follow(transcript, "claude-code", extract=False, max_bytes=max_bytes)
+            except (TortoiseError, OSError) as exc:  # the block can still be built from what is stored
+                log.warning("transcript not captured: %s", exc)
+        prompt = _text(event.get("prompt"))
+        return _prompt_context(mem, session_id, prompt, budget, max_tokens) if prompt else None
+    if name in CAPTURE_EVENTS:
+        for path in dict.fromkeys(p for p in (transcript, _text(event.get("agent_transcript_path"))) if p):
+            mem.follow(path, "claude-code", extract="background", max_bytes=max_bytes)
+    return None
+
+
+def _prompt_context(mem: Memory, session_id: str | None, prompt: str, budget: int, max_tokens: int) -> dict | None:
+    recent = mem.turns(session_id)[-WINDOW_TURNS:] if session_id else []
+    window = [*({"role": h.role, "content": h.content} for h in recent), {"role": "user", "content": prompt}]
+    shown = mem.cursor(f"claude-code:shown:{session_id}") if session_id else None
+    ids = [i for i in (shown.value.get("ids") if shown else None) or [] if isinstance(i, str)]
+    prior = " ".join(f"ref:{i}" for i in ids) or None
+    block = mem.context(window, prior, budget=budget, max_tokens=max_tokens, session_id=session_id)
+    if not block.block:
+        return None
+    if shown is not None:
+        kept = [*[i for i in ids if i not in {p.id for p in block.pointers}], *(p.id for p in block.pointers)]
+        mem.save_cursor(shown.name, {"ids": kept[-SHOWN_KEPT:]}, revision=shown.revision)
+    return {"hookSpecificOutput": {"hookEventName": "UserPromptSubmit", "additionalContext": block.block}}
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) and value.strip() else None
+
+
+# -- settings.json -------------------------------------------------------------------------------
+
+
+def is_our_command(command: Any) -> bool:
+    """Whether a hook command runs ``tortoise hook`` (what ``install_hooks`` writes)."""
+    if not isinstance(command, str):
+        return False
+    try:
+        argv = shlex.split(command)
+    except ValueError:
+        return False
+    return bool(argv) and Path(argv[0]).name in ("tortoise", "tortoise.exe") and "hook" in argv[1:]
+
+
+def install_hooks(settings: Mapping[str, Any], command: str, *, timeout: int) -> dict[str, Any]:
+    """``settings`` with one ``tortoise hook`` entry per event in ``HOOK_EVENTS`` (replacing ours, keeping others).
+
+    Args:
+        settings: the parsed ``settings.json`` (not modified).
+        command: the shell command Claude Code runs, e.g. ``/home/me/.venv/bin/tortoise hook``.
+        timeout: seconds Claude Code allows the command (above the hook's own limit).
+
+    Raises:
+        InvalidInput: ``settings`` or its ``hooks`` is not shaped like Claude Code settings.
+    """
+    out = uninstall_hooks(settings)
+    hooks = out.setdefault("hooks", {})
+    for event in HOOK_EVENTS:
+        hooks.setdefault(event, []).append({"hooks": [{"type": "command", "command": command, "timeout": timeout}]})
+    return out
+
+
+def uninstall_hooks(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """``settings`` without the ``tortoise hook`` entries; every other hook, group and key is kept as it was.
+
+    Raises:
+        InvalidInput: ``settings`` or its ``hooks`` is not shaped like Claude Code settings.
+    """
+    if not isinstance(settings, Mapping):
+        raise InvalidInput("settings.json must hold a JSON object", field="settings.json")
+    out = dict(settings)
+    hooks = out.get("hooks")
+    if hooks is None:
+        return out
+    if not isinstance(hooks, Mapping):
+        raise InvalidInput('"hooks" must be an object of event names', field="settings.json")
+    kept_events: dict[str, Any] = {}
+    for event, groups in hooks.items():
+        if not isinstance(groups, list):
+            kept_events[event] = groups
+            continue
+        kept_groups = []
+        for group in groups:
+            entries = group.get("hooks") if isinstance(group, Mapping) else None
+            if not isinstance(entries, list):
+                kept_groups.append(group)
+                continue
+            mine = [h for h in entries if isinstance(h, Mapping) and is_our_command(h.get("command"))]
+            if not mine:
+                kept_groups.append(group)
+            elif len(mine) < len(entries):
+                kept_groups.append({**group, "hooks": [h for h in entries if h not in mine]})
+        if kept_groups or not groups:
+            kept_events[event] = kept_groups
+    if kept_events or not hooks:
+        out["hooks"] = kept_events
+    else:
+        del out["hooks"]
+    return out

@@ -1,0 +1,334 @@
+"""``tortoise hook`` and ``tortoise hooks``: Claude Code hook payloads against real transcripts growing line by line.
+
+The payloads have the fields Claude Code sends (``session_id``, ``transcript_path``, ``cwd``,
+``permission_mode``, ``hook_event_name``; ``prompt`` on UserPromptSubmit; ``stop_hook_active``
+on Stop; ``agent_id``/``agent_type``/``agent_transcript_path`` on SubagentStop; ``trigger`` on
+PreCompact; ``reason`` on SessionEnd).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tortoise_sdk import Memory
+from tortoise_sdk.cli import main
+
+DATA = Path(__file__).resolve().parent / "data"
+SHORT = DATA / "claude_code_short.jsonl"
+EXCERPT = DATA / "claude_code_subagent_excerpt.jsonl"
+TRANSCRIPTS = Path(__file__).resolve().parents[2] / "shared" / "data" / "claude-transcripts"
+needs_shared = pytest.mark.skipif(not TRANSCRIPTS.is_dir(), reason=f"shared transcripts not found at {TRANSCRIPTS}")
+TORTOISE = str(Path(sys.executable).with_name("tortoise"))
+SHORT_SESSION = "55604662-cf2a-4331-851a-ec234028f8ca"
+#: Row fields that differ between a live hook and a backfill of the same file by design.
+NOT_COMPARED = {"id", "source", "settled_at", "updated_at"}
+
+
+def payload(event: str, session_id: str, transcript: Path, **extra: Any) -> dict[str, Any]:
+    base = {"session_id": session_id, "transcript_path": str(transcript), "cwd": "/home/marco/projects/spotter",
+            "permission_mode": "default", "hook_event_name": event}
+    defaults = {"Stop": {"stop_hook_active": False}, "PreCompact": {"trigger": "auto", "custom_instructions": ""},
+                "SessionEnd": {"reason": "other"}}
+    return {**base, **defaults.get(event, {}), **extra}
+
+
+def run_hook(monkeypatch, capsys, db: Path, event: dict[str, Any], *options: str) -> dict[str, Any] | None:
+    """``tortoise hook`` in this process, the event on stdin; returns the printed JSON, or None."""
+    monkeypatch.setattr(sys, "stdin", io.StringIO(json.dumps(event)))
+    assert main(["--db", str(db), "hook", *options]) == 0
+    out = capsys.readouterr().out
+    return json.loads(out) if out.strip() else None
+
+
+def grow(src: Path, dst: Path) -> Any:
+    """Append ``src`` to ``dst`` one line at a time, yielding after each line (as Claude Code writes it)."""
+    dst.write_bytes(b"")
+    for line in src.read_bytes().splitlines(keepends=True):
+        with dst.open("ab") as f:
+            f.write(line)
+        yield line
+
+
+def rows(mem: Memory) -> list[dict[str, Any]]:
+    return [r.model_dump(exclude=NOT_COMPARED) for r in mem.subagents()]
+
+
+def stored_turns(mem: Memory) -> dict[str, list[tuple[Any, ...]]]:
+    return {s.session_id: [(t.external_id, t.role, t.content) for t in mem.turns(s.session_id)]
+            for s in mem.sessions()}
+
+
+# -- the transcript, growing line by line ----------------------------------------------------------
+
+
+def feed_line_by_line(monkeypatch, capsys, tmp_path: Path, src: Path, session_id: str) -> tuple[Path, list[str]]:
+    """Every line appended is followed by a hook event, cycling through the five events."""
+    db, transcript = tmp_path / "hooks.db", tmp_path / "live" / f"{session_id}.jsonl"
+    transcript.parent.mkdir()
+    events = ["UserPromptSubmit", "Stop", "SubagentStop", "PreCompact", "SessionEnd"]
+    captured: list[str] = []
+    with Memory(str(db)) as mem:
+        for n, _ in enumerate(grow(src, transcript)):
+            before = {r.receipt_id for r in mem.receipts()}
+            extra = {"prompt": "what next?"} if events[n % 5] == "UserPromptSubmit" else {}
+            if events[n % 5] == "SubagentStop":
+                extra = {"agent_id": "a1", "agent_type": "Plan", "agent_transcript_path": str(transcript)}
+            run_hook(monkeypatch, capsys, db, payload(events[n % 5], session_id, transcript, **extra))
+            captured += [t for r in mem.receipts() if r.receipt_id not in before for t in r.turn_ids]
+    return db, captured
+
+
+@pytest.mark.parametrize("src, session_id", [(SHORT, SHORT_SESSION),
+                                              (EXCERPT, "491e126e-1e71-469c-ade2-fcc8af567c74")])
+def test_hooks_on_a_growing_transcript_capture_each_turn_once_and_equal_a_whole_capture(
+        monkeypatch, capsys, tmp_path, src, session_id) -> None:
+    db, captured = feed_line_by_line(monkeypatch, capsys, tmp_path, src, session_id)
+    whole = tmp_path / "whole.db"
+    assert main(["--db", str(whole), "capture", str(tmp_path / "live" / f"{session_id}.jsonl")]) == 0
+    with Memory(str(db)) as live, Memory(str(whole)) as backfill:
+        assert len(captured) == len(set(captured)), "a turn was captured twice"
+        assert len(captured) == sum(s.turn_count for s in live.sessions()) > 0
+        assert stored_turns(live) == stored_turns(backfill)
+        assert rows(live) == rows(backfill)
+        assert {r.source for r in live.subagents()} <= {"live"}
+
+
+@needs_shared
+def test_the_real_sub_agent_session_line_by_line_gives_the_rows_of_tortoise_capture(monkeypatch, capsys,
+                                                                                     tmp_path) -> None:
+    session = "491e126e-1e71-469c-ade2-fcc8af567c74"
+    db, captured = feed_line_by_line(monkeypatch, capsys, tmp_path, TRANSCRIPTS / "subagent.jsonl", session)
+    whole = tmp_path / "whole.db"
+    assert main(["--db", str(whole), "capture", str(TRANSCRIPTS / "subagent.jsonl")]) == 0
+    with Memory(str(db)) as live, Memory(str(whole)) as backfill:
+        assert len(captured) == len(set(captured)) == 62
+        assert stored_turns(live) == stored_turns(backfill)
+        assert rows(live) == rows(backfill) and len(rows(live)) == 1
+        row = live.subagents()[0]
+        assert (row.subagent_type, row.total_tokens, row.tool_status) == ("Plan", 33894, "completed")
+        assert row.turn_id is not None  # the launching turn, captured in an earlier hook call
+
+
+def test_the_block_of_an_earlier_session_reaches_additional_context(monkeypatch, capsys, tmp_path) -> None:
+    db = tmp_path / "m.db"
+    earlier = tmp_path / "earlier.jsonl"
+    earlier.write_bytes(SHORT.read_bytes())
+    assert run_hook(monkeypatch, capsys, db, payload("SessionEnd", SHORT_SESSION, earlier)) is None
+    today = tmp_path / "today.jsonl"
+    today.write_bytes(b"")  # a new session: the prompt is not in its transcript yet
+    ask = payload("UserPromptSubmit", "today", today, prompt="mix phx.server doesnt start again")
+    out = run_hook(monkeypatch, capsys, db, ask)
+    assert out is not None and set(out) == {"hookSpecificOutput"}
+    assert out["hookSpecificOutput"]["hookEventName"] == "UserPromptSubmit"
+    block = out["hookSpecificOutput"]["additionalContext"]
+    assert block.startswith("[tortoise memory]") and "mix phx.server doesnt seem to start" in block
+    # Shown once in this session: the same words do not bring it again ...
+    assert run_hook(monkeypatch, capsys, db, ask) is None
+    # ... unless the user asks for it.
+    again = run_hook(monkeypatch, capsys, db, {**ask, "prompt": "remind me what we found about mix phx.server?"})
+    assert again is not None and "mix phx.server doesnt seem to start" in again["hookSpecificOutput"][
+        "additionalContext"]
+    # Another session has its own record of what it was shown.
+    other = run_hook(monkeypatch, capsys, db, {**ask, "session_id": "tomorrow"})
+    assert other is not None
+    # A prompt with nothing relevant prints nothing at all.
+    assert run_hook(monkeypatch, capsys, db, {**ask, "prompt": "thanks!"}) is None
+
+
+def test_a_rewritten_or_truncated_transcript_is_read_again_safely(monkeypatch, capsys, tmp_path) -> None:
+    db, transcript = tmp_path / "m.db", tmp_path / "t.jsonl"
+    lines = SHORT.read_bytes().splitlines(keepends=True)
+    transcript.write_bytes(b"".join(lines[:10]))
+    run_hook(monkeypatch, capsys, db, payload("Stop", SHORT_SESSION, transcript))
+    with Memory(str(db)) as mem:
+        first = stored_turns(mem)
+        # Truncated (e.g. a rewrite in progress), then rewritten whole with the same messages.
+        transcript.write_bytes(b"".join(lines[:3]))
+        run_hook(monkeypatch, capsys, db, payload("Stop", SHORT_SESSION, transcript))
+        assert stored_turns(mem) == first
+        assert mem.cursor(f"follow:{transcript.resolve()}").value["offset"] == len(b"".join(lines[:3]))
+        transcript.write_bytes(b"".join(lines))
+        run_hook(monkeypatch, capsys, db, payload("Stop", SHORT_SESSION, transcript))
+        report_turns = stored_turns(mem)
+    whole = Memory(str(tmp_path / "w.db"))
+    whole.ingest(SHORT)
+    assert report_turns == stored_turns(whole)
+    whole.close()
+
+
+def test_a_half_written_last_line_waits_for_the_next_call(tmp_path) -> None:
+    transcript = tmp_path / "t.jsonl"
+    lines = SHORT.read_bytes().splitlines(keepends=True)
+    with Memory(str(tmp_path / "m.db")) as mem:
+        transcript.write_bytes(b"".join(lines[:6]) + lines[6][:40])
+        first = mem.follow(transcript, "claude-code")
+        assert first.end_offset == len(b"".join(lines[:6])) and first.turns_stored == 1
+        transcript.write_bytes(b"".join(lines[:7]))
+        second = mem.follow(transcript, "claude-code")
+        assert (second.start_offset, second.end_offset) == (first.end_offset, len(b"".join(lines[:7])))
+        assert second.turns_stored == 1 and not second.parse.malformed
+        bounded = mem.follow(transcript.with_name("t.jsonl"), "claude-code")
+        assert bounded.turns_stored == 0 and bounded.start_offset == bounded.end_offset
+
+
+def test_max_bytes_takes_a_backlog_over_several_calls(tmp_path) -> None:
+    transcript = tmp_path / "t.jsonl"
+    transcript.write_bytes(SHORT.read_bytes())
+    with Memory(str(tmp_path / "m.db")) as mem:
+        calls = 0
+        while True:
+            report = mem.follow(transcript, "claude-code", max_bytes=1)  # one line per call at least
+            calls += 1
+            if report.end_offset == report.start_offset:
+                break
+        assert calls == len(SHORT.read_bytes().splitlines()) + 1
+        whole = Memory(str(tmp_path / "w.db"))
+        whole.ingest(SHORT)
+        assert stored_turns(mem) == stored_turns(whole)
+        whole.close()
+
+
+# -- the real command, as Claude Code runs it -------------------------------------------------------
+
+
+def hook_process(db: str, event: dict[str, Any], *options: str, timeout: float = 60) -> tuple[
+        subprocess.CompletedProcess[str], float]:
+    started = time.monotonic()
+    proc = subprocess.run([TORTOISE, "--db", db, "hook", *options], input=json.dumps(event),
+                          capture_output=True, text=True, timeout=timeout)
+    return proc, time.monotonic() - started
+
+
+def test_the_hook_command_prints_the_hook_output_for_claude_code(tmp_path) -> None:
+    db = str(tmp_path / "m.db")
+    earlier = tmp_path / "earlier.jsonl"
+    earlier.write_bytes(SHORT.read_bytes())
+    proc, _ = hook_process(db, payload("Stop", SHORT_SESSION, earlier))
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, "", "")
+    proc, _ = hook_process(db, payload("UserPromptSubmit", "s2", tmp_path / "none-yet.jsonl",
+                                       prompt="why does mix phx.server not start?"))
+    assert proc.returncode == 0 and proc.stderr == ""
+    out = json.loads(proc.stdout)
+    assert "mix phx.server doesnt seem to start" in out["hookSpecificOutput"]["additionalContext"]
+    # The missing transcript did not stop the block; it is logged beside the database.
+    log = (tmp_path / "hooks.log").read_text()
+    assert "UserPromptSubmit session=s2" in log and "transcript not captured" in log
+
+
+def test_a_slow_store_still_exits_0_within_the_limit_and_loses_nothing(tmp_path) -> None:
+    db = str(tmp_path / "m.db")
+    transcript = tmp_path / "t.jsonl"
+    transcript.write_bytes(SHORT.read_bytes())
+    Memory(db).close()
+    blocker = sqlite3.connect(db, isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")  # another writer holds the database: every write waits
+    try:
+        proc, elapsed = hook_process(db, payload("UserPromptSubmit", SHORT_SESSION, transcript, prompt="hello mix"),
+                                     "--timeout", "1.5")
+    finally:
+        blocker.execute("ROLLBACK")
+        blocker.close()
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, "", "")
+    assert elapsed < 1.5 + 3.0, f"the hook took {elapsed:.1f} s"  # the limit plus interpreter start-up
+    assert "timed out after 1.5 s" in (tmp_path / "hooks.log").read_text()
+    with Memory(db) as mem:
+        assert mem.sessions() == []  # the killed capture left nothing half-written
+    proc, _ = hook_process(db, payload("Stop", SHORT_SESSION, transcript))
+    with Memory(db) as mem, Memory(str(tmp_path / "w.db")) as whole:
+        whole.ingest(SHORT)
+        assert stored_turns(mem) == stored_turns(whole)
+
+
+@pytest.mark.parametrize("db", ["postgresql://postgres@127.0.0.1:1/postgres", "{tmp}/a-directory"])
+def test_a_broken_store_exits_0_silently_and_says_why_in_the_log(tmp_path, db) -> None:
+    (tmp_path / "a-directory").mkdir()
+    db = db.format(tmp=tmp_path)
+    proc, elapsed = hook_process(db, payload("UserPromptSubmit", "s", SHORT, prompt="mix phx.server?"))
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, "", "")
+    assert elapsed < 8 + 3.0
+    log_dir = Path.home() / ".tortoise" if db.startswith("postgresql") else tmp_path
+    assert "StoreError" in (log_dir / "hooks.log").read_text()
+
+
+def test_garbage_on_stdin_exits_0_silently(tmp_path) -> None:
+    proc = subprocess.run([TORTOISE, "--db", str(tmp_path / "m.db"), "hook"], input="not json",
+                          capture_output=True, text=True, timeout=60)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, "", "")
+    assert "JSONDecodeError" in (tmp_path / "hooks.log").read_text()
+
+
+# -- hooks install / uninstall ---------------------------------------------------------------------
+
+OTHER_HOOKS = {
+    "model": "opus",
+    "hooks": {
+        "UserPromptSubmit": [{"hooks": [{"type": "command", "command": "~/.claude/hooks/branch-context.sh"}]}],
+        "PreToolUse": [{"matcher": "Bash", "hooks": [{"type": "command", "command": "./guard.sh", "timeout": 5}]}],
+        "Stop": [{"matcher": "", "hooks": [{"type": "command", "command": "notify-send done"},
+                                           {"type": "command", "command": "bd sync"}]}],
+    },
+    "permissions": {"allow": ["Bash(mix test:*)"]},
+}
+
+
+def test_install_keeps_every_other_hook_and_uninstall_restores_the_file(tmp_path, capsys) -> None:
+    settings = tmp_path / "proj" / ".claude" / "settings.json"
+    settings.parent.mkdir(parents=True)
+    settings.write_text(json.dumps(OTHER_HOOKS, indent=2))
+    args = ["hooks", "install", "--project", str(tmp_path / "proj"), "--namespace", "spotter",
+            "--db", str(tmp_path / "m.db")]
+    assert main(args) == 0
+    installed = json.loads(settings.read_text())
+    assert {k: v for k, v in installed.items() if k != "hooks"} == {"model": "opus",
+                                                                  "permissions": {"allow": ["Bash(mix test:*)"]}}
+    hooks = installed["hooks"]
+    assert hooks["PreToolUse"] == OTHER_HOOKS["hooks"]["PreToolUse"]
+    assert hooks["UserPromptSubmit"][0] == OTHER_HOOKS["hooks"]["UserPromptSubmit"][0]
+    assert hooks["Stop"][0] == OTHER_HOOKS["hooks"]["Stop"][0]
+    ours = {event: [h for g in groups for h in g["hooks"] if "tortoise" in h["command"]]
+            for event, groups in hooks.items()}
+    assert {e for e, h in ours.items() if h} == {"UserPromptSubmit", "Stop", "SubagentStop", "PreCompact",
+                                                  "SessionEnd"}
+    command = ours["Stop"][0]["command"]
+    assert command.endswith(f"--db {tmp_path / 'm.db'} --namespace spotter hook") and ours["Stop"][0]["timeout"] == 30
+    # Installing again replaces ours, never duplicates it.
+    assert main(args) == 0
+    assert json.loads(settings.read_text()) == installed
+    assert main(["hooks", "uninstall", "--project", str(tmp_path / "proj")]) == 0
+    assert json.loads(settings.read_text()) == OTHER_HOOKS
+    capsys.readouterr()
+
+
+def test_print_shows_the_json_and_writes_nothing(tmp_path, capsys) -> None:
+    assert main(["hooks", "install", "--project", str(tmp_path), "--print"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert list(shown["hooks"]) == ["UserPromptSubmit", "Stop", "SubagentStop", "PreCompact", "SessionEnd"]
+    assert shown["hooks"]["Stop"] == [{"hooks": [{"type": "command", "command": shown["hooks"]["Stop"][0]["hooks"][0][
+        "command"], "timeout": 30}]}]
+    assert not (tmp_path / ".claude").exists()
+
+
+def test_user_install_writes_the_home_settings(tmp_path, capsys) -> None:
+    assert main(["hooks", "install", "--user"]) == 0
+    written = json.loads((Path.home() / ".claude" / "settings.json").read_text())
+    assert len(written["hooks"]["SessionEnd"]) == 1
+    assert main(["hooks", "uninstall", "--user"]) == 0
+    assert json.loads((Path.home() / ".claude" / "settings.json").read_text()) == {}
+
+
+def test_a_settings_file_that_is_not_json_is_left_alone(tmp_path, capsys) -> None:
+    settings = tmp_path / ".claude" / "settings.json"
+    settings.parent.mkdir()
+    settings.write_text("{ not json")
+    assert main(["hooks", "install", "--project", str(tmp_path)]) == 2
+    assert "not valid JSON" in capsys.readouterr().err
+    assert settings.read_text() == "{ not json"
