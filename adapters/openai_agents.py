@@ -1,0 +1,329 @@
+"""OpenAI Agents SDK: a ``Session`` kept in tortoise, the memory block before each model call, sub-agent rows.
+
+Needs the ``openai-agents`` extra (``pip install 'tortoise-sdk[openai-agents]'``).
+
+Usage::
+
+    from agents import Agent, Runner
+    from tortoise_sdk import Memory
+    from tortoise_sdk.adapters.openai_agents import MemorySession
+
+    session = MemorySession(Memory("memory.db", namespace="alice"), "chat-42")
+    result = await Runner.run(agent, "Where did I say Biscuit's vet is?", session=session,
+                              run_config=session.run_config(), hooks=session.hooks)
+
+- ``MemorySession`` implements the SDK's ``Session`` protocol: each item the SDK adds is
+  captured as a turn (its text searchable, the item itself kept verbatim in the turn's
+  metadata), and ``get_items`` gives the items back. Memory is append-only: ``pop_item`` and
+  ``clear_session`` change what the session returns (the view is a cursor in the store, so
+  it survives restarts) while the turns stay in long-term memory.
+- ``session.input_filter`` (set by ``session.run_config()`` as ``call_model_input_filter``)
+  appends the memory block to the instructions of every model call; the block never enters
+  the session's items, so it is never captured back.
+- ``session.hooks`` (``RunHooks``) records each agent used as a tool (``Agent.as_tool``) as
+  one sub-agent row: launched at the tool call, settled when it returns.
+
+Nothing here lets a memory failure reach the run: it is logged and the run goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import logging
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+try:
+    from agents import RunConfig, RunHooks
+    from agents.run import CallModelData, ModelInputData
+    from agents.tool import FunctionTool, ToolOriginType, get_function_tool_origin
+except ImportError as exc:  # pragma: no cover - exercised only without the extra
+    raise ImportError(
+        "tortoise_sdk.adapters.openai_agents needs the OpenAI Agents SDK: pip install 'tortoise-sdk[openai-agents]'"
+    ) from exc
+
+from ..models import MEMORY_BLOCK_MARKER, MemoryBlock, utc_now
+from ._common import MemoryAdapter
+
+if TYPE_CHECKING:
+    from ..memory import ExtractMode, Memory
+
+__all__ = ("MemoryRunHooks", "MemorySession")
+
+log = logging.getLogger(__name__)
+
+#: The key of a turn's metadata that holds the SDK item it was captured from.
+ITEM_KEY = "openai_agents_item"
+
+
+class MemorySession(MemoryAdapter):
+    """One conversation of the OpenAI Agents SDK, kept in tortoise (the SDK's ``Session`` protocol).
+
+    Args:
+        mem: the ``Memory`` to read and write.
+        session_id: the conversation's id in the store.
+        budget, max_tokens: passed to ``Memory.context`` for the block before each model call.
+        window_turns: how many recent messages form the reflex window.
+        extract: ``Memory.capture``'s ``extract`` for the captured items (default ``"background"``).
+    """
+
+    session_settings = None
+
+    def __init__(
+        self,
+        mem: Memory,
+        session_id: str,
+        *,
+        budget: int = 3,
+        max_tokens: int = 400,
+        window_turns: int = 6,
+        extract: ExtractMode = "background",
+    ) -> None:
+        super().__init__(mem, budget=budget, max_tokens=max_tokens, window_turns=window_turns, extract=extract)
+        self.session_id = session_id
+        self.hooks = MemoryRunHooks(mem, session_id)
+        self._cache: tuple[str, MemoryBlock] | None = None
+
+    # -- the Session protocol ----------------------------------------------------------------------
+
+    async def get_items(self, limit: int | None = None) -> list[dict[str, Any]]:
+        """The session's items, oldest first (the latest ``limit`` when given); none when the store fails."""
+        try:
+            items = [item for _, item in await asyncio.to_thread(self._visible)]
+        except Exception as exc:  # noqa: BLE001 - the run goes on without its history
+            log.warning("tortoise: session items not read: %s", exc)
+            return []
+        if limit is None:
+            return items
+        return items[-limit:] if limit > 0 else []
+
+    async def add_items(self, items: list[Any]) -> None:
+        """Capture the items as turns (one transaction); an item just popped and added back is restored."""
+        await asyncio.to_thread(self._add, list(items))
+
+    async def pop_item(self) -> dict[str, Any] | None:
+        """Take the latest item out of the session's view and return it (its turn stays in memory)."""
+        try:
+            return await asyncio.to_thread(self._pop)
+        except Exception as exc:  # noqa: BLE001 - nothing popped: the SDK treats None as an empty session
+            log.warning("tortoise: session item not popped: %s", exc)
+            return None
+
+    async def clear_session(self) -> None:
+        """Start the session's view afresh (its turns stay in memory, searchable)."""
+        try:
+            await asyncio.to_thread(self._clear)
+        except Exception as exc:  # noqa: BLE001
+            log.warning("tortoise: session not cleared: %s", exc)
+
+    # -- the memory block before each model call --------------------------------------------------
+
+    async def input_filter(self, data: CallModelData[Any]) -> ModelInputData:
+        """``RunConfig.call_model_input_filter``: the model input with the memory block after the instructions."""
+        model_data = data.model_data
+        try:
+            block = await asyncio.to_thread(self._block, model_data.input)
+        except Exception as exc:  # context() fails open itself; this guards odd input
+            self._block_skipped(exc)
+            return model_data
+        if not block.block:
+            return model_data
+        instructions = f"{model_data.instructions}\n\n{block.block}" if model_data.instructions else block.block
+        return ModelInputData(input=model_data.input, instructions=instructions)
+
+    def run_config(self, config: RunConfig | None = None) -> RunConfig:
+        """``config`` (default a new ``RunConfig``) with ``input_filter`` as its ``call_model_input_filter``."""
+        config = config or RunConfig()
+        if config.call_model_input_filter is not None:
+            raise ValueError("the RunConfig already has a call_model_input_filter; call it from your own filter "
+                             "after awaiting session.input_filter(data)")
+        return dataclasses.replace(config, call_model_input_filter=self.input_filter)
+
+    # -- internals (run in a worker thread: the store calls block) ---------------------------------
+
+    def _block(self, items: Sequence[Any]) -> MemoryBlock:
+        window = self._window(m for m in (_message(i) for i in items) if m is not None)
+        last_user = next((m["content"] for m in reversed(window) if m["role"] == "user"), "")
+        # One block per user message: the tool-call round trips of one turn see the same block.
+        if self._cache is not None and self._cache[0] == last_user:
+            self.last_block = self._cache[1]
+            return self._cache[1]
+        self.last_block = block = self._context(window, self.session_id)
+        self._cache = (last_user, block)
+        return block
+
+    def _view(self) -> Any:
+        return self.mem.cursor(f"openai-agents:{self.session_id}")
+
+    def _visible(self) -> list[tuple[str, dict[str, Any]]]:
+        """(turn id, item) of the turns the session's view shows."""
+        view = self._view().value
+        hidden = set(view.get("hidden") or ())
+        turns = self.mem.turns(self.session_id)[int(view.get("start") or 0):]
+        metadata = self.mem.turn_metadata(self.session_id) if turns else {}
+        shown = []
+        for hit in turns:
+            if hit.turn_id in hidden:
+                continue
+            item = (metadata.get(hit.turn_id) or {}).get(ITEM_KEY)
+            if item is None and hit.role in ("user", "assistant", "system"):
+                item = {"role": hit.role, "content": hit.content}  # a turn captured by other means
+            if item is not None:
+                shown.append((hit.turn_id, item))
+        return shown
+
+    def _add(self, items: list[Any]) -> None:
+        try:
+            items = [_plain(i) for i in items]
+            items = self._restore(items)
+        except Exception as exc:  # noqa: BLE001 - the run goes on; the items are logged as lost
+            log.warning("tortoise: session items not restored: %s", exc)
+        self._capture(self.session_id, (_turn(i) for i in items))
+
+    def _restore(self, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Un-hide popped turns whose items come back (the SDK re-adds what it popped on a retry)."""
+        for _ in range(3):
+            view = self._view()
+            hidden = list(view.value.get("hidden") or [])
+            if not hidden:
+                return items
+            metadata = self.mem.turn_metadata(self.session_id)
+            rest = list(items)
+            while rest and hidden and (metadata.get(hidden[-1]) or {}).get(ITEM_KEY) == rest[0]:
+                hidden.pop()
+                rest.pop(0)
+            if len(rest) == len(items):
+                return items
+            if self.mem.save_cursor(view.name, {**view.value, "hidden": hidden}, revision=view.revision):
+                return rest
+        raise RuntimeError("the session view kept changing under this process")
+
+    def _pop(self) -> dict[str, Any] | None:
+        for _ in range(3):
+            view = self._view()
+            visible = self._visible()
+            if not visible:
+                return None
+            turn_id, item = visible[-1]
+            hidden = [*(view.value.get("hidden") or []), turn_id]
+            if self.mem.save_cursor(view.name, {**view.value, "hidden": hidden}, revision=view.revision):
+                return item
+        raise RuntimeError("the session view kept changing under this process")
+
+    def _clear(self) -> None:
+        for _ in range(3):
+            view = self._view()
+            count = len(self.mem.turns(self.session_id))
+            if self.mem.save_cursor(view.name, {"start": count, "hidden": []}, revision=view.revision):
+                return
+        raise RuntimeError("the session view kept changing under this process")
+
+
+class MemoryRunHooks(RunHooks[Any]):
+    """Records each agent used as a tool (``Agent.as_tool``) as one sub-agent row of ``session_id``.
+
+    A launch frame at the tool call, a completed frame (with its duration) when it returns;
+    both carry the tool call's id, so they merge into one row. Structure only: neither the
+    tool's input nor its output is recorded.
+    """
+
+    def __init__(self, mem: Memory, session_id: str) -> None:
+        self.mem = mem
+        self.session_id = session_id
+        self._started: dict[str, float] = {}
+
+    async def on_tool_start(self, context: Any, agent: Any, tool: Any) -> None:
+        frame = self._frame(context, tool)
+        if frame is not None:
+            self._started[frame["tool_call_id"]] = time.monotonic()
+            await asyncio.to_thread(self._record, frame)
+
+    async def on_tool_end(self, context: Any, agent: Any, tool: Any, result: object) -> None:
+        frame = self._frame(context, tool)
+        if frame is not None:
+            started = self._started.pop(frame["tool_call_id"], None)
+            elapsed = None if started is None else round((time.monotonic() - started) * 1000)
+            await asyncio.to_thread(self._record, {**frame, "tool_status": "completed", "agent_status": "completed",
+                                                   "duration_ms": elapsed or None})
+
+    def _frame(self, context: Any, tool: Any) -> dict[str, Any] | None:
+        if not isinstance(tool, FunctionTool):
+            return None
+        origin = get_function_tool_origin(tool)
+        call_id = getattr(context, "tool_call_id", None)
+        if origin is None or origin.type != ToolOriginType.AGENT_AS_TOOL or not call_id:
+            return None
+        return {"session_id": self.session_id, "tool_call_id": call_id, "turn_external_id": _call_turn_id(call_id),
+                "subagent_type": origin.agent_name, "description": origin.agent_tool_name or tool.name,
+                "source": "live", "observed_at": utc_now()}
+
+    def _record(self, frame: dict[str, Any]) -> None:
+        try:
+            self.mem.record_subagent(frame)
+        except Exception as exc:  # noqa: BLE001 - record_subagent fails open; this guards a malformed frame
+            log.warning("tortoise: sub-agent frame not recorded: %s", exc)
+
+
+# -- items <-> turns ----------------------------------------------------------------------------------
+
+
+def _plain(item: Any) -> dict[str, Any]:
+    """An input item as a JSON-able dict (the SDK passes dicts; pydantic items are dumped)."""
+    if hasattr(item, "model_dump"):
+        item = item.model_dump(exclude_unset=True, mode="json")
+    if not isinstance(item, Mapping):
+        raise TypeError(f"not a session item: {type(item).__name__}")
+    return json.loads(json.dumps(item, default=str))
+
+
+def _call_turn_id(call_id: str) -> str:
+    """The turn id of the function call ``call_id`` (its sub-agent row names it as the launching turn)."""
+    return f"fc-{call_id}"
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(p.get("text") or p.get("refusal") or "" for p in content if isinstance(p, Mapping)).strip()
+    return ""
+
+
+def _message(item: Any) -> dict[str, str] | None:
+    """A user or assistant message item as ``{"role", "content"}`` for the reflex window; None for anything else."""
+    if not isinstance(item, Mapping) or item.get("role") not in ("user", "assistant"):
+        return None
+    if item.get("type", "message") != "message":
+        return None
+    text = _text(item.get("content"))
+    return {"role": str(item["role"]), "content": text} if text.strip() else None
+
+
+def _turn(item: dict[str, Any]) -> dict[str, Any] | None:
+    """The turn an item is captured as: its text (or a summary) as content, the item whole in the metadata."""
+    kind = item.get("type") or ("message" if "role" in item else "item")
+    metadata: dict[str, Any] = {ITEM_KEY: item}
+    if kind == "message":
+        role = {"developer": "system"}.get(str(item.get("role")), str(item.get("role") or "user"))
+        if role not in ("user", "assistant", "system"):
+            role = "user"
+        content = _text(item.get("content"))
+        if content.startswith(MEMORY_BLOCK_MARKER):
+            metadata["tortoise"] = "memory_block"  # an echo of memory, never evidence
+        turn_id = f"m-{uuid.uuid4().hex}"
+    elif kind == "function_call":
+        role, content = "assistant", f"[tool_use {item.get('name')} {item.get('arguments') or ''}]".strip()
+        turn_id = _call_turn_id(str(item.get("call_id"))) if item.get("call_id") else f"m-{uuid.uuid4().hex}"
+    elif kind == "function_call_output":
+        output = item.get("output")
+        role, content = "tool", output if isinstance(output, str) else json.dumps(output, ensure_ascii=False)
+        turn_id = f"fco-{item['call_id']}" if item.get("call_id") else f"m-{uuid.uuid4().hex}"
+    else:
+        summary = _text(item.get("summary")) or _text(item.get("content"))
+        role, content = "assistant", f"[{kind}] {summary}".strip()
+        turn_id = f"m-{uuid.uuid4().hex}"
+    return {"role": role, "content": content or f"[{kind}]", "id": turn_id, "metadata": metadata}

@@ -1,0 +1,144 @@
+"""The OpenAI Agents SDK adapter with a real ``Agent`` and ``Runner`` and the SDK's own scripted model (no network)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("agents", reason="the openai-agents extra is not installed (pip install -e '.[dev]' installs it)")
+
+from agents import Agent, RunConfig, Runner  # noqa: E402
+from agents.memory import Session  # noqa: E402
+from agents.testing import ScriptedModel, assistant_message, function_call  # noqa: E402
+
+from tortoise_sdk import Memory  # noqa: E402
+from tortoise_sdk.adapters.openai_agents import MemorySession  # noqa: E402
+
+FACT = "My greyhound Biscuit only eats salmon kibble since the vet visit in March."
+OFFLINE = RunConfig(tracing_disabled=True)
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+async def ask(agent: Agent, text: str, session: MemorySession) -> Any:
+    return await Runner.run(agent, text, session=session, run_config=session.run_config(OFFLINE),
+                            hooks=session.hooks)
+
+
+@pytest.fixture
+def mem(tmp_path: Path) -> Memory:
+    with Memory(str(tmp_path / "m.db"), namespace="agents") as m:
+        yield m
+
+
+def test_memory_session_implements_the_sdk_session_protocol(mem: Memory) -> None:
+    assert isinstance(MemorySession(mem, "chat-1"), Session)
+
+
+def test_the_second_model_call_receives_the_block_with_the_facts_of_the_first(mem: Memory) -> None:
+    model = ScriptedModel([[assistant_message("Noted: Biscuit eats salmon kibble.", item_id="msg_1")],
+                           [assistant_message("Salmon kibble.", item_id="msg_2")]])
+    agent = Agent(name="Helper", instructions="You are a helpful assistant.", model=model)
+    # window_turns=1: the first turn has left the model's window, so memory brings it back.
+    session = MemorySession(mem, "chat-1", window_turns=1)
+
+    first = run(ask(agent, FACT, session))
+    assert first.final_output == "Noted: Biscuit eats salmon kibble."
+    run(ask(agent, "What does Biscuit eat these days?", session))
+
+    before, after = model.calls
+    assert before.system_instructions == "You are a helpful assistant."  # nothing stored yet: no block
+    assert after.system_instructions.startswith("You are a helpful assistant.\n\n[tortoise memory]")
+    block = after.system_instructions.split("\n\n", 1)[1]
+    assert "Biscuit" in block and "salmon kibble" in block  # a fact said in the first turn
+    assert all("[tortoise memory]" not in str(item) for item in after.input)  # the block is not an item
+    # The session's items are what the SDK gave, in order; the block was never captured.
+    items = run(session.get_items())
+    assert [i.get("role") for i in items] == ["user", "assistant", "user", "assistant"]
+    assert items[0] == {"content": FACT, "role": "user"} and items[1]["id"] == "msg_1"
+    assert all(not t.content.startswith("[tortoise memory]") for t in mem.turns("chat-1"))
+
+
+def test_a_new_conversation_gets_the_block_from_an_earlier_one(mem: Memory) -> None:
+    model = ScriptedModel([[assistant_message("Noted.", item_id="msg_1")],
+                           [assistant_message("Salmon kibble.", item_id="msg_2")]])
+    agent = Agent(name="Helper", instructions="Be brief.", model=model)
+    run(ask(agent, FACT, MemorySession(mem, "monday")))
+    run(ask(agent, "What does Biscuit eat?", MemorySession(mem, "friday")))
+    assert "salmon kibble since the vet visit" in model.calls[1].system_instructions
+    assert [h.session_id for h in mem.search("vet visit")] == ["monday"]  # the block was not captured on friday
+
+
+def test_an_agent_used_as_a_tool_yields_one_sub_agent_row(mem: Memory) -> None:
+    researcher = Agent(name="Researcher", instructions="Find facts.",
+                       model=ScriptedModel([[assistant_message("Biscuit eats salmon kibble.", item_id="msg_r")]]))
+    lead = Agent(
+        name="Lead", instructions="Delegate research.",
+        tools=[researcher.as_tool(tool_name="research", tool_description="Look something up.")],
+        model=ScriptedModel([
+            [function_call("research", {"input": "What does Biscuit eat?"}, call_id="call_research_1")],
+            [assistant_message("Biscuit eats salmon kibble.", item_id="msg_l")],
+        ]),
+    )
+    session = MemorySession(mem, "chat-tools")
+    result = run(ask(lead, "Ask the researcher what Biscuit eats.", session))
+    assert result.final_output == "Biscuit eats salmon kibble."
+    (row,) = mem.subagents(session_id="chat-tools")
+    assert (row.tool_call_id, row.subagent_type, row.description) == ("call_research_1", "Researcher", "research")
+    assert (row.tool_status, row.source, row.agent_execution_id) == ("completed", "live", "unknown")
+    assert row.settled_at is not None and (row.duration_ms is None or row.duration_ms > 0)
+    assert row.total_tokens is None  # not reported by the SDK's hooks: unknown, not 0
+    # The launching turn is the function call the session captured after the run.
+    launching = next(t for t in mem.turns("chat-tools") if t.turn_id == row.turn_id)
+    assert launching.external_id == "fc-call_research_1" and launching.content.startswith("[tool_use research ")
+    kinds = [i.get("type", "message") for i in run(session.get_items())]
+    assert kinds == ["message", "function_call", "function_call_output", "message"]
+
+
+def test_pop_clear_and_restore_change_the_view_not_the_memory(mem: Memory, tmp_path: Path) -> None:
+    session = MemorySession(mem, "chat-2")
+    run(session.add_items([{"role": "user", "content": "first"}, {"role": "assistant", "content": "one"},
+                           {"role": "user", "content": "second"}]))
+    assert run(session.pop_item()) == {"role": "user", "content": "second"}
+    assert [i["content"] for i in run(session.get_items())] == ["first", "one"]
+    # The view is in the store: another process (a new Memory on the same file) sees it too.
+    with Memory(str(tmp_path / "m.db"), namespace="agents") as again:
+        other = MemorySession(again, "chat-2")
+        assert [i["content"] for i in run(other.get_items())] == ["first", "one"]
+        assert run(other.get_items(limit=1)) == [{"role": "assistant", "content": "one"}]
+    # The SDK puts back what it popped (a rewind that did not match): the turn is shown again, not stored twice.
+    run(session.add_items([{"role": "user", "content": "second"}]))
+    assert [i["content"] for i in run(session.get_items())] == ["first", "one", "second"]
+    assert len(mem.turns("chat-2")) == 3
+    run(session.clear_session())
+    assert run(session.get_items()) == [] and run(session.pop_item()) is None
+    assert [h.content for h in mem.search("second")] == ["second"]  # still in long-term memory
+    run(session.add_items([{"role": "user", "content": "third"}]))
+    assert run(session.get_items()) == [{"role": "user", "content": "third"}]
+
+
+def test_a_memory_failure_never_reaches_the_run(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    mem = Memory(str(tmp_path / "m.db"))
+    session = MemorySession(mem, "chat-3")
+    mem.close()  # every store call now fails
+    model = ScriptedModel([[assistant_message("Hello!", item_id="msg_1")]])
+    agent = Agent(name="Helper", instructions="Be brief.", model=model)
+    with caplog.at_level(logging.WARNING, logger="tortoise_sdk.adapters.openai_agents"):
+        result = run(ask(agent, "hi there, anything about Biscuit?", session))
+    assert result.final_output == "Hello!"
+    assert model.calls[0].system_instructions == "Be brief."
+    assert session.last_block.block == ""
+    logged = " ".join(r.getMessage() for r in caplog.records)
+    assert "session items not read" in logged and "capture skipped" in logged
+
+
+def test_a_run_config_with_its_own_filter_is_refused_with_the_fix(mem: Memory) -> None:
+    session = MemorySession(mem, "chat-4")
+    with pytest.raises(ValueError, match="session.input_filter"):
+        session.run_config(RunConfig(call_model_input_filter=lambda data: data.model_data))
