@@ -1,0 +1,105 @@
+"""Wall time of ``tortoise hook`` as Claude Code runs it, on a long session, beside baselines from the same run.
+
+A Claude Code transcript is built from the real ``subagent.jsonl`` (``../shared/data``), repeated
+with fresh message ids until it is ``--mb`` MiB, and captured by ``Stop`` events (4 MiB per call at most). Then,
+``--repeat`` times, one more line is appended and a ``UserPromptSubmit`` event is handed to
+``tortoise hook`` (a new process each time, as Claude Code does): it follows the transcript from the
+stored offset (re-reading the earlier lines' ids) and prints the block. Baselines: the bare
+interpreter, and ``tortoise sessions`` (start-up plus one store read).
+
+Run: .venv/bin/python benchmarks/bench_hooks.py [--mb 8] [--repeat 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+from bench_startup import wall  # the same baseline measure as the start-up benchmark
+
+SOURCE = Path(__file__).resolve().parents[2] / "shared" / "data" / "claude-transcripts" / "subagent.jsonl"
+SESSION = "bench-session"
+
+
+def copies(lines: list[dict], mb: float) -> list[str]:
+    """The transcript's lines repeated with fresh ids (uuids, tool ids, agent ids) until ``mb`` MiB."""
+    out: list[str] = []
+    size = 0
+    while size < mb * 1024 * 1024:
+        text = "\n".join(json.dumps(o) for o in lines)
+        for old in {v for o in lines for v in _ids(o)}:
+            text = text.replace(old, f"{old[:8]}-{uuid.uuid4().hex[:12]}")
+        text = text.replace('"sessionId": "491e126e-1e71-469c-ade2-fcc8af567c74"', f'"sessionId": "{SESSION}"')
+        out.extend(text.splitlines())
+        size += len(text) + 1
+    return out
+
+
+def _ids(obj: object) -> list[str]:
+    found: list[str] = []
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            if k in ("uuid", "parentUuid", "id", "tool_use_id", "parentToolUseID", "toolUseID", "agentId",
+                     "sourceToolAssistantUUID") and isinstance(v, str) and len(v) >= 7:
+                found.append(v)
+            found.extend(_ids(v))
+    elif isinstance(obj, list):
+        for v in obj:
+            found.extend(_ids(v))
+    return found
+
+
+def hook(tortoise: str, db: str, event: dict) -> tuple[float, str]:
+    t = time.perf_counter()
+    proc = subprocess.run([tortoise, "--db", db, "hook"], input=json.dumps(event), capture_output=True, text=True,
+                          check=True)
+    return time.perf_counter() - t, proc.stdout
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--mb", type=float, default=8.0, help="transcript size in MiB (default: %(default)s)")
+    ap.add_argument("--repeat", type=int, default=10)
+    args = ap.parse_args()
+    if not SOURCE.is_file():
+        sys.exit(f"needs the shared transcripts at {SOURCE}")
+    tortoise = str(Path(sys.executable).with_name("tortoise"))
+    lines = copies([json.loads(line) for line in SOURCE.read_text().splitlines()], args.mb)
+    with tempfile.TemporaryDirectory() as d:
+        db, transcript = str(Path(d) / "m.db"), Path(d) / f"{SESSION}.jsonl"
+        transcript.write_text("\n".join(lines[:-args.repeat]) + "\n")
+        base = {"session_id": SESSION, "transcript_path": str(transcript), "cwd": d, "permission_mode": "default"}
+        # A Stop captures at most 4 MiB of backlog per call: enough calls to catch up.
+        stops = [hook(tortoise, db, {**base, "hook_event_name": "Stop", "stop_hook_active": False})[0]
+                 for _ in range(int(args.mb // 4) + 2)]
+        prompt = {**base, "hook_event_name": "UserPromptSubmit", "prompt": "why did the credo setup fail?"}
+        times, shown = [], 0
+        for line in lines[-args.repeat:]:
+            with transcript.open("a") as f:
+                f.write(line + "\n")
+            t, out = hook(tortoise, db, prompt)
+            times.append(t)
+            shown += bool(out.strip())
+        size = transcript.stat().st_size / 1024 / 1024
+        print(f"transcript: {len(lines)} lines, {size:.1f} MiB; median wall time of {args.repeat} runs")
+        print(f"  {'python -c pass (baseline)':<52}{wall([sys.executable, '-c', 'pass'], args.repeat) * 1000:>8.0f} ms")
+        print(f"  {'tortoise sessions (baseline)':<52}"
+              f"{wall([tortoise, '--db', db, 'sessions'], args.repeat) * 1000:>8.0f} ms")
+        print(f"  {'tortoise hook UserPromptSubmit (+1 line, block)':<52}{statistics.median(times) * 1000:>8.0f} ms"
+              f"  (max {max(times) * 1000:.0f} ms, block printed {shown}/{args.repeat})")
+        print(f"  {'Stop calls catching up (4 MiB each at most)':<52}"
+              + ", ".join(f"{t * 1000:.0f}" for t in stops) + " ms")
+        log = Path(d) / "hooks.log"
+        if log.exists():
+            print("hooks.log:\n" + log.read_text())
+
+
+if __name__ == "__main__":
+    main()
