@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tortoise_sdk import Memory
 from tortoise_sdk.cli import main
@@ -195,6 +197,35 @@ def test_max_bytes_takes_a_backlog_over_several_calls(tmp_path) -> None:
         whole.ingest(SHORT)
         assert stored_turns(mem) == stored_turns(whole)
         whole.close()
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(cuts=st.lists(st.integers(0, len(SHORT.read_bytes())), max_size=12),
+       shrink_at=st.one_of(st.none(), st.integers(0, 11)), max_bytes=st.one_of(st.none(), st.integers(1, 4000)))
+def test_any_growth_of_the_file_captures_each_turn_once_and_ends_equal_to_a_whole_ingest(
+        tmp_path_factory, cuts, shrink_at, max_bytes) -> None:
+    """Writes cut anywhere (mid-line too), a truncation at any step, any per-call byte bound."""
+    data = SHORT.read_bytes()
+    d = tmp_path_factory.mktemp("growth")
+    transcript = d / "t.jsonl"
+    transcript.write_bytes(b"")
+    seen: list[str] = []
+    with Memory(str(d / "m.db")) as mem:
+        for i, cut in enumerate([*sorted(cuts), len(data)]):
+            if i == shrink_at:
+                transcript.write_bytes(data[: cut // 2])  # truncated, then written again below
+                seen += [t for r in mem.follow(transcript, "claude-code", max_bytes=max_bytes).receipts
+                         for t in r.turn_ids]
+            transcript.write_bytes(data[:cut])
+            seen += [t for r in mem.follow(transcript, "claude-code", max_bytes=max_bytes).receipts
+                     for t in r.turn_ids]
+        while (report := mem.follow(transcript, "claude-code", max_bytes=max_bytes)).end_offset > report.start_offset:
+            seen += [t for r in report.receipts for t in r.turn_ids]
+        assert len(seen) == len(set(seen))
+        with Memory(str(d / "whole.db")) as whole:
+            whole.ingest(SHORT)
+            assert stored_turns(mem) == stored_turns(whole)
+            assert len(seen) == sum(s.turn_count for s in whole.sessions())
 
 
 # -- the real command, as Claude Code runs it -------------------------------------------------------

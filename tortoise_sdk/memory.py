@@ -353,7 +353,7 @@ class Memory:
         from pathlib import Path
 
         from .errors import StreamParseError
-        from .ingest import IngestReport
+        from .ingest import IngestReport, follow_state, tail_span
         from .streams import parse_stream
         from .streams.base import ParseReport
 
@@ -363,24 +363,16 @@ class Memory:
         except OSError as exc:
             raise StreamParseError(f"cannot read {where}: {exc.strerror or exc}", source=str(where)) from exc
         cursor = self.cursor(f"follow:{where}")
-        start = cursor.value.get("offset", 0) if isinstance(cursor.value.get("offset"), int) else 0
-        restarted = start > len(data) or (start > 0 and cursor.value.get("check") != _prefix_check(data, start))
-        if restarted:
-            start = 0
-        end = data.rfind(b"\n", start) + 1 or start  # complete lines only
-        if max_bytes is not None and end - start > max_bytes:
-            end = data.rfind(b"\n", start, start + max_bytes) + 1 or data.find(b"\n", start) + 1
-        fmt = cursor.value.get("format") if format == "auto" and not restarted else None
-        if end <= start:
-            report = IngestReport(format=str(fmt or format), source=source, parse=ParseReport(format=str(fmt or format)))
-        else:
-            lines = data[:end].splitlines()
-            parsed = parse_stream(lines, fmt or format, source=source, session_id=session_id,
-                                  skip_lines=data.count(b"\n", 0, start))
+        span = tail_span(data, cursor.value, max_bytes)
+        fmt = str(cursor.value.get("format") or format) if format == "auto" and not span.restarted else format
+        if span.end > span.start:
+            parsed = parse_stream(data[:span.end].splitlines(), fmt, source=source, session_id=session_id,
+                                  skip_lines=span.skip_lines)
             report = self._ingest_parsed(parsed, source, extract)
-            self.save_cursor(cursor.name, {"offset": end, "check": _prefix_check(data, end), "format": parsed.format},
-                             revision=cursor.revision)
-        report.start_offset, report.end_offset, report.restarted = start, max(end, start), restarted
+            self.save_cursor(cursor.name, follow_state(data, span.end, parsed.format), revision=cursor.revision)
+        else:
+            report = IngestReport(format=fmt, source=source, parse=ParseReport(format=fmt))
+        report.start_offset, report.end_offset, report.restarted = span.start, max(span.end, span.start), span.restarted
         return report
 
     def _ingest_parsed(self, parsed: ParsedStream, source: str, extract: ExtractMode) -> IngestReport:
@@ -607,22 +599,12 @@ def migrate_store(src: str, dst: str, *, progress: Callable[[str, int], None] | 
     return copy_store(src, dst, progress=progress)
 
 
-
-#: Bytes of a followed file hashed at its start and before the offset reached: a rewrite changes them.
-_CHECK_BYTES = 4096
-
-
-def _prefix_check(data: bytes, offset: int) -> str:
-    """A digest of the first and the last ``_CHECK_BYTES`` bytes before ``offset``."""
-    import hashlib
-
-    head, tail = data[: min(offset, _CHECK_BYTES)], data[max(0, offset - _CHECK_BYTES): offset]
-    return hashlib.sha256(b"%d:" % offset + head + b"\x00" + tail).hexdigest()
-
-
 def state_dir(db: str | None = None) -> Path:
-    """The directory for files kept beside a memory (the hook log): a SQLite database's own directory,
-    else (PostgreSQL) ``~/.tortoise``. ``db`` as for ``Memory``; default ``$TORTOISE_DB``."""
+    """Where files kept beside a memory go (the hook log).
+
+    A SQLite database's own directory; ``~/.tortoise`` for PostgreSQL. ``db`` as for
+    ``Memory`` (default ``$TORTOISE_DB``, else ``~/.tortoise/memory.db``).
+    """
     from pathlib import Path
 
     url = db or default_db_path()
