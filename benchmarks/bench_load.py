@@ -112,7 +112,7 @@ def worker_proc(url: str, api_base: str, captures_done: Any, ready: Any, out: An
 
 
 def run_backend(name: str, url: str, args: argparse.Namespace, api_base: str) -> dict[str, Any]:
-    from tortoise_sdk.store.base import open_store
+    from tortoise_sdk.store import open_store
 
     open_store(url).close()  # migrate once, outside the timed part
     ctx = mp.get_context("spawn")
@@ -146,7 +146,7 @@ def run_backend(name: str, url: str, args: argparse.Namespace, api_base: str) ->
 
 def account(url: str, args: argparse.Namespace, results: list[dict[str, Any]]) -> dict[str, Any]:
     """Check that every turn and job is there exactly once; return the figures."""
-    from tortoise_sdk.store.base import open_store
+    from tortoise_sdk.store import open_store
     from tortoise_sdk.text import norm_content
 
     store = open_store(url)

@@ -4,6 +4,7 @@
 - ``reflex`` never imports ``llm``, not even through another module;
 - adapters and ``cli`` use only ``Memory`` (with the models and errors it speaks in);
 - litellm is imported only inside ``llm`` (by its ``lazy`` module), and lazily;
+- no module of ours imports itself back through others: no import circle at all.
 
 Imports are read with ``ast`` (every import statement, also those inside
 functions and under ``TYPE_CHECKING``), so nothing is executed.
@@ -12,7 +13,7 @@ functions and under ``TYPE_CHECKING``), so nothing is executed.
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from functools import cache
 from pathlib import Path
 
@@ -172,3 +173,117 @@ def test_litellm_is_imported_only_by_llm_and_lazily() -> None:
         top_level = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
         assert not [n for n in top_level if any(a.name.split(".")[0] == "litellm" for a in n.names)
                     or (isinstance(n, ast.ImportFrom) and (n.module or "").split(".")[0] == "litellm")]
+
+
+# -- no import circles ---------------------------------------------------------------------------
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Each module of ours -> the modules of ours it imports, from every import statement in it.
+
+    Function-level imports and those under ``TYPE_CHECKING`` are edges too: a lazy import only
+    hides a circle until someone reads the code, and a type-only one still ties the two modules'
+    meanings together. The parent packages an import runs implicitly (importing ``a.b.c`` runs
+    ``a/__init__`` and ``a/b/__init__``) are not edges; an explicit ``from a.b import name`` is
+    an edge to ``a.b``.
+    """
+    return {m: {d for d in ours(m) if d in MODULES} for m in MODULES}
+
+
+def import_cycles(graph: Mapping[str, Iterable[str]]) -> list[list[str]]:
+    """One circle per group of modules that reach one another, as a path ``[a, b, ..., a]``.
+
+    The groups are the strongly connected components (Tarjan, iterative) of two or more
+    modules, or of one module that imports itself.
+    """
+    edges = {v: sorted(set(ws)) for v, ws in graph.items()}
+    for ws in list(edges.values()):
+        for w in ws:
+            edges.setdefault(w, [])
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    groups: list[list[str]] = []
+    for root in sorted(edges):
+        if root in index:
+            continue
+        work = [(root, iter(edges[root]))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            v, children = work[-1]
+            w = next(children, None)
+            if w is not None:
+                if w not in index:
+                    index[w] = low[w] = len(index)
+                    stack.append(w)
+                    on_stack.add(w)
+                    work.append((w, iter(edges[w])))
+                elif w in on_stack:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                group = []
+                while True:
+                    w = stack.pop()
+                    on_stack.discard(w)
+                    group.append(w)
+                    if w == v:
+                        break
+                if len(group) > 1 or v in edges[v]:
+                    groups.append(sorted(group))
+    return [_circle_through(group, edges) for group in sorted(groups)]
+
+
+def _circle_through(group: list[str], edges: Mapping[str, list[str]]) -> list[str]:
+    """A shortest path from the group's first module back to itself, inside the group."""
+    start, members = group[0], set(group)
+    came_from: dict[str, str] = {}
+    frontier = [start]
+    while frontier:
+        following = []
+        for v in frontier:
+            for w in edges[v]:
+                if w == start:
+                    path = [v]
+                    while path[-1] != start:
+                        path.append(came_from[path[-1]])
+                    return [start, *reversed(path[:-1]), start] if v != start else [start, start]
+                if w in members and w not in came_from:
+                    came_from[w] = v
+                    following.append(w)
+        frontier = following
+    raise AssertionError(f"no circle through {start}")  # unreachable for a strongly connected group
+
+
+def test_no_import_circles_among_our_modules() -> None:
+    circles = import_cycles(import_graph())
+    assert circles == [], "import circles:\n" + "\n".join(" -> ".join(c) for c in circles)
+
+
+def test_the_import_graph_holds_lazy_and_type_only_imports_but_not_parent_packages() -> None:
+    graph = import_graph()
+    assert "tortoise_sdk.store.sqlite" in graph["tortoise_sdk.store"]  # inside open_store()
+    assert "tortoise_sdk.store.base" in graph["tortoise_sdk.subagents"]  # under TYPE_CHECKING
+    assert "tortoise_sdk.store" not in graph["tortoise_sdk.store.sqlite.store"]  # only its parent package
+
+
+@pytest.mark.parametrize(
+    ("graph", "expected"),
+    [
+        ({"a": {"b"}, "b": {"c"}, "c": set()}, []),
+        ({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}, [["a", "b", "c", "a"]]),
+        ({"a": {"a"}, "b": {"a"}}, [["a", "a"]]),
+        # Two circles sharing nothing, one of them reached only through a lazy edge's target.
+        ({"a": {"b"}, "b": {"a", "x"}, "x": {"y"}, "y": {"x"}}, [["a", "b", "a"], ["x", "y", "x"]]),
+        # One group, two circles in it: one shortest circle is reported for the group.
+        ({"a": {"b", "c"}, "b": {"a"}, "c": {"a"}}, [["a", "b", "a"]]),
+    ],
+)
+def test_the_cycle_finder_finds_every_circle_and_only_circles(graph, expected) -> None:
+    assert import_cycles(graph) == expected

@@ -67,7 +67,7 @@ def test_capture_stays_durable_when_extraction_explodes(tmp_path: Path, stub_mod
 
 def test_s5_exception_writes_nothing_and_keeps_the_turns(tmp_path: Path, stub_model: Any,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    from tortoise_sdk.store.sqlite_extraction import SQLiteExtractionMixin
+    from tortoise_sdk.store.sqlite.extraction import SQLiteExtractionMixin
 
     real = SQLiteExtractionMixin._write_item
     calls = []
@@ -171,7 +171,7 @@ def test_demo_replays_a_recorded_extraction(tmp_path: Path, capsys: pytest.Captu
 
 
 def test_s3_degraded_treats_everything_as_new(tmp_path: Path, stub_model: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    from tortoise_sdk.store.sqlite_extraction import SQLiteExtractionMixin
+    from tortoise_sdk.store.sqlite.extraction import SQLiteExtractionMixin
 
     def broken(*args: Any, **kwargs: Any) -> None:
         raise RuntimeError("fts index corrupt")

@@ -10,7 +10,7 @@ from pgtemp import require_postgres, temp_database
 
 from tortoise_sdk.models import ExtractionReport, JobInfo
 from tortoise_sdk.pipeline.jobs import process_pending
-from tortoise_sdk.store.base import open_store
+from tortoise_sdk.store import open_store
 from tortoise_sdk.store.plan import Fence
 
 NS = "jobs"

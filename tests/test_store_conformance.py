@@ -23,8 +23,8 @@ from tortoise_sdk.errors import CaptureConflict, IdempotencyConflict, InvalidInp
 from tortoise_sdk.memory import Memory
 from tortoise_sdk.models import ExtractionReport, Turn
 from tortoise_sdk.search import fts5_query, query_terms
-from tortoise_sdk.store.base import Store, open_store
-from tortoise_sdk.store.migrations import SQLITE_MIGRATIONS, migrate_sqlite
+from tortoise_sdk.store import Store, open_store
+from tortoise_sdk.store.sqlite.migrations import SQLITE_MIGRATIONS, migrate_sqlite
 from tortoise_sdk.store.plan import EntityPlan, ExtractionPlan, Fence, ItemPlan, RetractionPlan, SourcePlan
 from tortoise_sdk.store.sqlite import SQLiteStore
 from tortoise_sdk.streams import SubagentFrame
@@ -342,7 +342,7 @@ def test_migrating_twice_changes_nothing(fresh_url):
 
 
 def test_both_engines_are_at_the_same_schema_version(fresh_url):
-    from tortoise_sdk.store.pg_migrations import POSTGRES_MIGRATIONS
+    from tortoise_sdk.store.postgres.migrations import POSTGRES_MIGRATIONS
 
     assert [m.version for m in POSTGRES_MIGRATIONS] == [m.version for m in SQLITE_MIGRATIONS]
     with _closing(open_store(fresh_url)) as store:
@@ -354,7 +354,7 @@ def test_an_older_database_is_upgraded_and_keeps_its_data(fresh_url):
     if fresh_url.startswith("postgresql://"):
         import psycopg
 
-        from tortoise_sdk.store.pg_migrations import POSTGRES_MIGRATIONS, migrate_postgres
+        from tortoise_sdk.store.postgres.migrations import POSTGRES_MIGRATIONS, migrate_postgres
 
         with psycopg.connect(fresh_url, autocommit=True) as conn:
             assert migrate_postgres(conn, POSTGRES_MIGRATIONS[:1]) == [1]
@@ -645,7 +645,7 @@ def test_without_psycopg_open_store_names_the_extra(monkeypatch):
     from tortoise_sdk.errors import ConfigError
 
     monkeypatch.setitem(sys.modules, "psycopg", None)
-    for name in ("tortoise_sdk.store.postgres", "tortoise_sdk.store.pg_extraction"):
+    for name in ("tortoise_sdk.store.postgres", "tortoise_sdk.store.postgres.extraction"):
         monkeypatch.delitem(sys.modules, name, raising=False)
     with pytest.raises(ConfigError, match=r"pip install 'tortoise-sdk\[postgres\]'"):
         open_store("postgresql://nobody@127.0.0.1:1/none")
@@ -797,7 +797,7 @@ _KILLED_WORKER = """
 import sys, time
 from pathlib import Path
 from tortoise_sdk.models import ExtractionReport
-from tortoise_sdk.store.base import open_store
+from tortoise_sdk.store import open_store
 from tortoise_sdk.store.plan import ExtractionPlan, Fence, ItemPlan
 
 url, ns, flag = sys.argv[1:4]

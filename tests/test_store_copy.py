@@ -13,7 +13,7 @@ from tortoise_sdk.capture import prepare_capture
 from tortoise_sdk.cli import main
 from tortoise_sdk.errors import ConfigError
 from tortoise_sdk.models import ExtractionReport
-from tortoise_sdk.store.base import open_store
+from tortoise_sdk.store import open_store
 from tortoise_sdk.store.copy import copy_store
 from tortoise_sdk.store.plan import EntityPlan, ExtractionPlan, Fence, ItemPlan, RetractionPlan, SourcePlan
 

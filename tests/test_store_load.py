@@ -22,7 +22,7 @@ from pgtemp import require_postgres, temp_database
 from tortoise_sdk.capture import prepare_capture
 from tortoise_sdk.errors import LeaseLost
 from tortoise_sdk.models import ExtractionReport
-from tortoise_sdk.store.base import open_store
+from tortoise_sdk.store import open_store
 from tortoise_sdk.store.plan import ExtractionPlan, Fence, ItemPlan
 
 WRITERS, CAPTURES, WORKERS, SESSIONS, JOB_EVERY = 4, 60, 3, 8, 4

@@ -12,7 +12,7 @@ import textwrap
 import time
 
 from tortoise_sdk import Memory
-from tortoise_sdk.store.migrations import SQLITE_MIGRATIONS, migrate_sqlite
+from tortoise_sdk.store.sqlite.migrations import SQLITE_MIGRATIONS, migrate_sqlite
 from tortoise_sdk.store.sqlite import SQLiteStore
 
 LATEST = SQLITE_MIGRATIONS[-1].version

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from tortoise_sdk import Memory
 from tortoise_sdk.models import SubagentCounters
-from tortoise_sdk.store.migrations import SQLITE_MIGRATIONS, migrate_sqlite
+from tortoise_sdk.store.sqlite.migrations import SQLITE_MIGRATIONS, migrate_sqlite
 from tortoise_sdk.store.sqlite import SQLiteStore
 from tortoise_sdk.streams import SubagentFrame
 from tortoise_sdk.subagents import SubagentRecorder, is_terminal, normalize_frame, replay

@@ -34,7 +34,7 @@ from .models import (
 )
 from . import reflex
 from .search import query_terms
-from .store.base import Store, open_store
+from .store import Store, open_store
 
 if TYPE_CHECKING:
     import os

@@ -38,12 +38,13 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from tortoise_sdk.models import SubagentContext, SubagentCounters, utc_now
 from tortoise_sdk.streams.base import SubagentFrame
+from tortoise_sdk.subagent_models import TERMINAL_STATUSES, Key, NormalizedFrame, is_terminal
 
 if TYPE_CHECKING:
     from tortoise_sdk.store.base import Store
@@ -67,51 +68,9 @@ __all__ = (
     "replay",
 )
 
-TERMINAL_STATUSES: frozenset[str] = frozenset({"complete", "completed", "success", "error", "failed", "cancelled"})
 UNKNOWN_EXECUTION = "unknown"
 #: Counters ``normalize_frame`` may increment (``upserted``/``failed`` are the recorder's).
 COUNTER_NAMES: tuple[str, ...] = ("skipped_no_identity", "unknown_execution", "anomalous_value")
-
-Key = tuple[str, str, str]
-
-
-def is_terminal(status: str | None) -> bool:
-    """Whether a tool status settles the row: lowercased and stripped, in ``TERMINAL_STATUSES``."""
-    return status is not None and status.strip().lower() in TERMINAL_STATUSES
-
-
-@dataclass(frozen=True)
-class NormalizedFrame:
-    """A frame after normalization: column values as the row stores them."""
-
-    session_id: str
-    agent_execution_id: str
-    tool_call_id: str
-    turn_id: str | None
-    parent_tool_call_id: str | None
-    subagent_type: str | None
-    description: str | None
-    agent_id: str | None
-    child_session_id: str | None
-    model: str | None
-    agent_status: str | None
-    tool_status: str | None
-    is_async: bool | None
-    total_tokens: int | None
-    tool_use_count: int | None
-    duration_ms: int | None
-    source: str
-    observed_at: datetime
-
-    @property
-    def key(self) -> Key:
-        """The row key: (session_id, agent_execution_id, tool_call_id)."""
-        return (self.session_id, self.agent_execution_id, self.tool_call_id)
-
-    @property
-    def terminal(self) -> bool:
-        """Whether this frame's tool status settles the row."""
-        return is_terminal(self.tool_status)
 
 
 #: Every column of a stored row, in order.

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..capture import CaptureRequest
-from ..errors import ConfigError
 from ..models import (
     CaptureReceipt,
     Cursor,
@@ -26,10 +24,10 @@ if TYPE_CHECKING:
 
     import networkx
 
-    from ..subagents import NormalizedFrame
+    from ..subagent_models import NormalizedFrame
     from .plan import ExtractionPlan, Fence, WriteResult
 
-__all__ = ("Store", "open_store")
+__all__ = ("Store",)
 
 
 class Store(ABC):
@@ -269,21 +267,3 @@ class Store(ABC):
         for session_id, index in dict.fromkeys(positions):
             out.extend(self.turns(namespace, session_id, start=index, stop=index + 1))
         return out
-
-
-def open_store(url: str) -> Store:
-    """Open the store a path or URL names: ``postgresql://...`` or a SQLite path / ``sqlite:///path``."""
-    if url.startswith(("postgresql://", "postgres://")):
-        from .postgres import PostgresStore  # optional dependency
-
-        return PostgresStore(url)
-    from .sqlite import SQLiteStore
-
-    if url.startswith("sqlite:///"):
-        url = url[len("sqlite:///") :]
-    elif re.match(r"^[A-Za-z][\w+.-]*://", url):
-        raise ConfigError(
-            f"unsupported database URL scheme in {url.split('://')[0]}://...; use a SQLite path, "
-            "sqlite:///path or postgresql://user@host/db"
-        )
-    return SQLiteStore(url)

@@ -59,10 +59,10 @@ def copy_store(src: str, dst: str, *, progress: Callable[[str, int], None] | Non
         ConfigError: wrong kinds of URL, or the destination already holds data.
         StoreError: a database failed; nothing was committed to the destination.
     """
-    from .pg_extraction import index_memory
-    from .pg_fts import rebuild_stats_sql
-    from .postgres import PostgresStore, redact_url
-    from .sqlite import SQLiteStore
+    from .postgres.extraction import index_memory
+    from .postgres.fts import rebuild_stats_sql
+    from .postgres.store import PostgresStore, redact_url
+    from .sqlite.store import SQLiteStore
 
     if src.startswith("sqlite:///"):
         src = src[len("sqlite:///"):]

@@ -19,7 +19,7 @@ from ..text import norm_content, norm_name
 if TYPE_CHECKING:
     import networkx
 
-    from ..subagents import NormalizedFrame
+    from ..subagent_models import NormalizedFrame
 
 __all__ = (
     "COUNTER_NAMES",

@@ -14,7 +14,7 @@ from ..models import SubagentContext, SubagentCounters
 from .rows import COUNTER_NAMES, Row, counter_rows, subagent_context
 
 if TYPE_CHECKING:
-    from ..subagents import NormalizedFrame
+    from ..subagent_models import NormalizedFrame
 
 __all__ = ("DERIVED_MARKERS", "SubagentCore", "owner_sessions")
 

@@ -2,7 +2,7 @@
 
 A mixin of ``SQLiteStore`` (it relies on its ``transaction`` and ``read``), kept in
 its own module so the foundation store stays small. The decisions (outcomes, order,
-job states) live in ``common.ExtractionCore``; this module holds SQLite's SQL.
+job states) live in ``extraction_core.ExtractionCore``; this module holds SQLite's SQL.
 """
 
 from __future__ import annotations
@@ -16,12 +16,12 @@ from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from ..errors import NotFoundError
-from ..models import ExtractionReport, JobInfo, MemoryRecord, utc_now
-from ..search import fts5_query
-from .common import ExtractionCore
-from .plan import EntityPlan, ExtractionPlan, ItemPlan, SourcePlan
-from .rows import add_graph, and_equal, entity_dicts, iso_dt, job_info, memory_records, norm_keys
+from ...errors import NotFoundError
+from ...models import ExtractionReport, JobInfo, MemoryRecord, utc_now
+from ...search import fts5_query
+from ..extraction_core import ExtractionCore
+from ..plan import EntityPlan, ExtractionPlan, ItemPlan, SourcePlan
+from ..rows import add_graph, and_equal, entity_dicts, iso_dt, job_info, memory_records, norm_keys
 
 if TYPE_CHECKING:
     import networkx

@@ -1,6 +1,6 @@
 """PostgreSQL side of extraction: memories, entities, provenance, the S5 write, and the shared job queue.
 
-The decisions (outcomes, ids, ordering, job states) are ``common.ExtractionCore``'s,
+The decisions (outcomes, ids, ordering, job states) are ``extraction_core.ExtractionCore``'s,
 as on SQLite; this module holds the SQL, built for many writers on many hosts:
 
 - the S5 write of a namespace holds a transaction-scoped advisory lock, so two workers
@@ -23,13 +23,13 @@ from typing import TYPE_CHECKING, Any
 
 from psycopg.rows import dict_row
 
-from ..errors import NotFoundError
-from ..models import ExtractionReport, JobInfo, MemoryRecord
-from ..search import query_terms
-from .common import ExtractionCore
-from .pg_fts import bm25_search_sql, index_memories_sql, newest_matches_sql, usable_terms
-from .plan import EntityPlan, ExtractionPlan, ItemPlan, SourcePlan
-from .rows import add_graph, and_equal, entity_dicts, job_info, memory_records, norm_keys
+from ...errors import NotFoundError
+from ...models import ExtractionReport, JobInfo, MemoryRecord
+from ...search import query_terms
+from ..extraction_core import ExtractionCore
+from ..plan import EntityPlan, ExtractionPlan, ItemPlan, SourcePlan
+from ..rows import add_graph, and_equal, entity_dicts, job_info, memory_records, norm_keys
+from .fts import bm25_search_sql, index_memories_sql, newest_matches_sql, terms_from_fts5, usable_terms
 
 if TYPE_CHECKING:
     import networkx
@@ -86,8 +86,6 @@ class PostgresExtractionMixin(ExtractionCore):
         self, namespace: str, match: str, *, k: int, include_superseded: bool = False
     ) -> list[tuple[MemoryRecord, float]]:
         """Ranked search over memory content, search keys and entity names (an ``fts5_query`` expression)."""
-        from .postgres import terms_from_fts5
-
         return self.search_memory_terms(namespace, terms_from_fts5(match), k=k,
                                         include_superseded=include_superseded)
 

@@ -17,18 +17,18 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from psycopg.rows import dict_row
 
-from ..models import SubagentContext
-from .subagent_core import SubagentCore, owner_sessions
-from .rows import Row, and_equal, subagent_context, subagent_params, utc
+from ...models import SubagentContext
+from ..rows import Row, and_equal, subagent_context, subagent_params, utc
+from ..subagent_core import SubagentCore, owner_sessions
 
 if TYPE_CHECKING:
-    from ..subagents import NormalizedFrame
+    from ...subagent_models import NormalizedFrame
 
 logger = logging.getLogger(__name__)
 
 __all__ = ("PostgresSubagentMixin", "fill_subagent_turns")
 
-# See sqlite_subagents._RESOLVE_TURN: the same lookups in the same order, the same derived prefixes.
+# See sqlite.subagents._RESOLVE_TURN: the same lookups in the same order, the same derived prefixes.
 _RESOLVE_TURN = """COALESCE(
     (SELECT t.turn_id FROM turns t
       WHERE t.namespace = %(namespace)s AND t.session_id = {session} AND t.external_id = {ref}),
@@ -77,7 +77,7 @@ ON CONFLICT (namespace, session_id, agent_execution_id, tool_call_id) DO UPDATE 
 RETURNING *
 """
 
-# See sqlite_subagents._FILL: the rows of one session still waiting for their turn.
+# See sqlite.subagents._FILL: the rows of one session still waiting for their turn.
 _FILL = f"""
 UPDATE subagent_contexts AS s
    SET turn_id = {_RESOLVE_TURN.format(session="s.session_id", ref="s.turn_ref")}
@@ -91,7 +91,7 @@ ON CONFLICT (namespace, name) DO UPDATE SET value = k.value + EXCLUDED.value"""
 def fill_subagent_turns(c: psycopg.Connection, namespace: str, session_id: str) -> None:
     """Fill forward the ``turn_id`` of rows whose turn a capture of ``session_id`` may just have stored.
 
-    See ``sqlite_subagents.fill_subagent_turns``. Runs in a savepoint of the capture's
+    See ``sqlite.subagents.fill_subagent_turns``. Runs in a savepoint of the capture's
     transaction; a failure other than a deadlock or serialization conflict (which the
     capture's transaction retries) logs a warning and leaves the rows pending.
     """

@@ -18,12 +18,12 @@ from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from ..models import SubagentContext
-from .subagent_core import SubagentCore, owner_sessions
-from .rows import Row, and_equal, subagent_context, subagent_params, utc
+from ...models import SubagentContext
+from ..rows import Row, and_equal, subagent_context, subagent_params, utc
+from ..subagent_core import SubagentCore, owner_sessions
 
 if TYPE_CHECKING:
-    from ..subagents import NormalizedFrame
+    from ...subagent_models import NormalizedFrame
 
 logger = logging.getLogger(__name__)
 

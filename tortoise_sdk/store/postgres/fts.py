@@ -15,14 +15,18 @@ through ``phraseto_tsquery``: user text never reaches tsquery syntax.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
+
+from ...errors import InvalidInput
 __all__ = ("FTS_CONFIG", "STAT_SHARDS", "bm25_search_sql", "index_memories_sql", "newest_matches_sql",
-           "rebuild_stats_sql", "turn_stats_sql", "usable_terms")
+           "rebuild_stats_sql", "terms_from_fts5", "turn_stats_sql", "usable_terms")
 
 FTS_CONFIG = "tortoise_english"
 STAT_SHARDS = 16
 _K1 = 1.2
 _B = 0.75
+_TERM = re.compile(r'"((?:[^"]|"")*)"')
 
 
 def usable_terms(terms: Sequence[str]) -> list[str]:
@@ -159,4 +163,34 @@ def rebuild_stats_sql() -> tuple[str, ...]:
         " SELECT 'turns', 0, COUNT(*), COALESCE(SUM(fts_len), 0) FROM turns",
         "INSERT INTO fts_stats (tbl, shard, n_rows, n_tokens)"
         " SELECT 'memories', 0, COUNT(*), COALESCE(SUM(fts_len), 0) FROM memories WHERE fts_len IS NOT NULL",
+    )
+
+
+def terms_from_fts5(match: str) -> list[str]:
+    """The terms of an expression made by ``fts5_query``: ``"acme" OR "job"`` -> ``['acme', 'job']``.
+
+    Only that shape is accepted; PostgreSQL never sees FTS5 syntax.
+
+    Raises:
+        InvalidInput: ``match`` is not a quoted-OR expression.
+    """
+    terms: list[str] = []
+    pos = 0
+    text = match.strip()
+    while True:
+        m = _TERM.match(text, pos)
+        if m is None:
+            break
+        terms.append(m.group(1).replace('""', '"'))
+        pos = m.end()
+        if pos == len(text):
+            return terms
+        sep = re.compile(r"\s+OR\s+").match(text, pos)
+        if sep is None:
+            break
+        pos = sep.end()
+    raise InvalidInput(
+        "the PostgreSQL store accepts only expressions made by tortoise_sdk.search.fts5_query "
+        '(quoted terms joined by OR); pass plain terms to Store.search_terms instead',
+        field="match",
     )

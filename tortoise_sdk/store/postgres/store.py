@@ -5,7 +5,6 @@ Needs the extra: ``pip install 'tortoise-sdk[postgres]'``.
 
 from __future__ import annotations
 
-import re
 import threading
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -14,39 +13,32 @@ from datetime import datetime
 from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg_pool import ConnectionPool
 from tenacity import retry, retry_if_exception, stop_after_attempt, wait_random_exponential
 
-from ..capture import CaptureRequest
-from ..errors import (
+from ...capture import CaptureRequest
+from ...errors import (
     ConfigError,
     InvalidInput,
     MigrationError,
     NotFoundError,
     StoreError,
 )
-from ..models import CaptureReceipt, Diagnostic, SearchHit, SessionInfo, utc_now
-from ..search import idf, idf_bonus, split_by_postings
+from ...models import CaptureReceipt, Diagnostic, SearchHit, SessionInfo, utc_now
+from ...search import idf, idf_bonus, split_by_postings
+from ..base import Store
+from ..capture_plan import new_receipt, plan_append, receipt_row, replay_or_conflict, session_date_for
+from ..cursors import CursorMixin
+from ..rows import and_equal
+from ..rows import turn_hit as _hit
+from .extraction import PostgresExtractionMixin
+from .fts import FTS_CONFIG, bm25_search_sql, newest_matches_sql, terms_from_fts5, turn_stats_sql, usable_terms
+from .migrations import POSTGRES_MIGRATIONS, migrate_postgres
+from .subagents import PostgresSubagentMixin, fill_subagent_turns
 
-try:  # the optional extra, checked before anything else needs it
-    import psycopg
-    from psycopg import errors as pg_errors
-    from psycopg_pool import ConnectionPool
-except ImportError as exc:
-    raise ConfigError(
-        "PostgreSQL support needs psycopg 3 and psycopg-pool: pip install 'tortoise-sdk[postgres]'"
-    ) from exc
-
-from .base import Store
-from .cursors import CursorMixin
-from .pg_extraction import PostgresExtractionMixin
-from .pg_subagents import PostgresSubagentMixin, fill_subagent_turns
-from .pg_fts import FTS_CONFIG, bm25_search_sql, newest_matches_sql, turn_stats_sql, usable_terms
-from .pg_migrations import POSTGRES_MIGRATIONS, migrate_postgres
-from .capture_plan import new_receipt, plan_append, receipt_row, replay_or_conflict, session_date_for
-from .rows import and_equal
-from .rows import turn_hit as _hit
-
-__all__ = ("PostgresStore", "redact_url", "terms_from_fts5")
+__all__ = ("PostgresStore", "redact_url")
 
 T = TypeVar("T")
 
@@ -54,7 +46,6 @@ T = TypeVar("T")
 _TURN_WEIGHTS = {"A": 1.0, "B": 0.5}
 _TURN_COLUMNS = "t.turn_id, t.external_id, t.session_id, s.session_date, t.idx, t.role, t.name, t.content"
 _JOIN_SESSION = "JOIN sessions s ON s.namespace = t.namespace AND s.session_id = t.session_id"
-_TERM = re.compile(r'"((?:[^"]|"")*)"')
 _TX_ATTEMPTS = 8
 
 
@@ -433,36 +424,6 @@ class PostgresStore(PostgresExtractionMixin, PostgresSubagentMixin, CursorMixin,
         if not rows:
             raise NotFoundError(f"no turn {turn_id!r} in namespace {namespace!r}")
         return _hit(rows[0], 0.0)
-
-
-def terms_from_fts5(match: str) -> list[str]:
-    """The terms of an expression made by ``fts5_query``: ``"acme" OR "job"`` -> ``['acme', 'job']``.
-
-    Only that shape is accepted; PostgreSQL never sees FTS5 syntax.
-
-    Raises:
-        InvalidInput: ``match`` is not a quoted-OR expression.
-    """
-    terms: list[str] = []
-    pos = 0
-    text = match.strip()
-    while True:
-        m = _TERM.match(text, pos)
-        if m is None:
-            break
-        terms.append(m.group(1).replace('""', '"'))
-        pos = m.end()
-        if pos == len(text):
-            return terms
-        sep = re.compile(r"\s+OR\s+").match(text, pos)
-        if sep is None:
-            break
-        pos = sep.end()
-    raise InvalidInput(
-        "the PostgreSQL store accepts only expressions made by tortoise_sdk.search.fts5_query "
-        '(quoted terms joined by OR); pass plain terms to Store.search_terms instead',
-        field="match",
-    )
 
 
 def redact_url(url: str) -> str:

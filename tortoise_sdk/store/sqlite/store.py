@@ -14,19 +14,19 @@ from typing import Any, TypeVar
 
 from tenacity import retry, retry_if_exception, stop_after_delay, wait_random_exponential
 
-from ..capture import CaptureRequest
-from ..config import DEFAULT_BUSY_TIMEOUT_MS
-from ..errors import NotFoundError, StoreError
-from ..models import CaptureReceipt, Diagnostic, MemoryRecord, SearchHit, SessionInfo, utc_now
-from ..search import idf, idf_bonus, split_by_postings
-from .base import Store
-from .capture_plan import new_receipt, plan_append, receipt_row, replay_or_conflict, session_date_for
-from .cursors import CursorMixin
+from ...capture import CaptureRequest
+from ...config import DEFAULT_BUSY_TIMEOUT_MS
+from ...errors import NotFoundError, StoreError
+from ...models import CaptureReceipt, Diagnostic, MemoryRecord, SearchHit, SessionInfo, utc_now
+from ...search import idf, idf_bonus, split_by_postings
+from ..base import Store
+from ..capture_plan import new_receipt, plan_append, receipt_row, replay_or_conflict, session_date_for
+from ..cursors import CursorMixin
+from ..rows import and_equal
+from ..rows import turn_hit as _hit
+from .extraction import SQLiteExtractionMixin
 from .migrations import SQLITE_MIGRATIONS, migrate_sqlite
-from .rows import and_equal
-from .rows import turn_hit as _hit
-from .sqlite_extraction import SQLiteExtractionMixin
-from .sqlite_subagents import SQLiteSubagentMixin, fill_subagent_turns
+from .subagents import SQLiteSubagentMixin, fill_subagent_turns
 
 __all__ = ("SQLiteStore",)
 
