@@ -49,17 +49,27 @@ CAPTURE_EVENTS: tuple[str, ...] = ("Stop", "SubagentStop", "PreCompact", "Sessio
 HOOK_EVENTS: tuple[str, ...] = ("UserPromptSubmit", *CAPTURE_EVENTS)
 #: Recent turns of the session the reflex reads beside the prompt.
 WINDOW_TURNS = 6
+#: The reflex's own time budget in a hook. Larger than ``Memory.context``'s in-process default: each
+#: hook is a fresh process whose first store reads are cold, and the hook has its own hard limit.
+REFLEX_TIME_BUDGET_MS = 1000.0
 #: How many pointer ids already shown in a session are remembered (prior-mention rule).
 SHOWN_KEPT = 64
 
 
 def handle_event(
-    mem: Memory, event: Mapping[str, Any], *, budget: int = 3, max_tokens: int = 400, max_bytes: int | None = None
+    mem: Memory,
+    event: Mapping[str, Any],
+    *,
+    budget: int = 3,
+    max_tokens: int = 400,
+    max_bytes: int | None = None,
+    time_budget_ms: float = REFLEX_TIME_BUDGET_MS,
 ) -> dict | None:
     """Act on one hook event; returns the JSON document to print, or None to print nothing.
 
-    ``budget`` and ``max_tokens`` bound the block; ``max_bytes`` bounds the transcript bytes
-    captured per call (``Memory.follow``), so a long backlog is taken over several calls.
+    ``budget`` and ``max_tokens`` bound the block, ``time_budget_ms`` the reflex's run (past it
+    the block is empty); ``max_bytes`` bounds the transcript bytes captured per call
+    (``Memory.follow``), so a long backlog is taken over several calls.
 
     Raises:
         InvalidInput: the event is not a hook event object.
@@ -77,20 +87,25 @@ def handle_event(
             except (TortoiseError, OSError) as exc:  # the block can still be built from what is stored
                 log.warning("transcript not captured: %s", exc)
         prompt = _text(event.get("prompt"))
-        return _prompt_context(mem, session_id, prompt, budget, max_tokens) if prompt else None
+        return _prompt_context(mem, session_id, prompt, budget, max_tokens, time_budget_ms) if prompt else None
     if name in CAPTURE_EVENTS:
         for path in dict.fromkeys(p for p in (transcript, _text(event.get("agent_transcript_path"))) if p):
             mem.follow(path, "claude-code", extract="background", max_bytes=max_bytes)
     return None
 
 
-def _prompt_context(mem: Memory, session_id: str | None, prompt: str, budget: int, max_tokens: int) -> dict | None:
+def _prompt_context(
+    mem: Memory, session_id: str | None, prompt: str, budget: int, max_tokens: int, time_budget_ms: float
+) -> dict | None:
     recent = mem.turns(session_id)[-WINDOW_TURNS:] if session_id else []
     window = [*({"role": h.role, "content": h.content} for h in recent), {"role": "user", "content": prompt}]
     shown = mem.cursor(f"claude-code:shown:{session_id}") if session_id else None
     ids = [i for i in (shown.value.get("ids") if shown else None) or [] if isinstance(i, str)]
     prior = " ".join(f"ref:{i}" for i in ids) or None
-    block = mem.context(window, prior, budget=budget, max_tokens=max_tokens, session_id=session_id)
+    block = mem.context(window, prior, budget=budget, max_tokens=max_tokens, session_id=session_id,
+                        time_budget_ms=time_budget_ms)
+    if block.degraded_reason:
+        log.warning("no memory block: %s (%.0f ms)", block.degraded_reason, block.elapsed_ms)
     if not block.block:
         return None
     if shown is not None:

@@ -4,7 +4,8 @@ A Claude Code transcript is built from the real ``subagent.jsonl`` (``../shared/
 with fresh message ids until it is ``--mb`` MiB, and captured by ``Stop`` events (4 MiB per call at most). Then,
 ``--repeat`` times, one more line is appended and a ``UserPromptSubmit`` event is handed to
 ``tortoise hook`` (a new process each time, as Claude Code does): it follows the transcript from the
-stored offset (re-reading the earlier lines' ids) and prints the block. Baselines: the bare
+stored offset (re-reading the earlier lines' ids) and prints the block (the prompt asks, so the
+block is not held back as already shown). Baselines: the bare
 interpreter, and ``tortoise sessions`` (start-up plus one store read).
 
 Run: .venv/bin/python benchmarks/bench_hooks.py [--mb 8] [--repeat 10]
@@ -79,7 +80,7 @@ def main() -> None:
         # A Stop captures at most 4 MiB of backlog per call: enough calls to catch up.
         stops = [hook(tortoise, db, {**base, "hook_event_name": "Stop", "stop_hook_active": False})[0]
                  for _ in range(int(args.mb // 4) + 2)]
-        prompt = {**base, "hook_event_name": "UserPromptSubmit", "prompt": "why did the credo setup fail?"}
+        prompt = {**base, "hook_event_name": "UserPromptSubmit", "prompt": "remind me why the credo setup failed?"}
         times, shown = [], 0
         for line in lines[-args.repeat:]:
             with transcript.open("a") as f:
