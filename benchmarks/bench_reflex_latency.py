@@ -4,8 +4,11 @@ The text is synthetic but shaped like chat: people, pets, places and activities 
 templates, with Zipf-distributed filler words, so common and rare terms both occur. Four
 items in five are turns (sessions of 20), one in five an extracted memory written through
 the store's real S5 write path. Queries are a mix of questions about stored facts, unrelated
-questions and courtesy turns. Baseline in the same run: one plain ``Memory.search`` (FTS5
-BM25 over turns, k=5), the least a retrieval step costs.
+questions and courtesy turns. Baselines in the same run: one plain ``Memory.search`` (FTS5
+BM25 over turns, k=5), the least a retrieval step costs, and ``context()`` with the retrieval
+methods added since the last quiet-machine figures switched off (``BEFORE``), so a change's cost
+is read against a figure taken under the same load. The machine is shared: compare columns of one
+run, not runs.
 
 Usage::
 
@@ -27,6 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 from tortoise_sdk import Memory  # noqa: E402
 from tortoise_sdk.models import ExtractionReport  # noqa: E402
+from tortoise_sdk.reflex import tuning  # noqa: E402
 from tortoise_sdk.store.plan import EntityPlan, ExtractionPlan, ItemPlan  # noqa: E402
 from tortoise_sdk.store.sqlite import SQLiteStore  # noqa: E402
 
@@ -54,6 +58,8 @@ QUESTIONS = [
 ]
 UNRELATED = ["what is the capital of Peru?", "explain quantum chromodynamics", "how do I invert a matrix in numpy?"]
 COURTESY = ["thanks!", "hi", "ok cool", "good morning"]
+# The reflex as it was before the methods these switches control (tuning attributes).
+BEFORE: dict[str, object] = {"PRESENT_TENSE": False}
 
 
 def _filler(rng: random.Random, vocab: list[str], n: int) -> str:
@@ -123,9 +129,23 @@ def pct(values: list[float], p: float) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[int(p) - 1]
 
 
+def _timed_context(mem: Memory, q: str, overrides: dict[str, object]) -> tuple[float, bool]:
+    saved = {k: getattr(tuning, k) for k in overrides}
+    for k, v in overrides.items():
+        setattr(tuning, k, v)
+    try:
+        t = time.perf_counter()
+        block = mem.context([{"role": "user", "content": q}], budget=5, time_budget_ms=None)
+        return (time.perf_counter() - t) * 1000, bool(block.pointers)
+    finally:
+        for k, v in saved.items():
+            setattr(tuning, k, v)
+
+
 def run(sizes: list[int], n_queries: int) -> int:
     print(f"{'items':>8} {'turns':>7} {'memories':>8} | {'context p50':>11} {'p95':>7} {'max':>7} "
-          f"{'non-empty':>9} {'timeouts@50ms':>13} | {'search p50':>10} {'p95':>6}")
+          f"{'non-empty':>9} {'timeouts@50ms':>13} | {'before p50':>10} {'p95':>7} | {'search p50':>10} {'p95':>6}")
+    print(f"  (before: context() with {BEFORE}, timed in the same loop)")
     for size in sizes:
         with tempfile.TemporaryDirectory() as tmp:
             t0 = time.perf_counter()
@@ -136,18 +156,20 @@ def run(sizes: list[int], n_queries: int) -> int:
             qs = queries(n_queries)
             for q in qs[:20]:  # warm the page cache and the per-connection temp tables
                 mem.context([{"role": "user", "content": q}], budget=5, time_budget_ms=None)
-            lat, base, nonempty, timeouts = [], [], 0, 0
+            lat, before, base, nonempty, timeouts = [], [], [], 0, 0
             for q in qs:
-                t = time.perf_counter()
-                block = mem.context([{"role": "user", "content": q}], budget=5, time_budget_ms=None)
-                lat.append((time.perf_counter() - t) * 1000)
-                nonempty += bool(block.pointers)
-                timeouts += lat[-1] > 50
+                ms, found = _timed_context(mem, q, {})
+                lat.append(ms)
+                nonempty += found
+                timeouts += ms > 50
+                before.append(_timed_context(mem, q, BEFORE)[0])
                 t = time.perf_counter()
                 mem.search(q, k=5)
                 base.append((time.perf_counter() - t) * 1000)
             print(f"{size:>8} {n_turns:>7} {n_mem:>8} | {pct(lat, 50):>9.2f}ms {pct(lat, 95):>5.2f}ms "
-                  f"{max(lat):>5.1f}ms {nonempty:>9} {timeouts:>13} | {pct(base, 50):>8.2f}ms {pct(base, 95):>4.2f}ms"
+                  f"{max(lat):>5.1f}ms {nonempty:>9} {timeouts:>13} | "
+                  f"{pct(before, 50):>8.2f}ms {pct(before, 95):>5.2f}ms"
+                  f" | {pct(base, 50):>8.2f}ms {pct(base, 95):>4.2f}ms"
                   f"   (built in {built:.0f}s)")
             mem.close()
     return 0

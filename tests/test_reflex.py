@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from conftest import capture_demo_sessions
 from locomo import SKIP_REASON, load_questions, load_sessions, locomo_files
 from tortoise_sdk import Memory, MemoryBlock, NotFoundError, StoreError
+from tortoise_sdk.demo import load_demo_sessions
 from tortoise_sdk.models import MEMORY_BLOCK_MARKER, ExtractionReport
 from tortoise_sdk.reflex import MAX_BUDGET, MEMORY_BLOCK_END, approx_tokens
 from tortoise_sdk.store.plan import EntityPlan, ExtractionPlan, ItemPlan, SourcePlan
@@ -93,6 +94,76 @@ def test_memory_blocks_in_the_window_are_not_queried(mem):
     block = ask(mem, "what is my dog called?")
     window = [{"role": "system", "content": block.block}, {"role": "user", "content": "thanks!"}]
     assert mem.context(window).pointers == []
+
+
+# -- present tense and repeated text -------------------------------------------------------------
+
+_OLD_JOB = [{"role": "user", "content": "I work at Northwind Labs as a data engineer, mostly pipelines."},
+            {"role": "assistant", "content": "Nice, how do you like the team at Northwind?"},
+            {"role": "user", "content": "The team is great and I bike to work every morning."}]
+
+
+def _jobs(tmp_path, later: list[dict]) -> Memory:
+    m = Memory(str(tmp_path / "jobs.db"), namespace="jobs")
+    m.capture("s-2023", _OLD_JOB, session_date="2023-02-01T09:00:00")
+    m.capture("s-2024", [{"role": "user", "content": "Anyway, how do I poach an egg?"},
+                         {"role": "assistant", "content": "Simmer the water and add a splash of vinegar."}, *later],
+              session_date="2024-05-10T09:00:00")
+    return m
+
+
+@pytest.mark.parametrize("question", ["where am I working these days?", "where do I work now?",
+                                      "do I still work at Northwind Labs?"])
+def test_present_tense_puts_the_later_follow_up_first(tmp_path, question):
+    # The later turn shares no query word: it is found through the older turns' own words (Northwind Labs).
+    helix = "I just started at Helix Health, I left Northwind Labs last month."
+    with _jobs(tmp_path, [{"role": "user", "content": helix}]) as m:
+        block = ask(m, question)
+        assert block.pointers[0].synopsis == helix and block.pointers[0].session_date.startswith("2024")
+        assert "the question asks how things are now" in block.why[0]
+        assert any("Northwind Labs as a data engineer" in p.synopsis for p in block.pointers[1:])  # kept, after it
+        # Asked about the past, the older turn leads and the later one does not jump ahead.
+        past = ask(m, "where did I work in 2023?")
+        assert "Northwind Labs as a data engineer" in past.pointers[0].synopsis
+
+
+def test_present_tense_reorders_direct_matches_latest_first(tmp_path):
+    later = "These days I work at Helix Health, the commute is a short walk."
+    with _jobs(tmp_path, [{"role": "user", "content": later}]) as m:
+        assert ask(m, "where do I work these days?").pointers[0].synopsis == later
+        assert "Northwind" in ask(m, "where do I work?").pointers[0].synopsis  # no present tense: best match first
+
+
+def test_present_tense_needs_a_later_turn_that_says_something_changed(tmp_path):
+    # A later mention of the same words that reports no change does not outrank the answer.
+    later = "Northwind Labs data engineer meetups are on Thursdays."
+    with _jobs(tmp_path, [{"role": "user", "content": later}]) as m:
+        assert ask(m, "where am I working these days?").pointers[0].synopsis != later
+
+
+def test_the_custom_loop_example_gets_the_current_job(mem):
+    window = [{"role": "user", "content": "Remind me, what is my dog called?"},
+              {"role": "assistant", "content": "Your dog is Biscuit."},
+              {"role": "user", "content": "And where am I working these days?"}]
+    first = mem.context(window, session_id="today").pointers[0]
+    assert first.external_id == "d2-1" and "Helix Health" in first.synopsis
+
+
+def test_identical_text_in_several_sessions_takes_one_slot(tmp_path):
+    turns = load_demo_sessions()[0]["turns"]
+    with Memory(str(tmp_path / "dup.db"), namespace="dup") as m:
+        for i, day in enumerate(["2024-03-02", "2024-03-09", "2024-03-16"]):
+            m.capture(f"copy-{i}", turns, session_date=f"{day}T10:00:00")
+        block = ask(m, "what is my dog called?", budget=3)
+        texts = [p.synopsis for p in block.pointers]
+        assert len(texts) == 3 and len(set(texts)) == 3
+        # Identical copies rank alike: the latest session's copy is the one kept.
+        assert {p.session_id for p in block.pointers} == {"copy-2"}
+        # Case, spacing and punctuation do not make a copy distinct.
+        m.capture("shouty", [{"role": "user", "content": "POOR BISCUIT -- a dog walker at midday might help him!"}],
+                  session_date="2024-04-01T10:00:00")
+        again = [p.synopsis.casefold() for p in ask(m, "what is my dog called?", budget=5).pointers]
+        assert sum("dog walker at midday" in t for t in again) == 1
 
 
 # -- prior mentions ------------------------------------------------------------------------------

@@ -16,6 +16,8 @@ Pipeline, each step one batched store read:
 4. **Scoring**: BM25 with the weights above, plus a share of the best neighbouring turn's
    score (an answer often sits in the reply to the turn that names the topic) and a boost
    for turns spoken by a person the query names; lists fused by reciprocal rank.
+   Identical texts keep one slot. A present-tense question ("now", "these days", "still")
+   puts later turns that follow up the top turns, and say what changed, before them.
 5. **Gate** on the share of the query's weight a candidate (with its neighbour) covers, the
    **prior-mention rule**, then the **budget** (pointers and tokens) and the **frame**.
 

@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
-from ..models import SearchHit
-from . import tuning
-from .query import entity_names, surface_of
-from .shapes import Candidate, Reading, Term
+import math
+import re
+from collections.abc import Mapping
 
-__all__ = ("memory_candidates", "turn_pool")
+from ..models import SearchHit
+from ..search import STOP_WORDS, query_terms
+from . import tuning
+from .query import CAPITALISED, entity_names, surface_of
+from .shapes import Candidate, Reading, Term, session_day
+
+# A turn that says things changed: what a later turn must say to outrank an earlier one.
+_CHANGED = re.compile(
+    r"\b(now|currently|these days|nowadays|anymore|any more|no longer|used to|left|quit|moved|switched|"
+    r"started|joined|changed|stopped|instead|new|since)\b", re.I)
+
+__all__ = ("later_on_topic", "memory_candidates", "topic_terms", "turn_pool")
 
 
 def turn_pool(r: Reading, terms: list[Term]) -> tuple[list[Term], dict[tuple[str, int], SearchHit]]:
@@ -82,3 +92,79 @@ def memory_candidates(r: Reading, terms: list[Term], query: str, wants_change: b
         for m in hop if m.status == "live" and m.id not in shown
     ]
     return [text_list, hop_list]
+
+
+def topic_terms(r: Reading, texts: list[str], exclude: set[str], limit: int) -> dict[str, tuple[str, float]]:
+    """``stem -> (surface, idf)`` of the texts' most distinctive words that other turns hold too.
+
+    A word no other turn holds cannot lead anywhere, and a common one leads everywhere: kept
+    are words in at least 2 turns and at most ``MAX_DF_SHARE`` of them (in a small store, at
+    most ``COMMON_DF_FLOOR``), rarest first. Counting a word's turns costs a walk of its
+    postings, so only ``TOPIC_WORDS`` words are counted: capitalised ones (names) first, then
+    the longest.
+    """
+    capitalised = {w.lower() for t in texts for w in CAPITALISED.findall(t)}
+    words = sorted({w for t in texts for w in query_terms(t) if w not in STOP_WORDS and not w.isdigit()},
+                   key=lambda w: (w not in capitalised, -len(w), w))
+    if not words:
+        return {}
+    surface: dict[str, str] = {}
+    for w, st in zip(words, r.store.analyze(words)):
+        if len(st) == 1 and st[0] not in exclude and st[0] not in surface and len(surface) < tuning.TOPIC_WORDS:
+            surface[st[0]] = w
+    n, stats = r.store.term_stats(list(surface))
+    r.tick()
+    common = max(tuning.COMMON_DF_FLOOR, int(n * tuning.MAX_DF_SHARE))
+    kept = sorted(((stem, stats[stem][0]) for stem in surface if stem in stats and 2 <= stats[stem][0] <= common),
+                  key=lambda x: (x[1], x[0]))[:limit]
+    return {stem: (surface[stem], math.log(1 + (n - df + 0.5) / (df + 0.5))) for stem, df in kept}
+
+
+def later_on_topic(r: Reading, ranked: list[Candidate], terms: list[Term],
+                   pool: Mapping[tuple[str, int], SearchHit]) -> dict[str, list[Candidate]]:
+    """For a present-tense question: turns of later sessions that follow up the top turns, by the turn they follow.
+
+    A later turn follows up an earlier top turn when it says something changed (now, left, moved,
+    started, no longer...) and shares with it all the query words it matched, or at least
+    ``RECENCY_MIN_SHARED`` of those and the distinctive words of the turn and its neighbours
+    ("I left Northwind Labs, I'm now at Helix Health" follows "Congratulations on the new job!",
+    the reply to "my first week at Northwind Labs"). Later turns come from the ranking and from one
+    more full-text read of those distinctive words. Undated turns are never compared.
+    """
+    anchors = [(c, c.hit) for c in ranked[: tuning.RECENCY_ANCHORS]
+               if c.kind == "turn" and c.hit is not None and c.hit.session_date]
+    if not anchors:
+        return {}
+    texts = [" ".join(n.content for d in (-1, 0, 1) if (n := pool.get((h.session_id, h.index + d))) is not None)
+             or c.text for c, h in anchors]
+    topic = topic_terms(r, texts, {t.stem for t in terms}, tuning.RECENCY_TERMS)
+    later = {c.key: c.hit for c in ranked[: tuning.CANDIDATES]
+             if c.kind == "turn" and c.hit is not None and c.hit.session_date}
+    if topic:
+        # The newest matches of each word are walked first, and later turns are what is sought.
+        for h in r.store.candidate_turns(r.ns, {sf: w for sf, w in topic.values()}, k=tuning.CANDIDATES,
+                                         per_term=tuning.RECENCY_PER_TERM):
+            later.setdefault(h.turn_id, h)
+        r.tick()
+    hits = [h for h in later.values() if _CHANGED.search(h.content)]
+    if not hits:
+        return {}
+    analysed = r.store.analyze(texts + [h.content for h in hits])
+    own = [(c, h, c.matched | (set(st) & set(topic))) for (c, h), st in zip(anchors, analysed)]
+    by_key = {c.key: c for c in ranked}
+    follow: dict[str, list[Candidate]] = {}
+    for h, st in zip(hits, analysed[len(anchors):]):
+        words = set(st)
+        for a, a_hit, a_words in own:
+            shared = a_words & words
+            if h.turn_id == a.key or session_day(h) <= session_day(a_hit):
+                continue
+            if not (a.matched and a.matched <= words) and len(shared) < tuning.RECENCY_MIN_SHARED:
+                continue
+            said = ", ".join(repr(topic[s][0] if s in topic else surface_of(terms, s)) for s in sorted(shared))
+            c = by_key.get(h.turn_id) or Candidate(key=h.turn_id, kind="turn", text=h.content, hit=h)
+            c.reasons.append(f"said later than the turn of {session_day(a_hit)[:10]} it follows up "
+                             f"(shares {said}) and says what changed; the question asks how things are now")
+            follow.setdefault(a.key, []).append(c)
+            break
+    return follow

@@ -13,7 +13,9 @@ from . import tuning
 from .shapes import Message, Reading, Term
 
 __all__ = (
+    "CAPITALISED",
     "CHANGE",
+    "NOW",
     "SPACE",
     "WHEN",
     "as_list",
@@ -36,8 +38,12 @@ _ASK = re.compile(r"\?|\b(remind|recall|remember|tell me|what|when|where|who|whi
 CHANGE = re.compile(
     r"\b(chang\w*|used to|before|previous(ly)?|earlier|anymore|no longer|still|switch\w*|moved|former(ly)?|"
     r"update[ds]?|instead)\b", re.I)
+# Present tense: the question asks how things stand now, so later evidence outranks what it replaced.
+NOW = re.compile(
+    r"\b(these days|nowadays|now|currently|current|still|at the moment|anymore|any more|at present|presently|"
+    r"no longer)\b", re.I)
 WHEN = re.compile(r"\b(when|what (year|month|day|date|time)|how long ago)\b", re.I)
-_CAPITALISED = re.compile(r"\b[A-Z][\w'-]+")
+CAPITALISED = re.compile(r"\b[A-Z][\w'-]+")
 SPACE = re.compile(r"\s+")
 
 
@@ -118,7 +124,7 @@ def weigh_terms(r: Reading, query: str, earlier: str = "") -> list[Term]:
 
 
 def entity_names(query: str, terms: list[Term]) -> list[str]:
-    words = [w.strip("'-") for w in _CAPITALISED.findall(query)]
+    words = [w.strip("'-") for w in CAPITALISED.findall(query)]
     names = [w for w in words if w.lower() not in STOP_WORDS and w.lower() not in _COURTESY]
     names += [t.surface.capitalize() for t in terms if t.is_name]
     return list(dict.fromkeys(n for n in names if n))[:8]

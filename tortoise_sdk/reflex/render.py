@@ -38,7 +38,8 @@ def render(r: Reading, ranked: list[Candidate], budget: int, max_tokens: int) ->
             continue
         lines.append(line)
         pointers.append(_pointer(c, synopsis))
-        why.append("; ".join(c.reasons or _reasons(r, c)) or "matched the query")
+        said = c.reasons if c.kind == "memory" else [*_reasons(r, c), *c.reasons]
+        why.append("; ".join(said) or "matched the query")
     if not pointers:
         return MemoryBlock()
     text = frame(lines)

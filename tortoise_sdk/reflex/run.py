@@ -11,11 +11,12 @@ from typing import Any
 from ..errors import StoreError
 from ..models import MemoryBlock
 from ..store.base import Store
-from .candidates import memory_candidates, turn_pool
+from .candidates import later_on_topic, memory_candidates, turn_pool
 from .prior import drop_prior, not_in_window
-from .query import CHANGE, as_list, message, query_text, weigh_terms
+from .query import CHANGE, NOW, as_list, message, query_text, weigh_terms
 from .render import render
-from .scoring import fuse, score_turns, without_stale_turns
+from .scoring import distinct, fuse, latest_first, score_turns, without_stale_turns
+from . import tuning
 from .shapes import Reading, Timeout
 from .tokens import TokenCounter, approx_tokens
 
@@ -94,8 +95,10 @@ def _steps(r: Reading, window: Sequence[Any], prior: Any, budget: int, max_token
     content_terms, pool = turn_pool(r, terms)
     turns = score_turns(r, terms, content_terms, query, pool)
     r.tick()
-    ranked = fuse([turns, *memory_candidates(r, terms, query, wants_change)])
+    ranked = distinct(fuse([turns, *memory_candidates(r, terms, query, wants_change)]))
     r.tick()
+    if tuning.PRESENT_TENSE and NOW.search(query):
+        ranked = latest_first(ranked, later_on_topic(r, ranked, terms, pool))
     ranked = without_stale_turns(r, ranked[: budget * 4 + len(msgs)], wants_change)
     ranked = not_in_window(ranked[: budget * 4 + len(msgs)], msgs, session_id)
     if not ask:

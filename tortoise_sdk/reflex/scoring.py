@@ -9,10 +9,11 @@ from collections.abc import Mapping
 from ..models import SearchHit
 from . import tuning
 from .query import WHEN
-from .shapes import Candidate, Reading, Term
+from .shapes import Candidate, Reading, Term, session_day
 
-__all__ = ("diversify", "fuse", "score_turns", "without_stale_turns")
+__all__ = ("distinct", "diversify", "fuse", "latest_first", "score_turns", "without_stale_turns")
 
+_NOT_WORD = re.compile(r"[\W_]+")
 _TIME_WORDS = re.compile(
     r"\b(yesterday|today|tonight|tomorrow|ago|last|next|this (morning|week|month|year|weekend)|recently|"
     r"(mon|tues|wednes|thurs|fri|satur|sun)day|weekend|january|february|march|april|may|june|july|august|"
@@ -143,3 +144,40 @@ def without_stale_turns(r: Reading, ranked: list[Candidate], wants_change: bool)
             c.reasons.append("its facts were later superseded (the question asks about a change)")
         kept.append(c)
     return kept
+
+
+def distinct(ranked: list[Candidate]) -> list[Candidate]:
+    """One slot per text: a copy of a text already ranked (the same file captured in several sessions) is dropped.
+
+    Texts are compared case-folded, punctuation and spacing ignored. The best-placed copy is kept;
+    among copies ranked equal (identical sessions score alike), the one of the latest session.
+    """
+    kept: dict[str, int] = {}
+    out: list[Candidate] = []
+    for c in ranked:
+        norm = _NOT_WORD.sub(" ", c.text.casefold()).strip()
+        i = kept.get(norm)
+        if i is None:
+            kept[norm] = len(out)
+            out.append(c)
+        elif c.score == out[i].score and session_day(c.hit) > session_day(out[i].hit):
+            out[i] = c
+    return out
+
+
+def latest_first(ranked: list[Candidate], follow: Mapping[str, list[Candidate]]) -> list[Candidate]:
+    """A present-tense question's order: each top turn is preceded by the later turns that follow it up,
+    the latest first (at most ``RECENCY_PER_ANCHOR`` each); the earlier turn stays, after them."""
+    out: list[Candidate] = []
+    placed: set[str] = set()
+    for c in ranked:
+        later = sorted((f for f in follow.get(c.key, ()) if f.key not in placed),
+                       key=lambda f: session_day(f.hit), reverse=True)
+        for f in later[: tuning.RECENCY_PER_ANCHOR]:
+            f.score = max(f.score, c.score)
+            out.append(f)
+            placed.add(f.key)
+        if c.key not in placed:
+            out.append(c)
+            placed.add(c.key)
+    return out

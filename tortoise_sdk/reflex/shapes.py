@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from ..store.base import Store
     from .tokens import TokenCounter
 
-__all__ = ("Candidate", "Message", "Reading", "Term", "Timeout")
+__all__ = ("Candidate", "Message", "Reading", "Term", "Timeout", "session_day")
 
 
 class Timeout(Exception):
@@ -71,3 +71,8 @@ class Reading:
         """Raise ``Timeout`` once the deadline has passed."""
         if self.deadline is not None and time.perf_counter() > self.deadline:
             raise Timeout
+
+
+def session_day(hit: SearchHit | None) -> str:
+    """A turn's session date as text that sorts in time ("" when undated; a time zone is ignored)."""
+    return ((hit.session_date if hit is not None else None) or "")[:19]

@@ -9,6 +9,7 @@ from __future__ import annotations
 __all__ = (
     "B",
     "CANDIDATES",
+    "COMMON_DF_FLOOR",
     "CONTEXT_WEIGHT",
     "DIVERSIFY",
     "FUSE_DEPTH",
@@ -21,17 +22,25 @@ __all__ = (
     "NAMES_AS_SPEAKERS",
     "NEIGHBOUR_SHARE",
     "NEXT_SHARE",
+    "PRESENT_TENSE",
     "PER_TERM",
+    "RECENCY_ANCHORS",
+    "RECENCY_MIN_SHARED",
+    "RECENCY_PER_ANCHOR",
+    "RECENCY_PER_TERM",
+    "RECENCY_TERMS",
     "RELATIVE_GATE",
     "RRF_K",
     "SPEAKER_BOOST",
     "SYNOPSIS_CHARS",
+    "TOPIC_WORDS",
     "WHEN_BOOST",
 )
 
 CANDIDATES = 32          # turns fetched by the full-text query
 MAX_TERMS = 10           # query terms kept, rarest first
 MAX_DF_SHARE = 0.04      # terms in more than this share of turns are pruned from the full-text query
+COMMON_DF_FLOOR = 10     # ... but in a small store no word is common below this many turns
 MAX_QUERY_TERMS = 6      # of those, the rarest searched in the index
 PER_TERM = 200           # newest matches read per term: bounds the cost of common terms
 K1, B = 1.2, 0.75
@@ -48,3 +57,10 @@ HOP_WEIGHT = 0.5         # rank-fusion weight of memories reached one hop throug
 NAMES_AS_SPEAKERS = True   # a name the turns' speakers carry is a speaker signal, not a content term
 WHEN_BOOST = 0.2         # a 'when' question prefers turns that say when
 DIVERSIFY = True         # a turn does not inherit the score of a neighbour already chosen
+PRESENT_TENSE = True     # 'now', 'these days', 'still'...: later follow-ups of the top turns go first
+RECENCY_ANCHORS = 3      # present tense: the top turns whose later follow-ups go before them
+TOPIC_WORDS = 10         # words of those turns whose frequency is looked up (each costs a postings walk)
+RECENCY_TERMS = 6        # distinctive words of those turns searched for follow-ups in later sessions
+RECENCY_PER_TERM = 50    # newest matches read per word in that search
+RECENCY_MIN_SHARED = 2   # words a later turn must share with a top turn to follow it up
+RECENCY_PER_ANCHOR = 2   # follow-ups placed before each top turn
