@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +24,7 @@ import pytest
 # Before they are imported: their asserts then report values like a test module's.
 pytest.register_assert_rewrite("pipeline_scenarios")
 
+from needs import require_shared  # noqa: E402
 from stub_model import StubModel  # noqa: E402
 from tortoise_sdk import Memory  # noqa: E402
 from tortoise_sdk.cli import main as cli_main  # noqa: E402
@@ -49,6 +51,45 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "stub_only: record this cassette from the stub even when TORTOISE_LIVE_MODEL is set (fault scripts)"
     )
+    config.addinivalue_line(
+        "markers", "shared_data(name): reads ../shared/data/<name>; skipped when absent, failed under CI=true"
+    )
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    for mark in item.iter_markers("shared_data"):
+        require_shared(*mark.args)
+
+
+_PHASES = pytest.StashKey[dict[str, pytest.TestReport]]()
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[pytest.TestReport]:
+    """Keep each phase's report on the item, so a fixture's teardown can tell whether its test ran and passed."""
+    report = yield
+    item.stash.setdefault(_PHASES, {})[report.when] = report
+    return report
+
+
+def call_passed(request: pytest.FixtureRequest) -> bool:
+    """Whether the test of this fixture ran and passed (False when it was skipped or failed)."""
+    call = request.node.stash.get(_PHASES, {}).get("call")
+    return call is not None and call.passed
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Every skip reason once, with how many tests and which files it skipped (so a missing server or data set is loud)."""
+    by_reason: dict[str, list[str]] = defaultdict(list)
+    for report in terminalreporter.stats.get("skipped", []):
+        longrepr = report.longrepr
+        reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+        by_reason[reason.removeprefix("Skipped: ")].append(report.nodeid.split("::")[0])
+    if not by_reason:
+        return
+    terminalreporter.section("skipped tests, by reason", sep="-", yellow=True)
+    for reason, files in sorted(by_reason.items(), key=lambda kv: -len(kv[1])):
+        terminalreporter.write_line(f"SKIPPED {len(files)}: {reason} [{', '.join(sorted(set(files)))}]", yellow=True)
 
 
 def pytest_recording_configure(config: pytest.Config, vcr: Any) -> None:

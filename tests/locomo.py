@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from needs import LOCOMO_DIR, needs_locomo
 from tortoise_sdk.evaluation.locomo import Question, load_conversations, parse_date
 
-__all__ = ("LOCOMO_DIR", "SKIP_REASON", "Question", "load_questions", "load_sessions", "locomo_files", "parse_date")
+__all__ = ("LOCOMO_DIR", "SKIP_REASON", "Question", "load_questions", "load_sessions", "locomo_files", "needs_locomo",
+           "parse_date")
 
-SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
-LOCOMO_DIR = SHARED_DATA / "locomo"
+#: What a benchmark prints when the data is absent (tests use ``needs_locomo``).
 SKIP_REASON = f"LoCoMo data not found at {LOCOMO_DIR} (it lives beside the repo in CI, not in a user's clone)"
 
 

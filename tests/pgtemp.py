@@ -41,16 +41,12 @@ def pg_unavailable_reason() -> str | None:
 
 def require_postgres() -> None:
     """Skip (locally) or fail (CI=true) when PostgreSQL is unreachable."""
-    import pytest
+    from needs import skip_or_fail
 
     reason = pg_unavailable_reason()
-    if reason is None:
-        return
-    message = (f"{reason}. Start PostgreSQL or set TORTOISE_TEST_PG_URL "
-               "(e.g. pg_ctlcluster --skip-systemctl-redirect 15 main start)")
-    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-        pytest.fail(f"CI=true and the PostgreSQL half of the suite cannot run: {message}", pytrace=False)
-    pytest.skip(f"SKIPPING POSTGRESQL TESTS: {message}")
+    if reason is not None:
+        skip_or_fail(f"PostgreSQL tests: {reason}; start PostgreSQL or set TORTOISE_TEST_PG_URL "
+                     "(e.g. pg_ctlcluster --skip-systemctl-redirect 15 main start)")
 
 
 @contextmanager

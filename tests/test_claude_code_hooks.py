@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from needs import TRANSCRIPTS, needs_transcripts
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -27,8 +28,6 @@ from tortoise_sdk.cli import main
 DATA = Path(__file__).resolve().parent / "data"
 SHORT = DATA / "claude_code_short.jsonl"
 EXCERPT = DATA / "claude_code_subagent_excerpt.jsonl"
-TRANSCRIPTS = Path(__file__).resolve().parents[2] / "shared" / "data" / "claude-transcripts"
-needs_shared = pytest.mark.skipif(not TRANSCRIPTS.is_dir(), reason=f"shared transcripts not found at {TRANSCRIPTS}")
 TORTOISE = str(Path(sys.executable).with_name("tortoise"))
 SHORT_SESSION = "55604662-cf2a-4331-851a-ec234028f8ca"
 #: Row fields that differ between a live hook and a backfill of the same file by design.
@@ -104,7 +103,7 @@ def test_hooks_on_a_growing_transcript_capture_each_turn_once_and_equal_a_whole_
         assert {r.source for r in live.subagents()} <= {"live"}
 
 
-@needs_shared
+@needs_transcripts
 def test_the_real_sub_agent_session_line_by_line_gives_the_rows_of_tortoise_capture(monkeypatch, capsys,
                                                                                      tmp_path) -> None:
     session = "491e126e-1e71-469c-ade2-fcc8af567c74"

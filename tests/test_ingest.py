@@ -7,12 +7,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from needs import TRANSCRIPTS, needs_transcripts
 
 from tortoise_sdk import Memory
 from tortoise_sdk.pipeline.grounding import is_evidence
 
-TRANSCRIPTS = Path(__file__).resolve().parents[2] / "shared" / "data" / "claude-transcripts"
-needs_shared = pytest.mark.skipif(not TRANSCRIPTS.is_dir(), reason=f"shared transcripts not found at {TRANSCRIPTS}")
 NS = "ingest"
 SESSION = "491e126e-1e71-469c-ade2-fcc8af567c74"
 CHILD = f"{SESSION}:agent-afb92ff"
@@ -27,7 +26,7 @@ def child_turns_are_never_evidence(mem: Memory, session: str) -> None:
 # -- Claude Code agent_progress: the child's own messages ------------------------------------------
 
 
-@needs_shared
+@needs_transcripts
 def test_real_transcript_stores_the_sub_agent_messages_and_search_finds_them(tmp_path) -> None:
     path = TRANSCRIPTS / "subagent.jsonl"
     progress = [o for o in map(json.loads, path.read_text(encoding="utf-8").splitlines())

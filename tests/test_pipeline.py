@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from conftest import ModelEndpoint
-from locomo import LOCOMO_DIR, SKIP_REASON, load_sessions
+from locomo import LOCOMO_DIR, load_sessions, needs_locomo
 from pipeline_scenarios import (
     capture_demo,
     later_session_supersedes,
@@ -42,7 +42,7 @@ def prompt_hash(name: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-@pytest.mark.skipif(not (LOCOMO_DIR / "conv-26.json").exists(), reason=SKIP_REASON)
+@needs_locomo
 def test_locomo_session_happy_path(tmp_path: Any, model_endpoint: ModelEndpoint) -> None:
     session = load_sessions(LOCOMO_DIR / "conv-26.json")[0]
     with memory(tmp_path, model_endpoint) as mem:

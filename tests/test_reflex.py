@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import capture_demo_sessions
-from locomo import SKIP_REASON, load_questions, load_sessions, locomo_files
+from locomo import load_questions, load_sessions, locomo_files, needs_locomo
 from tortoise_sdk import Memory, MemoryBlock, NotFoundError, StoreError
 from tortoise_sdk.demo import load_demo_sessions
 from tortoise_sdk.models import MEMORY_BLOCK_MARKER, ExtractionReport
@@ -411,7 +411,7 @@ def test_reflex_never_imports_the_model_layer():
 LOCOMO_RECALL = {"conv-26": 0.668, "conv-30": 0.686}
 
 
-@pytest.mark.skipif(not locomo_files(), reason=SKIP_REASON)
+@needs_locomo
 def test_locomo_recall_at_5(tmp_path):
     achieved = {}
     for path in locomo_files():

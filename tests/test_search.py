@@ -6,7 +6,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from locomo import SKIP_REASON, load_questions, load_sessions, locomo_files
+from locomo import load_questions, load_sessions, locomo_files, needs_locomo
 from tortoise_sdk import Memory
 from tortoise_sdk.search import fts5_query, query_terms
 
@@ -78,7 +78,7 @@ def evidence_recall(mem: Memory, questions, k: int) -> float:
     return total / len(questions)
 
 
-@pytest.mark.skipif(not locomo_files(), reason=SKIP_REASON)
+@needs_locomo
 def test_locomo_evidence_recall_at_10_meets_goal(tmp_path):
     scores, n = [], 0
     for path in locomo_files():

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from needs import TRANSCRIPTS, needs_transcripts
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -25,11 +26,6 @@ from tortoise_sdk.subagents import replay
 
 DATA = Path(__file__).parent / "data"
 EXCERPT = DATA / "claude_code_subagent_excerpt.jsonl"
-TRANSCRIPTS = Path(__file__).parents[2] / "shared" / "data" / "claude-transcripts"
-needs_shared = pytest.mark.skipif(
-    not TRANSCRIPTS.is_dir(),
-    reason=f"the shared real-transcript data set is not present at {TRANSCRIPTS} (it is not part of a clone)",
-)
 
 TASK_ID = "toolu_01Cz2Pnv7qNcnK1ZiocxWhQX"
 SESSION = "491e126e-1e71-469c-ade2-fcc8af567c74"
@@ -60,7 +56,7 @@ def check_completed_task(parsed: ParsedStream) -> None:
     assert row["settled_at"] == NOW and row["source"] == "backfill" and row["is_async"] is False
 
 
-@needs_shared
+@needs_transcripts
 def test_real_subagent_transcript_reports_the_completed_task_exactly() -> None:
     parsed = parse_stream(TRANSCRIPTS / "subagent.jsonl")
     assert parsed.format == "claude-code"
@@ -72,7 +68,7 @@ def test_excerpt_reports_the_completed_task_exactly() -> None:
     check_completed_task(parse_stream(EXCERPT))
 
 
-@needs_shared
+@needs_transcripts
 @pytest.mark.parametrize("name", ["short.jsonl", "subagent.jsonl", "tool_heavy.jsonl"])
 def test_real_transcripts_account_for_every_line(name: str) -> None:
     path = TRANSCRIPTS / name

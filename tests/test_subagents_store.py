@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from needs import TRANSCRIPTS, needs_transcripts
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -24,11 +25,6 @@ from tortoise_sdk.subagents import SubagentRecorder, is_terminal, normalize_fram
 
 DATA = Path(__file__).parent / "data"
 EXCERPT = DATA / "claude_code_subagent_excerpt.jsonl"
-TRANSCRIPTS = Path(__file__).resolve().parents[2] / "shared" / "data" / "claude-transcripts"
-needs_shared = pytest.mark.skipif(
-    not TRANSCRIPTS.is_dir(),
-    reason=f"the shared real-transcript data set is not present at {TRANSCRIPTS} (it is not part of a clone)",
-)
 
 SESSION = "491e126e-1e71-469c-ade2-fcc8af567c74"
 TASK_ID = "toolu_01Cz2Pnv7qNcnK1ZiocxWhQX"
@@ -309,7 +305,7 @@ def test_excerpt_ingests_one_settled_row(tmp_path) -> None:
         assert len(mem.receipts()) == 2
 
 
-@needs_shared
+@needs_transcripts
 def test_real_subagent_transcript_ingests_one_settled_row(tmp_path) -> None:
     with Memory(str(tmp_path / "m.db"), namespace=NS) as mem:
         report = mem.ingest(TRANSCRIPTS / "subagent.jsonl")
@@ -318,7 +314,7 @@ def test_real_subagent_transcript_ingests_one_settled_row(tmp_path) -> None:
         assert mem.subagent_counters() == SubagentCounters(upserted=4, unknown_execution=4)
 
 
-@needs_shared
+@needs_transcripts
 def test_a_grown_transcript_appends_only_its_new_turns(tmp_path) -> None:
     lines = (TRANSCRIPTS / "subagent.jsonl").read_text(encoding="utf-8").splitlines()
     with Memory(str(tmp_path / "a.db"), namespace=NS) as grown, Memory(str(tmp_path / "b.db"), namespace=NS) as once:
