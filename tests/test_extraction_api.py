@@ -188,15 +188,18 @@ def test_s3_degraded_treats_everything_as_new(tmp_path: Path, stub_model: Any, m
 
 def test_vet_gate_runs_between_s2_and_s4_when_enabled(tmp_path: Path, stub_model: Any) -> None:
     script = load_recorded_extraction()
-    script["routes"].append({"stage": "vet", "replies": [{"content": {"decisions": [
-        {"id": "c6", "action": "drop", "reason": "a passing detail, not worth remembering"}]}}]})
+    script["routes"].append({"stage": "vet", "replies": [
+        {"content": {"decisions": [{"id": "c6", "action": "drop", "reason": "a passing detail, not worth remembering"}]}},
+        {"content": {"decisions": [{"id": "c1", "action": "keep"}]}},  # the second pass, over S4's Tomás point
+    ]})
     stub = stub_model(script)
     with mem_for(tmp_path, stub, vet=True) as mem:
         report = capture(mem, "demo-1").extraction
-        assert [r.stage for r in stub.requests] == ["s1", "s2", "vet", "s4"]
+        assert [r.stage for r in stub.requests] == ["s1", "s2", "vet", "s4", "vet"]
+        assert "Tomás" in stub.requests[-1].prompt and "Northwind" not in stub.requests[-1].prompt.split("Transcript")[0]
         assert report.status == "ok" and report.outcomes == {"ADD": 6}
         assert [(w.stage, w.code) for w in report.warnings] == [("vet", "drop")]
-        assert report.stages["vet"].calls == 1 and report.stages["vet"].prompt_hash
+        assert report.stages["vet"].calls == 2 and report.stages["vet"].prompt_hash
         assert "Biscuit howls when Maya leaves for work at 7." not in [m.content for m in mem.memories()]
 
 

@@ -1,9 +1,15 @@
-"""Grounding: verbatim quotes in the cited turn, re-anchoring, rejection of that item alone, non-evidence turns."""
+"""Grounding: verbatim quotes in the cited turn, re-anchoring, rejection of that item alone, non-evidence turns,
+and the matching rule (cuts mid-word, elisions, near-misses) as exact cases and hypothesis properties."""
 
 from __future__ import annotations
 
+import re
+
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
 from tortoise_sdk.models import MEMORY_BLOCK_MARKER, SearchHit
-from tortoise_sdk.pipeline.grounding import evidence_turns, ground, is_evidence
+from tortoise_sdk.pipeline.grounding import evidence_turns, ground, is_evidence, quote_matches
 from tortoise_sdk.pipeline.merge import coerce_proposal
 
 
@@ -87,3 +93,139 @@ def test_a_memory_block_inside_a_turn_is_cut_out_before_matching() -> None:
     ]), [system, user])
     assert [g.item.content for g in result.points] == ["Maya loves hiking."]
     assert result.rejected == 1
+
+
+# -- the matching rule: exact cases ---------------------------------------------------------------------
+
+TRIP = "Hey Mel! We went on a family road trip yesterday, and I can't believe how far we drove. I'm unhappy " \
+       "with the car though: it has 120000 miles. I adopted a beagle named Biscuit from the shelter."
+
+
+def test_verbatim_quotes_cut_mid_word_are_grounded() -> None:
+    for quote in ("...a family road trip yest", "amily road trip yesterday", "\u201cOn a FAMILY road trip\u201d",
+                  "went on a family road trip yesterday and I can't", "adopted a beagle named Bisc...",
+                  "I adopted a beagle ... from the shelter", "Mel!  We went\non a family road trip\u2026"):
+        assert quote_matches(quote, TRIP), quote
+
+
+def test_near_misses_are_not_grounded() -> None:
+    for quote in (
+        "I adopted a poodle named Biscuit",  # one content word changed
+        "I adopted a ... poodle named Biscuit",  # the elision beside the changed word
+        "I adopted a ... eagle named Biscuit",  # a fragment of the old word beside an elision
+        "I adopted a bea ... named Biscuit",
+        "we went on a family road trip yesterday, and I can",  # cut before n't: the negation dropped
+        "happy with the car though",  # cut after "un": the negation dropped
+        "car though: it has 1200",  # a number split
+        "0000 miles. I adopted a beagle",
+        "I ... adopted a ... beagle",  # single short words stitched together
+        "he",  # too short, only inside "shelter"
+        "mily road tr",  # cut, and its complete words are under the floor
+        "We went on a family cruise yesterday",
+    ):
+        assert not quote_matches(quote, TRIP), quote
+
+
+# -- the matching rule: properties (hypothesis) -----------------------------------------------------------
+
+# Words without i, n, o or digits: no negating prefix, contraction or number, so the guards never apply here.
+WORD = st.text(alphabet="abcdefghjklmpqrstuvwxyz", min_size=2, max_size=9)
+SENTENCE = st.lists(WORD, min_size=6, max_size=30)
+
+
+def key(words: list[str]) -> str:
+    return " ".join(words)
+
+
+@st.composite
+def span_of(draw: st.DrawFn, min_words: int = 5) -> tuple[list[str], int, int]:
+    words = draw(SENTENCE)
+    n = draw(st.integers(min_words, len(words)))
+    a = draw(st.integers(0, len(words) - n))
+    return words, a, a + n
+
+
+def dress(draw: st.DrawFn, quote: str) -> str:
+    """Case, curly quotes, trailing punctuation and spacing as a model may write them."""
+    quote = draw(st.sampled_from([str, str.upper, str.title, str.swapcase]))(quote)
+    quote = re.sub(" ", lambda _: draw(st.sampled_from([" ", "  ", "\n", " \t"])), quote)
+    opening, closing = draw(st.sampled_from([("", ""), ("\u201c", "\u201d"), ('"', '".'), ("'", "!'")]))
+    return opening + quote + closing
+
+
+@given(st.data(), span_of())
+@settings(max_examples=150, suppress_health_check=[HealthCheck.too_slow])
+def test_a_span_cut_mid_word_at_either_end_is_grounded(data: st.DataObject, span: tuple[list[str], int, int]) -> None:
+    words, a, b = span
+    quote = list(words[a:b])
+    if data.draw(st.booleans(), "cut start"):
+        quote[0] = quote[0][data.draw(st.integers(1, len(quote[0]) - 1)):]
+    if data.draw(st.booleans(), "cut end"):
+        quote[-1] = quote[-1][:data.draw(st.integers(1, len(quote[-1]) - 1))]
+    prefix = data.draw(st.sampled_from(["", "...", "\u2026"]))
+    assert quote_matches(dress(data.draw, prefix + key(quote)), key(words))
+
+
+@given(st.data(), span_of(6))
+@settings(max_examples=150, suppress_health_check=[HealthCheck.too_slow])
+def test_an_elision_of_interior_words_is_grounded(data: st.DataObject, span: tuple[list[str], int, int]) -> None:
+    words, a, b = span
+    start = data.draw(st.integers(a + 2, b - 3))
+    stop = data.draw(st.integers(start + 1, b - 2))
+    mark = data.draw(st.sampled_from([" ... ", "... ", " \u2026 ", " [...] "]))
+    quote = key(words[a:start]) + mark + key(words[stop:b])
+    assert quote_matches(dress(data.draw, quote), key(words))
+
+
+@given(st.data(), span_of(4), WORD)
+@settings(max_examples=250, suppress_health_check=[HealthCheck.too_slow])
+def test_one_word_substituted_is_rejected_however_it_is_elided_or_cut(
+        data: st.DataObject, span: tuple[list[str], int, int], new: str) -> None:
+    words, a, b = span
+    i = data.draw(st.integers(a, b - 1), "substituted word")
+    old = words[i]
+    assume(new != old and not old.startswith(new) and not old.endswith(new))
+    swapped = [*words[a:i], new, *words[i + 1:b]]
+    j = i - a
+    # The new word stays whole in every variant; only what surrounds it is elided or cut.
+    variants = [key(swapped)]
+    if j >= 2:
+        variants.append(key(swapped[:j]) + " ... " + key(swapped[j:]))
+    if j <= len(swapped) - 3:
+        variants.append(key(swapped[:j + 1]) + " ... " + key(swapped[j + 1:]))
+    if j >= 3:
+        variants.append(key(swapped[:1]) + " " + key(swapped[2:]))  # a word dropped elsewhere, no marker
+        variants.append(key(swapped[:2]) + " ... " + key(swapped[3:]))
+    if len(swapped) - 1 > j and len(swapped[-1]) > 1:
+        variants.append(key(swapped[:-1]) + " " + swapped[-1][:-1])  # cut at the far end
+    for quote in variants:
+        # Unless the sentence happens to say it elsewhere: parts in order, boundaries ignored.
+        parts = [p for p in quote.split(" ... ")]
+        assume(not re.search(".*?".join(map(re.escape, parts)), key(words)))
+        assert not quote_matches(dress(data.draw, quote), key(words)), quote
+
+
+@given(st.data(), span_of(4))
+@settings(max_examples=150, suppress_health_check=[HealthCheck.too_slow])
+def test_a_fragment_of_a_word_beside_an_elision_is_rejected(data: st.DataObject, span: tuple[list[str], int, int]) -> None:
+    # "I adopted a ... eagle named Biscuit" must not ground in "I adopted a beagle named Biscuit".
+    words, a, b = span
+    i = data.draw(st.integers(a + 1, b - 2))
+    assume(len(words[i]) >= 3)
+    k = data.draw(st.integers(1, len(words[i]) - 1))
+    tail = key([words[i][k:], *words[i + 1:b]])
+    head = key([*words[a:i], words[i][:k]])
+    before, after = key(words[a:i]), key(words[i + 1:b])
+    assume(f" {tail} " not in f" {key(words)} " and f" {head} " not in f" {key(words)} ")
+    assert not quote_matches(f"{before} ... {tail}", key(words))
+    assert not quote_matches(f"{head} ... {after}", key(words))
+
+
+@given(SENTENCE, SENTENCE, st.data())
+@settings(max_examples=150, suppress_health_check=[HealthCheck.too_slow])
+def test_a_quote_of_another_turn_is_rejected(turn: list[str], other: list[str], data: st.DataObject) -> None:
+    n = data.draw(st.integers(3, len(other)))
+    a = data.draw(st.integers(0, len(other) - n))
+    quote = key(other[a:a + n])
+    assume(quote not in key(turn))
+    assert not quote_matches(dress(data.draw, quote), key(turn))

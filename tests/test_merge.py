@@ -105,6 +105,13 @@ def test_coerce_drops_bad_items_alone() -> None:
                                                           "points[2] dropped"]
 
 
+def test_an_empty_object_or_empty_lists_is_a_proposal_of_nothing() -> None:
+    # S4's "nothing to add": {} is as normal as four empty lists, and neither warns.
+    for reply in ({}, {"entities": [], "events": [], "points": [], "retractions": []}, {"points": []},
+                  {"events": None, "points": []}):
+        assert coerce_proposal(reply, stage="s4") == (Proposal(), [])
+
+
 def test_coerce_refuses_a_reply_that_is_not_the_contract() -> None:
     import pytest
 

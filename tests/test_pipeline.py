@@ -166,3 +166,40 @@ def test_later_session_supersedes(tmp_path: Any, model_endpoint: ModelEndpoint) 
         assert "Maya leads the data platform at Helix Health." in live
         g = mem.graph()
         assert any(d["kind"] == "source" for _, _, d in g.out_edges(f"memory:{new.id}", data=True))
+
+
+def test_s4_answers_nothing_to_add(tmp_path: Any, model_endpoint: ModelEndpoint) -> None:
+    # S2 already has everything, so S4 answers {}: a normal "no change", not a parse error, not partial.
+    with memory(tmp_path, model_endpoint) as mem:
+        report = capture_demo(mem, "demo-1").extraction
+        assert report.status == "ok" and report.reason is None
+        assert report.errors == [] and report.warnings == []
+        assert report.outcomes == {"ADD": 7}
+        assert "Maya's neighbour Tomás offered to walk Biscuit on Tuesdays and Thursdays." in contents(mem)
+
+
+def test_vet_runs_again_on_what_s4_added(tmp_path: Any, model_endpoint: ModelEndpoint) -> None:
+    with memory(tmp_path, model_endpoint, vet=True) as mem:
+        report = capture_demo(mem, "demo-1").extraction
+        assert report.status == "ok"
+        assert [(w.stage, w.code, (w.detail or {}).get("pass")) for w in report.warnings] == [("vet", "drop", "s4")]
+        assert report.stages["vet"].calls == 2
+        assert report.outcomes == {"ADD": 7}
+        assert "Maya's neighbour Tomás offered to walk Biscuit on Tuesdays and Thursdays." in contents(mem)
+        assert "The assistant suggested a midday dog walker for Biscuit." not in contents(mem)
+    if model_endpoint.stub is not None:
+        assert [r.stage for r in model_endpoint.stub.requests] == ["s1", "s2", "vet", "s4", "vet"]
+        second = model_endpoint.stub.requests[-1].prompt.split("Transcript")[0]
+        # The second gate sees only S4's additions, numbered afresh.
+        assert "c1: " in second and "Tomás" in second and "c3: " not in second and "BART" not in second
+
+
+def test_second_vet_fails_open(tmp_path: Any, model_endpoint: ModelEndpoint) -> None:
+    with memory(tmp_path, model_endpoint, vet=True) as mem:
+        report = capture_demo(mem, "demo-1").extraction
+        assert report.status == "partial"
+        assert codes(report.errors) == [("vet", "server")]
+        assert "vet of the items S4 added failed; kept every one" in report.errors[0].message
+        assert report.errors[0].detail["pass"] == "s4"
+        assert report.outcomes == {"ADD": 8}
+        assert "The assistant suggested a midday dog walker for Biscuit." in contents(mem)

@@ -2,12 +2,32 @@
 
 A quote is looked for in the turn the item cites, then in every other evidence
 turn of the session (the item is re-anchored there, with a warning); failing
-both, that item alone is rejected with a warning. Matching ignores case,
-typographic quotes and spacing, and respects word boundaries; ``...`` in a quote
-skips at most ``MAX_ELLIPSIS_GAP`` characters between parts. A quote must hold at
-least ``MIN_QUOTE_WORDS`` words or ``MIN_QUOTE_CHARS`` characters ("I" or "he"
-ground nothing). Tool turns, sub-agent records and injected memory blocks are never
-evidence, and a memory block embedded anywhere in a turn is cut out before matching.
+both, that item alone is rejected with a warning. Tool turns, sub-agent records
+and injected memory blocks are never evidence, and a memory block embedded
+anywhere in a turn is cut out before matching.
+
+The matching rule (:func:`quote_matches`):
+
+- Case, typographic quotes and dashes, spacing and punctuation between words are
+  ignored: the quote and the turn are compared as their words (letters, digits,
+  and apostrophes inside a word), in order.
+- ``...`` (or ``…``) in a quote is an elision: its parts must occur in order,
+  each at most ``MAX_ELLIPSIS_GAP`` characters after the previous one, each
+  starting and ending on word boundaries where it meets the elision, and each
+  holding at least ``MIN_PART_WORDS`` words or ``MIN_PART_CHARS`` characters
+  (single short words cannot be stitched into a sentence the turn never said).
+- A quote must hold at least ``MIN_QUOTE_WORDS`` words or ``MIN_QUOTE_CHARS``
+  characters ("I" or "he" ground nothing).
+- Its outer ends may fall inside a word of the turn (models cut quotes like
+  ``"...a family road trip yest"``) when its complete words alone meet that
+  floor; a shorter quote must start and end on word boundaries. A cut never
+  splits a number (``"I have 2"`` in "I have 20 dogs"), never drops a negation
+  at the end (``"I can"`` in "I can't", ``"cannot"``) nor a negating prefix at the
+  start (``"happy with it"`` in "unhappy with it").
+
+What the rule cannot see: a cut that leaves a different real word (``"eagle"``
+cut from "beagle") is verbatim text and is accepted; grounding checks that the
+words are the turn's, not what the memory makes of them.
 """
 
 from __future__ import annotations
@@ -22,12 +42,19 @@ from ..store.plan import SourcePlan
 from ..text import norm_name, norm_quote
 from .merge import Entity, Proposal, _Grounded
 
-__all__ = ("Grounded", "evidence_turns", "ground", "is_evidence")
+__all__ = ("Grounded", "evidence_turns", "ground", "is_evidence", "match_key", "quote_matches", "quote_parts")
 
 _SUBAGENT_FLAGS = ("subagent", "is_subagent", "isSidechain", "sidechain")
 MIN_QUOTE_WORDS = 3
 MIN_QUOTE_CHARS = 12
+MIN_PART_WORDS = 2
+MIN_PART_CHARS = 6
 MAX_ELLIPSIS_GAP = 200
+# A word: letters, digits, underscore, and apostrophes between them ("can't", "Maya's").
+_WORDS = re.compile(r"\w+(?:'\w+)*")
+_ELISION = re.compile(r"\.{3,}")
+_NEGATING_PREFIXES = frozenset({"un", "in", "im", "il", "ir", "dis", "non", "anti", "mis"})
+_NEGATING_SUFFIX = re.compile(r"n't|not")
 _BLOCK = re.compile(re.escape(MEMORY_BLOCK_MARKER) + r".*?(?:" + re.escape(MEMORY_BLOCK_END) + r"|\Z)", re.DOTALL)
 
 
@@ -74,13 +101,14 @@ class GroundingResult:
 def ground(proposal: Proposal, turns: Sequence[SearchHit]) -> GroundingResult:
     """Check every quote against the evidence turns; keep entities that are used or named in the session."""
     by_index = {t.index: t for t in turns}
-    normed = {t.index: norm_quote(_BLOCK.sub(" ", t.content)) for t in turns}
+    cleaned = {t.index: _BLOCK.sub(" ", t.content) for t in turns}
+    keys = {index: match_key(text) for index, text in cleaned.items()}
     warnings: list[Diagnostic] = []
     rejected = 0
     out: dict[str, list[Grounded]] = {"events": [], "points": [], "retractions": []}
     for key in out:
         for item in getattr(proposal, key):
-            found = _locate(item, normed)
+            found = _locate(item, keys)
             label = f"{key[:-1]} {item.content!r}"
             if found is None:
                 rejected += 1
@@ -101,34 +129,106 @@ def ground(proposal: Proposal, turns: Sequence[SearchHit]) -> GroundingResult:
             turn = by_index[found]
             out[key].append(Grounded(item, SourcePlan(turn.turn_id, item.quote), found))
     used = {norm_name(n) for g in out["events"] + out["points"] for n in getattr(g.item, "about", ())}
-    corpus = " ".join(normed.values())
+    corpus = " ".join(norm_quote(text) for text in cleaned.values())
     entities = [e for e in proposal.entities if norm_name(e.name) in used or norm_quote(e.name) in corpus]
     return GroundingResult(out["events"], out["points"], out["retractions"], entities, warnings, rejected)
 
 
-def _locate(item: _Grounded, normed: Mapping[int, str]) -> int | None:
+def _locate(item: _Grounded, keys: Mapping[int, str]) -> int | None:
     if not item.quote:
         return None
-    parts = [p.strip(" \"'") for p in norm_quote(item.quote).split("...")]
-    parts = [p for p in parts if p]
-    joined = " ".join(parts)
-    if len(joined.split()) < MIN_QUOTE_WORDS and len(joined) < MIN_QUOTE_CHARS:
-        return None
-    if item.turn is not None and item.turn in normed and _contains(normed[item.turn], parts):
+    parts = quote_parts(item.quote)
+    if item.turn is not None and item.turn in keys and _match(keys[item.turn], parts):
         return item.turn
-    for index in sorted(normed):
-        if _contains(normed[index], parts):
+    for index in sorted(keys):
+        if _match(keys[index], parts):
             return index
     return None
 
 
-def _contains(text: str, parts: Sequence[str]) -> bool:
-    """The parts occur in order, each on word boundaries, at most MAX_ELLIPSIS_GAP apart."""
-    at, first = 0, True
-    for part in parts:
-        pattern = (r"(?<!\w)" if part[0].isalnum() else "") + re.escape(part) + (r"(?!\w)" if part[-1].isalnum() else "")
-        match = re.compile(pattern).search(text, at)
-        if match is None or (not first and match.start() - at > MAX_ELLIPSIS_GAP):
-            return False
-        at, first = match.end(), False
-    return True
+def quote_matches(quote: str, turn: str) -> bool:
+    """Whether ``quote`` grounds in the text of ``turn`` under the rule of the module docstring."""
+    return _match(match_key(turn), quote_parts(quote))
+
+
+def match_key(text: str) -> str:
+    """Text as matching sees it: :func:`norm_quote`, then only words (apostrophes inside a word kept), one space apart."""
+    return " ".join(_WORDS.findall(norm_quote(text)))
+
+
+def quote_parts(quote: str) -> list[str]:
+    """A quote's elision parts as match keys, empty ones left out."""
+    parts = (match_key(p) for p in _ELISION.split(norm_quote(quote)))
+    return [p for p in parts if p]
+
+
+def _match(text: str, parts: Sequence[str]) -> bool:
+    if not parts or not text:
+        return False
+    if len(parts) > 1 and any(len(p.split()) < MIN_PART_WORDS and len(p) < MIN_PART_CHARS for p in parts):
+        return False
+    return _place(text, parts, 0, 0, False, set())
+
+
+def _place(text: str, parts: Sequence[str], k: int, at: int, start_cut: bool,
+           failed: set[tuple[int, int, bool]]) -> bool:
+    """Whether parts[k:] occur from ``at`` on (the first anywhere), trying every occurrence.
+
+    ``failed`` remembers placements already ruled out, so repeated parts cannot make the search exponential.
+    """
+    if (k, at, start_cut) in failed:
+        return False
+    part, last = parts[k], k == len(parts) - 1
+    i = text.find(part, at)
+    while i != -1 and (k == 0 or i - at <= MAX_ELLIPSIS_GAP):
+        j = i + len(part)
+        left, right = _inside_word(text, i), _inside_word(text, j)
+        ok = (not left or (k == 0 and _start_cut_ok(text, i))) and (not right or (last and _end_cut_ok(text, j)))
+        if ok:
+            cut = start_cut or left
+            if last:
+                if _meets_floor(parts, cut, right):
+                    return True
+            elif _place(text, parts, k + 1, j, cut, failed):
+                return True
+        i = text.find(part, i + 1)
+    failed.add((k, at, start_cut))
+    return False
+
+
+def _meets_floor(parts: Sequence[str], start_cut: bool, end_cut: bool) -> bool:
+    """The quote's complete words (a fragment at a cut end not counted) hold enough words or characters."""
+    words = " ".join(parts).split()
+    words = words[1 if start_cut else 0: len(words) - (1 if end_cut else 0)]
+    return len(words) >= MIN_QUOTE_WORDS or len(" ".join(words)) >= MIN_QUOTE_CHARS
+
+
+def _is_word(char: str) -> bool:
+    return char.isalnum() or char in "_'"
+
+
+def _inside_word(text: str, at: int) -> bool:
+    return 0 < at < len(text) and _is_word(text[at - 1]) and _is_word(text[at])
+
+
+def _start_cut_ok(text: str, at: int) -> bool:
+    """A quote starting inside a word may not split a number nor drop a negating prefix."""
+    if text[at - 1].isdigit() and text[at].isdigit():
+        return False
+    begin = at
+    while begin > 0 and _is_word(text[begin - 1]):
+        begin -= 1
+    return text[begin:at] not in _NEGATING_PREFIXES
+
+
+def _end_cut_ok(text: str, at: int) -> bool:
+    """A quote ending inside a word may not split a number nor drop a negation ("do" of "don't", "can" of "cannot")."""
+    if text[at - 1].isdigit() and text[at].isdigit():
+        return False
+    begin, end = at, at
+    while begin > 0 and _is_word(text[begin - 1]):
+        begin -= 1
+    while end < len(text) and _is_word(text[end]):
+        end += 1
+    dropped = text[at:end]
+    return _NEGATING_SUFFIX.fullmatch(dropped) is None and not (dropped == "'t" and text[begin:at] == "can")

@@ -151,9 +151,13 @@ def identity(item: _Item) -> tuple[str, ...]:
 def coerce_proposal(value: Any, *, stage: str) -> tuple[Proposal, list[Diagnostic]]:
     """Validate a parsed reply item by item: a malformed item is dropped alone, with a warning.
 
+    An empty object ``{}`` is a proposal of nothing, like four empty lists.
+
     Raises:
-        ValueError: the reply is not an object with at least one of the four lists.
+        ValueError: the reply is not an object, or has keys but none of the four lists.
     """
+    if isinstance(value, Mapping) and not value:
+        return Proposal(), []
     if not isinstance(value, Mapping) or not any(k in value for k, _ in _KINDS):
         raise ValueError("expected an object with entities, events, points or retractions")
     warnings: list[Diagnostic] = []

@@ -1,4 +1,4 @@
-"""Runs S1 → S2 → (VET) → S3 → S4 → grounding → S5 for one stored session and reports what happened.
+"""Runs S1 → S2 → (VET) → S3 → S4 → (VET of S4's additions) → grounding → S5 for one stored session.
 
 No stage failure is raised: each becomes a Diagnostic on the ExtractionReport.
 The turns are already committed before the first model call, so nothing here
@@ -111,7 +111,14 @@ async def aextract_session(store: Store, namespace: str, session_id: str, *, llm
                        for d in s4.errors]
             final = candidates
         else:
-            final = union(candidates, s4.proposal)
+            delta = s4.proposal
+            if options.vet:
+                t = time.perf_counter()
+                delta, vet_notes = await run_vet(client, prompts["vet"], delta, evidence, of_s4=True)
+                elapsed["vet"] = elapsed.get("vet", 0.0) + (time.perf_counter() - t) * 1000
+                for d in vet_notes:
+                    (warnings if d.code in ("drop", "merge") else errors).append(d)
+            final = union(candidates, delta)
         nothing = s2.proposal is None and s4.proposal is None
     else:
         priors = find_priors(store, namespace, Proposal())

@@ -14,13 +14,15 @@ from .prompts import Prompt
 __all__ = ("vet",)
 
 
-async def vet(client: Any, prompt: Prompt, proposal: Proposal, turns: Sequence[SearchHit]) -> tuple[Proposal, list[Diagnostic]]:
+async def vet(client: Any, prompt: Prompt, proposal: Proposal, turns: Sequence[SearchHit], *,
+              of_s4: bool = False) -> tuple[Proposal, list[Diagnostic]]:
     """Apply the gate's decisions ``{"decisions": [{"id", "action": keep|drop|merge, "into"?, "reason"?}]}``.
 
     Candidates are events and points, numbered c1, c2 ... Anything the gate does
     not mention is kept; a failed or unreadable reply keeps everything. Merges
     join groups that each keep one survivor (a merge cycle keeps one, never
-    none); a merge into a dropped candidate is ignored.
+    none); a merge into a dropped candidate is ignored. ``of_s4`` marks the second
+    pass, over the items S4 added; its diagnostics say so (``detail["pass"] == "s4"``).
     """
     items = [*proposal.events, *proposal.points]
     if not items:
@@ -34,6 +36,9 @@ async def vet(client: Any, prompt: Prompt, proposal: Proposal, turns: Sequence[S
         if not isinstance(decisions, list):
             raise ValueError("expected {'decisions': [...]}")
     except Exception as exc:  # noqa: BLE001 - the gate fails open
+        if of_s4:
+            return proposal, [diagnostic("vet", exc, "vet of the items S4 added failed; kept every one",
+                                      **{"pass": "s4"})]
         return proposal, [diagnostic("vet", exc, "vet failed; kept every candidate")]
     handle = {f"c{i}": it for i, it in enumerate(items, 1)}
     valid = [d for d in decisions if isinstance(d, dict) and d.get("id") in handle]
@@ -62,7 +67,9 @@ async def vet(client: Any, prompt: Prompt, proposal: Proposal, turns: Sequence[S
                 parent[root(h)] = root(into)
         elif action != "drop":
             continue
-        warnings.append(Diagnostic(stage="vet", code=action, message=reason, detail={"item": handle[h].content}))
+        detail = {"item": handle[h].content, **({"pass": "s4"} if of_s4 else {})}
+        warnings.append(Diagnostic(stage="vet", code=action, message=f"S4 item {reason}" if of_s4 else reason,
+                                   detail=detail))
     groups: dict[str, list[str]] = {}
     for h in handle:
         if h not in dropped:
