@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import re
+import uuid
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tortoise_sdk import CaptureConflict, IdempotencyConflict, Memory, TortoiseError, Turn
-from tortoise_sdk.errors import InvalidInput, NotFoundError
+from tortoise_sdk.capture import TEXT_PART_TYPES
+from tortoise_sdk.errors import ConfigError, InvalidInput, NotADatabase, NotFoundError
 
 
 @pytest.fixture
@@ -178,3 +182,74 @@ def test_id_identity_is_a_set_union_under_any_order_and_duplication(tmp_path_fac
         stored = [t.external_id for t in m.turns("s")]
         assert sorted(stored) == sorted({f"m{i}" for i in ids})
         assert len(stored) == len(set(stored))
+
+
+@pytest.mark.parametrize("namespace", ["", "  ", "\t\n", "a\x00b", None, 5])
+def test_a_blank_namespace_is_refused_naming_the_field(tmp_path, namespace):
+    with pytest.raises(ConfigError, match="^namespace must be a non-blank string") as raised:
+        Memory(str(tmp_path / "m.db"), namespace=namespace)
+    assert raised.value.field == "namespace" and not (tmp_path / "m.db").exists()
+
+
+def test_create_false_opens_only_an_existing_database(tmp_path):
+    where = tmp_path / "new" / "m.db"
+    with pytest.raises(NotFoundError, match="no database at .* \\(nothing was created\\)"):
+        Memory(str(where), create=False)
+    assert not where.parent.exists()
+    Memory(str(where)).close()
+    with Memory(f"sqlite:///{where}", create=False) as mem:
+        assert mem.sessions() == []
+
+
+def test_a_file_that_is_not_a_database_is_refused_and_left_untouched(tmp_path):
+    notes = tmp_path / "dir" / "notes.db"
+    notes.parent.mkdir()
+    notes.write_text("my notes\n" * 200, encoding="utf-8")
+    with pytest.raises(NotADatabase, match="notes.db is not a SQLite database"):
+        Memory(str(notes))
+    assert notes.read_text(encoding="utf-8") == "my notes\n" * 200
+    assert [p.name for p in notes.parent.iterdir()] == ["notes.db"]  # no -wal or -shm beside it
+
+
+# -- content as OpenAI-style parts ---------------------------------------------------------------
+
+_TEXT = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00\\"), max_size=40)
+_TEXT_PART = st.builds(lambda kind, text: {"type": kind, "text": text}, st.sampled_from(TEXT_PART_TYPES), _TEXT)
+_OTHER_PART = st.sampled_from(["image_url", "input_audio", "file", "refusal"]).flatmap(
+    lambda kind: st.builds(lambda value: {"type": kind, kind: value},
+                           st.one_of(_TEXT, st.dictionaries(st.sampled_from(["url", "data", "detail"]), _TEXT))))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(parts=st.lists(st.one_of(_TEXT_PART, _OTHER_PART), max_size=6))
+def test_any_list_of_content_parts_round_trips(mem, parts):
+    session = f"s{uuid.uuid4().hex}"
+    receipt = mem.capture(session, [{"role": "user", "content": parts, "metadata": {"lang": "en"}},
+                                    {"role": "assistant", "content": "noted"}])
+    first = mem.turns(session)[0]
+    texts = [p["text"] for p in parts if p["type"] in TEXT_PART_TYPES]
+    others = [p for p in parts if p["type"] not in TEXT_PART_TYPES]
+    assert first.content == "\n".join(texts)
+    assert mem.turn_metadata(session)[first.turn_id] == {"lang": "en", **({"content_parts": others} if others else {})}
+    notes = [w for w in receipt.warnings if w.code == "content_parts_kept"]
+    assert len(notes) == (1 if others else 0)
+    assert not notes or notes[0].detail == {"turns": {"0": [p["type"] for p in others]}}
+
+
+@pytest.mark.parametrize(("content", "field"), [
+    ([{"type": "text"}], "turns[0].content[0].text"),
+    ([{"type": "output_text", "text": 5}], "turns[0].content[0].text"),
+    ([{"text": "no type"}], "turns[0].content[0].type"),
+    (["plain string"], "turns[0].content[0]"),
+    ([{"type": "text", "text": "ok"}, None], "turns[0].content[1]"),
+])
+def test_a_bad_content_part_is_named(mem, content, field):
+    with pytest.raises(InvalidInput, match=rf"^{re.escape(field)}: "):
+        mem.capture("parts", [{"role": "user", "content": content}])
+    assert mem.turns("parts") == []
+
+
+def test_content_parts_key_of_the_callers_metadata_is_not_overwritten(mem):
+    with pytest.raises(InvalidInput, match=r"turns\[0\]\.metadata\.content_parts"):
+        mem.capture("parts", [{"role": "user", "metadata": {"content_parts": 1},
+                               "content": [{"type": "text", "text": "hi"}, {"type": "file", "file": {"id": "f1"}}]}])

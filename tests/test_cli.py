@@ -27,7 +27,9 @@ def test_capture_turns_file_then_search_json(capsys, db, tmp_path):
     receipt = json.loads(out)
     assert (receipt["session_id"], receipt["turns_stored"], receipt["replayed"]) == ("s1", 2, False)
     code, out, _ = run(capsys, "--db", db, "search", "where does Ana live", "--k", "1", "--json")
-    (hit,) = json.loads(out)
+    result = json.loads(out)
+    assert (result["terms"], result["reason"]) == (["ana", "live"], None)
+    (hit,) = result["hits"]
     assert (hit["external_id"], hit["session_date"], hit["index"]) == ("m1", "2024-04-01T10:00:00", 0)
     code, out, _ = run(capsys, "--db", db, "capture", f, "--session", "s1", "--key", "k")
     assert code == 0 and "0 new turn(s) of 2" in out
@@ -59,7 +61,7 @@ def test_capture_from_stdin(monkeypatch, capsys, db):
     [
         ([{"role": "robot", "content": "x"}], ["--session", "s"], "turns[0].role"),
         ([{"role": "user", "content": "x"}], [], "--session"),
-        ([{"role": "user", "content": "x"}], ["--session", "s", "--date", "yesterday"], "session_date"),
+        ([{"role": "user", "content": "x"}], ["--session", "s", "--date", "yesterday"], "--date: 'yesterday'"),
     ],
 )
 def test_invalid_input_exits_2_with_one_line(capsys, db, tmp_path, rows, args, message):
@@ -152,3 +154,17 @@ def test_idempotency_conflict_and_bad_paths_exit_2(capsys, db, tmp_path):
     bad.write_text('{"role": "user", "content": "bad \\ud800 surrogate"}\n', encoding="utf-8")
     code, _, err = run(capsys, "--db", db, "capture", str(bad), "--session", "u")
     assert code == 2 and "turns[0].content" in err
+
+
+def test_content_parts_are_captured_with_a_note(capsys, db, tmp_path):
+    from tortoise_sdk import Memory
+
+    rows = [{"role": "user", "content": [{"type": "text", "text": "My cat is called Milo"},
+                                         {"type": "image_url", "image_url": {"url": "https://example.com/milo.png"}}]}]
+    code, out, err = run(capsys, "--db", db, "capture", write_jsonl(tmp_path / "parts.jsonl", rows), "--session", "s")
+    assert code == 0 and "1 new turn(s) of 1 received" in out
+    assert "note s: 1 non-text content part(s) (image_url) of turns[0] kept in metadata['content_parts']" in err
+    with Memory(db) as mem:  # a turns stream read by ingest takes parts too
+        report = mem.ingest([json.dumps(rows[0])], format="turns", session_id="s2")
+        assert (report.turns_stored, mem.turns("s2")[0].content) == (1, "My cat is called Milo")
+        assert mem.search("Milo")[0].content == "My cat is called Milo"

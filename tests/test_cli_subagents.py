@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from conftest import run_cli as run
+from tortoise_sdk import Memory
 
 EXCERPT = Path(__file__).parent / "data" / "claude_code_subagent_excerpt.jsonl"
 SESSION = "491e126e-1e71-469c-ade2-fcc8af567c74"
@@ -78,6 +79,7 @@ def test_transcript_options_that_do_not_apply_are_refused(capsys, db):
 
 
 def test_subagents_on_an_empty_store(capsys, db):
+    Memory(db).close()
     code, out, err = run(capsys, "--db", db, "subagents")
     assert (code, out) == (0, "") and "no sub-agent invocations" in err
 

@@ -12,7 +12,7 @@ from conftest import FAST_RETRY
 from tortoise_sdk import Memory
 from tortoise_sdk.cli import main
 from tortoise_sdk.demo import load_demo_sessions, load_recorded_extraction
-from tortoise_sdk.errors import ConfigError, LeaseLost
+from tortoise_sdk.errors import ConfigError, LeaseLost, NotFoundError
 from tortoise_sdk.pipeline.runner import extract_session
 from tortoise_sdk.store.plan import Fence
 
@@ -37,8 +37,11 @@ def test_without_a_model_capture_is_verbatim_and_says_why(tmp_path: Path) -> Non
         r = capture(mem, "demo-1")
         assert (r.turns_stored, r.extraction.status, r.extraction.reason) == (7, "skipped", NO_MODEL)
         assert mem.receipts("demo-1")[0].extraction.reason == NO_MODEL
-        with pytest.raises(ConfigError, match="TORTOISE_MODEL"):
+        with pytest.raises(ConfigError, match="TORTOISE_MODEL") as raised:
             mem.extract("demo-1")
+        assert raised.value.field == "model"
+        with pytest.raises(NotFoundError, match="no such session 'demo-9'"):  # the session is checked first
+            mem.extract("demo-9")
 
 
 def test_tortoise_model_env_is_the_fallback(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

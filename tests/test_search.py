@@ -8,7 +8,8 @@ from hypothesis import strategies as st
 
 from locomo import load_questions, load_sessions, locomo_files, needs_locomo
 from tortoise_sdk import Memory
-from tortoise_sdk.search import fts5_query, query_terms
+from tortoise_sdk.errors import InvalidInput
+from tortoise_sdk.search import MAX_SEARCH_K, content_terms, fts5_query, query_terms
 
 
 @pytest.fixture(scope="module")
@@ -49,6 +50,19 @@ def test_stemming_and_stop_words(mem):
     assert fts5_query('say "cheese" AND') == '"say" OR "cheese"'
     assert fts5_query('a "quoted" NEAR') == '"quoted" OR "near"'
     assert fts5_query("the and of") == '"the" OR "and" OR "of"'  # nothing but stop-words: keep them
+
+
+def test_stop_word_only_queries_say_why_they_find_nothing():
+    assert content_terms("Where does Maya work?") == (["maya", "work"], None)
+    terms, reason = content_terms("the AND of")
+    assert terms == [] and reason.startswith("nothing to search for: every word of 'the and of' is a stop-word")
+    assert content_terms('" ( *') == ([], "nothing to search for: the query has no words, only punctuation or spaces")
+
+
+@pytest.mark.parametrize("k", [True, "5", 1.5, None, 2**63, MAX_SEARCH_K + 1])
+def test_k_must_be_an_integer_up_to_the_maximum(mem, k):
+    with pytest.raises(InvalidInput, match=r"^k: must be an integer from 1 to 10000"):
+        mem.search("beagle", k=k)
 
 
 def test_howling_beagle_with_operators_in_the_text(mem):

@@ -312,6 +312,20 @@ def test_search_turns_accepts_fts5_query_expressions(store: Store, ns):
     assert store.search_terms(ns, query_terms("the of and"), k=5) == []
 
 
+@pytest.mark.parametrize("query", ["the and of", "OR", "AND NOT", '"', "  ", "NOT (the) OR \"of\""])
+def test_a_query_of_only_stop_words_or_operators_finds_nothing_and_says_why(store_url, ns, query):
+    with Memory(store_url, namespace=ns) as mem:
+        mem.capture("s1", [{"role": "user", "content": c}
+                           for c in ("the end of it or not", "and the rest of the story", "OR AND NOT")])
+        assert mem.search(query) == []
+        result = mem.explain_search(query)
+        assert (result.hits, result.terms) == ([], [])
+        assert result.reason.startswith("nothing to search for: ")
+        found = mem.explain_search("the story, or not")  # one content word is enough
+        assert (found.terms, [h.content for h in found.hits], found.reason) == (
+            ["story"], ["and the rest of the story"], None)
+
+
 # -- receipts ------------------------------------------------------------------------------------
 
 

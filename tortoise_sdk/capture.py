@@ -11,15 +11,22 @@ from typing import Any
 from pydantic import ValidationError
 
 from .errors import InvalidInput
-from .models import ROLES, ExtractionReport, Turn
+from .models import ROLES, Diagnostic, ExtractionReport, Turn
 
-__all__ = ("CaptureRequest", "content_hash", "normalize_date", "prepare_capture", "turn_id_for")
+__all__ = ("TEXT_PART_TYPES", "CaptureRequest", "content_hash", "flatten_content", "normalize_date", "prepare_capture",
+           "turn_id_for")
+
+#: Content-part types whose ``text`` is the turn's text (OpenAI chat ``text``; Responses ``input_text``/``output_text``).
+TEXT_PART_TYPES = ("text", "input_text", "output_text")
+#: The metadata key holding a turn's non-text content parts (images, audio, files ...), as given.
+CONTENT_PARTS_KEY = "content_parts"
 
 
 class CaptureRequest:
     """A validated capture: the turns, their identities and the request fingerprint."""
 
-    __slots__ = ("session_id", "session_date", "turns", "hashes", "idempotency_key", "extraction", "_request_hash")
+    __slots__ = ("session_id", "session_date", "turns", "hashes", "idempotency_key", "extraction", "warnings",
+                 "_request_hash")
 
     def __init__(
         self,
@@ -27,6 +34,7 @@ class CaptureRequest:
         session_date: str | None,
         turns: list[Turn],
         idempotency_key: str | None,
+        warnings: list[Diagnostic] | None = None,
     ) -> None:
         self.session_id = session_id
         self.session_date = session_date
@@ -35,6 +43,8 @@ class CaptureRequest:
         self.idempotency_key = idempotency_key
         # Known before writing when no extraction will run: stored with the receipt in one write.
         self.extraction: ExtractionReport | None = None
+        #: What validation noted without refusing (non-text content parts): copied onto the receipt.
+        self.warnings = warnings or []
         self._request_hash: str | None = None
 
     @property
@@ -107,7 +117,8 @@ def prepare_capture(
             "split the capture or raise max_turns_per_capture",
             field="turns",
         )
-    parsed = [_parse_turn(i, t) for i, t in enumerate(raw)]
+    kept: dict[int, list[str]] = {}
+    parsed = [_parse_turn(i, t, kept) for i, t in enumerate(raw)]
     for i, t in enumerate(parsed):
         _refuse_nul(t, i)
     if all(not t.content.strip() for t in parsed):
@@ -118,14 +129,71 @@ def prepare_capture(
             if t.id in seen:
                 raise InvalidInput(f"duplicate id {t.id!r} (also turns[{seen[t.id]}])", field=f"turns[{i}].id")
             seen[t.id] = i
-    return CaptureRequest(session_id, normalize_date(session_date), parsed, idempotency_key)
+    return CaptureRequest(session_id, normalize_date(session_date), parsed, idempotency_key, _parts_note(kept))
 
 
-def _parse_turn(i: int, value: Turn | Mapping[str, Any]) -> Turn:
+def flatten_content(turn: Mapping[str, Any], field: str = "turn") -> tuple[Mapping[str, Any], list[dict[str, Any]]]:
+    """A turn whose ``content`` is a list of OpenAI-style parts, made a text turn.
+
+    The text parts (``TEXT_PART_TYPES``) are joined with newlines into ``content``; the other
+    parts (``image_url``, ``input_audio``, ``file`` ...) are kept, as given and in order, in
+    ``metadata["content_parts"]``. Returns the turn (unchanged when its content is not a list)
+    and those other parts.
+
+    Raises:
+        InvalidInput: a bad part, named like ``turns[2].content[1].text``.
+    """
+    parts = turn.get("content")
+    if not isinstance(parts, list):
+        return turn, []
+    texts: list[str] = []
+    others: list[dict[str, Any]] = []
+    for j, part in enumerate(parts):
+        where = f"{field}.content[{j}]"
+        if not isinstance(part, Mapping):
+            raise InvalidInput(f'expected a content part such as {{"type": "text", "text": "..."}}, '
+                               f"got {type(part).__name__}", field=where)
+        kind = part.get("type")
+        if not isinstance(kind, str) or not kind:
+            raise InvalidInput("a content part needs its type: text, image_url, input_audio, file ...",
+                               field=f"{where}.type")
+        if kind not in TEXT_PART_TYPES:
+            others.append(dict(part))
+        elif isinstance(part.get("text"), str):
+            texts.append(part["text"])
+        else:
+            raise InvalidInput(f"a {kind} part needs its text as a string", field=f"{where}.text")
+    metadata = turn.get("metadata")
+    if others:
+        if metadata is not None and not isinstance(metadata, Mapping):
+            raise InvalidInput("must be a dict (it receives the non-text content parts)", field=f"{field}.metadata")
+        if metadata is not None and CONTENT_PARTS_KEY in metadata:
+            raise InvalidInput(f"{CONTENT_PARTS_KEY!r} is where the non-text parts of a list content go; "
+                               "rename this key", field=f"{field}.metadata.{CONTENT_PARTS_KEY}")
+        metadata = {**(metadata or {}), CONTENT_PARTS_KEY: others}
+    return {**turn, "content": "\n".join(texts), "metadata": metadata}, others
+
+
+def _parts_note(kept: dict[int, list[str]]) -> list[Diagnostic]:
+    """One warning naming the turns whose non-text parts were kept in metadata, not searched."""
+    if not kept:
+        return []
+    kinds = sorted({k for ks in kept.values() for k in ks})
+    where = ", ".join(f"turns[{i}]" for i in kept)
+    return [Diagnostic(stage="capture", code="content_parts_kept",
+                       message=f"{sum(map(len, kept.values()))} non-text content part(s) ({', '.join(kinds)}) of "
+                               f"{where} kept in metadata[{CONTENT_PARTS_KEY!r}]: stored, not searchable",
+                       detail={"turns": {str(i): ks for i, ks in kept.items()}})]
+
+
+def _parse_turn(i: int, value: Turn | Mapping[str, Any], kept: dict[int, list[str]]) -> Turn:
     if isinstance(value, Turn):
         return value
     if not isinstance(value, Mapping):
         raise InvalidInput(f"expected a dict or Turn, got {type(value).__name__}", field=f"turns[{i}]")
+    value, others = flatten_content(value, f"turns[{i}]")
+    if others:
+        kept[i] = [str(p["type"]) for p in others]
     role = value.get("role")
     if role not in ROLES:
         raise InvalidInput(f"unknown role {role!r}; use one of {', '.join(ROLES)}", field=f"turns[{i}].role")

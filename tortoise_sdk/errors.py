@@ -9,7 +9,8 @@ The tree::
     ├── IdempotencyConflict                    same idempotency key, different content
     ├── StoreError                             the database failed
     │   ├── MigrationError                     the schema could not be brought up to date
-    │   ├── NotFoundError                      no such session, memory, turn or job
+    │   ├── NotADatabase                       the file is not a SQLite database (or is damaged)
+    │   ├── NotFoundError                      no such database, session, memory, turn or job
     │   └── LeaseLost                          a job's lease was taken over; its result was not written
     ├── ModelError                             a model call failed for good
     │   ├── ModelTimeout
@@ -36,6 +37,7 @@ __all__ = (
     "MigrationError",
     "ModelError",
     "ModelTimeout",
+    "NotADatabase",
     "NotFoundError",
     "StoreError",
     "StreamParseError",
@@ -48,7 +50,16 @@ class TortoiseError(Exception):
 
 
 class ConfigError(TortoiseError, ValueError):
-    """A setting or constructor argument is invalid."""
+    """A setting or constructor argument is invalid.
+
+    Attributes:
+        field: the argument at fault (``namespace``, ``model`` ...), when one is; a command line
+            names its own flag for it.
+    """
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
 
 
 class InvalidInput(TortoiseError, ValueError):
@@ -84,6 +95,10 @@ class StoreError(TortoiseError):
 
 class MigrationError(StoreError):
     """The schema could not be migrated."""
+
+
+class NotADatabase(StoreError):
+    """The file named is not a SQLite database, or is damaged; it was left as it was."""
 
 
 class NotFoundError(StoreError):

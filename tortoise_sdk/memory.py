@@ -27,13 +27,14 @@ from .models import (
     MemoryBlock,
     MemoryRecord,
     SearchHit,
+    SearchResult,
     SessionInfo,
     SubagentContext,
     SubagentCounters,
     Turn,
 )
 from . import reflex
-from .search import query_terms
+from .search import MAX_SEARCH_K, content_terms
 from .store import Store, open_store
 
 if TYPE_CHECKING:
@@ -47,7 +48,7 @@ if TYPE_CHECKING:
     from .streams.base import ParsedStream, SubagentFrame
     from .subagents import SubagentRecorder
 
-__all__ = ("Memory", "migrate_store", "state_dir")
+__all__ = ("NO_MODEL_REASON", "NO_NEW_TURNS_REASON", "Memory", "migrate_store", "state_dir")
 
 _log = logging.getLogger("tortoise_sdk")
 
@@ -55,6 +56,7 @@ TurnLike = Turn | Mapping[str, Any]
 ExtractMode = Literal["inline", "background"] | bool | None
 
 NO_MODEL_REASON = "no model configured (set TORTOISE_MODEL or Memory(model=...))"
+NO_NEW_TURNS_REASON = "no new turns; run mem.extract(session_id) or `tortoise extract SESSION` to re-extract"
 
 
 class Memory:
@@ -79,6 +81,12 @@ class Memory:
         chunk_turns, concurrency: S1 chunk size and how many chunks run at once.
         vet: run the optional VET gate between S2 and S4.
         model_settings: more ``LLMConfig`` fields (``timeout_s``, ``max_attempts``, ``max_tokens`` ...).
+        create: make the SQLite file (and its directory) when missing; with False a missing file
+            raises ``NotFoundError`` and nothing is created (for read-only callers).
+
+    Raises:
+        ConfigError: a bad argument, named by its ``field``.
+        NotADatabase: ``db`` is a file that is not a SQLite database.
     """
 
     def __init__(
@@ -96,10 +104,11 @@ class Memory:
         concurrency: int = DEFAULT_CONCURRENCY,
         vet: bool = False,
         model_settings: Mapping[str, Any] | None = None,
+        create: bool = True,
     ) -> None:
-        if not isinstance(namespace, str) or not namespace or "\x00" in namespace:
-            raise ConfigError("namespace must be a non-empty string without NUL characters, "
-                              "e.g. Memory(namespace='alice')")
+        if not isinstance(namespace, str) or not namespace.strip() or "\x00" in namespace:
+            raise ConfigError("namespace must be a non-blank string without NUL characters, "
+                              "e.g. Memory(namespace='alice')", field="namespace")
         if max_turns_per_capture < 1:
             raise ConfigError("max_turns_per_capture must be at least 1")
         self.namespace = namespace
@@ -114,7 +123,7 @@ class Memory:
         self.chunk_turns = chunk_turns
         self.concurrency = concurrency
         self.vet = vet
-        self.store: Store = store if store is not None else open_store(db or default_db_path())
+        self.store: Store = store if store is not None else open_store(db or default_db_path(), create=create)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -217,15 +226,31 @@ class Memory:
     # -- reads -------------------------------------------------------------------------------
 
     def search(self, query: str, k: int = 10, session_id: str | None = None) -> list[SearchHit]:
-        """BM25 search over captured turns; any string is safe, an empty one returns nothing."""
+        """BM25 search over captured turns, best first; any string is safe.
+
+        A query with no content word (empty, only stop-words such as ``the and of``, only
+        ``OR``/``NOT``/punctuation) returns nothing; ``explain_search`` says why.
+
+        Raises:
+            InvalidInput: ``query`` is not a string, or ``k`` not an integer up to ``MAX_SEARCH_K``.
+        """
+        return self.explain_search(query, k, session_id).hits
+
+    def explain_search(self, query: str, k: int = 10, session_id: str | None = None) -> SearchResult:
+        """``search`` with what it looked for: the terms used, the hits, and why nothing was searched for.
+
+        Raises:
+            InvalidInput: as for ``search``.
+        """
         if not isinstance(query, str):
             raise InvalidInput("must be a string", field="query")
-        if k < 1:
-            return []
-        terms = query_terms(query)
-        if not terms:
-            return []
-        return self.store.search_terms(self.namespace, terms, k=k, session_id=session_id)
+        if isinstance(k, bool) or not isinstance(k, int) or k > MAX_SEARCH_K:
+            raise InvalidInput(f"must be an integer from 1 to {MAX_SEARCH_K}, got {k!r}", field="k")
+        terms, reason = content_terms(query)
+        if not terms or k < 1:
+            return SearchResult(query=query, terms=terms, reason=reason)
+        hits = self.store.search_terms(self.namespace, terms, k=k, session_id=session_id)
+        return SearchResult(query=query, terms=terms, hits=hits)
 
     def sessions(self) -> list[SessionInfo]:
         """Captured sessions in this namespace, oldest first."""
@@ -445,17 +470,17 @@ class Memory:
         """(Re-)extract a stored session now; the report is stored on the session's latest receipt.
 
         Raises:
+            NotFoundError: no such session (checked first).
             ConfigError: no model is configured.
-            NotFoundError: no such session.
         """
-        if not self.model:
-            raise ConfigError(NO_MODEL_REASON)
         receipts = self.store.receipts(self.namespace, session_id)
         if not receipts:
             from .errors import NotFoundError
 
-            raise NotFoundError(f"no session {session_id!r} in namespace {self.namespace!r}; "
+            raise NotFoundError(f"no such session {session_id!r} in namespace {self.namespace!r}; "
                                 "list them with mem.sessions() or `tortoise sessions`")
+        if not self.model:
+            raise ConfigError(NO_MODEL_REASON, field="model")
         return self._extract(session_id, receipts[-1])
 
     def memories(self, session_id: str | None = None, include_superseded: bool = False) -> list[MemoryRecord]:
@@ -469,7 +494,7 @@ class Memory:
             ConfigError: no model is configured.
         """
         if not self.model:
-            raise ConfigError(NO_MODEL_REASON)
+            raise ConfigError(NO_MODEL_REASON, field="model")
         from .pipeline.jobs import process_pending
 
         def run(job: JobInfo, fence: Any) -> ExtractionReport:
@@ -492,7 +517,7 @@ class Memory:
             return receipt
         if receipt.turns_stored == 0:
             return self._store_report(receipt, ExtractionReport(
-                status="skipped", reason="no new turns; run mem.extract(session_id) to re-extract"))
+                status="skipped", reason=NO_NEW_TURNS_REASON))
         if extract == "background":
             job = self._pending_job(receipt.session_id) or self.store.enqueue_job(
                 self.namespace, receipt.session_id, receipt.receipt_id)

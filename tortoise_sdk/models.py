@@ -21,6 +21,7 @@ __all__ = (
     "Pointer",
     "Role",
     "SearchHit",
+    "SearchResult",
     "SessionInfo",
     "Source",
     "StageStats",
@@ -125,6 +126,16 @@ class SearchHit(BaseModel):
     name: str | None
     content: str
     score: float = Field(description="Higher is better; BM25-based.")
+
+
+class SearchResult(BaseModel):
+    """A search with what it looked for: the terms, the hits, and why there are none when the query is the cause."""
+
+    query: str
+    terms: list[str] = Field(description="The words searched for: the query's words without stop-words.")
+    hits: list[SearchHit] = Field(default_factory=list, description="Best first.")
+    reason: str | None = Field(default=None, description="Why nothing was searched for (a query of only "
+                                                         "stop-words or punctuation); None when it was.")
 
 
 class SessionInfo(BaseModel):

@@ -7,8 +7,10 @@ import re
 from collections.abc import Mapping, Sequence
 
 __all__ = (
+    "MAX_SEARCH_K",
     "POSTINGS_BUDGET",
     "STOP_WORDS",
+    "content_terms",
     "fts5_query",
     "idf",
     "idf_bonus",
@@ -17,6 +19,9 @@ __all__ = (
     "split_by_postings",
     "tokenize",
 )
+
+#: The most hits one search returns.
+MAX_SEARCH_K = 10_000
 
 #: How many postings the BM25 ranking pass of a bounded search may score (both stores).
 POSTINGS_BUDGET = 2_000
@@ -48,9 +53,30 @@ def tokenize(text: str) -> list[str]:
 
 def query_terms(text: str) -> list[str]:
     """Distinct content terms of a query, in order; stop-words are dropped unless nothing else is left."""
-    tokens = [p for t in tokenize(text) for p in t.split("'") if p]
+    tokens = _word_parts(text)
     content = [t for t in tokens if t not in STOP_WORDS]
     return list(dict.fromkeys(content or tokens))
+
+
+def content_terms(text: str) -> tuple[list[str], str | None]:
+    """What a search looks for: the distinct non-stop-words of ``text``, or none and why.
+
+    A query of only stop-words (``the and of``) or of only syntax (``OR``, ``AND NOT``,
+    a lone ``"``) has nothing to search for: every turn would match it, or none.
+    """
+    tokens = _word_parts(text)
+    terms = list(dict.fromkeys(t for t in tokens if t not in STOP_WORDS))
+    if terms:
+        return terms, None
+    if tokens:
+        words = " ".join(dict.fromkeys(tokens))
+        return [], (f"nothing to search for: every word of '{words}' is a stop-word, too common to tell turns "
+                    "apart (OR, AND and NOT are words here, not operators); add a name, place or thing")
+    return [], "nothing to search for: the query has no words, only punctuation or spaces"
+
+
+def _word_parts(text: str) -> list[str]:
+    return [p for t in tokenize(text) for p in t.split("'") if p]
 
 
 def fts5_query(text: str, *, terms: list[str] | None = None) -> str | None:

@@ -1,4 +1,4 @@
-"""What the subcommands share: opening the memory, printing JSON or text, reading input files, model options."""
+"""What the subcommands share: opening the memory, printing JSON or text, reading input files, options."""
 
 from __future__ import annotations
 
@@ -10,40 +10,50 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from ..errors import InvalidInput
+from ..errors import InvalidInput, NotFoundError
 
 __all__ = (
+    "NO_MODEL_HINT",
     "Handler",
     "add_model_options",
+    "bounded_int",
     "emit_json",
     "extract_mode",
     "model_options",
     "open_memory",
+    "parse_json_records",
     "progress",
+    "read_input",
     "read_json_records",
-    "read_text",
     "report_line",
     "run_and_print",
 )
+
+#: The no-model message in the command line's terms.
+NO_MODEL_HINT = "no model configured: pass --model (e.g. --model openai/gpt-4o-mini) or set TORTOISE_MODEL"
 
 
 Handler = Callable[[argparse.Namespace], int]
 
 
-def open_memory(args: argparse.Namespace, **kwargs: Any):  # noqa: ANN201 - returns Memory, imported lazily
+def open_memory(args: argparse.Namespace, *, create: bool = True, **kwargs: Any):  # noqa: ANN201 - Memory, lazily
+    """The ``Memory`` of ``--db``/``--namespace``; with ``create=False`` (read commands) a missing database is refused."""
     from ..memory import Memory
 
-    return Memory(args.db, namespace=args.namespace, **kwargs)
+    try:
+        return Memory(args.db, namespace=args.namespace, create=create, **kwargs)
+    except NotFoundError as exc:  # the only one opening raises: no database there
+        raise InvalidInput(f"{exc}: check --db or TORTOISE_DB (a capture creates the database)") from None
 
 
 def run_and_print(
     args: argparse.Namespace, call: Callable[[Any], Any], text: Callable[[Any], object], **options: Any
 ) -> int:
-    """Open the memory, ``call`` one method on it, print the result; returns 0.
+    """Open the existing memory, ``call`` one (reading) method on it, print the result; returns 0.
 
     With ``--json`` the result is printed as one JSON document, else ``text(result)`` prints it.
     """
-    with open_memory(args, **options) as mem:
+    with open_memory(args, create=False, **options) as mem:
         result = call(mem)
     if args.json:
         emit_json(result)
@@ -69,38 +79,78 @@ def _jsonable(doc: Any) -> Any:
 
 def read_json_records(path: str, text: str | None = None) -> list[Any]:
     """JSON or JSONL from a file or ``-`` (or its ``text``, already read); a top-level JSON list is its items."""
-    if text is None:
-        text = sys.stdin.read() if path == "-" else read_text(path)
+    return parse_json_records(read_input(path) if text is None else text, path)[0]
+
+
+def parse_json_records(text: str, where: str) -> tuple[list[Any], list[int | None]]:
+    """The records of JSON or JSONL ``text`` and the line each starts on (None inside one JSON document).
+
+    Raises:
+        InvalidInput: empty, or a line that is not JSON (named).
+    """
     stripped = text.strip()
     if not stripped:
-        raise InvalidInput("the input is empty", field=path)
+        raise InvalidInput("the input is empty", field=where)
     if stripped[0] == "[":
         try:
             data = json.loads(stripped)
-        except json.JSONDecodeError as exc:
-            raise InvalidInput(f"not valid JSON: {exc}", field=path) from None
-        return list(data)
-    records = []
-    for n, line in enumerate(stripped.splitlines(), 1):
+        except (json.JSONDecodeError, RecursionError) as exc:
+            raise InvalidInput(f"not valid JSON: {exc}", field=where) from None
+        return list(data), [None] * len(data)
+    records, lines = [], []
+    for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:
             records.append(json.loads(line))
-        except json.JSONDecodeError as exc:
-            if n == 1:
+            lines.append(n)
+        except (json.JSONDecodeError, RecursionError) as exc:
+            if not records:
                 try:  # a single pretty-printed JSON object
-                    return [json.loads(stripped)]
-                except json.JSONDecodeError:
+                    return [json.loads(stripped)], [n]
+                except (json.JSONDecodeError, RecursionError):
                     pass
-            raise InvalidInput(f"line {n} is not valid JSON: {exc.msg}", field=path) from None
-    return records
+            raise InvalidInput(f"line {n} is not valid JSON: {getattr(exc, 'msg', exc)}", field=where) from None
+    return records, lines
 
 
-def read_text(path: str) -> str:
+def read_input(path: str) -> str:
+    """The text of a file, or of stdin for ``-``; anything that is not readable UTF-8 text is refused in one line.
+
+    Raises:
+        InvalidInput: missing or unreadable, binary (NUL bytes), or not UTF-8.
+    """
     try:
-        return Path(path).read_text(encoding="utf-8")
+        data = _stdin_bytes() if path == "-" else Path(path).expanduser().read_bytes()
     except OSError as exc:
-        raise InvalidInput(f"cannot read file: {exc.strerror}", field=path) from None
+        raise InvalidInput(f"cannot read file: {exc.strerror or exc}", field=path) from None
+    if b"\x00" in data:
+        raise InvalidInput(f"a binary file (NUL byte at offset {data.index(0)}), not JSON or JSONL text", field=path)
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise InvalidInput(f"not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}); "
+                           "convert it to UTF-8 first", field=path) from None
+
+
+def _stdin_bytes() -> bytes:
+    buffer = getattr(sys.stdin, "buffer", None)  # a text-only stdin (a test's StringIO) has none
+    return buffer.read() if buffer is not None else sys.stdin.read().encode("utf-8", "surrogateescape")
+
+
+def bounded_int(low: int, high: int) -> Callable[[str], int]:
+    """An argparse ``type``: an integer from ``low`` to ``high``, else a one-line usage error."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be an integer from {low} to {high:,}, got {text!r}")
+        return value
+
+    return parse
 
 
 @contextmanager
@@ -132,11 +182,13 @@ def extract_mode(args: argparse.Namespace) -> Any:
 
 
 def report_line(e: Any) -> str:
+    from ..memory import NO_MODEL_REASON
+
     parts = [e.status]
     if e.outcomes:
         parts.append(", ".join(f"{k} {v}" for k, v in sorted(e.outcomes.items())))
     if e.reason:
-        parts.append(e.reason)
+        parts.append(NO_MODEL_HINT if e.reason == NO_MODEL_REASON else e.reason)
     if e.job_id:
         parts.append(f"job {e.job_id}")
     return " - ".join(parts)

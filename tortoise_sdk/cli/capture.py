@@ -4,19 +4,21 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from typing import Any
 
-from ..errors import InvalidInput
+from ..errors import InvalidInput, StreamParseError
+from ..streams import detect_format
 from ._common import (
     add_model_options,
     emit_json,
     extract_mode,
     model_options,
     open_memory,
+    parse_json_records,
     progress,
-    read_json_records,
-    read_text,
+    read_input,
     report_line,
 )
 
@@ -29,61 +31,86 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_capture(args: argparse.Namespace) -> int:
-    text = sys.stdin.read() if args.file == "-" else None
-    records = None
-    if args.format == "auto":
-        records = _turn_records(args.file, text)
-    if args.format != "turns" and records is None:
-        return _cmd_ingest(args, text)
-    if records is None:
-        records = read_json_records(args.file, text)
+    text = read_input(args.file)
+    if args.format == "turns" or (args.format == "auto" and _is_turns(text)):
+        return _capture_turns(args, text)
+    return _cmd_ingest(args, text)
+
+
+def _capture_turns(args: argparse.Namespace, text: str) -> int:
+    records, lines = parse_json_records(text, args.file)
     is_batch = all(isinstance(r, dict) and "turns" in r for r in records)
-    mem = open_memory(args, **model_options(args))
-    with mem:
-        if is_batch:
-            if args.session or args.key:
-                raise InvalidInput("--session and --key apply to a single-session file, not a batch of sessions",
-                                   field="--session")
-            batch = [dict(r, date=r.get("date", args.date)) for r in records]
-            with progress(len(batch), "importing sessions") as advance:
-                receipts = mem.capture_many(batch, extract=extract_mode(args), chunk_size=100, progress=advance)
-        else:
-            if not args.session:
-                raise InvalidInput("a file of turns needs --session ID", field="--session")
-            receipts = [mem.capture(args.session, records, session_date=args.date, idempotency_key=args.key,
-                                    extract=extract_mode(args))]
+    with open_memory(args, **model_options(args)) as mem:
+        try:
+            if is_batch:
+                if args.session or args.key:
+                    raise InvalidInput("--session and --key apply to a single-session file, not a batch of sessions",
+                                       field="--session")
+                batch = [dict(r, date=r.get("date", args.date)) for r in records]
+                with progress(len(batch), "importing sessions") as advance:
+                    receipts = mem.capture_many(batch, extract=extract_mode(args), chunk_size=100, progress=advance)
+            else:
+                if not args.session:
+                    raise InvalidInput("a file of turns needs --session ID", field="--session")
+                receipts = [mem.capture(args.session, records, session_date=args.date, idempotency_key=args.key,
+                                        extract=extract_mode(args))]
+        except InvalidInput as exc:
+            raise _at_line(exc, lines, args.file) from None
     if args.json:
         emit_json(receipts if is_batch else receipts[0])
-    else:
-        stored = sum(r.turns_stored for r in receipts)
-        received = sum(r.turns_received for r in receipts)
-        replayed = sum(r.replayed for r in receipts)
-        print(f"captured {len(receipts)} session(s): {stored} new turn(s) of {received} received"
-              + (f", {replayed} replayed" if replayed else ""))
-        for r in receipts:
-            if r.extraction is not None:
-                print(f"extraction {r.session_id}: {report_line(r.extraction)}")
+        return 0
+    fresh = [r for r in receipts if not r.replayed]
+    replayed = len(receipts) - len(fresh)
+    if fresh:
+        print(f"captured {len(fresh)} session(s): {sum(r.turns_stored for r in fresh)} new turn(s) of "
+              f"{sum(r.turns_received for r in fresh)} received" + (f"; {replayed} replayed" if replayed else ""))
+    if replayed:
+        keys = ", ".join(sorted({r.idempotency_key for r in receipts if r.replayed and r.idempotency_key}))
+        print(f"{replayed} session(s) replayed, nothing new: already captured under idempotency key {keys}")
+    for r in fresh:
+        for w in r.warnings:
+            print(f"note {r.session_id}: {w.message}", file=sys.stderr)
+        if r.extraction is not None:
+            print(f"extraction {r.session_id}: {report_line(r.extraction)}")
     return 0
 
 
-def _turn_records(path: str, text: str | None) -> list[Any] | None:
-    """The records of a file of turns or session objects (today's capture input); None for any other stream."""
-    try:
-        records = read_json_records(path, text)
-    except InvalidInput:
-        first = next((line for line in (text if text is not None else read_text(path)).splitlines()
-                      if line.strip()), "")
-        if not first:
-            raise  # empty input: report it as before
+def _is_turns(text: str) -> bool:
+    """Turns or session objects, rather than an agent transcript: decided by the formats' own markers.
+
+    A line with a top-level ``role`` (or ``turns``) is a turn (a session); otherwise the first
+    lines vote as ``detect_format`` counts them. Lines that are not JSON are left to the reader
+    that follows (they are a turns file's error, or a transcript's torn line).
+    """
+    objects = []
+    for line in text.splitlines()[:200]:
         try:
-            head = json.loads(first)
-        except json.JSONDecodeError:
-            return None
-        if isinstance(head, dict) and ("turns" in head or {"role", "content"} <= head.keys()):
-            raise  # a file of turns with a bad line: report it as before
-        return None
-    turnish = all(isinstance(r, dict) and ("turns" in r or {"role", "content"} <= r.keys()) for r in records)
-    return records if turnish else None
+            objects.append(json.loads(line))
+        except (ValueError, RecursionError):
+            continue
+    if not objects:
+        try:
+            doc = json.loads(text)
+        except (ValueError, RecursionError):
+            return not text.strip() or text.lstrip().startswith("[")
+        objects = doc if isinstance(doc, list) else [doc]
+    if all(isinstance(o, dict) and ("role" in o or "turns" in o) for o in objects):
+        return True
+    try:
+        return detect_format(o for o in objects if isinstance(o, dict)) == "turns"
+    except StreamParseError:
+        return not any(isinstance(o, dict) for o in objects)
+
+
+def _at_line(exc: InvalidInput, lines: list[int | None], where: str) -> InvalidInput:
+    """The capture's error with the input line of the turn (or session) it names; nothing was captured."""
+    found = re.match(r"(?:turns|sessions)\[(\d+)\]", exc.field or "")
+    index = int(found.group(1)) if found else None
+    line = lines[index] if index is not None and index < len(lines) else None
+    if index is None:
+        return exc
+    at = f"line {line}" if line is not None else f"item {index + 1}"
+    return InvalidInput(f"{at}: {exc}; nothing was captured", field=where)
 
 
 def _cmd_ingest(args: argparse.Namespace, text: str | None) -> int:
@@ -91,7 +118,7 @@ def _cmd_ingest(args: argparse.Namespace, text: str | None) -> int:
         raise InvalidInput("--key and --date apply to --format turns; a transcript carries its own ids and times",
                            field="--key" if args.key else "--date")
     with open_memory(args, **model_options(args)) as mem:
-        report = mem.ingest(text.splitlines() if text is not None else args.file,
+        report = mem.ingest(text.splitlines() if args.file == "-" else args.file,
                             format=args.format, session_id=args.session, extract=extract_mode(args))
     if args.json:
         emit_json(report)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ._common import add_model_options, emit_json, model_options, open_memory, report_line
+from ._common import add_model_options, bounded_int, emit_json, model_options, open_memory, report_line
 
 __all__ = ("register",)
 
@@ -17,7 +17,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_extract(args: argparse.Namespace) -> int:
-    with open_memory(args, **model_options(args)) as mem:
+    with open_memory(args, create=False, **model_options(args)) as mem:
         report = mem.extract(args.session)
     if args.json:
         emit_json(report)
@@ -57,7 +57,7 @@ def _register_worker(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("worker", help="run queued background extractions",
                        description="Runs jobs queued by `capture --extract background`. Example: tortoise worker --once")
     p.add_argument("--once", action="store_true", help="run what is queued now, then exit")
-    p.add_argument("--max-jobs", type=int, help="exit after this many jobs")
+    p.add_argument("--max-jobs", type=bounded_int(1, 10**9), help="exit after this many jobs")
     p.add_argument("--poll", type=float, default=2.0, help="seconds between polls (default: %(default)s)")
     add_model_options(p)
     p.set_defaults(handler=_cmd_worker)

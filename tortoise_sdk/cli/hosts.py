@@ -36,12 +36,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     _register_hooks(sub)
 
 
-def _memory_options(p: argparse.ArgumentParser) -> None:
-    """``--db`` and ``--namespace`` after the command too (``tortoise mcp --namespace alice``)."""
-    p.add_argument("--db", default=argparse.SUPPRESS, help="SQLite path or postgresql:// URL")
-    p.add_argument("--namespace", default=argparse.SUPPRESS, help="the namespace to use (fixed for the run)")
-
-
 # -- mcp -------------------------------------------------------------------------------------------
 
 
@@ -64,7 +58,6 @@ def _register_mcp(sub: argparse._SubParsersAction) -> None:
                                    "as resources, for one namespace fixed at start. Needs the mcp extra: "
                                    "pip install 'tortoise-sdk[mcp]'. "
                                    "Example: claude mcp add tortoise -- tortoise mcp --namespace alice")
-    _memory_options(p)
     p.set_defaults(handler=_cmd_mcp)
 
 
@@ -179,7 +172,6 @@ def _register_hook(sub: argparse._SubParsersAction) -> None:
                                    "SessionEnd: captures what is new and queues extraction. Always exits 0; "
                                    "a failure or a run past --timeout prints nothing and is logged to hooks.log "
                                    "beside the database.")
-    _memory_options(p)
     p.add_argument("--timeout", type=float, default=DEFAULT_HOOK_TIMEOUT_S,
                    help="hard limit in seconds (default: %(default)s)")
     p.add_argument("--budget", type=int, default=3, help="at most this many pointers (default: %(default)s)")
@@ -265,5 +257,4 @@ def _register_hooks(sub: argparse._SubParsersAction) -> None:
     where.add_argument("--user", action="store_true", help="~/.claude/settings.json")
     p.add_argument("--print", action="store_true", help="print the resulting settings.json instead of writing it")
     p.add_argument("--model", help="litellm model the hook queues extraction for (default: $TORTOISE_MODEL)")
-    _memory_options(p)
     p.set_defaults(handler=_cmd_hooks)

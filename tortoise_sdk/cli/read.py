@@ -8,7 +8,7 @@ import sys
 from typing import Any
 
 from ..errors import InvalidInput
-from ._common import open_memory, read_json_records, read_text, run_and_print
+from ._common import bounded_int, open_memory, read_input, read_json_records, run_and_print
 
 __all__ = ("register",)
 
@@ -24,16 +24,17 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_search(args: argparse.Namespace) -> int:
-    return run_and_print(args, lambda mem: mem.search(args.query, k=args.k, session_id=args.session), _print_hits)
+    return run_and_print(args, lambda mem: mem.explain_search(args.query, k=args.k, session_id=args.session),
+                         _print_hits)
 
 
-def _print_hits(hits: list[Any]) -> None:
-    for h in hits:
+def _print_hits(result: Any) -> None:
+    for h in result.hits:
         who = h.name or h.role
         date = f" {h.session_date}" if h.session_date else ""
         print(f"{h.score:7.3f}  [{h.session_id}#{h.index}{date}] {who}: {_one_line(h.content)}")
-    if not hits:
-        print("no matches", file=sys.stderr)
+    if not result.hits:
+        print(f"no matches: {result.reason}" if result.reason else "no matches", file=sys.stderr)
 
 
 def _one_line(text: str, width: int = 160) -> str:
@@ -42,12 +43,18 @@ def _one_line(text: str, width: int = 160) -> str:
 
 
 def _register_search(sub: argparse._SubParsersAction) -> None:
+    from ..memory import MAX_SEARCH_K
+
     p = sub.add_parser("search", help="BM25 search over captured turns",
-                       description="Example: tortoise search 'where does Maya work' --k 5")
+                       description="Stop-words (the, and, of ...) are dropped and OR, AND, NOT, quotes are plain "
+                                   "words: a query of nothing else finds nothing, and says why. "
+                                   "Example: tortoise search 'where does Maya work' --k 5")
     p.add_argument("query")
-    p.add_argument("--k", type=int, default=10, help="number of hits (default: %(default)s)")
+    p.add_argument("--k", type=bounded_int(1, MAX_SEARCH_K), default=10,
+                   help=f"number of hits, 1 to {MAX_SEARCH_K:,} (default: %(default)s)")
     p.add_argument("--session", help="only this session")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true",
+                   help="print {query, terms, hits, reason}: the words searched for, the hits, why none")
     p.set_defaults(handler=_cmd_search)
 
 
@@ -111,7 +118,7 @@ def _read_prior(path: str) -> Any:
     """Prior context: a block from ``tortoise context --json``, a JSON/JSONL list of turns, or plain text."""
     from ..models import MemoryBlock
 
-    text = sys.stdin.read() if path == "-" else read_text(path)
+    text = read_input(path)
     try:
         doc = json.loads(text)
     except json.JSONDecodeError:
@@ -131,8 +138,10 @@ def _register_context(sub: argparse._SubParsersAction) -> None:
                                    "--budget 5")
     p.add_argument("--window", required=True, help="recent turns, JSON or JSONL file (or - for stdin)")
     p.add_argument("--prior", help="what the model was already shown: a block from --json, turns, or text")
-    p.add_argument("--budget", type=int, default=3, help="at most this many pointers, cap 8 (default: %(default)s)")
-    p.add_argument("--max-tokens", type=int, default=400, help="token cap for the whole block (default: %(default)s)")
+    p.add_argument("--budget", type=bounded_int(1, 8), default=3,
+                   help="at most this many pointers, 1 to 8 (default: %(default)s)")
+    p.add_argument("--max-tokens", type=bounded_int(1, 100_000), default=400,
+                   help="token cap for the whole block (default: %(default)s)")
     p.add_argument("--session", help="the conversation the window belongs to")
     p.add_argument("--json", action="store_true", help="print the MemoryBlock as JSON")
     p.set_defaults(handler=_cmd_context)
@@ -166,7 +175,7 @@ def _register_expand(sub: argparse._SubParsersAction) -> None:
 def _cmd_export(args: argparse.Namespace) -> int:
     from ..graph import export_graph
 
-    with open_memory(args) as mem:
+    with open_memory(args, create=False) as mem:
         g = mem.graph()
     export_graph(g, args.out, args.format)
     print(f"wrote {g.number_of_nodes()} nodes and {g.number_of_edges()} edges to {args.out}", file=sys.stderr)

@@ -10,15 +10,21 @@ Layout: ``base`` (the contract), the engine-independent logic (``plan``, ``captu
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
-from ..errors import ConfigError
+from ..errors import ConfigError, NotFoundError
 from .base import Store
 
 __all__ = ("Store", "open_store")
 
 
-def open_store(url: str) -> Store:
-    """Open the store a path or URL names: ``postgresql://...`` or a SQLite path / ``sqlite:///path``."""
+def open_store(url: str, *, create: bool = True) -> Store:
+    """Open the store a path or URL names: ``postgresql://...`` or a SQLite path / ``sqlite:///path``.
+
+    Raises:
+        NotFoundError: ``create=False`` and no SQLite file is there (nothing is created).
+        NotADatabase: the file is not a SQLite database.
+    """
     if url.startswith(("postgresql://", "postgres://")):
         from .postgres import PostgresStore  # optional dependency
 
@@ -32,4 +38,6 @@ def open_store(url: str) -> Store:
             f"unsupported database URL scheme in {url.split('://')[0]}://...; use a SQLite path, "
             "sqlite:///path or postgresql://user@host/db"
         )
+    if not create and url != ":memory:" and not Path(url).expanduser().exists():
+        raise NotFoundError(f"no database at {url} (nothing was created)")
     return SQLiteStore(url)

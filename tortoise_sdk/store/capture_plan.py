@@ -94,7 +94,7 @@ def new_receipt(namespace: str, req: CaptureRequest, receipt_id: str, session_da
         turns_stored=len(rows),
         turn_ids=[r[0] for r in rows],
         idempotency_key=req.idempotency_key,
-        warnings=warnings,
+        warnings=[*req.warnings, *warnings],
         extraction=req.extraction,
     )
 

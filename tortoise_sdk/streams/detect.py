@@ -12,7 +12,8 @@ from typing import Any, get_args
 
 from pydantic import ValidationError
 
-from tortoise_sdk.errors import ConfigError, StreamParseError
+from tortoise_sdk.capture import flatten_content
+from tortoise_sdk.errors import ConfigError, InvalidInput, StreamParseError
 from tortoise_sdk.models import Turn
 from tortoise_sdk.streams.acp import AcpParser
 from tortoise_sdk.streams.base import (
@@ -59,7 +60,10 @@ class TurnsParser(StreamParser):
         elif extra and data.get("metadata") is None:
             data["metadata"] = extra
         try:
-            turn = Turn.model_validate(data)
+            turn = Turn.model_validate(flatten_content(data)[0])
+        except InvalidInput as exc:
+            self._skip(line, kind, f"invalid turn: {exc}")
+            return []
         except ValidationError as exc:
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first["loc"])

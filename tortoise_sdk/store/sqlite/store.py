@@ -16,7 +16,7 @@ from tenacity import retry, retry_if_exception, stop_after_delay, wait_random_ex
 
 from ...capture import CaptureRequest
 from ...config import DEFAULT_BUSY_TIMEOUT_MS
-from ...errors import NotFoundError, StoreError
+from ...errors import NotADatabase, NotFoundError, StoreError
 from ...models import CaptureReceipt, Diagnostic, MemoryRecord, SearchHit, SessionInfo, utc_now
 from ...search import idf, idf_bonus, split_by_postings
 from ..base import Store
@@ -48,6 +48,14 @@ _RANK_JOINED = (
     " JOIN sessions s ON s.namespace = t.namespace AND s.session_id = t.session_id"
     " WHERE turns_fts MATCH ? AND t.namespace = ?"
 )
+
+
+def _not_a_database(exc: sqlite3.DatabaseError) -> bool:
+    """SQLITE_NOTADB or SQLITE_CORRUPT (by code where Python reports it, else by SQLite's message)."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is not None:
+        return code & 0xFF in (11, 26)
+    return "not a database" in str(exc) or "malformed" in str(exc)
 
 
 def _is_busy(exc: BaseException) -> bool:
@@ -83,8 +91,15 @@ class SQLiteStore(SQLiteExtractionMixin, SQLiteSubagentMixin, CursorMixin, Store
             raise StoreError(f"cannot open SQLite database {self.path!r}: {exc}; check the path and permissions") from exc
         self._conn.row_factory = sqlite3.Row
         self._retry_window_s = max(busy_timeout_ms / 1000, 1.0) * 2
-        self._pragmas(busy_timeout_ms, synchronous)
-        self.migrate()
+        try:
+            self._pragmas(busy_timeout_ms, synchronous)
+            self.migrate()
+        except sqlite3.DatabaseError as exc:
+            self._conn.close()
+            if _not_a_database(exc):
+                raise NotADatabase(f"{self.path} is not a SQLite database, or is damaged ({exc}); "
+                                   "it was left as it was: check the path") from None
+            raise
 
     # -- connection and transactions ---------------------------------------------------------
 

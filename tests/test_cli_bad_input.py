@@ -1,0 +1,172 @@
+"""Bad input at the command line: exit 2, one line on stderr naming what to fix, nothing written, no traceback.
+
+One table: each row is the arguments (``{f:NAME}`` an input file, ``{missing}`` a path under a missing
+directory, ``{tmp}`` a directory; ``--db`` is added unless given),
+the exit code and a piece of the one line the user reads.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import run_cli as run
+from tortoise_sdk import Memory
+from tortoise_sdk.cli import build_parser
+
+TURNS = [{"role": "user", "content": "I just started at Helix Health", "id": "m1"},
+         {"role": "assistant", "content": "Congratulations on the new job!", "id": "m2"}]
+
+#: Input files of the table, by name: text (str) or raw bytes.
+FILES: dict[str, str | bytes] = {
+    "ok.jsonl": "\n".join(json.dumps(t) for t in TURNS) + "\n",
+    "no-content.jsonl": '{"role": "user", "content": "hello"}\n{"role": "assistant"}\n',
+    "null-content.jsonl": '{"role": "user", "content": "hello"}\n\n{"role": "user", "content": null}\n',
+    "bad-role.jsonl": '{"role": "user", "content": "a"}\n{"role": "robot", "content": "b"}\n',
+    "bad-part.jsonl": '{"role": "user", "content": [{"type": "text"}]}\n',
+    "bad-batch.json": json.dumps([{"session_id": "a", "turns": [{"role": "user", "content": "x"}]},
+                                  {"session_id": "b", "turns": [{"role": "user"}]}]),
+    "binary.bin": b"\x7fELF\x02\x01\x01\x00\x00\x00" + bytes(range(256)),
+    "latin1.jsonl": '{"role": "user", "content": "caf\u00e9"}\n'.encode("latin-1"),
+    "not-a-db.db": "this is a text file, not a database\n" * 20,
+    "window.jsonl": '{"role": "user", "content": "where do I work?"}\n',
+}
+
+BAD = [
+    # capture: the turns file names the line and the field; nothing is captured
+    ("missing content", "capture {f:no-content.jsonl} --session s", 2, "line 2: turns[1].content: Field required"),
+    ("null content", "capture {f:null-content.jsonl} --session s", 2, "line 3: turns[1].content"),
+    ("unknown role", "capture {f:bad-role.jsonl} --session s", 2, "line 2: turns[1].role: unknown role 'robot'"),
+    ("content part without text", "capture {f:bad-part.jsonl} --session s", 2, "line 1: turns[0].content[0].text"),
+    ("bad session of a batch", "capture {f:bad-batch.json}", 2, "item 2: sessions[1]: turns[0].content"),
+    ("blank --session", "capture {f:ok.jsonl} --session ' '", 2, "--session: must be a non-empty string"),
+    ("bad --date", "capture {f:ok.jsonl} --session s --date yesterday", 2, "--date: 'yesterday' is not an ISO 8601"),
+    # unreadable files: one line, whatever is wrong with them
+    ("binary file", "capture {f:binary.bin} --session s", 2, "binary.bin: a binary file (NUL byte at offset 7)"),
+    ("not UTF-8", "capture {f:latin1.jsonl} --session s", 2, "latin1.jsonl: not UTF-8 text (byte 0xe9 at offset 32)"),
+    ("missing file", "capture {missing}/turns.jsonl --session s", 2, "cannot read file: No such file or directory"),
+    ("a directory", "capture {tmp} --session s", 2, "cannot read file: Is a directory"),
+    ("binary window", "context --window {f:binary.bin}", 2, "a binary file"),
+    # the database: not one, or not there (read commands create nothing)
+    ("--db not a database", "--db {f:not-a-db.db} search helix", 2, "is not a SQLite database, or is damaged"),
+    ("--db not a database, capture", "capture {f:ok.jsonl} --session s --db {f:not-a-db.db}", 2,
+     "is not a SQLite database"),
+    # numbers and names
+    ("--k 0", "search helix --k 0", 2, "argument --k: must be an integer from 1 to 10,000, got '0'"),
+    ("--k -5", "search helix --k -5", 2, "argument --k: must be an integer from 1 to 10,000"),
+    ("--k huge", "search helix --k 99999999999999999999999", 2, "argument --k: must be an integer from 1 to 10,000"),
+    ("--k not a number", "search helix --k ten", 2, "argument --k: must be an integer"),
+    ("--budget 0", "context --window {f:window.jsonl} --budget 0", 2, "argument --budget: must be an integer from 1 to 8"),
+    ("blank --namespace", "--namespace '  ' search helix", 2, "--namespace must be a non-blank name"),
+    ("blank --namespace after", "sessions --namespace ''", 2, "--namespace must be a non-blank name"),
+    ("unknown option", "search helix --top 3", 2, "unrecognized arguments: --top 3 (see tortoise --help)"),
+    # extraction: the session first, then the model, in the command line's terms
+    ("extract unknown session", "extract no-such-session", 2, "no such session 'no-such-session'"),
+    ("extract without a model", "extract s1", 2, "no model configured: pass --model (e.g. --model openai/gpt-4o-mini) "
+                                                 "or set TORTOISE_MODEL"),
+    ("worker without a model", "worker --once", 2, "pass --model"),
+]
+
+READ_COMMANDS = ["search helix", "sessions", "memories", "context --window {f:window.jsonl}", "expand t_0",
+                 "export {missing}.graphml", "subagents", "stats", "extract s1"]
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> dict[str, Path]:
+    made = {}
+    for name, body in FILES.items():
+        made[name] = tmp_path / name
+        if isinstance(body, bytes):
+            made[name].write_bytes(body)
+        else:
+            made[name].write_text(body, encoding="utf-8")
+    return made
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> str:
+    """A database holding session s1 (no model)."""
+    path = str(tmp_path / "cli.db")
+    with Memory(path) as mem:
+        mem.capture("s1", TURNS)
+    return path
+
+
+def argv(template: str, files: dict[str, Path], tmp_path: Path, db: str | None) -> list[str]:
+    import shlex
+
+    words = []
+    for word in shlex.split(template):
+        for name, path in files.items():
+            word = word.replace(f"{{f:{name}}}", str(path))
+        words.append(word.replace("{missing}", str(tmp_path / "nowhere" / "x")).replace("{tmp}", str(tmp_path)))
+    return words if db is None or "--db" in words else ["--db", db, *words]
+
+
+def one_line(err: str) -> str:
+    assert err.endswith("\n") and err.count("\n") == 1, err
+    assert "Traceback" not in err
+    return err.rstrip("\n")
+
+
+@pytest.mark.parametrize(("case", "command", "code", "message"), BAD, ids=[row[0] for row in BAD])
+def test_bad_input_exits_with_one_line(capsys, tmp_path, files, db, case, command, code, message) -> None:
+    before = {p: p.read_bytes() for p in files.values()}
+    got, out, err = run(capsys, *argv(command, files, tmp_path, db))
+    assert (got, out) == (code, ""), err
+    assert message in one_line(err)
+    assert {p: p.read_bytes() for p in files.values()} == before  # inputs (and a non-database --db) untouched
+    with Memory(db) as mem:  # nothing was captured
+        assert [(s.session_id, s.turn_count) for s in mem.sessions()] == [("s1", 2)]
+
+
+@pytest.mark.parametrize("command", READ_COMMANDS)
+def test_read_commands_on_a_missing_database_say_so_and_create_nothing(capsys, tmp_path, files, command) -> None:
+    where = tmp_path / "nope" / "x.db"
+    got, out, err = run(capsys, "--db", str(where), *argv(command, files, tmp_path, None))
+    assert (got, out) == (2, "")
+    assert one_line(err) == (f"tortoise: no database at {where} (nothing was created): check --db or TORTOISE_DB "
+                             "(a capture creates the database)")
+    assert not where.parent.exists()
+
+
+def test_db_and_namespace_go_before_or_after_the_command(capsys, tmp_path, files) -> None:
+    db = str(tmp_path / "m.db")
+    assert run(capsys, "capture", str(files["ok.jsonl"]), "--session", "s", "--db", db, "--namespace", "ana")[0] == 0
+    for args in (["--db", db, "--namespace", "ana", "sessions", "--json"],
+                 ["sessions", "--json", "--db", db, "--namespace", "ana"],
+                 ["--db", db, "--namespace", "bob", "sessions", "--namespace", "ana", "--json"]):  # after wins
+        code, out, _ = run(capsys, *args)
+        assert code == 0 and [s["session_id"] for s in json.loads(out)] == ["s"], args
+    code, out, _ = run(capsys, "--db", db, "sessions", "--json")
+    assert (code, json.loads(out)) == (0, [])  # the default namespace is another one
+
+
+def every_subcommand(parser=None, prefix=()):
+    import argparse
+
+    parser = parser or build_parser()
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, child in action.choices.items():
+                yield (*prefix, name), child
+                yield from every_subcommand(child, (*prefix, name))
+
+
+def test_every_subcommand_lists_db_and_namespace_in_its_help() -> None:
+    commands = list(every_subcommand())
+    assert {("search",), ("capture",), ("mcp",), ("hooks",), ("eval", "locomo")} <= {c for c, _ in commands}
+    for command, parser in commands:
+        text = parser.format_help()
+        assert "--db PATH|URL" in text and "--namespace NS" in text, command
+
+
+def test_a_replayed_capture_says_nothing_new(capsys, tmp_path, files) -> None:
+    db = str(tmp_path / "m.db")
+    args = ("--db", db, "capture", str(files["ok.jsonl"]), "--session", "s", "--key", "k1")
+    code, out, _ = run(capsys, *args)
+    assert (code, out.splitlines()[0]) == (0, "captured 1 session(s): 2 new turn(s) of 2 received")
+    code, out, _ = run(capsys, *args)
+    assert (code, out) == (0, "1 session(s) replayed, nothing new: already captured under idempotency key k1\n")
