@@ -141,12 +141,16 @@ def install_hooks(settings: Mapping[str, Any], command: str, *, timeout: int) ->
         timeout: seconds Claude Code allows the command (above the hook's own limit).
 
     Raises:
-        InvalidInput: ``settings`` or its ``hooks`` is not shaped like Claude Code settings.
+        InvalidInput: ``settings``, its ``hooks`` or the list of one of our events is not shaped
+            like Claude Code settings (the message names the key).
     """
     out = uninstall_hooks(settings)
     hooks = out.setdefault("hooks", {})
     for event in HOOK_EVENTS:
-        hooks.setdefault(event, []).append({"hooks": [{"type": "command", "command": command, "timeout": timeout}]})
+        groups = hooks.setdefault(event, [])
+        if not isinstance(groups, list):
+            raise InvalidInput(f'"hooks.{event}" must be a list of matcher groups')
+        groups.append({"hooks": [{"type": "command", "command": command, "timeout": timeout}]})
     return out
 
 
@@ -157,13 +161,13 @@ def uninstall_hooks(settings: Mapping[str, Any]) -> dict[str, Any]:
         InvalidInput: ``settings`` or its ``hooks`` is not shaped like Claude Code settings.
     """
     if not isinstance(settings, Mapping):
-        raise InvalidInput("settings.json must hold a JSON object", field="settings.json")
+        raise InvalidInput("settings.json must hold a JSON object")
     out = dict(settings)
     hooks = out.get("hooks")
     if hooks is None:
         return out
     if not isinstance(hooks, Mapping):
-        raise InvalidInput('"hooks" must be an object of event names', field="settings.json")
+        raise InvalidInput('"hooks" must be an object of event names')
     kept_events: dict[str, Any] = {}
     for event, groups in hooks.items():
         if not isinstance(groups, list):

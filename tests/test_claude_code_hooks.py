@@ -362,3 +362,35 @@ def test_a_settings_file_that_is_not_json_is_left_alone(tmp_path, capsys) -> Non
     assert main(["hooks", "install", "--project", str(tmp_path)]) == 2
     assert "not valid JSON" in capsys.readouterr().err
     assert settings.read_text() == "{ not json"
+
+
+@pytest.mark.parametrize("settings_text, key", [
+    ('{"hooks": {"Stop": {"command": "notify-send done"}}}', '"hooks.Stop" must be a list'),
+    ('{"hooks": ["Stop"]}', '"hooks" must be an object'),
+])
+def test_a_settings_file_of_another_shape_is_refused_with_its_path_and_left_alone(tmp_path, capsys, settings_text,
+                                                                                   key) -> None:
+    settings = tmp_path / ".claude" / "settings.json"
+    settings.parent.mkdir()
+    settings.write_text(settings_text)
+    for action in ("install", "uninstall"):
+        code = main(["hooks", action, "--project", str(tmp_path)])
+        err = capsys.readouterr().err
+        if action == "uninstall" and "hooks.Stop" in key:
+            assert code == 0 and "not found in" in err  # nothing of ours: another tool's entry is left as it is
+            continue
+        assert code == 2, err
+        assert err.startswith(f"tortoise: {settings}: ") and key in err and "nothing was changed" in err
+        assert err.count("\n") == 1
+    assert settings.read_text() == settings_text
+
+
+def test_uninstall_with_nothing_of_ours_writes_nothing(tmp_path, capsys) -> None:
+    assert main(["hooks", "uninstall", "--project", str(tmp_path)]) == 0
+    assert not (tmp_path / ".claude").exists()  # no settings file conjured up
+    settings = tmp_path / ".claude" / "settings.json"
+    settings.parent.mkdir()
+    settings.write_text(json.dumps(OTHER_HOOKS))  # compact, as the user wrote it
+    assert main(["hooks", "uninstall", "--project", str(tmp_path)]) == 0
+    assert settings.read_text() == json.dumps(OTHER_HOOKS)
+    assert "not found in" in capsys.readouterr().err

@@ -188,13 +188,20 @@ def _cmd_hooks(args: argparse.Namespace) -> int:
 
     path = _settings_path(args)
     current = _read_settings(path)
-    if args.action == "install":
-        updated = install_hooks(current, _hook_command(args), timeout=SETTINGS_TIMEOUT_S)
-    else:
-        updated = uninstall_hooks(current)
+    try:
+        if args.action == "install":
+            updated = install_hooks(current, _hook_command(args), timeout=SETTINGS_TIMEOUT_S)
+        else:
+            updated = uninstall_hooks(current)
+    except InvalidInput as exc:  # the message names the key; this names the file
+        raise InvalidInput(f"{exc}; fix it first, nothing was changed", field=str(path)) from None
     text = json.dumps(updated, ensure_ascii=False, indent=2) + "\n"
     if args.print:
         sys.stdout.write(text)
+        return 0
+    if updated == current:  # leave the user's file (and its formatting) alone, or absent
+        state = "already installed in" if args.action == "install" else "not found in"
+        print(f"tortoise hooks {state} {path}; nothing changed", file=sys.stderr)
         return 0
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tortoise-{os.getpid()}")
