@@ -119,6 +119,33 @@ def test_the_real_sub_agent_session_line_by_line_gives_the_rows_of_tortoise_capt
         assert row.turn_id is not None  # the launching turn, captured in an earlier hook call
 
 
+def test_subagent_stop_captures_the_sub_agents_own_transcript(monkeypatch, capsys, tmp_path) -> None:
+    """SubagentStop names the sub-agent's own file (``agent_transcript_path``): its lines are captured too."""
+    session = "491e126e-1e71-469c-ade2-fcc8af567c74"
+    lines = EXCERPT.read_text(encoding="utf-8").splitlines()
+    parent = tmp_path / f"{session}.jsonl"
+    parent.write_text("\n".join(lines[:3]) + "\n", encoding="utf-8")  # up to the Task call, no progress line
+    # The sub-agent's own file holds its messages as sidechain lines (built from the progress line's message).
+    progress = json.loads(lines[3])
+    agent = progress["data"]["agentId"]
+    child = tmp_path / session / "subagents" / f"agent-{agent}.jsonl"
+    child.parent.mkdir(parents=True)
+    child.write_text(json.dumps({"parentUuid": None, "isSidechain": True, "userType": "external", "cwd": progress["cwd"],
+                                 "sessionId": session, "version": progress["version"], "agentId": agent,
+                                 **progress["data"]["message"]}) + "\n", encoding="utf-8")
+    db = tmp_path / "m.db"
+    assert run_hook(monkeypatch, capsys, db, payload("SubagentStop", session, parent, stop_hook_active=False,
+                                                     agent_id=agent, agent_type="Plan",
+                                                     agent_transcript_path=str(child))) is None
+    with Memory(str(db)) as live, Memory(str(tmp_path / "whole.db")) as whole:
+        whole.ingest(parent)
+        whole.ingest(child)
+        assert stored_turns(live) == stored_turns(whole)
+        (turn,) = live.turns(f"{session}:agent-{agent}")
+        assert turn.external_id == progress["data"]["message"]["uuid"]
+        assert turn.content.startswith("Draft bead content for setting up Credo")
+
+
 def test_the_block_of_an_earlier_session_reaches_additional_context(monkeypatch, capsys, tmp_path) -> None:
     db = tmp_path / "m.db"
     earlier = tmp_path / "earlier.jsonl"
