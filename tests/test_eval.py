@@ -297,7 +297,11 @@ def test_a_reply_without_a_label_stays_unjudged_and_is_judged_on_the_next_run(ca
     assert report["status"] == "incomplete"
     first = report["questions"][0]
     assert (first["label"], first["answer"]) == (None, "7 May 2023")
-    assert report["summary"]["verbatim"]["categories"]["temporal"]["judged"] == 3
+    temporal = report["summary"]["verbatim"]["categories"]["temporal"]
+    assert (temporal["questions"], temporal["judged"]) == (4, 3)
+    # J is over the judged questions only: the unjudged one is neither right nor wrong yet.
+    labels = [r["label"] for r in report["questions"] if r["category"] == 2 and r["label"] is not None]
+    assert temporal["j"] == round(labels.count("CORRECT") / 3, 4) == round(2 / 3, 4)
     before = stages(stub)
     code, _, _, report = run_eval(capsys, out, stub=stub)
     assert code == 0 and report["status"] == "complete"
