@@ -12,6 +12,8 @@ from __future__ import annotations
 import copy
 import json
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -329,6 +331,29 @@ def test_a_run_without_any_model(capsys, out) -> None:
     overall = report["summary"]["verbatim"]["overall"]
     assert overall["j"] == round(overall["correct"] / 15, 4)
     assert "gold in block (%)" in stdout
+
+
+def test_an_interrupted_run_says_how_to_resume_and_resumes(capsys, out, tmp_path, monkeypatch) -> None:
+    import tortoise_sdk.cli.evaluate as cli_eval
+
+    @contextmanager
+    def ctrl_c_after_seven() -> Iterator[Any]:
+        def progress(phase: str, done: int, total: int) -> None:
+            if phase.startswith("questions") and done == 7:
+                raise KeyboardInterrupt  # in the main thread, where Ctrl-C lands
+        yield progress
+
+    no_model = ("--judge", "exact", "--answer-from-block")
+    with monkeypatch.context() as m:
+        m.setattr(cli_eval, "_progress", ctrl_c_after_seven)
+        code, stdout, stderr, report = run_eval(capsys, out, *no_model)
+    assert code == 130 and stdout == ""
+    assert stderr == f"tortoise: interrupted; what was answered is kept in {out}; run the same command again to resume\n"
+    assert report["status"] == "incomplete" and sum(r["label"] is not None for r in report["questions"]) >= 7
+    code, _, _, resumed = run_eval(capsys, out, *no_model)
+    code_whole, _, _, whole = run_eval(capsys, tmp_path / "whole.json", *no_model)
+    assert code == code_whole == 0 and resumed["status"] == "complete"
+    assert _clean_summary(resumed) == _clean_summary(whole)
 
 
 @pytest.mark.parametrize(("args", "message"), [

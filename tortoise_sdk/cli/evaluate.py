@@ -85,8 +85,13 @@ def _cmd_locomo(args: argparse.Namespace) -> int:
         budget=args.budget, max_tokens=args.max_tokens, judge=args.judge, answer_from_block=args.answer_from_block,
         api_base=args.api_base, api_key=args.api_key, temperature=args.temperature, concurrency=args.concurrency,
     )
-    with _progress() as progress:
-        report = run_locomo(settings, progress)
+    try:
+        with _progress() as progress:
+            report = run_locomo(settings, progress)
+    except KeyboardInterrupt:  # the report was saved on the way out; say so, or Ctrl-C looks like a loss
+        kept = f"what was answered is kept in {args.out}; " if args.out.exists() else ""
+        print(f"tortoise: interrupted; {kept}run the same command again to resume", file=sys.stderr)
+        return 130
     print(render_markdown(report), end="")
     unjudged = sum(1 for q in report["questions"] if q["label"] is None)
     if unjudged:
