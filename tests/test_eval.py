@@ -356,6 +356,13 @@ def test_an_interrupted_run_says_how_to_resume_and_resumes(capsys, out, tmp_path
     assert _clean_summary(resumed) == _clean_summary(whole)
 
 
+def test_an_out_that_the_table_would_overwrite_is_refused(capsys, tmp_path) -> None:
+    out = tmp_path / "report.md"
+    code, _, stderr, _ = run_eval(capsys, out, "--judge", "exact", "--answer-from-block")
+    assert code == 2 and "--out is the JSON report" in stderr and stderr.count("\n") == 1
+    assert not out.exists()
+
+
 @pytest.mark.parametrize(("args", "message"), [
     ((), "no answer model"),
     (("--judge", "exact"), "--answer-from-block"),

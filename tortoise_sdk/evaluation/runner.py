@@ -102,6 +102,9 @@ class EvalSettings:
         """
         if not self.files:
             raise ConfigError("no LoCoMo file given, e.g. tortoise eval locomo locomo10.json")
+        if Path(self.out).suffix.lower() == ".md":
+            raise ConfigError("--out is the JSON report (the Markdown table is written beside it, as .md): "
+                              "pass e.g. --out locomo.json")
         if not self.modes or any(m not in MODES for m in self.modes):
             raise ConfigError(f"modes must be among {MODES}")
         if "memories" in self.modes and not self.extraction_model:
