@@ -23,8 +23,9 @@ TURNS = [
 ]
 
 
-def server(db: Path, namespace: str) -> Client:
-    return Client(StdioServerParameters(command=TORTOISE, args=["mcp", "--db", str(db), "--namespace", namespace]),
+def server(db: Path, namespace: str, *options: str) -> Client:
+    return Client(StdioServerParameters(command=TORTOISE, args=["mcp", "--db", str(db), "--namespace", namespace,
+                                                                *options]),
                   read_timeout_seconds=60)
 
 
@@ -118,3 +119,25 @@ def test_a_server_on_another_namespace_sees_nothing_of_the_first(tmp_path: Path)
             assert all("namespace" not in s["properties"] for s in schema.values())
 
     run(scenario())
+
+
+def test_with_a_model_captures_queue_extraction_for_the_worker(tmp_path: Path) -> None:
+    db = tmp_path / "m.db"
+
+    async def scenario() -> None:
+        # The client starts the server with a minimal environment: no $TORTOISE_MODEL reaches it.
+        async with server(db, "alice") as plain:
+            skipped = await plain.call_tool("memory_capture", {"session_id": "vet", "turns": TURNS})
+            assert skipped.structured_content["extraction"]["status"] == "skipped"
+            assert "no model configured" in text(skipped)
+        async with server(db, "alice", "--model", "openai/gpt-4o-mini") as extracting:
+            queued = await extracting.call_tool("memory_capture", {"session_id": "walk", "turns": [
+                {"role": "user", "content": "Biscuit walks 5 km every morning.", "id": "u2"}]})
+            assert queued.structured_content["extraction"]["status"] == "queued"
+            assert "extraction queued" in text(queued)
+
+    run(scenario())
+    from tortoise_sdk import Memory
+
+    with Memory(str(db), namespace="alice") as mem:
+        assert [j.session_id for j in mem.store.jobs("alice")] == ["walk"]  # what `tortoise worker` runs

@@ -46,7 +46,8 @@ def _cmd_mcp(args: argparse.Namespace) -> int:
         raise ConfigError(f"{exc}") from None
     from ..memory import Memory
 
-    with Memory(args.db, namespace=args.namespace) as mem:
+    model = {"model": args.model} if args.model else {}
+    with Memory(args.db, namespace=args.namespace, **model) as mem:
         build_server(mem).run("stdio")
     return 0
 
@@ -58,6 +59,8 @@ def _register_mcp(sub: argparse._SubParsersAction) -> None:
                                    "as resources, for one namespace fixed at start. Needs the mcp extra: "
                                    "pip install 'tortoise-sdk[mcp]'. "
                                    "Example: claude mcp add tortoise -- tortoise mcp --namespace alice")
+    p.add_argument("--model", help="litellm model whose extraction jobs memory_capture queues for `tortoise worker` "
+                                   "(default: $TORTOISE_MODEL; with neither, turns are stored and not extracted)")
     p.set_defaults(handler=_cmd_mcp)
 
 
