@@ -17,6 +17,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from functools import cache
 from pathlib import Path
 
+import networkx as nx
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
@@ -196,72 +197,23 @@ def import_graph() -> dict[str, set[str]]:
 def import_cycles(graph: Mapping[str, Iterable[str]]) -> list[list[str]]:
     """One circle per group of modules that reach one another, as a path ``[a, b, ..., a]``.
 
-    The groups are the strongly connected components (Tarjan, iterative) of two or more
-    modules, or of one module that imports itself.
+    The groups are the strongly connected components of two or more modules, or of one module
+    that imports itself; each is reported by a shortest circle through its first module.
     """
-    edges = {v: sorted(set(ws)) for v, ws in graph.items()}
-    for ws in list(edges.values()):
-        for w in ws:
-            edges.setdefault(w, [])
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    groups: list[list[str]] = []
-    for root in sorted(edges):
-        if root in index:
-            continue
-        work = [(root, iter(edges[root]))]
-        index[root] = low[root] = len(index)
-        stack.append(root)
-        on_stack.add(root)
-        while work:
-            v, children = work[-1]
-            w = next(children, None)
-            if w is not None:
-                if w not in index:
-                    index[w] = low[w] = len(index)
-                    stack.append(w)
-                    on_stack.add(w)
-                    work.append((w, iter(edges[w])))
-                elif w in on_stack:
-                    low[v] = min(low[v], index[w])
-                continue
-            work.pop()
-            if work:
-                low[work[-1][0]] = min(low[work[-1][0]], low[v])
-            if low[v] == index[v]:
-                group = []
-                while True:
-                    w = stack.pop()
-                    on_stack.discard(w)
-                    group.append(w)
-                    if w == v:
-                        break
-                if len(group) > 1 or v in edges[v]:
-                    groups.append(sorted(group))
-    return [_circle_through(group, edges) for group in sorted(groups)]
+    g = nx.DiGraph()
+    g.add_nodes_from(sorted(graph))
+    g.add_edges_from((v, w) for v in sorted(graph) for w in sorted(set(graph[v])))
+    groups = sorted(sorted(c) for c in nx.strongly_connected_components(g)
+                    if len(c) > 1 or g.has_edge(next(iter(c)), next(iter(c))))
+    return [_circle_through(g.subgraph(group), group[0]) for group in groups]
 
 
-def _circle_through(group: list[str], edges: Mapping[str, list[str]]) -> list[str]:
-    """A shortest path from the group's first module back to itself, inside the group."""
-    start, members = group[0], set(group)
-    came_from: dict[str, str] = {}
-    frontier = [start]
-    while frontier:
-        following = []
-        for v in frontier:
-            for w in edges[v]:
-                if w == start:
-                    path = [v]
-                    while path[-1] != start:
-                        path.append(came_from[path[-1]])
-                    return [start, *reversed(path[:-1]), start] if v != start else [start, start]
-                if w in members and w not in came_from:
-                    came_from[w] = v
-                    following.append(w)
-        frontier = following
-    raise AssertionError(f"no circle through {start}")  # unreachable for a strongly connected group
+def _circle_through(group: nx.DiGraph, start: str) -> list[str]:
+    """A shortest path from ``start`` back to itself, inside its group."""
+    if group.has_edge(start, start):
+        return [start, start]
+    back = min((nx.shortest_path(group, w, start) for w in sorted(group.successors(start))), key=len)
+    return [start, *back]
 
 
 def test_no_import_circles_among_our_modules() -> None:
