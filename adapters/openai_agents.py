@@ -46,6 +46,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         "tortoise_sdk.adapters.openai_agents needs the OpenAI Agents SDK: pip install 'tortoise-sdk[openai-agents]'"
     ) from exc
 
+from ..errors import AdapterError
 from ..models import MEMORY_BLOCK_MARKER, MemoryBlock, utc_now
 from ._common import MemoryAdapter
 
@@ -136,10 +137,14 @@ class MemorySession(MemoryAdapter):
         return ModelInputData(input=model_data.input, instructions=instructions)
 
     def run_config(self, config: RunConfig | None = None) -> RunConfig:
-        """``config`` (default a new ``RunConfig``) with ``input_filter`` as its ``call_model_input_filter``."""
+        """``config`` (default a new ``RunConfig``) with ``input_filter`` as its ``call_model_input_filter``.
+
+        Raises:
+            AdapterError: ``config`` already has a filter (the message says how to chain the two).
+        """
         config = config or RunConfig()
         if config.call_model_input_filter is not None:
-            raise ValueError("the RunConfig already has a call_model_input_filter; call it from your own filter "
+            raise AdapterError("the RunConfig already has a call_model_input_filter; call it from your own filter "
                              "after awaiting session.input_filter(data)")
         return dataclasses.replace(config, call_model_input_filter=self.input_filter)
 

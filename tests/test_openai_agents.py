@@ -16,6 +16,7 @@ from agents.memory import Session  # noqa: E402
 from agents.testing import ScriptedModel, assistant_message, function_call  # noqa: E402
 
 from tortoise_sdk import Memory  # noqa: E402
+from tortoise_sdk.errors import AdapterError  # noqa: E402
 from tortoise_sdk.adapters.openai_agents import MemorySession  # noqa: E402
 
 FACT = "My greyhound Biscuit only eats salmon kibble since the vet visit in March."
@@ -140,5 +141,5 @@ def test_a_memory_failure_never_reaches_the_run(tmp_path: Path, caplog: pytest.L
 
 def test_a_run_config_with_its_own_filter_is_refused_with_the_fix(mem: Memory) -> None:
     session = MemorySession(mem, "chat-4")
-    with pytest.raises(ValueError, match="session.input_filter"):
+    with pytest.raises(AdapterError, match="session.input_filter"):
         session.run_config(RunConfig(call_model_input_filter=lambda data: data.model_data))
