@@ -23,8 +23,8 @@ def test_capture_a_transcript_then_list_subagents_and_stats(capsys, db, fmt):
     report = json.loads(out)
     assert (report["format"], report["sessions"], report["turns_stored"], report["frames_recorded"]) == (
         "claude-code", 2, 5, 3)  # the sub-agent's progress message is a turn of "<session>:agent-afb92ff"
-    assert report["counters"] == {"upserted": 3, "skipped_no_identity": 0, "unknown_execution": 3,
-                                  "anomalous_value": 0, "failed": 0}
+    assert report["counters"] == {"upserted": 3, "skipped_no_identity": 0, "unknown_execution": 0,
+                                  "backfill_unknown_execution": 3, "anomalous_value": 0, "failed": 0}
     assert report["parse"]["lines"] == 5
 
     code, out, _ = run(capsys, "--db", db, "subagents", "--json")
@@ -40,7 +40,8 @@ def test_capture_a_transcript_then_list_subagents_and_stats(capsys, db, fmt):
     code, out, _ = run(capsys, "--db", db, "stats", "--json")
     assert json.loads(out) == {"namespace": "default", "sessions": 2, "turns": 5, "subagents": 1,
                                "subagent_counters": {"upserted": 3, "skipped_no_identity": 0,
-                                                     "unknown_execution": 3, "anomalous_value": 0, "failed": 0}}
+                                                     "unknown_execution": 0, "backfill_unknown_execution": 3,
+                                                     "anomalous_value": 0, "failed": 0}}
 
 
 def test_recapture_stores_nothing_new_and_text_output(capsys, db):

@@ -28,7 +28,7 @@ from tortoise_sdk.store.sqlite.migrations import SQLITE_MIGRATIONS, migrate_sqli
 from tortoise_sdk.store.plan import EntityPlan, ExtractionPlan, Fence, ItemPlan, RetractionPlan, SourcePlan
 from tortoise_sdk.store.sqlite import SQLiteStore
 from tortoise_sdk.streams import SubagentFrame
-from tortoise_sdk.subagents import ROW_COLUMNS, normalize_frame, replay
+from tortoise_sdk.subagents import ROW_COLUMNS, SubagentRecorder, normalize_frame, replay
 
 BACKENDS = ("sqlite", "postgres")
 T0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
@@ -805,6 +805,67 @@ def test_an_oversized_metric_is_anomalous_and_the_rest_of_the_frame_is_stored(st
     assert (row.description, row.tool_status, row.settled_at) == ("kept", "completed", T0)
     counters = store.subagent_counters(ns)
     assert (counters.upserted, counters.anomalous_value, counters.failed) == (1, 2, 0)
+
+
+def _raw_subagent_rows(store: Store, ns: str) -> list[tuple]:
+    """Every stored column of every sub-agent row of ``ns``, as the engine returns it."""
+    mark = "?" if isinstance(store, SQLiteStore) else "%s"
+    with store.read() as c:
+        return [tuple(r) for r in c.execute(f"SELECT * FROM subagent_contexts WHERE namespace = {mark} ORDER BY id",
+                                            (ns,)).fetchall()]
+
+
+def _recorder(store: Store, ns: str) -> SubagentRecorder:
+    ticks = iter(T0 + timedelta(hours=1, seconds=i) for i in range(1000))
+    return SubagentRecorder(store, ns, clock=lambda: next(ticks))
+
+
+def test_a_backfill_after_live_leaves_the_live_row_byte_identical(store: Store, ns):
+    """AC-22: the audit's case, and a call recorded live and backfilled under 'unknown' is two rows."""
+    store.capture(ns, req("s1", [{"role": "assistant", "content": "[tool_use Task]", "id": "msg-1"}]))
+    rec = _recorder(store, ns)
+    rec.record(SubagentFrame(session_id="s1", tool_call_id="t1", turn_external_id="msg-1", model="claude-haiku",
+                             tool_status="running", source="live", observed_at=T0))
+    before = _raw_subagent_rows(store, ns)
+    backfill = [SubagentFrame(session_id="s1", tool_call_id="t1", model="inherit", subagent_type="Plan",
+                              source="backfill", observed_at=T0 - timedelta(days=20)),
+                SubagentFrame(session_id="s1", tool_call_id="t1", tool_status="completed", total_tokens=5,
+                              source="backfill", observed_at=T0 - timedelta(days=19))]
+    rec.record_all(backfill)
+    rec.record(backfill[1])
+    assert _raw_subagent_rows(store, ns) == before
+    (row,) = store.subagents(ns)
+    assert (row.model, row.settled_at, row.source) == ("claude-haiku", None, "live")
+    rec.record(SubagentFrame(session_id="s1", tool_call_id="t2", agent_execution_id="exec-7", source="live",
+                             observed_at=T0))
+    rec.record_all([SubagentFrame(session_id="s1", tool_call_id="t2", source="backfill", observed_at=T0)])
+    assert sorted((r.agent_execution_id, r.source) for r in store.subagents(ns) if r.tool_call_id == "t2") == [
+        ("exec-7", "live"), ("unknown", "backfill")]
+    counters = store.subagent_counters(ns)
+    assert (counters.unknown_execution, counters.backfill_unknown_execution) == (1, 4)  # AC-31: per source
+
+
+def test_a_replayed_backfill_is_a_no_op_and_settled_at_is_the_terminal_frame_time(store: Store, ns):
+    """AC-11 and AC-22: settled when the terminal frame was observed; ingesting the same frames again changes nothing."""
+    frames = [SubagentFrame(session_id="s1", tool_call_id="t1", subagent_type="Plan", model="haiku",
+                            source="backfill", observed_at=T0),
+              SubagentFrame(session_id="s1", tool_call_id="t1", tool_status="completed", agent_status="completed",
+                            model="claude-haiku-4-5", total_tokens=70, source="backfill",
+                            observed_at=T0 + timedelta(seconds=5)),
+              SubagentFrame(session_id="s1", tool_call_id="t1", tool_status="error", agent_status="done",
+                            source="backfill", observed_at=T0 + timedelta(seconds=9))]
+    rec = _recorder(store, ns)
+    rec.record_all(frames[:1])  # the transcript as it was when first ingested
+    (first,) = store.subagents(ns)
+    assert first.settled_at is None
+    rec.record_all(frames)  # grown: completes the backfilled row
+    (row,) = store.subagents(ns)
+    assert (row.settled_at, row.tool_status, row.agent_status, row.model) == (
+        T0 + timedelta(seconds=5), "completed", "done", "claude-haiku-4-5")
+    before = _raw_subagent_rows(store, ns)
+    rec.record_all(frames)
+    assert _raw_subagent_rows(store, ns) == before
+    assert store.subagent_counters(ns).upserted == 1 + 3 + 3
 
 
 _KILLED_WORKER = """

@@ -53,7 +53,9 @@ def check_completed_task(parsed: ParsedStream) -> None:
     assert (row["total_tokens"], row["duration_ms"], row["tool_use_count"]) == (33894, 38799, 9)
     assert (row["subagent_type"], row["description"], row["agent_id"]) == ("Plan", "Draft beads for linting setup", "afb92ff")
     assert row["turn_id"] == "79ed4dd9-9c66-46f4-af77-d38ce0621136"
-    assert row["settled_at"] == NOW and row["source"] == "backfill" and row["is_async"] is False
+    # AC-11: settled when the result line says it happened, not when it was merged
+    assert result.observed_at == datetime(2026, 2, 10, 21, 58, 54, 253000, tzinfo=timezone.utc)
+    assert row["settled_at"] == result.observed_at and row["source"] == "backfill" and row["is_async"] is False
 
 
 @needs_transcripts

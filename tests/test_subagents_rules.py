@@ -16,6 +16,7 @@ from tortoise_sdk.subagents import (
     ROW_COLUMNS,
     TERMINAL_STATUSES,
     UNKNOWN_EXECUTION,
+    fold,
     is_terminal,
     merge,
     normalize_frame,
@@ -54,7 +55,8 @@ def test_frame_without_identity_writes_nothing_and_counts_only_that(ident: dict[
     f = frame(**ident, agent_execution_id=None, total_tokens=-3)
     normalized, counts = normalize_frame(f)
     assert normalized is None
-    assert counts == {"skipped_no_identity": 1, "unknown_execution": 0, "anomalous_value": 0}
+    assert counts == {"skipped_no_identity": 1, "unknown_execution": 0, "backfill_unknown_execution": 0,
+                      "anomalous_value": 0}
     assert merge(None, f, at(1)) is None
     stored = run(frame(model="m"))
     assert merge(stored, f, at(9)) == stored
@@ -67,6 +69,15 @@ def test_missing_execution_id_is_stored_as_unknown_and_counted() -> None:
     row = merge(None, frame(agent_execution_id=None), at(1))
     assert row is not None and row["agent_execution_id"] == "unknown"
     assert normalize_frame(frame(agent_execution_id="exec-1"))[1]["unknown_execution"] == 0
+
+
+def test_unknown_execution_is_counted_per_source() -> None:
+    """AC-31: only a live frame without an execution id is a signal; a backfill's is expected and counted apart."""
+    live = normalize_frame(frame(agent_execution_id=None, source="live"))[1]
+    backfill = normalize_frame(frame(agent_execution_id=None, source="backfill"))[1]
+    assert (live["unknown_execution"], live["backfill_unknown_execution"]) == (1, 0)
+    assert (backfill["unknown_execution"], backfill["backfill_unknown_execution"]) == (0, 1)
+    assert normalize_frame(frame(agent_execution_id="e", source="backfill"))[1]["backfill_unknown_execution"] == 0
 
 
 def test_rows_of_another_key_are_refused() -> None:
@@ -92,12 +103,40 @@ def test_unreported_value_never_blanks_and_last_reported_wins() -> None:
     assert run(frame(model="haiku"), frame(model="claude-haiku-4-5"))["model"] == "claude-haiku-4-5"
 
 
-def test_source_and_observed_at_are_write_once() -> None:
-    backfill = frame(source="backfill", observed_at=at(-100))
+def test_observed_at_is_write_once_and_a_live_frame_makes_the_row_live() -> None:
+    backfill = frame(source="backfill", observed_at=at(-100), model="m-backfill")
     live = frame(source="live", observed_at=at(50), agent_status="completed")
     row = run(backfill, live)
-    assert row["source"] == "backfill" and row["observed_at"] == at(-100)
-    assert row["agent_status"] == "completed"
+    assert row["source"] == "live" and row["observed_at"] == at(-100)
+    assert (row["agent_status"], row["model"]) == ("completed", "m-backfill")
+    assert run(backfill, frame(source="backfill", agent_status="x"))["source"] == "backfill"
+
+
+def test_a_backfill_never_touches_a_live_row() -> None:
+    """AC-22: the audit's case: a transcript ingested after live recording overwrote the model and settled it."""
+    live = run(frame(source="live", model="claude-haiku", tool_status="running", observed_at=at(-10)))
+    backfill = frame(source="backfill", model="inherit", tool_status="completed", total_tokens=9, observed_at=at(-5))
+    assert merge(live, backfill, at(99)) == live
+    assert merge(live, backfill, at(99))["settled_at"] is None
+
+
+def test_a_replayed_backfill_is_a_no_op_and_a_grown_one_completes_its_row() -> None:
+    launch = frame(source="backfill", subagent_type="Plan", tool_status="running", observed_at=at(-30))
+    result = frame(source="backfill", tool_status="completed", agent_status="completed", total_tokens=5,
+                   observed_at=at(-20))
+    first = run(launch)
+    assert merge(first, launch, at(50)) == first  # the same frame again: updated_at kept too
+    grown = merge(first, result, at(60))
+    assert grown is not None and (grown["settled_at"], grown["total_tokens"], grown["updated_at"]) == (at(-20), 5, at(60))
+    (folded, n), = fold([normalize_frame(launch)[0], normalize_frame(result)[0]])
+    assert n == 2 and merge(grown, folded, at(70)) == grown
+
+
+def test_a_live_row_and_a_backfilled_one_are_two_rows_told_apart_by_source() -> None:
+    rows, _ = replay([frame(agent_execution_id="exec-7", source="live"), frame(agent_execution_id=None, source="backfill")],
+                     [at(1), at(2)])
+    assert {k: r["source"] for k, r in rows.items()} == {("s1", "exec-7", "toolu_1"): "live",
+                                                        ("s1", "unknown", "toolu_1"): "backfill"}
 
 
 def test_turn_id_first_non_empty_wins_and_null_is_filled_forward() -> None:
@@ -133,13 +172,13 @@ def test_async_launch_regression_reports_no_usage_as_none_not_zero() -> None:
     assert (row["total_tokens"], row["tool_use_count"], row["duration_ms"]) == (None, None, None)
     done = run(launch, frame(agent_status="completed", total_tokens=4195, tool_use_count=2, duration_ms=4484))
     assert (done["total_tokens"], done["tool_use_count"], done["duration_ms"]) == (4195, 2, 4484)
-    assert done["agent_status"] == "completed" and done["settled_at"] == at(1)
+    assert done["agent_status"] == "completed" and done["settled_at"] == T0  # the launch frame's observation
 
 
 @pytest.mark.parametrize("status", sorted(TERMINAL_STATUSES) + ["Completed", " FAILED ", "Cancelled"])
 def test_terminal_statuses_compare_lowercased_and_stripped(status: str) -> None:
     assert is_terminal(status)
-    assert run(frame(tool_status=status))["settled_at"] == at(1)
+    assert run(frame(tool_status=status, observed_at=at(-50)))["settled_at"] == at(-50)  # observed, not merged
 
 
 @pytest.mark.parametrize("status", [None, "", "running", "pending", "in_progress", "async_launched", "stopped", "done"])
@@ -155,12 +194,12 @@ def test_agent_status_never_decides_terminality() -> None:
 
 def test_first_terminal_settles_and_freezes_tool_status_while_others_keep_following() -> None:
     row = run(
-        frame(tool_status="running"),
-        frame(tool_status="completed", agent_status="async_launched"),
-        frame(tool_status="failed", agent_status="completed", total_tokens=50, model="m2"),
-        frame(tool_status="running", parent_tool_call_id="toolu_parent"),
+        frame(tool_status="running", observed_at=at(-40)),
+        frame(tool_status="completed", agent_status="async_launched", observed_at=at(-30)),
+        frame(tool_status="failed", agent_status="completed", total_tokens=50, model="m2", observed_at=at(-20)),
+        frame(tool_status="running", parent_tool_call_id="toolu_parent", observed_at=at(-10)),
     )
-    assert row["settled_at"] == at(2)
+    assert row["settled_at"] == at(-30)
     assert row["tool_status"] == "completed"
     assert (row["agent_status"], row["total_tokens"], row["model"]) == ("completed", 50, "m2")
     assert row["parent_tool_call_id"] == "toolu_parent"
@@ -233,26 +272,33 @@ def last(values: list[Any]) -> Any:
     return present[-1] if present else None
 
 
+def applied(order: list[SubagentFrame]) -> list[SubagentFrame]:
+    """The frames that reach the row: a backfill frame after the row turned live is ignored (AC-22)."""
+    first_live = next((i for i, f in enumerate(order) if f.source == "live"), len(order))
+    return [f for i, f in enumerate(order) if i <= first_live or f.source == "live"]
+
+
 @settings(max_examples=300, deadline=None)
 @given(committed_orders())
 def test_merge_invariants_hold_for_any_order_and_duplication(orders: tuple[list[SubagentFrame], list[SubagentFrame]]) -> None:
     for order in orders:
         row = replay_one(order)
-        norm = [normalize_frame(f)[0] for f in order]
+        norm = [normalize_frame(f)[0] for f in applied(order)]
         assert all(n is not None for n in norm)
         terminal_at = [i for i, n in enumerate(norm) if n.terminal]  # type: ignore[union-attr]
-        # settlement: iff some frame was terminal; at the first one's merge; status frozen to it
+        # settlement: iff some frame was terminal; at the first one's observation; status frozen to it
         assert (row["settled_at"] is not None) == bool(terminal_at)
         if terminal_at:
-            first = terminal_at[0]
-            assert row["settled_at"] == at(first + 1)
-            assert row["tool_status"] == norm[first].tool_status  # type: ignore[union-attr]
+            first = norm[terminal_at[0]]
+            assert row["settled_at"] == first.observed_at  # type: ignore[union-attr]
+            assert row["tool_status"] == first.tool_status  # type: ignore[union-attr]
         else:
             assert row["tool_status"] == last([n.tool_status for n in norm])  # type: ignore[union-attr]
-        # write-once: the first committed frame's
-        assert row["source"] == order[0].source and row["observed_at"] == order[0].observed_at
+        # write-once: the first committed frame's; live once any live frame came
+        assert row["observed_at"] == order[0].observed_at
+        assert row["source"] == ("live" if any(f.source == "live" for f in order) else "backfill")
         assert row["turn_id"] == next((n.turn_id for n in norm if n.turn_id), None)  # type: ignore[union-attr]
-        assert row["is_async"] is any(f.is_async is True for f in order)
+        assert row["is_async"] is any(n.is_async is True for n in norm)  # type: ignore[union-attr]
         # metrics: never 0 for tokens/duration, never negative, last reported wins
         for m in METRICS:
             assert row[m] is None or row[m] >= 0
@@ -260,13 +306,57 @@ def test_merge_invariants_hold_for_any_order_and_duplication(orders: tuple[list[
         assert row["total_tokens"] != 0 and row["duration_ms"] != 0
         for column in LAST_WINS:
             assert row[column] == last([getattr(n, column) for n in norm])
-        assert row["updated_at"] == at(len(order))
-    # order-independent: what was ever reported stays reported, and settlement/async do not depend on order
-    a, b = (replay_one(o) for o in orders)
-    for column in (*METRICS, *LAST_WINS, "turn_id", "tool_status"):
-        assert (a[column] is None) == (b[column] is None)
-    assert (a["settled_at"] is None) == (b["settled_at"] is None)
-    assert a["is_async"] == b["is_async"]
+        # updated_at: the last merge, unless a backfill frame left the row untouched
+        if order[-1].source == "live":
+            assert row["updated_at"] == at(len(order))
+        assert row["updated_at"] in {at(i + 1) for i in range(len(order))}
+    # order-independent, within one source: what was ever reported stays reported, settlement/async alike
+    if all(f.source == orders[0][0].source for f in orders[0]):
+        a, b = (replay_one(o) for o in orders)
+        for column in (*METRICS, *LAST_WINS, "turn_id", "tool_status"):
+            assert (a[column] is None) == (b[column] is None)
+        assert (a["settled_at"] is None) == (b["settled_at"] is None)
+        assert a["is_async"] == b["is_async"]
+
+
+live_key = frames_for(st.just("s1"), st.just("toolu_1"), st.sampled_from([None, ""])).map(
+    lambda f: f.model_copy(update={"source": "live"}))
+backfill_key = frames_for(st.just("s1"), st.just("toolu_1"), st.sampled_from([None, ""])).map(
+    lambda f: f.model_copy(update={"source": "backfill"}))
+
+
+def merged(row: dict[str, Any] | None, frames: list[Any], start: int) -> dict[str, Any] | None:
+    for i, f in enumerate(frames):
+        row = merge(row, f, at(start + i))
+    return row
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(one_key, min_size=1, max_size=6), st.lists(live_key, min_size=1, max_size=4),
+       st.lists(backfill_key, min_size=1, max_size=6))
+def test_a_backfill_after_a_live_frame_leaves_the_row_byte_identical(history, live, backfill) -> None:
+    """AC-22, any history: once a live frame merged, no backfill frame (or fold of them) changes a column."""
+    row = merged(merged(None, history, 1), live, 100)
+    assert row is not None and row["source"] == "live"
+    assert merged(row, backfill, 200) == row
+    for folded, _ in fold([normalize_frame(f)[0] for f in backfill]):  # type: ignore[misc]
+        assert merge(row, folded, at(300)) == row
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(backfill_key, max_size=6), st.lists(backfill_key, min_size=1, max_size=8))
+def test_a_folded_backfill_merges_like_its_frames_and_its_replay_is_a_no_op(history, backfill) -> None:
+    """The recorder writes a backfill folded per key: the same row as frame by frame, and replaying changes nothing."""
+    start = merged(None, history, 1)
+    (folded, n), = fold([normalize_frame(f)[0] for f in backfill])  # type: ignore[misc]
+    assert n == len(backfill)
+    once = merge(start, folded, at(100))
+    one_by_one = merged(start, backfill, 100)
+    assert once is not None and one_by_one is not None
+    assert {c: once[c] for c in ROW_COLUMNS if c != "updated_at"} == {c: one_by_one[c] for c in ROW_COLUMNS if c != "updated_at"}
+    assert merge(once, folded, at(200)) == once  # byte-identical, updated_at included
+    first_terminal = next((f.observed_at for f in (*history, *backfill) if is_terminal((f.tool_status or "").strip() or None)), None)
+    assert once["settled_at"] == first_terminal  # AC-11: the first terminal frame's own timestamp
 
 
 @settings(max_examples=200, deadline=None)
@@ -300,7 +390,9 @@ def test_two_keys_never_merge_and_counters_count_exactly(frames: list[SubagentFr
     identified = [(f, n) for f, n in zip(frames, nows) if not blank(f.session_id) and not blank(f.tool_call_id)]
     assert counters.skipped_no_identity == len(frames) - len(identified)
     assert counters.upserted == len(identified)
-    assert counters.unknown_execution == sum(blank(f.agent_execution_id) for f, _ in identified)
+    assert counters.unknown_execution == sum(blank(f.agent_execution_id) and f.source == "live" for f, _ in identified)
+    assert counters.backfill_unknown_execution == sum(
+        blank(f.agent_execution_id) and f.source == "backfill" for f, _ in identified)
     assert counters.anomalous_value == sum(
         (getattr(f, m) or 0) < 0 for f, _ in identified for m in METRICS
     )

@@ -146,15 +146,18 @@ def test_sql_upsert_equals_the_oracle_for_any_order_and_duplication(world, frame
     keys = [(r.observed_at, r.tool_call_id, r.agent_execution_id, r.session_id, int(r.id)) for r in listed]
     assert keys == sorted(keys)
 
-    # the order-independent facts, stated directly
+    # the facts, stated directly; a backfill frame after the row turned live is ignored (AC-22)
     for key, row in got.items():
-        mine = [n for f in order if (n := normalize_frame(f)[0]) is not None and n.key == key]
+        every = [n for f in order if (n := normalize_frame(f)[0]) is not None and n.key == key]
+        live_from = next((i for i, n in enumerate(every) if n.source == "live"), len(every))
+        mine = [n for i, n in enumerate(every) if i <= live_from or n.source == "live"]
         assert row["is_async"] == any(n.is_async for n in mine)
         assert (row["settled_at"] is not None) == any(n.terminal for n in mine)
         if row["settled_at"] is not None:
-            first = next(i for i, n in enumerate(mine) if n.terminal)
-            assert row["tool_status"] == mine[first].tool_status
-        assert row["source"] == mine[0].source and row["observed_at"] == mine[0].observed_at
+            first = next(n for n in mine if n.terminal)
+            assert (row["tool_status"], row["settled_at"]) == (first.tool_status, first.observed_at)  # AC-11
+        assert row["source"] == ("live" if live_from < len(every) else "backfill")
+        assert row["observed_at"] == mine[0].observed_at
         for metric in METRICS:
             assert (row[metric] is None) == all(getattr(n, metric) is None for n in mine)
             assert row[metric] != 0 or metric == "tool_use_count"
@@ -171,7 +174,9 @@ def test_counters_count_exactly_what_they_claim(world, frames) -> None:
     negatives = sum(1 for f in kept for m in METRICS if (getattr(f, m) or 0) < 0)
     assert store.subagent_counters(NS) == SubagentCounters(
         upserted=len(kept), skipped_no_identity=len(frames) - len(kept),
-        unknown_execution=sum(1 for f in kept if not (f.agent_execution_id or "").strip()),
+        unknown_execution=sum(1 for f in kept if not (f.agent_execution_id or "").strip() and f.source == "live"),
+        backfill_unknown_execution=sum(1 for f in kept if not (f.agent_execution_id or "").strip()
+                                       and f.source == "backfill"),
         anomalous_value=negatives, failed=0,
     )
     assert len(store.subagents(NS)) == len({normalize_frame(f)[0].key for f in kept})
@@ -276,7 +281,8 @@ def test_async_launch_then_notification_fills_usage_without_losing_launch_facts(
                                           total_tokens=1200, tool_use_count=0, duration_ms=0, source="live"))
         (row,) = mem.subagents()
     assert (row.total_tokens, row.tool_use_count, row.duration_ms) == (1200, 0, None)  # 0 tool uses is real
-    assert (row.source, row.is_async, row.agent_status, row.subagent_type) == ("backfill", True, "completed", "Plan")
+    # the live notification made the row live: a later backfill of the transcript cannot change it
+    assert (row.source, row.is_async, row.agent_status, row.subagent_type) == ("live", True, "completed", "Plan")
 
 
 # -- ingestion of real transcripts ----------------------------------------------------------------
@@ -311,7 +317,7 @@ def test_real_subagent_transcript_ingests_one_settled_row(tmp_path) -> None:
         report = mem.ingest(TRANSCRIPTS / "subagent.jsonl")
         assert (report.turns_stored, report.frames_recorded, report.counters.failed) == (62, 4, 0)  # 43 + 19 child
         check_settled_task(mem)
-        assert mem.subagent_counters() == SubagentCounters(upserted=4, unknown_execution=4)
+        assert mem.subagent_counters() == SubagentCounters(upserted=4, backfill_unknown_execution=4)
 
 
 @needs_transcripts

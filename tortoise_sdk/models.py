@@ -247,11 +247,14 @@ class SubagentContext(BaseModel):
 class SubagentCounters(BaseModel):
     """Persistent counters of the subagent recorder."""
 
-    upserted: int = 0
-    skipped_no_identity: int = 0
-    unknown_execution: int = 0
-    anomalous_value: int = 0
-    failed: int = 0
+    upserted: int = Field(default=0, description="Frames merged into a row.")
+    skipped_no_identity: int = Field(default=0, description="Frames without a session or tool call id: not stored.")
+    unknown_execution: int = Field(default=0, description="Live frames without an execution id (stored under "
+                                   "'unknown'): a live path that should carry one; should stay flat.")
+    backfill_unknown_execution: int = Field(default=0, description="Backfill frames without an execution id "
+                                            "(no transcript carries one): expected, counted apart.")
+    anomalous_value: int = Field(default=0, description="Metrics that were negative or too large: stored as NULL.")
+    failed: int = Field(default=0, description="Frames whose write failed (logged; the capture went on).")
 
 
 class JobInfo(BaseModel):

@@ -9,11 +9,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-__all__ = ("TERMINAL_STATUSES", "Key", "NormalizedFrame", "is_terminal")
+__all__ = ("LAST_REPORTED", "TERMINAL_STATUSES", "Key", "NormalizedFrame", "is_terminal")
 
 TERMINAL_STATUSES: frozenset[str] = frozenset({"complete", "completed", "success", "error", "failed", "cancelled"})
 
 Key = tuple[str, str, str]
+
+#: Columns where the last reported (non-empty) value wins and an unreported one never blanks.
+LAST_REPORTED: tuple[str, ...] = (
+    "parent_tool_call_id", "subagent_type", "description", "agent_id", "child_session_id", "model",
+    "agent_status", "total_tokens", "tool_use_count", "duration_ms",
+)
 
 
 def is_terminal(status: str | None) -> bool:
@@ -43,6 +49,9 @@ class NormalizedFrame:
     duration_ms: int | None
     source: str
     observed_at: datetime
+    #: When the first terminal frame was observed: this frame's ``observed_at`` if its tool status
+    #: is terminal (``normalize_frame`` sets it), the first terminal one's for a folded backfill.
+    settled_at: datetime | None = None
 
     @property
     def key(self) -> Key:

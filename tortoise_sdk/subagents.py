@@ -10,26 +10,38 @@ applied to ``EMPTY_ROW``.
 
 Rules, one per column (see ``COLUMN_RULES`` for the code):
 
-- key columns, ``source``, ``observed_at``: write-once (the first committed frame's).
+- key columns, ``observed_at``: write-once (the first committed frame's).
+- ``source``: ``live`` once any live frame merged (a backfilled row a live frame
+  reaches becomes live); ``backfill`` only while every frame was a backfill's.
 - ``turn_id``: first non-empty wins; a stored NULL is filled by a later frame.
   This is the frame's raw reference (a message id); a store keeps it as
   ``turn_ref`` and stores in ``turn_id`` the turn it resolves to, filled forward
   by a later frame or by the capture that stores that turn.
 - ``is_async``: sticky, False -> True only.
 - ``tool_status``: last reported wins until settled, then frozen.
-- ``settled_at``: set to ``now`` by the first frame whose ``tool_status`` is
-  terminal (lowercased and stripped, in ``TERMINAL_STATUSES``); then write-once.
-  ``agent_status`` never decides terminality.
+- ``settled_at``: the observation time (the frame's own ``observed_at``) of the
+  first frame whose ``tool_status`` is terminal (lowercased and stripped, in
+  ``TERMINAL_STATUSES``); then write-once. ``agent_status`` never decides terminality.
 - every other column, metrics included: last reported (non-None) wins; a frame
   that does not report a value never blanks the stored one, settled or not.
 - ``updated_at``: ``now`` of the last merge.
+
+A backfill never touches a live row (AC-22): a backfill frame meeting a row whose
+``source`` is live leaves it as it is, so a live write always wins. A backfill
+frame meeting a backfilled row merges by the rules above only if that changes a
+column; otherwise the row stays as it is, ``updated_at`` included, so a replayed
+backfill is a no-op. (A grown transcript ingested again still completes the row it
+started.) A recorder folds a backfill's frames per key (``fold``) and writes each
+key once, which is what makes a replay of the whole backfill change nothing.
 
 Normalization: empty or whitespace strings are None; ``total_tokens`` and
 ``duration_ms`` of exactly 0 are None (not reported); ``tool_use_count`` 0 is a
 real zero; a negative metric, or one above ``MAX_METRIC`` (2**63 - 1, what a
 row can hold), is None and counts as ``anomalous_value``; a missing execution
-id is stored as ``'unknown'`` and counts as ``unknown_execution``; a frame
-without session or tool call id writes nothing and counts as
+id is stored as ``'unknown'`` and counts as ``unknown_execution`` for a live
+frame (a live path that should carry one and did not) or
+``backfill_unknown_execution`` for a backfill one (no transcript carries one); a
+frame without session or tool call id writes nothing and counts as
 ``skipped_no_identity`` (and nothing else).
 """
 
@@ -44,7 +56,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from tortoise_sdk.models import SubagentContext, SubagentCounters, utc_now
 from tortoise_sdk.streams.base import SubagentFrame
-from tortoise_sdk.subagent_models import TERMINAL_STATUSES, Key, NormalizedFrame, is_terminal
+from tortoise_sdk.subagent_models import LAST_REPORTED, TERMINAL_STATUSES, Key, NormalizedFrame, is_terminal
 
 if TYPE_CHECKING:
     from tortoise_sdk.store.base import Store
@@ -55,6 +67,7 @@ __all__ = (
     "COLUMN_RULES",
     "COUNTER_NAMES",
     "EMPTY_ROW",
+    "LAST_REPORTED",
     "MAX_METRIC",
     "ROW_COLUMNS",
     "TERMINAL_STATUSES",
@@ -62,6 +75,7 @@ __all__ = (
     "ColumnRule",
     "NormalizedFrame",
     "SubagentRecorder",
+    "fold",
     "is_terminal",
     "merge",
     "normalize_frame",
@@ -70,15 +84,13 @@ __all__ = (
 
 UNKNOWN_EXECUTION = "unknown"
 #: Counters ``normalize_frame`` may increment (``upserted``/``failed`` are the recorder's).
-COUNTER_NAMES: tuple[str, ...] = ("skipped_no_identity", "unknown_execution", "anomalous_value")
+COUNTER_NAMES: tuple[str, ...] = (
+    "skipped_no_identity", "unknown_execution", "backfill_unknown_execution", "anomalous_value",
+)
 
 
 #: Every column of a stored row, in order.
-ROW_COLUMNS: tuple[str, ...] = (
-    *(f.name for f in fields(NormalizedFrame)),
-    "settled_at",
-    "updated_at",
-)
+ROW_COLUMNS: tuple[str, ...] = (*(f.name for f in fields(NormalizedFrame)), "updated_at")
 #: The "old row" a new key is merged onto.
 EMPTY_ROW: Mapping[str, Any] = {**dict.fromkeys(ROW_COLUMNS), "is_async": False}
 
@@ -109,8 +121,9 @@ def normalize_frame(frame: SubagentFrame) -> tuple[NormalizedFrame | None, dict[
         return None, counts
     execution = _text(frame.agent_execution_id)
     if execution is None:
-        counts["unknown_execution"] += 1
+        counts["backfill_unknown_execution" if frame.source == "backfill" else "unknown_execution"] += 1
         execution = UNKNOWN_EXECUTION
+    tool_status = _text(frame.tool_status)
     normalized = NormalizedFrame(
         session_id=session_id,
         agent_execution_id=execution,
@@ -123,13 +136,14 @@ def normalize_frame(frame: SubagentFrame) -> tuple[NormalizedFrame | None, dict[
         child_session_id=_text(frame.child_session_id),
         model=_text(frame.model),
         agent_status=_text(frame.agent_status),
-        tool_status=_text(frame.tool_status),
+        tool_status=tool_status,
         is_async=frame.is_async,
         total_tokens=_metric(frame.total_tokens, True, counts),
         tool_use_count=_metric(frame.tool_use_count, False, counts),
         duration_ms=_metric(frame.duration_ms, True, counts),
         source=frame.source,
         observed_at=frame.observed_at,
+        settled_at=frame.observed_at if is_terminal(tool_status) else None,
     )
     return normalized, counts
 
@@ -168,10 +182,14 @@ def _tool_status(old: Mapping[str, Any], frame: NormalizedFrame, now: datetime) 
 
 
 def _settled_at(old: Mapping[str, Any], frame: NormalizedFrame, now: datetime) -> Any:
-    if old["settled_at"] is not None:
-        return old["settled_at"]
-    return now if frame.terminal else None
+    return old["settled_at"] if old["settled_at"] is not None else frame.settled_at
 
+
+def _source(old: Mapping[str, Any], frame: NormalizedFrame, now: datetime) -> Any:
+    return "live" if frame.source == "live" else (old["source"] or frame.source)
+
+
+_METRICS = ("total_tokens", "tool_use_count", "duration_ms")
 
 COLUMN_RULES: Mapping[str, ColumnRule] = {
     "session_id": _write_once("session_id"),
@@ -180,13 +198,7 @@ COLUMN_RULES: Mapping[str, ColumnRule] = {
     "turn_id": ColumnRule(
         _write_once("turn_id").rule, "first non-empty wins, NULL filled forward: COALESCE(old.turn_id, new.turn_id)"
     ),
-    "parent_tool_call_id": _last_reported("parent_tool_call_id"),
-    "subagent_type": _last_reported("subagent_type"),
-    "description": _last_reported("description"),
-    "agent_id": _last_reported("agent_id"),
-    "child_session_id": _last_reported("child_session_id"),
-    "model": _last_reported("model"),
-    "agent_status": _last_reported("agent_status"),
+    **{column: _last_reported(column) for column in LAST_REPORTED if column not in _METRICS},
     "tool_status": ColumnRule(
         _tool_status,
         "frozen once settled: CASE WHEN old.settled_at IS NOT NULL THEN old.tool_status "
@@ -196,15 +208,14 @@ COLUMN_RULES: Mapping[str, ColumnRule] = {
         lambda old, frame, now: bool(old["is_async"]) or frame.is_async is True,
         "sticky false->true: old.is_async OR COALESCE(new.is_async, FALSE)",
     ),
-    "total_tokens": _last_reported("total_tokens"),
-    "tool_use_count": _last_reported("tool_use_count"),
-    "duration_ms": _last_reported("duration_ms"),
-    "source": _write_once("source"),
+    **{column: _last_reported(column) for column in _METRICS},
+    "source": ColumnRule(_source, "live once a live frame merged: CASE WHEN new.source = 'live' THEN 'live' "
+                                  "ELSE old.source END"),
     "observed_at": _write_once("observed_at"),
     "settled_at": ColumnRule(
         _settled_at,
-        "first terminal tool_status sets it, then write-once: COALESCE(old.settled_at, "
-        "CASE WHEN LOWER(TRIM(new.tool_status)) IN TERMINAL THEN :now END)",
+        "the observation time of the first terminal frame, then write-once: COALESCE(old.settled_at, "
+        "new.settled_at), where a frame's settled_at is its observed_at when LOWER(TRIM(tool_status)) IN TERMINAL",
     ),
     "updated_at": ColumnRule(lambda old, frame, now: now, "now of the last merge: :now"),
 }
@@ -227,7 +238,28 @@ def merge(
     old = EMPTY_ROW if row is None else row
     if row is not None and (row["session_id"], row["agent_execution_id"], row["tool_call_id"]) != normalized.key:
         raise ValueError(f"frame key {normalized.key} does not match the row it is merged onto")
-    return {column: spec.rule(old, normalized, now) for column, spec in COLUMN_RULES.items()}
+    new = {column: spec.rule(old, normalized, now) for column, spec in COLUMN_RULES.items()}
+    if row is not None and normalized.source == "backfill" and (
+        row["source"] == "live" or all(new[c] == row[c] for c in ROW_COLUMNS if c != "updated_at")
+    ):
+        return dict(row)  # ON CONFLICT DO NOTHING: a backfill never touches a live row, nor repeats itself
+    return new
+
+
+def fold(frames: Iterable[NormalizedFrame]) -> list[tuple[NormalizedFrame, int]]:
+    """One frame per key that merges like all of that key's ``frames`` in order, with how many it stands for.
+
+    For the frames of one source (a backfill's). Keys come in order of first appearance. Merging the folded frame onto any row gives
+    that row merged with each frame in turn (``updated_at`` aside), so a backfill can
+    write each key once, and writing the same backfill again changes nothing.
+    """
+    rows: dict[Key, dict[str, Any]] = {}
+    counts: dict[Key, int] = {}
+    for frame in frames:
+        rows[frame.key] = merge(rows.get(frame.key), frame, frame.observed_at)  # type: ignore[assignment]
+        counts[frame.key] = counts.get(frame.key, 0) + 1
+    names = [f.name for f in fields(NormalizedFrame)]
+    return [(NormalizedFrame(**{n: row[n] for n in names}), counts[key]) for key, row in rows.items()]
 
 
 def replay(
@@ -280,32 +312,57 @@ class SubagentRecorder:
 
     def record(self, frame: SubagentFrame) -> SubagentContext | None:
         """Merge one frame; returns the row as stored, or None (skipped or failed)."""
-        try:
-            normalized, increments = normalize_frame(frame)
-        except Exception:  # noqa: BLE001 - a malformed frame must not break the capture or the agent run
-            logger.warning("subagent frame could not be normalized; counted as failed", exc_info=True)
-            self._bump({"failed": 1})
-            return None
+        normalized, increments = self._normalize(frame)
         if normalized is None:
             self._bump(increments)
             return None
+        return self._write(normalized, increments)
+
+    def record_all(self, frames: Iterable[SubagentFrame]) -> SubagentCounters:
+        """Record frames in order; returns what these frames added to the counters.
+
+        Live frames are merged one by one. Backfill frames are folded per key (``fold``)
+        and each key is written once, after the live ones: so ingesting the same
+        transcript again leaves every row as it was.
+        """
+        before = self.counts.model_copy()
+        backfill: list[NormalizedFrame] = []
+        increments: dict[Key, dict[str, int]] = {}
+        for frame in frames:
+            if frame.source != "backfill":
+                self.record(frame)
+                continue
+            normalized, counts = self._normalize(frame)
+            if normalized is None:
+                self._bump(counts)
+                continue
+            backfill.append(normalized)
+            total = increments.setdefault(normalized.key, dict.fromkeys(counts, 0))
+            for name, n in counts.items():
+                total[name] += n
+        for folded, n in fold(backfill):
+            self._write(folded, {**increments[folded.key], "upserted": n - 1})
+        return SubagentCounters(**{name: getattr(self.counts, name) - getattr(before, name)
+                                   for name in SubagentCounters.model_fields})
+
+    def _normalize(self, frame: SubagentFrame) -> tuple[NormalizedFrame | None, dict[str, int]]:
+        try:
+            return normalize_frame(frame)
+        except Exception:  # noqa: BLE001 - a malformed frame must not break the capture or the agent run
+            logger.warning("subagent frame could not be normalized; counted as failed", exc_info=True)
+            return None, {"failed": 1}
+
+    def _write(self, normalized: NormalizedFrame, increments: Mapping[str, int]) -> SubagentContext | None:
+        """One upsert; ``increments`` (with ``upserted`` beyond the one this write adds) commit with it."""
         try:
             row = self.store.upsert_subagent(self.namespace, normalized, self._clock(), increments)
         except Exception as exc:  # noqa: BLE001 - see the class docstring
             logger.warning("subagent upsert failed for %s (tool call %s): %s; counted as failed",
                            normalized.session_id, normalized.tool_call_id, exc)
-            self._bump({"failed": 1})
+            self._bump({"failed": 1 + increments.get("upserted", 0)})
             return None
-        self._tally({**increments, "upserted": 1})
+        self._tally({**increments, "upserted": increments.get("upserted", 0) + 1})
         return row
-
-    def record_all(self, frames: Iterable[SubagentFrame]) -> SubagentCounters:
-        """Record frames in order; returns what these frames added to the counters."""
-        before = self.counts.model_copy()
-        for frame in frames:
-            self.record(frame)
-        return SubagentCounters(**{name: getattr(self.counts, name) - getattr(before, name)
-                                   for name in SubagentCounters.model_fields})
 
     __call__ = record
 

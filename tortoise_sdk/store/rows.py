@@ -188,7 +188,7 @@ def subagent_params(namespace: str, frame: NormalizedFrame, now: datetime, *,
         "duration_ms": frame.duration_ms,
         "source": frame.source,
         "observed_at": stamp(frame.observed_at),
-        "settles_at": at if frame.terminal else None,
+        "settled_at": stamp(frame.settled_at) if frame.settled_at is not None else None,
         "now": at,
     }
 

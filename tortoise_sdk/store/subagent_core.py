@@ -11,12 +11,13 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from ..models import SubagentContext, SubagentCounters
+from ..subagent_models import LAST_REPORTED
 from .rows import COUNTER_NAMES, Row, counter_rows, subagent_context
 
 if TYPE_CHECKING:
     from ..subagent_models import NormalizedFrame
 
-__all__ = ("DERIVED_MARKERS", "SubagentCore", "owner_sessions")
+__all__ = ("DERIVED_MARKERS", "SubagentCore", "merge_sql", "owner_sessions")
 
 Conn = Any
 
@@ -38,6 +39,33 @@ def owner_sessions(session_id: str) -> list[str]:
     return sorted(owners)
 
 
+def merge_sql(old: str, *, is_async: str, differs: str) -> str:
+    """The ``DO UPDATE SET ... WHERE ...`` of the one-statement upsert: ``subagents.COLUMN_RULES`` in SQL.
+
+    ``old`` prefixes a stored column (``""`` or ``"s."``); ``is_async`` is the sticky flag's
+    expression; ``differs`` formats a null-safe "not equal" of ``{a}`` and ``{b}``. Every ``SET``
+    reads only the stored row and ``excluded``. The ``WHERE`` is the backfill rule: a backfill
+    frame meeting a live row, or changing nothing, leaves the row untouched (``DO NOTHING``,
+    ``updated_at`` included; the statement then returns no row).
+    """
+    sets = {
+        "turn_ref": f"COALESCE({old}turn_ref, excluded.turn_ref)",
+        # the resolution of the kept reference: taken from this frame only when it carries that reference
+        "turn_id": f"COALESCE({old}turn_id, CASE WHEN {old}turn_ref IS NULL OR {old}turn_ref = excluded.turn_ref"
+                   " THEN excluded.turn_id END)",
+        **{c: f"COALESCE(excluded.{c}, {old}{c})" for c in LAST_REPORTED},
+        "tool_status": f"CASE WHEN {old}settled_at IS NOT NULL THEN {old}tool_status"
+                       f" ELSE COALESCE(excluded.tool_status, {old}tool_status) END",
+        "is_async": is_async,
+        "source": f"CASE WHEN excluded.source = 'live' THEN 'live' ELSE {old}source END",
+        "settled_at": f"COALESCE({old}settled_at, excluded.settled_at)",
+    }
+    changes = " OR ".join(differs.format(a=f"({expr})", b=f"{old}{column}") for column, expr in sets.items())
+    assignments = ",\n    ".join(f"{column} = {expr}" for column, expr in sets.items())
+    return (f"{assignments},\n    updated_at = excluded.updated_at\n"
+            f"WHERE excluded.source = 'live' OR ({old}source = 'backfill' AND ({changes}))")
+
+
 class SubagentCore:
     """Sub-agent upsert and counters, over per-dialect hooks."""
 
@@ -52,6 +80,8 @@ class SubagentCore:
 
         def write(c: Conn) -> SubagentContext:
             row = self._upsert_row(c, params)
+            if row is None:  # a backfill that left the row untouched
+                row = self._subagent_row(c, params)
             counts = dict(increments or {})
             counts["upserted"] = counts.get("upserted", 0) + 1
             self._add_counters(c, counter_rows(namespace, counts))
@@ -72,8 +102,12 @@ class SubagentCore:
     def _upsert_params(self, namespace: str, frame: NormalizedFrame, now: datetime) -> dict[str, Any]:
         raise NotImplementedError
 
-    def _upsert_row(self, c: Conn, params: dict[str, Any]) -> Row:
-        """Run the one-statement upsert; return the merged row."""
+    def _upsert_row(self, c: Conn, params: dict[str, Any]) -> Row | None:
+        """Run the one-statement upsert; return the merged row (None when it left a row untouched)."""
+        raise NotImplementedError
+
+    def _subagent_row(self, c: Conn, params: dict[str, Any]) -> Row:
+        """The stored row of the key in ``params``."""
         raise NotImplementedError
 
     def _add_counters(self, c: Conn, rows: list[tuple[str, str, int]]) -> None:

@@ -19,7 +19,7 @@ from psycopg.rows import dict_row
 
 from ...models import SubagentContext
 from ..rows import Row, and_equal, subagent_context, subagent_params, utc
-from ..subagent_core import SubagentCore, owner_sessions
+from ..subagent_core import SubagentCore, merge_sql, owner_sessions
 
 if TYPE_CHECKING:
     from ...subagent_models import NormalizedFrame
@@ -53,27 +53,10 @@ INSERT INTO subagent_contexts AS s (
     %(agent_execution_id)s, %(tool_call_id)s,
     %(parent_tool_call_id)s, %(subagent_type)s, %(description)s, %(agent_id)s, %(child_session_id)s, %(model)s,
     %(agent_status)s, %(tool_status)s, %(is_async)s, %(total_tokens)s, %(tool_use_count)s, %(duration_ms)s,
-    %(source)s, %(observed_at)s, %(settles_at)s, %(now)s
+    %(source)s, %(observed_at)s, %(settled_at)s, %(now)s
 )
 ON CONFLICT (namespace, session_id, agent_execution_id, tool_call_id) DO UPDATE SET
-    turn_ref            = COALESCE(s.turn_ref, EXCLUDED.turn_ref),
-    turn_id             = COALESCE(s.turn_id, CASE WHEN s.turn_ref IS NULL OR s.turn_ref = EXCLUDED.turn_ref
-                                                   THEN EXCLUDED.turn_id END),
-    parent_tool_call_id = COALESCE(EXCLUDED.parent_tool_call_id, s.parent_tool_call_id),
-    subagent_type       = COALESCE(EXCLUDED.subagent_type, s.subagent_type),
-    description         = COALESCE(EXCLUDED.description, s.description),
-    agent_id            = COALESCE(EXCLUDED.agent_id, s.agent_id),
-    child_session_id    = COALESCE(EXCLUDED.child_session_id, s.child_session_id),
-    model               = COALESCE(EXCLUDED.model, s.model),
-    agent_status        = COALESCE(EXCLUDED.agent_status, s.agent_status),
-    tool_status         = CASE WHEN s.settled_at IS NOT NULL THEN s.tool_status
-                               ELSE COALESCE(EXCLUDED.tool_status, s.tool_status) END,
-    is_async            = s.is_async OR EXCLUDED.is_async,
-    total_tokens        = COALESCE(EXCLUDED.total_tokens, s.total_tokens),
-    tool_use_count      = COALESCE(EXCLUDED.tool_use_count, s.tool_use_count),
-    duration_ms         = COALESCE(EXCLUDED.duration_ms, s.duration_ms),
-    settled_at          = COALESCE(s.settled_at, EXCLUDED.settled_at),
-    updated_at          = EXCLUDED.updated_at
+    {merge_sql("s.", is_async="s.is_async OR EXCLUDED.is_async", differs="{a} IS DISTINCT FROM {b}")}
 RETURNING *
 """
 
@@ -128,10 +111,16 @@ class PostgresSubagentMixin(SubagentCore):
     def _upsert_params(self, namespace: str, frame: NormalizedFrame, now: datetime) -> dict[str, Any]:
         return subagent_params(namespace, frame, now, stamp=utc, is_async=bool(frame.is_async))
 
-    def _upsert_row(self, c: psycopg.Connection, params: dict[str, Any]) -> Row:
+    def _upsert_row(self, c: psycopg.Connection, params: dict[str, Any]) -> Row | None:
         with c.cursor(row_factory=dict_row) as cur:
-            row = cur.execute(_UPSERT, params).fetchone()
-        assert row is not None  # an upsert always returns its row
+            return cur.execute(_UPSERT, params).fetchone()
+
+    def _subagent_row(self, c: psycopg.Connection, params: dict[str, Any]) -> Row:
+        with c.cursor(row_factory=dict_row) as cur:
+            row = cur.execute("SELECT * FROM subagent_contexts WHERE namespace = %(namespace)s"
+                              " AND session_id = %(session_id)s AND agent_execution_id = %(agent_execution_id)s"
+                              " AND tool_call_id = %(tool_call_id)s", params).fetchone()
+        assert row is not None  # the upsert found this row in conflict
         return row
 
     def _add_counters(self, c: psycopg.Connection, rows: list[tuple[str, str, int]]) -> None:

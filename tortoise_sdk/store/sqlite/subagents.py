@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...models import SubagentContext
 from ..rows import Row, and_equal, subagent_context, subagent_params, utc
-from ..subagent_core import SubagentCore, owner_sessions
+from ..subagent_core import SubagentCore, merge_sql, owner_sessions
 
 if TYPE_CHECKING:
     from ...subagent_models import NormalizedFrame
@@ -51,9 +51,9 @@ _RESOLVE_TURN = """COALESCE(
       WHERE t.turn_id = {ref} AND t.namespace = :namespace AND t.session_id = {session})
 )"""
 
-# One statement per rule of COLUMN_RULES; unqualified names are the stored row. ``turn_ref``
-# is the rule's raw reference (first non-empty wins); ``turn_id`` is its resolution, taken
-# from this frame only when the frame carries the kept reference, then write-once.
+# One statement for COLUMN_RULES (``subagent_core.merge_sql``); unqualified names are the stored row
+# (SQLite evaluates every SET against it). ``turn_ref`` is the rule's raw reference; ``turn_id`` is its
+# resolution. A backfill that meets a live row, or changes nothing, updates and returns no row.
 _UPSERT = f"""
 INSERT INTO subagent_contexts (
     namespace, session_id, turn_ref, turn_id, agent_execution_id, tool_call_id, parent_tool_call_id, subagent_type,
@@ -63,27 +63,10 @@ INSERT INTO subagent_contexts (
     :namespace, :session_id, :turn_ref, {_RESOLVE_TURN.format(session=":session_id", ref=":turn_ref")},
     :agent_execution_id, :tool_call_id, :parent_tool_call_id,
     :subagent_type, :description, :agent_id, :child_session_id, :model, :agent_status, :tool_status, :is_async,
-    :total_tokens, :tool_use_count, :duration_ms, :source, :observed_at, :settles_at, :now
+    :total_tokens, :tool_use_count, :duration_ms, :source, :observed_at, :settled_at, :now
 )
 ON CONFLICT (namespace, session_id, agent_execution_id, tool_call_id) DO UPDATE SET
-    turn_ref            = COALESCE(turn_ref, excluded.turn_ref),
-    turn_id             = COALESCE(turn_id, CASE WHEN turn_ref IS NULL OR turn_ref = excluded.turn_ref
-                                                 THEN excluded.turn_id END),
-    parent_tool_call_id = COALESCE(excluded.parent_tool_call_id, parent_tool_call_id),
-    subagent_type       = COALESCE(excluded.subagent_type, subagent_type),
-    description         = COALESCE(excluded.description, description),
-    agent_id            = COALESCE(excluded.agent_id, agent_id),
-    child_session_id    = COALESCE(excluded.child_session_id, child_session_id),
-    model               = COALESCE(excluded.model, model),
-    agent_status        = COALESCE(excluded.agent_status, agent_status),
-    tool_status         = CASE WHEN settled_at IS NOT NULL THEN tool_status
-                               ELSE COALESCE(excluded.tool_status, tool_status) END,
-    is_async            = MAX(is_async, excluded.is_async),
-    total_tokens        = COALESCE(excluded.total_tokens, total_tokens),
-    tool_use_count      = COALESCE(excluded.tool_use_count, tool_use_count),
-    duration_ms         = COALESCE(excluded.duration_ms, duration_ms),
-    settled_at          = COALESCE(settled_at, excluded.settled_at),
-    updated_at          = excluded.updated_at
+    {merge_sql("", is_async="MAX(is_async, excluded.is_async)", differs="{a} IS NOT {b}")}
 RETURNING *
 """
 
@@ -139,8 +122,13 @@ class SQLiteSubagentMixin(SubagentCore):
     def _upsert_params(self, namespace: str, frame: NormalizedFrame, now: datetime) -> dict[str, Any]:
         return subagent_params(namespace, frame, now, stamp=subagent_time, is_async=1 if frame.is_async else 0)
 
-    def _upsert_row(self, c: sqlite3.Connection, params: dict[str, Any]) -> Row:
+    def _upsert_row(self, c: sqlite3.Connection, params: dict[str, Any]) -> Row | None:
         return c.execute(_UPSERT, params).fetchone()
+
+    def _subagent_row(self, c: sqlite3.Connection, params: dict[str, Any]) -> Row:
+        return c.execute("SELECT * FROM subagent_contexts WHERE namespace = :namespace AND session_id = :session_id"
+                         " AND agent_execution_id = :agent_execution_id AND tool_call_id = :tool_call_id",
+                         params).fetchone()
 
     def _add_counters(self, c: sqlite3.Connection, rows: list[tuple[str, str, int]]) -> None:
         c.executemany(_BUMP, rows)
