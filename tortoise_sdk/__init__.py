@@ -38,6 +38,7 @@ from .models import (
     StageStats,
     SubagentContext,
     SubagentCounters,
+    SubagentHealth,
     Turn,
 )
 
@@ -74,6 +75,7 @@ __all__ = [
     "StreamParseError",
     "SubagentContext",
     "SubagentCounters",
+    "SubagentHealth",
     "TortoiseError",
     "Turn",
     "__version__",
