@@ -407,8 +407,9 @@ def test_reflex_never_imports_the_model_layer():
 # -- relevance on real data (LoCoMo), a regression guard ------------------------------------------
 
 # Measured with benchmarks/bench_reflex_recall.py's setup (every conversation in one store, a
-# namespace each); a drop of more than 0.02 fails.
-LOCOMO_RECALL = {"conv-26": 0.668, "conv-30": 0.686}
+# namespace each); a drop of more than 0.02 fails. Since namespaces stopped sharing ranking
+# statistics (issue 11) these equal each conversation's figures in a store of its own.
+LOCOMO_RECALL = {"conv-26": 0.678, "conv-30": 0.661}
 
 
 @needs_locomo

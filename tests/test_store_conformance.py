@@ -641,8 +641,8 @@ def test_term_stats_count_content_and_speaker_name_separately(store: Store, ns):
     store.capture(ns, req("s1", [f"a {word} here", {"role": "user", "name": word, "content": f"{word} again"},
                                  "nothing"]))
     [[stem]] = store.analyze([word])
-    n, stats = store.term_stats([stem, "zzzunseen"])
-    assert n >= 3
+    n, stats = store.term_stats(ns, [stem, "zzzunseen"])
+    assert n == 3
     assert stats == {stem: (2, 1)}
 
 
@@ -986,3 +986,106 @@ def test_bounded_search_over_a_common_term_ranks_alike_on_both_engines(tmp_path)
         finally:
             for store in stores:
                 store.close()
+
+
+# -- tenancy: ranking statistics belong to the namespace ------------------------------------------
+
+
+def _b_observes(store: Store, ns: str):
+    """Everything namespace ``ns`` can learn about "kayak trip": search hits and scores, the block, term counts."""
+    mem = Memory(store=store, namespace=ns)
+    hits = [(h.turn_id, h.score) for h in mem.search("kayak trip", k=10)]
+    block = mem.context([{"role": "user", "content": "what happened with the kayak trip?"}], time_budget_ms=None)
+    stems = [s for st in store.analyze(["kayak trip lake"]) for s in st]
+    return hits, block.block, [(p.id, p.score) for p in block.pointers], store.term_stats(ns, stems)
+
+
+def test_another_namespace_never_moves_this_ones_results_or_scores(store: Store, ns):
+    store.capture(ns, req("b1", ["we planned a kayak trip to the lake", "the trip got cancelled by rain",
+                                 "my kayak is red", "lunch was pasta with friends"]))
+    before = _b_observes(store, ns)
+    assert before[0] and before[1] and before[3][0] == 4
+    # Tenant A: 3,000 turns about kayak trips (in one batch and in single captures).
+    store.capture_many(ns + "_a", [req(f"a{s}", [f"kayak trip {s}-{i}: paddled the kayak on the trip"
+                                                 for i in range(100)]) for s in range(29)])
+    for i in range(100):
+        store.capture(ns + "_a", req("a-last", [f"kayak trip note {j}" for j in range(i + 1)]))
+    assert store.term_stats(ns + "_a", [s for st in store.analyze(["kayak"]) for s in st])[0] == 3_000
+    assert _b_observes(store, ns) == before
+
+
+def test_a_store_of_one_turn_answers_about_it(store: Store, ns):
+    store.capture(ns, req("s1", ["my kayak is red"]))
+    block = Memory(store=store, namespace=ns).context([{"role": "user", "content": "what colour is my kayak?"}],
+                                                      time_budget_ms=None)
+    assert "my kayak is red" in block.block
+
+
+def _delete_turns(store: Store, ns: str, turn_ids: list[str]) -> None:
+    """Delete turns as a forgetting feature must: their statistics first, in the same transaction."""
+    mark = "?" if isinstance(store, SQLiteStore) else "%s"
+
+    def write(c):
+        store.unindex_turns(c, ns, turn_ids)
+        for tid in turn_ids:
+            c.execute(f"DELETE FROM turns WHERE namespace = {mark} AND turn_id = {mark}", (ns, tid))
+
+    store.transaction(write)
+
+
+def test_ranking_statistics_are_exact_after_captures_and_deletes(store: Store, ns):
+    texts = {"s1": ["Kayaks and canoes", {"role": "user", "name": "Kay Ak", "content": "kayak kayak!"}, "pasta"],
+             "s2": ["a canoe trip", "x" * 20_000 + " kayak", "Café kayaking"]}
+    receipts = [store.capture(ns, req(s, ts)) for s, ts in texts.items()]
+    store.capture(ns + "_other", req("s1", ["kayak canoe pasta"] * 5))
+
+    def expected(sessions):
+        turns = [t if isinstance(t, dict) else {"content": t} for s in sessions for t in texts[s]]
+        content = [set(store.analyze([t["content"]])[0]) for t in turns]
+        names = [set(store.analyze([t.get("name") or ""])[0]) for t in turns]
+        vocab = set().union(*content, *names)
+        return len(turns), {w: (sum(w in c for c in content), sum(w in n for n in names)) for w in vocab}
+
+    vocab = sorted(expected(["s1", "s2"])[1])
+    assert store.term_stats(ns, vocab) == expected(["s1", "s2"])
+    _delete_turns(store, ns, receipts[0].turn_ids)
+    assert store.term_stats(ns, vocab) == expected(["s2"])
+    assert store.term_stats(ns + "_other", vocab)[0] == 5
+
+
+# -- size: a bounded part of a long turn is what ranking reads --------------------------------------
+
+
+def _log_paste(megabytes: float) -> str:
+    """A pasted log that repeats the words a real question uses."""
+    line = "2024-05-01 ERROR dog walker called: Biscuit the dog was called twice, park walk timeout"
+    return "\n".join([line] * int(megabytes * 1_000_000 / (len(line) + 1)))
+
+
+def test_a_multi_megabyte_paste_is_kept_whole_and_crowds_out_nothing(store: Store, ns):
+    from tortoise_sdk.search import INDEX_CHARS
+
+    store.capture(ns, req("s1", ["my dog is called Biscuit", "we walk Biscuit in the park every morning",
+                                 "lunch was pasta", "the weather was grey"]))
+    mem = Memory(store=store, namespace=ns)
+    ask = [{"role": "user", "content": "what is my dog called?"}]
+    search_before = [(h.turn_id, h.score) for h in mem.search("what is my dog called?", k=3)]
+    block_before = mem.context(ask, time_budget_ms=None)
+    assert block_before.pointers
+    pastes = {mb: _log_paste(mb) for mb in (1.7, 5)}
+    receipts = [store.capture(ns, req(f"paste-{mb}", [text, "that was the log"])) for mb, text in pastes.items()]
+    for receipt, text in zip(receipts, pastes.values()):
+        assert store.get_turn(ns, receipt.turn_ids[0]).content == text
+        assert mem.expand(receipt.turn_ids[0]).content == text
+        assert [t.content for t in mem.turns(receipt.session_id)] == [text, "that was the log"]
+    hits = mem.search("what is my dog called?", k=3)
+    assert hits[0].turn_id == search_before[0][0] and hits[0].content == "my dog is called Biscuit"
+    seen: list[int] = []
+    analyze = store.analyze
+    store.analyze = lambda texts: (seen.extend(len(t) for t in texts), analyze(texts))[1]  # type: ignore[method-assign]
+    try:
+        block = mem.context(ask, time_budget_ms=None)
+    finally:
+        del store.analyze
+    assert [p.id for p in block.pointers] == [p.id for p in block_before.pointers]
+    assert max(seen) <= INDEX_CHARS  # the reflex never reads more of a turn than is indexed

@@ -185,3 +185,23 @@ def test_migrate_store_refuses_a_destination_that_holds_data(tmp_path, pg_url, c
         copy_store(pg_url, pg_url)
     with pytest.raises(ConfigError, match="no SQLite database"):
         copy_store(str(tmp_path / "missing.db"), pg_url)
+
+
+def test_a_turn_of_megabytes_is_copied_whole_and_ranks_the_same(tmp_path, pg_url):
+    src = str(tmp_path / "memory.db")
+    paste = "\n".join(f"line {i}: kayak rental log, paddle returned late" for i in range(40_000))  # ~1.7 MB
+    assert len(paste) > 1_700_000
+    lite = open_store(src)
+    lite.capture("ns", _req("s1", ["I rented a kayak in Lisbon", paste, "the kayak was red"]))
+    lite.close()
+    copy_store(src, pg_url)
+    a, b = open_store(src), open_store(pg_url)
+    try:
+        assert b.turns("ns", "s1") == a.turns("ns", "s1") and b.turns("ns", "s1")[1].content == paste
+        stems = [s for st in a.analyze(["kayak paddle lisbon red"]) for s in st]
+        assert a.term_stats("ns", stems) == b.term_stats("ns", stems) and a.term_stats("ns", stems)[0] == 3
+        hits_a, hits_b = (s.search_terms("ns", ["kayak", "red"], k=3) for s in (a, b))
+        assert [h.index for h in hits_a] == [h.index for h in hits_b] == [2, 0, 1]
+    finally:
+        a.close()
+        b.close()

@@ -18,6 +18,7 @@ from .errors import (
     NotADatabase,
     NotFoundError,
     StoreError,
+    StoreTimeout,
     StreamParseError,
     TortoiseError,
 )
@@ -38,7 +39,6 @@ from .models import (
     StageStats,
     SubagentContext,
     SubagentCounters,
-    SubagentHealth,
     Turn,
 )
 
@@ -72,10 +72,10 @@ __all__ = [
     "Source",
     "StageStats",
     "StoreError",
+    "StoreTimeout",
     "StreamParseError",
     "SubagentContext",
     "SubagentCounters",
-    "SubagentHealth",
     "TortoiseError",
     "Turn",
     "__version__",

@@ -11,6 +11,7 @@ The tree::
     │   ├── MigrationError                     the schema could not be brought up to date
     │   ├── NotADatabase                       the file is not a SQLite database (or is damaged)
     │   ├── NotFoundError                      no such database, session, memory, turn or job
+    │   ├── StoreTimeout                       the database did not answer in time
     │   └── LeaseLost                          a job's lease was taken over; its result was not written
     ├── ModelError                             a model call failed for good
     │   ├── ModelTimeout
@@ -40,6 +41,7 @@ __all__ = (
     "NotADatabase",
     "NotFoundError",
     "StoreError",
+    "StoreTimeout",
     "StreamParseError",
     "TortoiseError",
 )
@@ -103,6 +105,10 @@ class NotADatabase(StoreError):
 
 class NotFoundError(StoreError):
     """The requested record does not exist in this namespace."""
+
+
+class StoreTimeout(StoreError):
+    """The database did not answer within the call's bound (locked, overloaded, frozen or unreachable)."""
 
 
 class LeaseLost(StoreError):

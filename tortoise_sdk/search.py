@@ -6,17 +6,29 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 
+from .errors import InvalidInput
+
 __all__ = (
+    "BM25_B",
+    "BM25_K1",
+    "INDEX_CHARS",
     "MAX_SEARCH_K",
+    "NAME_INDEX_CHARS",
+    "NAME_WEIGHT",
     "POSTINGS_BUDGET",
     "STOP_WORDS",
+    "TF_CAP",
     "content_terms",
     "fts5_query",
     "idf",
     "idf_bonus",
+    "index_idf",
+    "indexed_text",
     "mentions",
     "query_terms",
+    "saturation",
     "split_by_postings",
+    "terms_from_fts5",
     "tokenize",
 )
 
@@ -25,6 +37,21 @@ MAX_SEARCH_K = 10_000
 
 #: How many postings the BM25 ranking pass of a bounded search may score (both stores).
 POSTINGS_BUDGET = 2_000
+
+#: What ranking reads of a turn: its first ``INDEX_CHARS`` characters (and ``NAME_INDEX_CHARS`` of the
+#: speaker's name). The whole turn is stored, returned and exported; only the index and every ranking
+#: statistic see this bounded text, so a pasted multi-megabyte log costs what an 8 KiB turn costs.
+INDEX_CHARS = 8_192
+NAME_INDEX_CHARS = 256
+
+#: BM25 as both stores compute it (FTS5's constants): saturation ``k1``, length normalisation ``b``,
+#: the speaker name's weight beside the content's 1.0, and the most a term's repetition in one
+#: turn counts. The cap keeps a long paste that repeats a word from buying back with repetition
+#: what length normalisation takes off it.
+BM25_K1 = 1.2
+BM25_B = 0.75
+NAME_WEIGHT = 0.5
+TF_CAP = 3.0
 
 # Function words and question scaffolding: they match most turns and only dilute BM25.
 STOP_WORDS: frozenset[str] = frozenset(
@@ -112,6 +139,22 @@ def split_by_postings(
     return lead, [t for t in terms if t not in lead]
 
 
+def indexed_text(text: str | None, limit: int = INDEX_CHARS) -> str:
+    """The part of a turn's text that is indexed and ranked: its first ``limit`` characters."""
+    return (text or "")[:limit]
+
+
+def index_idf(n_docs: int, df: int) -> float:
+    """FTS5's BM25 inverse document frequency of a term in ``df`` of ``n_docs`` turns (at least 1e-6)."""
+    return max(math.log((n_docs - df + 0.5) / (df + 0.5)), 1e-6)
+
+
+def saturation(f: float, length: int, avgdl: float) -> float:
+    """BM25's term-frequency part for weighted frequency ``f`` (capped at ``TF_CAP``) in a turn of ``length`` tokens."""
+    f = min(f, TF_CAP)
+    return f * (BM25_K1 + 1.0) / (f + BM25_K1 * (1.0 - BM25_B + BM25_B * length / avgdl))
+
+
 def idf(n_docs: int, df: int) -> float:
     """BM25's (FTS5's) inverse document frequency of a term found in ``df`` of ``n_docs`` rows."""
     return math.log((n_docs - df + 0.5) / (df + 0.5) + 1.0)
@@ -129,3 +172,37 @@ def idf_bonus(text: str, idfs: Mapping[str, float]) -> float:
     """The summed IDF of the common terms ``text`` mentions: their BM25 share at tf = 1 and average length."""
     words = set(tokenize(text))
     return sum(w for t, w in idfs.items() if mentions(words, t))
+
+
+_QUOTED = re.compile(r'"((?:[^"]|"")*)"')
+_OR = re.compile(r"\s+OR\s+")
+
+
+def terms_from_fts5(match: str) -> list[str]:
+    """The terms of an expression made by ``fts5_query``: ``"acme" OR "job"`` -> ``['acme', 'job']``.
+
+    Only that shape is accepted; no store reads any other full-text syntax.
+
+    Raises:
+        InvalidInput: ``match`` is not a quoted-OR expression.
+    """
+    terms: list[str] = []
+    pos = 0
+    text = match.strip()
+    while True:
+        m = _QUOTED.match(text, pos)
+        if m is None:
+            break
+        terms.append(m.group(1).replace('""', '"'))
+        pos = m.end()
+        if pos == len(text):
+            return terms
+        sep = _OR.match(text, pos)
+        if sep is None:
+            break
+        pos = sep.end()
+    raise InvalidInput(
+        "the store accepts only expressions made by tortoise_sdk.search.fts5_query "
+        '(quoted terms joined by OR); pass plain terms to Store.search_terms instead',
+        field="match",
+    )

@@ -112,7 +112,7 @@ def topic_terms(r: Reading, texts: list[str], exclude: set[str], limit: int) -> 
     for w, st in zip(words, r.store.analyze(words)):
         if len(st) == 1 and st[0] not in exclude and st[0] not in surface and len(surface) < tuning.TOPIC_WORDS:
             surface[st[0]] = w
-    n, stats = r.store.term_stats(list(surface))
+    n, stats = r.store.term_stats(r.ns, list(surface))
     r.tick()
     common = max(tuning.COMMON_DF_FLOOR, int(n * tuning.MAX_DF_SHARE))
     kept = sorted(((stem, stats[stem][0]) for stem in surface if stem in stats and 2 <= stats[stem][0] <= common),

@@ -6,7 +6,7 @@ import re
 from typing import Any
 
 from ..models import MemoryBlock
-from ..search import query_terms
+from ..search import indexed_text, query_terms
 from .query import SPACE, as_list, message, text_of
 from .shapes import Candidate, Message
 
@@ -36,13 +36,13 @@ def drop_prior(ranked: list[Candidate], prior: Any) -> list[Candidate]:
     for p in items:
         if isinstance(p, MemoryBlock):
             cited.update(q.id for q in p.pointers)
-            texts.append(p.block)
+            texts.append(indexed_text(p.block))
         else:
             m = message(p) if not isinstance(p, str) else Message("user", p)
             if m is not None:
-                texts.append(m.text)
+                texts.append(indexed_text(m.text))
             elif hasattr(p, "content"):
-                texts.append(text_of(getattr(p, "content")))
+                texts.append(indexed_text(text_of(getattr(p, "content"))))
     joined = "\n".join(texts)
     cited.update(re.findall(r"\bref:(\S+)", joined))
     prior_tokens = set(query_terms(joined))
@@ -58,4 +58,5 @@ def drop_prior(ranked: list[Candidate], prior: Any) -> list[Candidate]:
 
 
 def _norm(text: str) -> str:
-    return SPACE.sub(" ", text).strip().lower()
+    """Text compared for sameness: its indexed part (what a stored turn's hit carries), spaces folded."""
+    return SPACE.sub(" ", indexed_text(text)).strip().lower()

@@ -16,12 +16,14 @@ __all__ = (
     "CAPITALISED",
     "CHANGE",
     "NOW",
+    "QUESTION_CHARS",
     "SPACE",
     "WHEN",
     "as_list",
     "entity_names",
     "message",
     "query_text",
+    "question_part",
     "surface_of",
     "text_of",
     "weigh_terms",
@@ -44,6 +46,7 @@ NOW = re.compile(
     r"no longer)\b", re.I)
 WHEN = re.compile(r"\b(when|what (year|month|day|date|time)|how long ago)\b", re.I)
 CAPITALISED = re.compile(r"\b[A-Z][\w'-]+")
+QUESTION_CHARS = 2_048
 SPACE = re.compile(r"\s+")
 
 
@@ -91,12 +94,20 @@ def query_text(msgs: list[Message]) -> tuple[str, str, bool]:
     users = [m for m in msgs if m.role == "user"] or [m for m in msgs if m.role != "system"][-1:]
     if not users:
         return "", "", False
-    last = users[-1].text
+    last = question_part(users[-1].text)
     content = [t for t in query_terms(last) if t not in STOP_WORDS and t not in _COURTESY]
     if not content:
         return "", "", False
-    earlier = users[-2].text if len(content) < 3 and len(users) > 1 else ""
+    earlier = question_part(users[-2].text) if len(content) < 3 and len(users) > 1 else ""
     return last, earlier, bool(_ASK.search(last))
+
+
+def question_part(text: str) -> str:
+    """What the reflex reads of a message: all of it, or of a long one (a paste) its start and its end,
+    where a question about the paste is, so its cost does not grow with the paste."""
+    if len(text) <= 2 * QUESTION_CHARS:
+        return text
+    return text[:QUESTION_CHARS] + "\n" + text[-QUESTION_CHARS:]
 
 
 def weigh_terms(r: Reading, query: str, earlier: str = "") -> list[Term]:
@@ -111,12 +122,13 @@ def weigh_terms(r: Reading, query: str, earlier: str = "") -> list[Term]:
     for i, (surface, st) in enumerate(zip(surfaces, stems)):
         if st and st[0] not in seen:
             seen[st[0]] = (surface, i >= len(own))
-    n, stats = r.store.term_stats(list(seen))
+    n, stats = r.store.term_stats(r.ns, list(seen))
     r.n_docs = n
+    sized = max(n, tuning.MIN_WEIGHTING_TURNS)
     terms = []
     for stem, (surface, context) in seen.items():
         df_content, df_name = stats.get(stem, (0, 0))
-        weight = math.log(1 + (n - df_content + 0.5) / (df_content + 0.5)) if n else 1.0
+        weight = math.log(1 + (sized - df_content + 0.5) / (df_content + 0.5)) if n else 1.0
         terms.append(Term(surface, stem, weight * (tuning.CONTEXT_WEIGHT if context else 1.0), df_content,
                           is_name=df_name > 0, context=context))
     terms.sort(key=lambda t: (t.context, -t.weight))

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import re
+import statistics
 from collections import Counter
 from collections.abc import Mapping
 
 from ..models import SearchHit
+from ..search import TF_CAP
 from . import tuning
 from .query import WHEN
 from .shapes import Candidate, Reading, Term, session_day
@@ -33,12 +35,16 @@ def score_turns(r: Reading, terms: list[Term], content_terms: list[Term], query:
     speakers = {t.stem for t in terms if t.is_name}
     when_q = bool(WHEN.search(query))
     lengths = [len(toks) for toks in analysed[: len(pool)]]
-    avg = (sum(lengths) / len(lengths)) if lengths else 1.0
+    # The median, not the mean: one long paste in the pool must not lengthen the norm of every turn.
+    avg = float(statistics.median(lengths)) if lengths else 1.0
     tfs = [Counter(toks) for toks in analysed[: len(pool)]]
     norms = [tuning.K1 * (1 - tuning.B + tuning.B * n / max(avg, 1.0)) for n in lengths]
 
     def bm25(w: Mapping[str, float]) -> list[float]:
-        return [sum(wt * tf[s] * (tuning.K1 + 1) / (tf[s] + nm) for s, wt in w.items() if tf[s])
+        # A term counts at most TF_CAP times in a turn (as in the stores' ranking): a long paste
+        # that repeats the query's words cannot buy back what length normalisation takes off it.
+        return [sum(wt * min(tf[s], TF_CAP) * (tuning.K1 + 1) / (min(tf[s], TF_CAP) + nm)
+                    for s, wt in w.items() if tf[s])
                 for tf, nm in zip(tfs, norms)]
 
     scores = bm25(weights)

@@ -18,6 +18,7 @@ __all__ = (
     "MAX_DF_SHARE",
     "MAX_QUERY_TERMS",
     "MAX_TERMS",
+    "MIN_WEIGHTING_TURNS",
     "MIN_COVERAGE",
     "NAMES_AS_SPEAKERS",
     "NEIGHBOUR_SHARE",
@@ -41,6 +42,8 @@ CANDIDATES = 32          # turns fetched by the full-text query
 MAX_TERMS = 10           # query terms kept, rarest first
 MAX_DF_SHARE = 0.04      # terms in more than this share of turns are pruned from the full-text query
 COMMON_DF_FLOOR = 10     # ... but in a small store no word is common below this many turns
+MIN_WEIGHTING_TURNS = 250  # IDF weights count a smaller namespace as this large: in a one-turn store
+                           # the word it holds is not "too common" to matter beside an unknown word
 MAX_QUERY_TERMS = 6      # of those, the rarest searched in the index
 PER_TERM = 200           # newest matches read per term: bounds the cost of common terms
 K1, B = 1.2, 0.75

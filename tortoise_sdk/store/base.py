@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..capture import CaptureRequest
@@ -17,7 +17,6 @@ from ..models import (
     SessionInfo,
     SubagentContext,
     SubagentCounters,
-    SubagentHealth,
 )
 
 if TYPE_CHECKING:
@@ -201,14 +200,6 @@ class Store(ABC):
     def subagent_counters(self, namespace: str) -> SubagentCounters:
         """The namespace's sub-agent counters."""
 
-    @abstractmethod
-    def subagent_health(
-        self, namespace: str, *, tool_names: Collection[str], since: datetime | None = None,
-        session_id: str | None = None,
-    ) -> SubagentHealth:
-        """Launching calls (``tool_uses`` entries of turn metadata named in ``tool_names``) with no row,
-        and rows with no launching call: two anti-joins, never netted."""
-
     # -- cursors (named host state kept between processes) ---------------------------------------
 
     @abstractmethod
@@ -221,6 +212,8 @@ class Store(ABC):
 
     # Reads the reflex uses. A backend may override them with faster, index-exact versions;
     # these defaults keep the reflex working (with plainer query weighting) on any backend.
+    # The hits of ``candidate_turns`` and ``turns_at`` carry the indexed text of each turn (its
+    # first ``search.INDEX_CHARS`` characters), what ranking reads; ``get_turn`` gives it whole.
 
     def analyze(self, texts: Sequence[str]) -> list[list[str]]:
         """Each text's tokens as the turn index sees them (lower-cased; stemmed where the index stems)."""
@@ -228,10 +221,11 @@ class Store(ABC):
 
         return [re.findall(r"[^\W_]+", t.lower()) for t in texts]
 
-    def term_stats(self, terms: Sequence[str]) -> tuple[int, dict[str, tuple[int, int]]]:
-        """``(rows indexed, {term: (turns whose content has it, turns whose speaker name has it)})``.
+    def term_stats(self, namespace: str, terms: Sequence[str]) -> tuple[int, dict[str, tuple[int, int]]]:
+        """``(turns in the namespace, {term: (its turns whose content has it, whose speaker name has it)})``.
 
-        Counts span the whole database (an estimate for query weighting); unknown terms are absent.
+        Counts cover ``namespace`` alone, so no tenant's data moves another's weights; terms
+        are index terms (``analyze``); unknown terms are absent.
         """
         return 0, {}
 

@@ -3,11 +3,12 @@
 FTS5 scores a row for an OR of phrases as ``sum_i idf_i * f_i (k1 + 1) / (f_i + k1 (1 - b + b D / avgdl))``
 with ``k1 = 1.2``, ``b = 0.75``; ``f_i`` is the phrase's hits in the row, each weighted by its
 column's weight; ``D`` is the row's length in tokens; ``idf_i = ln((N - n_i + 0.5) / (n_i + 0.5))``
-(at least 1e-6) over the whole index. Here the columns are tsvector weight labels (A, B, C),
-``D`` is the row's ``fts_len``, ``N`` and the total tokens come from the sharded ``fts_stats``
-counters, and ``n_i`` is counted with the GIN index. Scores therefore match SQLite's to
-within tokenizer differences, and so do rankings and any code that mixes scores with
-other signals.
+(at least 1e-6). Here the columns are tsvector weight labels (A, B, C) and ``D`` is the row's
+``fts_len``. For turns, ``N``, the total tokens and ``n_i`` are the namespace's own
+(``rank_namespaces``, ``rank_terms``, as SQLite's ``ranking`` keeps them) and ``f_i`` counts at most
+``search.TF_CAP``; for memories they span the database (the sharded ``fts_stats`` counters, ``n_i``
+counted with the GIN index), as FTS5's ``bm25()`` does. Scores therefore match SQLite's to within
+tokenizer differences, and so do rankings and any code that mixes scores with other signals.
 
 Each term is a phrase, as a quoted FTS5 string is, and always a bound parameter
 through ``phraseto_tsquery``: user text never reaches tsquery syntax.
@@ -15,18 +16,16 @@ through ``phraseto_tsquery``: user text never reaches tsquery syntax.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 
-from ...errors import InvalidInput
-__all__ = ("FTS_CONFIG", "STAT_SHARDS", "bm25_search_sql", "index_memories_sql", "newest_matches_sql",
-           "rebuild_stats_sql", "terms_from_fts5", "turn_stats_sql", "usable_terms")
+from ...search import BM25_B, BM25_K1, NAME_WEIGHT, TF_CAP, terms_from_fts5
+
+__all__ = ("FTS_CONFIG", "STAT_SHARDS", "bm25_search_sql", "count_turns_sql", "index_memories_sql",
+           "newest_matches_sql", "rebuild_stats_sql", "term_dfs_sql", "terms_from_fts5", "turn_bm25_sql",
+           "usable_terms")
 
 FTS_CONFIG = "tortoise_english"
 STAT_SHARDS = 16
-_K1 = 1.2
-_B = 0.75
-_TERM = re.compile(r'"((?:[^"]|"")*)"')
 
 
 def usable_terms(terms: Sequence[str]) -> list[str]:
@@ -78,8 +77,8 @@ def bm25_search_sql(
             WHERE {alias}.fts @@ (SELECT tortoise_tsquery_or(query) FROM terms) AND {where}
         )
         SELECT {output}, COALESCE((
-            SELECT SUM(f.idf * (f.f * {_K1 + 1.0!r})
-                       / (f.f + {_K1!r} * (1.0 - {_B!r} + {_B!r} * matched._len / stats.avgdl)))
+            SELECT SUM(f.idf * (f.f * {BM25_K1 + 1.0!r})
+                       / (f.f + {BM25_K1!r} * (1.0 - {BM25_B!r} + {BM25_B!r} * matched._len / stats.avgdl)))
             FROM (
                 SELECT idf.ord, MAX(idf.idf) AS idf, SUM({weight})::float8 AS f
                 FROM unnest(matched._fts) AS u
@@ -144,53 +143,107 @@ def index_memories_sql(where: str) -> str:
     """
 
 
-def turn_stats_sql() -> str:
-    """Add the turns with the given ids (one ``text[]`` parameter) to the totals."""
-    return (
-        "INSERT INTO fts_stats (tbl, shard, n_rows, n_tokens)"
-        f" SELECT 'turns', mod(pg_backend_pid(), {STAT_SHARDS}), COUNT(*), COALESCE(SUM(fts_len), 0)"
-        " FROM turns WHERE turn_id = ANY(%s)"
-        " ON CONFLICT (tbl, shard) DO UPDATE"
-        " SET n_rows = fts_stats.n_rows + excluded.n_rows, n_tokens = fts_stats.n_tokens + excluded.n_tokens"
-    )
+def count_turns_sql() -> tuple[str, str]:
+    """Statements that add (``sign`` 1) or take away (-1) turns in the namespace's ranking statistics.
+
+    Parameters of both: ``ns``, ``ids`` (turn ids, ``text[]``), ``sign``. Terms are upserted in
+    lexeme order, so concurrent captures of a namespace wait for each other instead of deadlocking.
+    """
+    totals = """
+        INSERT INTO rank_namespaces (namespace, n_turns, n_tokens)
+        SELECT %(ns)s, %(sign)s * COUNT(*), %(sign)s * COALESCE(SUM(t.fts_len), 0)
+        FROM turns t WHERE t.namespace = %(ns)s AND t.turn_id = ANY(%(ids)s) HAVING COUNT(*) > 0
+        ON CONFLICT (namespace) DO UPDATE SET n_turns = rank_namespaces.n_turns + excluded.n_turns,
+            n_tokens = rank_namespaces.n_tokens + excluded.n_tokens
+    """
+    terms = """
+        INSERT INTO rank_terms (namespace, term, n_turns, n_content, n_name)
+        SELECT %(ns)s, u.lexeme, %(sign)s * COUNT(*), %(sign)s * COUNT(*) FILTER (WHERE 'A' = ANY(u.weights)),
+               %(sign)s * COUNT(*) FILTER (WHERE 'B' = ANY(u.weights))
+        FROM turns t CROSS JOIN LATERAL unnest(t.fts) AS u
+        WHERE t.namespace = %(ns)s AND t.turn_id = ANY(%(ids)s)
+        GROUP BY u.lexeme ORDER BY u.lexeme
+        ON CONFLICT (namespace, term) DO UPDATE SET n_turns = rank_terms.n_turns + excluded.n_turns,
+            n_content = rank_terms.n_content + excluded.n_content, n_name = rank_terms.n_name + excluded.n_name
+    """
+    return totals, terms
+
+
+def turn_bm25_sql(*, select: str, from_: str, output: str, order_tail: str, session: bool) -> str:
+    """BM25 over turns with the namespace's statistics (``rank_namespaces``, ``rank_terms``).
+
+    ``select`` is evaluated over ``from_`` (where ``t`` is ``turns``). Named parameters:
+    ``terms`` (``text[]``), ``ns``, ``k``, and ``sid`` when ``session``. A term's frequency in a
+    turn counts at most ``search.TF_CAP``, as on SQLite.
+    """
+    f = f"LEAST(f.f, {TF_CAP!r})"
+    where = "t.namespace = %(ns)s" + (" AND t.session_id = %(sid)s" if session else "")
+    return f"""
+        WITH terms AS (
+            SELECT t.ord, q.query, tsvector_to_array(to_tsvector('{FTS_CONFIG}'::regconfig, t.term)) AS lexemes
+            FROM unnest(%(terms)s::text[]) WITH ORDINALITY AS t(term, ord)
+            CROSS JOIN LATERAL (SELECT phraseto_tsquery('{FTS_CONFIG}'::regconfig, t.term) AS query) AS q
+            WHERE numnode(q.query) > 0
+        ),
+        stats AS (
+            SELECT GREATEST(n_turns, 1)::float8 AS n,
+                   GREATEST(n_tokens, 1)::float8 / GREATEST(n_turns, 1)::float8 AS avgdl
+            FROM rank_namespaces WHERE namespace = %(ns)s
+        ),
+        idf AS MATERIALIZED (
+            SELECT terms.ord, terms.query, terms.lexemes,
+                   GREATEST(ln((stats.n - h.hits + 0.5) / (h.hits + 0.5)), 1e-6) AS idf
+            FROM terms CROSS JOIN stats
+            CROSS JOIN LATERAL (
+                SELECT COALESCE(MIN(COALESCE(r.n_turns, 0)), 0)::float8 AS hits
+                FROM unnest(terms.lexemes) AS l(lexeme)
+                LEFT JOIN rank_terms r ON r.namespace = %(ns)s AND r.term = l.lexeme
+            ) AS h
+        ),
+        matched AS (
+            SELECT {select}, t.fts AS _fts, COALESCE(t.fts_len, 0) AS _len
+            FROM {from_}
+            WHERE t.fts @@ (SELECT tortoise_tsquery_or(query) FROM terms) AND {where}
+        )
+        SELECT {output}, COALESCE((
+            SELECT SUM(f.idf * ({f} * {BM25_K1 + 1.0!r})
+                       / ({f} + {BM25_K1!r} * (1.0 - {BM25_B!r} + {BM25_B!r} * matched._len / stats.avgdl)))
+            FROM (
+                SELECT idf.ord, MAX(idf.idf) AS idf,
+                       SUM(CASE w WHEN 'A' THEN 1.0 WHEN 'B' THEN {NAME_WEIGHT!r} ELSE 0.0 END)::float8 AS f
+                FROM unnest(matched._fts) AS u
+                JOIN idf ON u.lexeme = ANY(idf.lexemes)
+                CROSS JOIN LATERAL unnest(u.weights) AS w
+                GROUP BY idf.ord
+            ) AS f
+        ), 0.0) AS score
+        FROM matched CROSS JOIN stats
+        ORDER BY score DESC, {order_tail}
+        LIMIT %(k)s
+    """
+
+
+def term_dfs_sql() -> str:
+    """``(term, turns of the namespace holding it)`` for each term (a phrase counts as its rarest lexeme).
+
+    Named parameters: ``terms`` (``text[]``), ``ns``. Terms without a lexeme are absent.
+    """
+    return f"""
+        SELECT x.term, MIN(COALESCE(r.n_turns, 0))
+        FROM unnest(%(terms)s::text[]) AS x(term)
+        CROSS JOIN LATERAL unnest(tsvector_to_array(to_tsvector('{FTS_CONFIG}'::regconfig, x.term))) AS l(lexeme)
+        LEFT JOIN rank_terms r ON r.namespace = %(ns)s AND r.term = l.lexeme
+        GROUP BY x.term
+    """
 
 
 def rebuild_stats_sql() -> tuple[str, ...]:
-    """Statements that recompute every total from the tables (after a bulk copy)."""
+    """Statements that recompute every total and statistic from the tables (after a bulk copy)."""
+    from .migrations import REBUILD_TURN_RANKING
+
     return (
+        *REBUILD_TURN_RANKING,
         "DELETE FROM fts_stats",
         "INSERT INTO fts_stats (tbl, shard, n_rows, n_tokens)"
-        " SELECT 'turns', 0, COUNT(*), COALESCE(SUM(fts_len), 0) FROM turns",
-        "INSERT INTO fts_stats (tbl, shard, n_rows, n_tokens)"
         " SELECT 'memories', 0, COUNT(*), COALESCE(SUM(fts_len), 0) FROM memories WHERE fts_len IS NOT NULL",
-    )
-
-
-def terms_from_fts5(match: str) -> list[str]:
-    """The terms of an expression made by ``fts5_query``: ``"acme" OR "job"`` -> ``['acme', 'job']``.
-
-    Only that shape is accepted; PostgreSQL never sees FTS5 syntax.
-
-    Raises:
-        InvalidInput: ``match`` is not a quoted-OR expression.
-    """
-    terms: list[str] = []
-    pos = 0
-    text = match.strip()
-    while True:
-        m = _TERM.match(text, pos)
-        if m is None:
-            break
-        terms.append(m.group(1).replace('""', '"'))
-        pos = m.end()
-        if pos == len(text):
-            return terms
-        sep = re.compile(r"\s+OR\s+").match(text, pos)
-        if sep is None:
-            break
-        pos = sep.end()
-    raise InvalidInput(
-        "the PostgreSQL store accepts only expressions made by tortoise_sdk.search.fts5_query "
-        '(quoted terms joined by OR); pass plain terms to Store.search_terms instead',
-        field="match",
     )

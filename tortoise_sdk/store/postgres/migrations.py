@@ -1,7 +1,7 @@
 """Versioned schema migrations for the PostgreSQL store.
 
 The same versions and concepts as ``SQLITE_MIGRATIONS`` (1 = foundation,
-2 = extraction, 3 = subagent contexts, 4 = their turn_ref): a version applied on one engine means
+2 = extraction, 3 = subagent contexts, 4 = their turn_ref, 5 = cursors, 6 = ranking): a version applied on one engine means
 the same tables and semantics on the other. Each migration runs in its own
 transaction under a transaction-scoped advisory lock, so any number of
 processes opening a new database concurrently apply it exactly once. A shipped
@@ -14,12 +14,13 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ...errors import MigrationError
+from ...search import INDEX_CHARS, NAME_INDEX_CHARS
 from ..schema import Migration
 
 if TYPE_CHECKING:
     import psycopg
 
-__all__ = ("MIGRATION_LOCK_KEY", "POSTGRES_MIGRATIONS", "migrate_postgres", "pg_applied_versions")
+__all__ = ("MIGRATION_LOCK_KEY", "POSTGRES_MIGRATIONS", "REBUILD_TURN_RANKING", "migrate_postgres", "pg_applied_versions")
 
 # pg_advisory_xact_lock key: b"tortoise" read as a big-endian int64.
 MIGRATION_LOCK_KEY = 0x746F72746F697365
@@ -29,6 +30,18 @@ MIGRATION_LOCK_KEY = 0x746F72746F697365
 # without a stop-word list, and unaccent when the extension can be created (a DO
 # block, so a server or role without it still migrates; diacritics then count).
 _FTS_WORD_TOKENS = "asciiword, asciihword, hword_asciipart, word, hword, hword_part"
+
+#: Statements that recompute the turn ranking statistics from the turns (migration 6, a bulk copy).
+REBUILD_TURN_RANKING = (
+    "DELETE FROM rank_terms",
+    "DELETE FROM rank_namespaces",
+    """INSERT INTO rank_namespaces (namespace, n_turns, n_tokens)
+        SELECT namespace, COUNT(*), COALESCE(SUM(fts_len), 0) FROM turns GROUP BY namespace""",
+    """INSERT INTO rank_terms (namespace, term, n_turns, n_content, n_name)
+        SELECT t.namespace, u.lexeme, COUNT(*), COUNT(*) FILTER (WHERE 'A' = ANY(u.weights)),
+               COUNT(*) FILTER (WHERE 'B' = ANY(u.weights))
+        FROM turns t CROSS JOIN LATERAL unnest(t.fts) AS u GROUP BY t.namespace, u.lexeme""",
+)
 
 M001_FOUNDATION = Migration(
     1,
@@ -270,8 +283,49 @@ M005_CURSORS = Migration(
     ),
 )
 
+# Mirrors SQLite's M006: ranking statistics per namespace (``rank_namespaces``: turns and indexed
+# tokens; ``rank_terms``: per lexeme, turns holding it anywhere / in content / in the speaker name),
+# kept exact by the capture transaction; a delete of turns must call ``PostgresStore.unindex_turns``
+# first, in the same transaction. The turn vector indexes the first INDEX_CHARS characters of the
+# content and NAME_INDEX_CHARS of the name (a whole 1 MB turn overflowed tsvector); the turn itself
+# is stored whole. The turn totals leave ``fts_stats`` (it keeps the memories').
+_BOUNDED_CONTENT = f"left(content, {INDEX_CHARS})"
+_BOUNDED_NAME = f"left(coalesce(name, ''), {NAME_INDEX_CHARS})"
+M006_RANKING = Migration(
+    6,
+    "ranking: per-namespace statistics, bounded turn index",
+    (
+        """CREATE TABLE rank_namespaces (
+            namespace TEXT PRIMARY KEY,
+            n_turns   BIGINT NOT NULL,
+            n_tokens  BIGINT NOT NULL
+        )""",
+        """CREATE TABLE rank_terms (
+            namespace TEXT NOT NULL,
+            term      TEXT NOT NULL,
+            n_turns   INTEGER NOT NULL,
+            n_content INTEGER NOT NULL,
+            n_name    INTEGER NOT NULL,
+            PRIMARY KEY (namespace, term)
+        )""",
+        "ALTER TABLE turns DROP COLUMN fts_len, DROP COLUMN fts",
+        f"""ALTER TABLE turns
+            ADD COLUMN fts TSVECTOR GENERATED ALWAYS AS (
+                setweight(to_tsvector('tortoise_english'::regconfig, {_BOUNDED_CONTENT}), 'A')
+                || setweight(to_tsvector('tortoise_english'::regconfig, {_BOUNDED_NAME}), 'B')
+            ) STORED,
+            ADD COLUMN fts_len INTEGER GENERATED ALWAYS AS (
+                tortoise_ntokens(to_tsvector('tortoise_english'::regconfig, {_BOUNDED_CONTENT}))
+                + tortoise_ntokens(to_tsvector('tortoise_english'::regconfig, {_BOUNDED_NAME}))
+            ) STORED""",
+        "CREATE INDEX turns_fts ON turns USING GIN (fts)",
+        *REBUILD_TURN_RANKING,
+        "DELETE FROM fts_stats WHERE tbl = 'turns'",
+    ),
+)
+
 POSTGRES_MIGRATIONS: list[Migration] = [M001_FOUNDATION, M002_EXTRACTION, M003_SUBAGENTS, M004_SUBAGENT_TURN_REF,
-                                        M005_CURSORS]
+                                        M005_CURSORS, M006_RANKING]
 
 _CREATE_VERSIONS = (
     "CREATE TABLE IF NOT EXISTS schema_migrations ("

@@ -5,7 +5,6 @@ Needs the extra: ``pip install 'tortoise-sdk[postgres]'``.
 
 from __future__ import annotations
 
-import threading
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -27,14 +26,22 @@ from ...errors import (
     StoreError,
 )
 from ...models import CaptureReceipt, Diagnostic, SearchHit, SessionInfo, utc_now
-from ...search import idf, idf_bonus, split_by_postings
+from ...search import INDEX_CHARS, idf, idf_bonus, indexed_text, split_by_postings
 from ..base import Store
 from ..capture_plan import new_receipt, plan_append, receipt_row, replay_or_conflict, session_date_for
 from ..cursors import CursorMixin
 from ..rows import and_equal
 from ..rows import turn_hit as _hit
 from .extraction import PostgresExtractionMixin
-from .fts import FTS_CONFIG, bm25_search_sql, newest_matches_sql, terms_from_fts5, turn_stats_sql, usable_terms
+from .fts import (
+    FTS_CONFIG,
+    count_turns_sql,
+    newest_matches_sql,
+    term_dfs_sql,
+    terms_from_fts5,
+    turn_bm25_sql,
+    usable_terms,
+)
 from .migrations import POSTGRES_MIGRATIONS, migrate_postgres
 from .subagents import PostgresSubagentMixin, fill_subagent_turns
 
@@ -42,9 +49,9 @@ __all__ = ("PostgresStore", "redact_url")
 
 T = TypeVar("T")
 
-# Column weights of SQLite's bm25(turns_fts, 1.0, 0.5): content is label A, the speaker name B.
-_TURN_WEIGHTS = {"A": 1.0, "B": 0.5}
 _TURN_COLUMNS = "t.turn_id, t.external_id, t.session_id, s.session_date, t.idx, t.role, t.name, t.content"
+# What the reflex's reads return: the content cut to what is indexed.
+_INDEXED_COLUMNS = _TURN_COLUMNS.replace("t.content", f"left(t.content, {INDEX_CHARS}) AS content")
 _JOIN_SESSION = "JOIN sessions s ON s.namespace = t.namespace AND s.session_id = t.session_id"
 _TX_ATTEMPTS = 8
 
@@ -86,9 +93,6 @@ class PostgresStore(PostgresExtractionMixin, PostgresSubagentMixin, CursorMixin,
         if min_size < 0 or max_size < max(min_size, 1):
             raise ConfigError("pool sizes need 0 <= min_size <= max_size and max_size >= 1")
         self.url = redact_url(url)
-        self._df_cache: dict[str, int] = {}
-        self._df_cache_size = 0
-        self._df_lock = threading.Lock()
         try:
             # A direct first connection reports libpq's own reason (refused, no such
             # database, auth) and brings the schema up to date before the pool opens.
@@ -142,7 +146,7 @@ class PostgresStore(PostgresExtractionMixin, PostgresSubagentMixin, CursorMixin,
         except psycopg.Error as exc:
             raise StoreError(f"PostgreSQL read failed: {str(exc).strip()}") from exc
 
-    def _rows(self, sql: str, args: Sequence[Any]) -> list[tuple[Any, ...]]:
+    def _rows(self, sql: str, args: Sequence[Any] | Mapping[str, Any]) -> list[tuple[Any, ...]]:
         try:
             with self._pool.connection() as conn:
                 return conn.execute(sql, args).fetchall()
@@ -167,7 +171,12 @@ class PostgresStore(PostgresExtractionMixin, PostgresSubagentMixin, CursorMixin,
     # -- capture ------------------------------------------------------------------------------
 
     def capture(self, namespace: str, request: CaptureRequest, *, max_turns: int | None = None) -> CaptureReceipt:
-        return self.transaction(lambda c: self._capture_in(c, namespace, request))
+        def write(c: psycopg.Connection) -> CaptureReceipt:
+            receipt = self._capture_in(c, namespace, request)
+            self.index_turns(c, namespace, receipt.turn_ids)
+            return receipt
+
+        return self.transaction(write)
 
     def capture_many(self, namespace: str, requests: Sequence[CaptureRequest]) -> list[CaptureReceipt]:
         def write(c: psycopg.Connection) -> list[CaptureReceipt]:
@@ -179,7 +188,9 @@ class PostgresStore(PostgresExtractionMixin, PostgresSubagentMixin, CursorMixin,
                 stamps.setdefault(r.session_id, utc_now())
             for session_id in sorted(stamps):
                 self._lock_session(c, namespace, session_id, None, stamps[session_id])
-            return [self._capture_in(c, namespace, r) for r in requests]
+            receipts = [self._capture_in(c, namespace, r) for r in requests]
+            self.index_turns(c, namespace, [t for r in receipts for t in r.turn_ids])
+            return receipts
 
         return self.transaction(write)
 
@@ -235,7 +246,6 @@ class PostgresStore(PostgresExtractionMixin, PostgresSubagentMixin, CursorMixin,
                     " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
                     new_rows,
                 )
-            c.execute(turn_stats_sql(), ([r[0] for r in new_rows],))
             fill_subagent_turns(c, namespace, req.session_id)
         receipt = new_receipt(namespace, req, receipt_id, session_date, new_rows, warnings)
         c.execute(
@@ -244,6 +254,25 @@ class PostgresStore(PostgresExtractionMixin, PostgresSubagentMixin, CursorMixin,
             receipt_row(receipt, req, now),
         )
         return receipt
+
+    def index_turns(self, c: psycopg.Connection, namespace: str, turn_ids: Sequence[str]) -> None:
+        """Count stored turns of ``namespace`` in its ranking statistics (inside the capture transaction)."""
+        self._count_turns(c, namespace, turn_ids, 1)
+
+    def unindex_turns(self, c: psycopg.Connection, namespace: str, turn_ids: Sequence[str]) -> None:
+        """Take turns of ``namespace`` out of its ranking statistics: call it in the deleting
+        transaction, before deleting them."""
+        self._count_turns(c, namespace, turn_ids, -1)
+
+    def _count_turns(self, c: psycopg.Connection, namespace: str, turn_ids: Sequence[str], sign: int) -> None:
+        if not turn_ids:
+            return
+        args = {"ns": namespace, "ids": list(turn_ids), "sign": sign}
+        for stmt in count_turns_sql():
+            c.execute(stmt, args)
+        if sign < 0:
+            c.execute("DELETE FROM rank_terms WHERE namespace = %s AND n_turns <= 0", (namespace,))
+            c.execute("DELETE FROM rank_namespaces WHERE namespace = %s AND n_turns <= 0", (namespace,))
 
     def save_receipt(self, namespace: str, receipt: CaptureReceipt) -> None:
         body = receipt.model_dump_json()
@@ -273,60 +302,41 @@ class PostgresStore(PostgresExtractionMixin, PostgresSubagentMixin, CursorMixin,
     def search_terms(
         self, namespace: str, terms: Sequence[str], *, k: int, session_id: str | None = None
     ) -> list[SearchHit]:
-        """BM25 over the terms (as FTS5 computes it), with bounded work on large stores.
+        """BM25 over the terms with the namespace's statistics (as FTS5's formula), with bounded work on large stores.
 
-        The same plan as ``SQLiteStore.search_terms``: terms are taken rarest first until
-        their postings reach ``search.POSTINGS_BUDGET``; those rank a candidate pool by BM25, and
-        each remaining common term adds its IDF to the candidates that mention it. On a
-        small store this is plain BM25. Ties go by session id, then position.
+        The same plan as ``SQLiteStore.search_terms``: terms are taken rarest first (in this
+        namespace) until their postings reach ``search.POSTINGS_BUDGET``; those rank a candidate
+        pool by BM25, and each remaining common term adds its IDF to the candidates whose indexed
+        text mentions it. On a small namespace this is plain BM25. Ties go by session id, then position.
         """
         terms = list(dict.fromkeys(usable_terms(terms)))
         if not terms or k < 1:
             return []
+        dfs = {term: int(df) for term, df in self._rows(term_dfs_sql(), {"terms": terms, "ns": namespace})}
+        found = [t for t in terms if dfs.get(t)]
+        if not found:
+            return []
         if session_id is not None:
-            return self._bm25_turns(namespace, terms, k=k, session_id=session_id)
-        n_docs, dfs = self._doc_freqs(terms)
-        lead, rest = split_by_postings(terms, dfs)
+            return self._bm25_turns(namespace, found, k=k, session_id=session_id)
+        lead, rest = split_by_postings(found, dfs)
         if not rest:
             return self._bm25_turns(namespace, lead, k=k)
+        n_docs = self._rows("SELECT n_turns FROM rank_namespaces WHERE namespace = %s", (namespace,))[0][0]
         idfs = {t: idf(n_docs, dfs[t]) for t in rest}
-        scored = [hit.model_copy(update={"score": hit.score + idf_bonus(hit.content, idfs)})
+        scored = [hit.model_copy(update={"score": hit.score + idf_bonus(indexed_text(hit.content), idfs)})
                   for hit in self._bm25_turns(namespace, lead, k=max(5 * k, 50))]
         scored.sort(key=lambda h: (-h.score, h.session_id, h.index))
         return scored[:k]
 
     def _bm25_turns(self, namespace: str, terms: Sequence[str], *, k: int,
                     session_id: str | None = None) -> list[SearchHit]:
-        where = "t.namespace = %s"
-        args: list[Any] = [list(terms), namespace]
-        if session_id is not None:
-            where += " AND t.session_id = %s"
-            args.append(session_id)
-        sql = bm25_search_sql(
-            table="turns", alias="t", select=_TURN_COLUMNS, from_=f"turns t {_JOIN_SESSION}", where=where,
+        sql = turn_bm25_sql(
+            select=_TURN_COLUMNS, from_=f"turns t {_JOIN_SESSION}",
             output="turn_id, external_id, session_id, session_date, idx, role, name, content",
-            order_tail='matched.session_id COLLATE "C", matched.idx', weights=_TURN_WEIGHTS,
+            order_tail='matched.session_id COLLATE "C", matched.idx', session=session_id is not None,
         )
-        return [_hit(r, float(r[8])) for r in self._rows(sql, [*args, k])]
-
-    def _doc_freqs(self, terms: Sequence[str]) -> tuple[int, dict[str, int]]:
-        """Turn count and per-term document frequency, cached until the store grows 10% (as on SQLite)."""
-        n_docs = self._rows("SELECT COALESCE(MAX(id), 0) FROM turns", ())[0][0]
-        with self._df_lock:
-            if n_docs > self._df_cache_size * 1.1 or n_docs < self._df_cache_size:
-                self._df_cache.clear()
-                self._df_cache_size = n_docs
-            missing = [t for t in terms if t not in self._df_cache]
-        if missing:
-            rows = self._rows(
-                "SELECT t.term, (SELECT COUNT(*) FROM turns x WHERE x.fts @@ phraseto_tsquery(%s::regconfig, t.term))"
-                " FROM unnest(%s::text[]) AS t(term)",
-                (FTS_CONFIG, missing),
-            )
-            with self._df_lock:
-                self._df_cache.update({term: df for term, df in rows})
-        with self._df_lock:
-            return max(n_docs, 1), {t: self._df_cache.get(t, 0) for t in terms}
+        args = {"terms": list(terms), "ns": namespace, "k": k, "sid": session_id}
+        return [_hit(r, float(r[8])) for r in self._rows(sql, args)]
 
     def sessions(self, namespace: str) -> list[SessionInfo]:
         rows = self._rows(
@@ -361,28 +371,22 @@ class PostgresStore(PostgresExtractionMixin, PostgresSubagentMixin, CursorMixin,
             "SELECT d.ord, w.lexeme FROM unnest(%s::text[]) WITH ORDINALITY AS d(txt, ord)"
             " CROSS JOIN LATERAL (SELECT u.lexeme, p FROM unnest(to_tsvector(%s::regconfig, d.txt)) AS u,"
             " unnest(u.positions) AS p) AS w ORDER BY d.ord, w.p",
-            ([t.replace("\x00", " ") for t in texts], FTS_CONFIG),
+            ([indexed_text(t).replace("\x00", " ") for t in texts], FTS_CONFIG),
         )
         out: list[list[str]] = [[] for _ in texts]
         for ord_, lexeme in rows:
             out[ord_ - 1].append(lexeme)
         return out
 
-    def term_stats(self, terms: Sequence[str]) -> tuple[int, dict[str, tuple[int, int]]]:
-        """Database-wide turn counts per lexeme: (in content, in speaker name); the GIN index finds the rows."""
+    def term_stats(self, namespace: str, terms: Sequence[str]) -> tuple[int, dict[str, tuple[int, int]]]:
+        """The namespace's turn count, and per lexeme its turns (content, speaker name), from ``rank_terms``."""
         unique = [t for t in dict.fromkeys(terms) if t and "\x00" not in t]
-        if not unique:
-            return 0, {}
-        n = self._rows("SELECT COALESCE(MAX(id), 0) FROM turns", ())[0][0]
-        rows = self._rows(
-            "SELECT x.term,"
-            " (SELECT COUNT(*) FILTER (WHERE ts_filter(t.fts, '{a}') @@ x.q) FROM turns t WHERE t.fts @@ x.q),"
-            " (SELECT COUNT(*) FILTER (WHERE ts_filter(t.fts, '{b}') @@ x.q) FROM turns t WHERE t.fts @@ x.q)"
-            " FROM (SELECT term, plainto_tsquery('simple', term) AS q FROM unnest(%s::text[]) AS term) AS x"
-            " WHERE numnode(x.q) > 0",
-            (unique,),
-        )
-        return n, {term: (content, name) for term, content, name in rows if content or name}
+        totals = self._rows("SELECT n_turns FROM rank_namespaces WHERE namespace = %s", (namespace,))
+        if not totals or not unique:
+            return (int(totals[0][0]) if totals else 0), {}
+        rows = self._rows("SELECT term, n_content, n_name FROM rank_terms WHERE namespace = %s AND term = ANY(%s)",
+                          (namespace, unique))
+        return int(totals[0][0]), {term: (content, name) for term, content, name in rows if content or name}
 
     def candidate_turns(self, namespace: str, weighted_terms: Mapping[str, float], *, k: int,
                         per_term: int = 200) -> list[SearchHit]:
@@ -400,7 +404,7 @@ class PostgresStore(PostgresExtractionMixin, PostgresSubagentMixin, CursorMixin,
         top = sorted(scores, key=lambda r: (-scores[r], -r))[:k]
         if not top:
             return []
-        rows = self._rows(f"SELECT t.id, {_TURN_COLUMNS} FROM turns t {_JOIN_SESSION}"
+        rows = self._rows(f"SELECT t.id, {_INDEXED_COLUMNS} FROM turns t {_JOIN_SESSION}"
                           " WHERE t.namespace = %s AND t.id = ANY(%s)", (namespace, top))
         rows.sort(key=lambda r: (-scores[r[0]], -r[0]))
         return [_hit(r[1:], scores[r[0]]) for r in rows]
@@ -410,7 +414,7 @@ class PostgresStore(PostgresExtractionMixin, PostgresSubagentMixin, CursorMixin,
         if not keys:
             return []
         rows = self._rows(
-            f"SELECT {_TURN_COLUMNS} FROM turns t {_JOIN_SESSION}"
+            f"SELECT {_INDEXED_COLUMNS} FROM turns t {_JOIN_SESSION}"
             " WHERE t.namespace = %s AND (t.session_id, t.idx) IN (SELECT * FROM unnest(%s::text[], %s::int[]))",
             (namespace, [k[0] for k in keys], [k[1] for k in keys]),
         )

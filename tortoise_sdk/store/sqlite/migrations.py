@@ -12,6 +12,7 @@ import sqlite3
 from collections.abc import Sequence
 
 from ...errors import MigrationError
+from ...search import INDEX_CHARS, NAME_INDEX_CHARS
 from ..schema import Migration
 
 __all__ = ("SQLITE_MIGRATIONS", "applied_versions", "migrate_sqlite")
@@ -235,8 +236,76 @@ M005_CURSORS = Migration(
     ),
 )
 
+# Ranking statistics per namespace, and a bounded index. Derived data, kept exact by the capture
+# transaction (``ranking.SQLiteRankingMixin.index_turns``); a delete of turns must call
+# ``unindex_turns`` first, in the same transaction, or the namespace's statistics drift:
+#   rank_namespaces  one row per namespace that has turns: its id, turn count, indexed tokens
+#   rank_turns       one row per turn (rowid = turns.rowid): its namespace id and indexed tokens
+#   rank_terms       per namespace and index term: turns holding it anywhere / in content / in the name
+# The full-text index now holds the first INDEX_CHARS characters of each turn (and NAME_INDEX_CHARS
+# of its speaker name): long turns are re-indexed so, and the triggers index the same bounded text.
+# Never run FTS5 'rebuild' on turns_fts: it would index whole turns again.
+M006_RANKING = Migration(
+    6,
+    "ranking: per-namespace statistics, bounded turn index",
+    (
+        """CREATE TABLE rank_namespaces (
+            ns_id     INTEGER PRIMARY KEY,
+            namespace TEXT NOT NULL UNIQUE,
+            n_turns   INTEGER NOT NULL DEFAULT 0,
+            n_tokens  INTEGER NOT NULL DEFAULT 0
+        )""",
+        """CREATE TABLE rank_turns (
+            rowid    INTEGER PRIMARY KEY,
+            ns_id    INTEGER NOT NULL,
+            n_tokens INTEGER NOT NULL
+        )""",
+        """CREATE TABLE rank_terms (
+            ns_id     INTEGER NOT NULL,
+            term      TEXT NOT NULL,
+            n_turns   INTEGER NOT NULL,
+            n_content INTEGER NOT NULL,
+            n_name    INTEGER NOT NULL,
+            PRIMARY KEY (ns_id, term)
+        ) WITHOUT ROWID""",
+        f"""INSERT INTO turns_fts (turns_fts, rowid, content, name)
+            SELECT 'delete', rowid, content, name FROM turns
+            WHERE length(content) > {INDEX_CHARS} OR length(name) > {NAME_INDEX_CHARS}""",
+        f"""INSERT INTO turns_fts (rowid, content, name)
+            SELECT rowid, substr(content, 1, {INDEX_CHARS}), substr(name, 1, {NAME_INDEX_CHARS}) FROM turns
+            WHERE length(content) > {INDEX_CHARS} OR length(name) > {NAME_INDEX_CHARS}""",
+        "DROP TRIGGER turns_ad",
+        "DROP TRIGGER turns_au",
+        f"""CREATE TRIGGER turns_ad AFTER DELETE ON turns BEGIN
+            INSERT INTO turns_fts (turns_fts, rowid, content, name) VALUES ('delete', old.rowid,
+                substr(old.content, 1, {INDEX_CHARS}), substr(old.name, 1, {NAME_INDEX_CHARS}));
+        END""",
+        f"""CREATE TRIGGER turns_au AFTER UPDATE OF content, name ON turns BEGIN
+            INSERT INTO turns_fts (turns_fts, rowid, content, name) VALUES ('delete', old.rowid,
+                substr(old.content, 1, {INDEX_CHARS}), substr(old.name, 1, {NAME_INDEX_CHARS}));
+            INSERT INTO turns_fts (rowid, content, name) VALUES (new.rowid,
+                substr(new.content, 1, {INDEX_CHARS}), substr(new.name, 1, {NAME_INDEX_CHARS}));
+        END""",
+        "INSERT INTO rank_namespaces (namespace) SELECT DISTINCT namespace FROM turns ORDER BY namespace",
+        "CREATE VIRTUAL TABLE temp.m6_instance USING fts5vocab(main, turns_fts, 'instance')",
+        """INSERT INTO rank_turns (rowid, ns_id, n_tokens)
+            SELECT t.rowid, n.ns_id, COALESCE(g.n, 0) FROM turns t
+            JOIN rank_namespaces n ON n.namespace = t.namespace
+            LEFT JOIN (SELECT doc, COUNT(*) AS n FROM temp.m6_instance GROUP BY doc) g ON g.doc = t.rowid""",
+        """INSERT INTO rank_terms (ns_id, term, n_turns, n_content, n_name)
+            SELECT i.ns_id, v.term, COUNT(DISTINCT v.doc),
+                   COUNT(DISTINCT CASE WHEN v.col = 'content' THEN v.doc END),
+                   COUNT(DISTINCT CASE WHEN v.col = 'name' THEN v.doc END)
+            FROM temp.m6_instance v JOIN rank_turns i ON i.rowid = v.doc GROUP BY i.ns_id, v.term""",
+        """UPDATE rank_namespaces SET
+            n_turns = (SELECT COUNT(*) FROM rank_turns i WHERE i.ns_id = rank_namespaces.ns_id),
+            n_tokens = (SELECT COALESCE(SUM(n_tokens), 0) FROM rank_turns i WHERE i.ns_id = rank_namespaces.ns_id)""",
+        "DROP TABLE temp.m6_instance",
+    ),
+)
+
 SQLITE_MIGRATIONS: list[Migration] = [M001_FOUNDATION, M002_EXTRACTION, M003_SUBAGENTS, M004_SUBAGENT_TURN_REF,
-                                      M005_CURSORS]
+                                      M005_CURSORS, M006_RANKING]
 
 
 def applied_versions(conn: sqlite3.Connection) -> set[int]:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import queue
 import re
 import sqlite3
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -12,20 +14,24 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-from tenacity import retry, retry_if_exception, stop_after_delay, wait_random_exponential
+from tenacity import retry, retry_if_exception, wait_random_exponential
 
 from ...capture import CaptureRequest
 from ...config import DEFAULT_BUSY_TIMEOUT_MS
-from ...errors import NotADatabase, NotFoundError, StoreError
+from ...errors import NotADatabase, NotFoundError, StoreError, StoreTimeout
 from ...models import CaptureReceipt, Diagnostic, MemoryRecord, SearchHit, SessionInfo, utc_now
-from ...search import idf, idf_bonus, split_by_postings
+from ...search import indexed_text, terms_from_fts5
 from ..base import Store
 from ..capture_plan import new_receipt, plan_append, receipt_row, replay_or_conflict, session_date_for
 from ..cursors import CursorMixin
+from ..deadline import DEFAULT_STORE_TIMEOUT_S, deadline, expired, remaining, timeout_error
 from ..rows import and_equal
 from ..rows import turn_hit as _hit
 from .extraction import SQLiteExtractionMixin
 from .migrations import SQLITE_MIGRATIONS, migrate_sqlite
+from .ranking import INDEXED_TURN_COLUMNS as _INDEXED_COLUMNS
+from .ranking import TURN_COLUMNS as _TURN_COLUMNS
+from .ranking import SQLiteRankingMixin
 from .subagents import SQLiteSubagentMixin, fill_subagent_turns
 
 __all__ = ("SQLiteStore",)
@@ -34,20 +40,8 @@ T = TypeVar("T")
 
 _WORD = re.compile(r"[^\W_]+")
 _STEM_CACHE_MAX = 200_000
-_TURN_COLUMNS = "t.turn_id, t.external_id, t.session_id, s.session_date, t.idx, t.role, t.name, t.content"
-_BM25 = "bm25(turns_fts, 1.0, 0.5)"  # content, then speaker name at half weight
-_RANK_IN_INDEX = (
-    f"SELECT {_TURN_COLUMNS}, f.rank AS rank FROM"
-    f" (SELECT rowid, {_BM25} AS rank FROM turns_fts WHERE turns_fts MATCH ? ORDER BY rank LIMIT ?) f"
-    " JOIN turns t ON t.rowid = f.rowid JOIN sessions s ON s.namespace = t.namespace AND s.session_id = t.session_id"
-    " WHERE t.namespace = ?"
-)
-_COUNT_MATCHES = "SELECT COUNT(*) FROM (SELECT 1 FROM turns_fts WHERE turns_fts MATCH ? LIMIT ?)"
-_RANK_JOINED = (
-    f"SELECT {_TURN_COLUMNS}, {_BM25} AS rank FROM turns_fts JOIN turns t ON t.rowid = turns_fts.rowid"
-    " JOIN sessions s ON s.namespace = t.namespace AND s.session_id = t.session_id"
-    " WHERE turns_fts MATCH ? AND t.namespace = ?"
-)
+_MAX_READERS = 8
+_PROGRESS_STEPS = 1_000  # SQLite VM steps between deadline checks while a statement runs
 
 
 def _not_a_database(exc: sqlite3.DatabaseError) -> bool:
@@ -64,32 +58,59 @@ def _is_busy(exc: BaseException) -> bool:
     )
 
 
-class SQLiteStore(SQLiteExtractionMixin, SQLiteSubagentMixin, CursorMixin, Store):
+class _Connection(sqlite3.Connection):
+    """A connection that remembers which per-connection TEMP tables it has (``temp_ready``)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.temp_ready: set[str] = set()
+
+
+@contextmanager
+def _interrupt_at(c: sqlite3.Connection, at: float | None) -> Iterator[None]:
+    """Abort the connection's running statement once ``at`` (monotonic) has passed."""
+    if at is None:
+        yield
+        return
+    c.set_progress_handler(lambda: 1 if time.monotonic() >= at else 0, _PROGRESS_STEPS)
+    try:
+        yield
+    finally:
+        c.set_progress_handler(None, 0)
+
+
+class SQLiteStore(SQLiteRankingMixin, SQLiteExtractionMixin, SQLiteSubagentMixin, CursorMixin, Store):
     """A SQLite database file shared safely by threads and processes.
 
-    Writers take ``BEGIN IMMEDIATE`` and wait on a busy timeout; a transaction
-    that still meets a lock is retried whole, so callers never see
-    "database is locked".
+    Writers take ``BEGIN IMMEDIATE`` on the store's one write connection and wait on a busy
+    timeout; a transaction that still meets a lock is retried whole, so callers never see
+    "database is locked". Reads use connections of their own (WAL lets them run beside a
+    write), so a long capture on one thread never holds up ``context()`` on another. Every
+    call ends within ``timeout_s`` (or an enclosing ``deadline.within`` scope), else raises
+    ``StoreTimeout``.
     """
 
     def __init__(self, path: str | Path, *, busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
-                 synchronous: str = "FULL") -> None:
+                 synchronous: str = "FULL", timeout_s: float | None = DEFAULT_STORE_TIMEOUT_S) -> None:
         self.path = str(path)
         self.url = self.path
         if self.path != ":memory:":
             Path(self.path).expanduser().parent.mkdir(parents=True, exist_ok=True)
             self.path = str(Path(self.path).expanduser())
+        self.timeout_s = timeout_s
+        self._busy_timeout_ms = busy_timeout_ms
         self._lock = threading.RLock()
-        self._df_cache: dict[str, int] = {}
-        self._df_cache_size = 0
+        self._local = threading.local()
         self._stem_cache: dict[str, tuple[str, ...]] = {}
+        # Idle read connections (None for ":memory:", whose data only its own connection sees).
+        self._readers: queue.LifoQueue[_Connection] | None = None if self.path == ":memory:" else queue.LifoQueue()
+        self._opened_readers = 0
+        self._readers_lock = threading.Lock()
+        self._closed = False
         try:
-            self._conn = sqlite3.connect(
-                self.path, isolation_level=None, check_same_thread=False, timeout=busy_timeout_ms / 1000
-            )
+            self._conn = self._connect()
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open SQLite database {self.path!r}: {exc}; check the path and permissions") from exc
-        self._conn.row_factory = sqlite3.Row
         self._retry_window_s = max(busy_timeout_ms / 1000, 1.0) * 2
         try:
             self._pragmas(busy_timeout_ms, synchronous)
@@ -103,59 +124,147 @@ class SQLiteStore(SQLiteExtractionMixin, SQLiteSubagentMixin, CursorMixin, Store
 
     # -- connection and transactions ---------------------------------------------------------
 
+    def _connect(self) -> _Connection:
+        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
+                               timeout=self._busy_timeout_ms / 1000, factory=_Connection)
+        conn.row_factory = sqlite3.Row
+        return conn  # type: ignore[return-value]
+
     def _pragmas(self, busy_timeout_ms: int, synchronous: str) -> None:
         c = self._conn
         c.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
-        self._call_with_lock_retry(lambda: c.execute("PRAGMA journal_mode = WAL"))
+        self._call_with_lock_retry(lambda: c.execute("PRAGMA journal_mode = WAL"), None)
         c.execute(f"PRAGMA synchronous = {synchronous}")
         c.execute("PRAGMA foreign_keys = ON")
         c.execute("PRAGMA cache_size = -65536")  # 64 MiB: FTS5 segment merges during imports stay in memory
         c.execute("PRAGMA temp_store = MEMORY")
 
-    def _call_with_lock_retry(self, fn: Callable[[], T]) -> T:
+    def _call_with_lock_retry(self, fn: Callable[[], T], at: float | None) -> T:
+        window = self._retry_window_s
+
+        def stop(state: Any) -> bool:
+            return state.seconds_since_start >= window or expired(at)
+
         runner = retry(
             retry=retry_if_exception(_is_busy),
             wait=wait_random_exponential(multiplier=0.01, max=0.5),
-            stop=stop_after_delay(self._retry_window_s),
+            stop=stop,
             reraise=True,
         )(fn)
         return runner()
 
+    def _busy_ms(self, at: float | None) -> int:
+        left = remaining(at)
+        return self._busy_timeout_ms if left is None else max(min(int(left * 1000), self._busy_timeout_ms), 1)
+
     def transaction(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``fn(conn)`` inside ``BEGIN IMMEDIATE`` … ``COMMIT``; roll back on any error.
 
-        A lock that outlasts the busy timeout retries the whole transaction.
+        A lock that outlasts the busy timeout retries the whole transaction, within the call's
+        time bound (``timeout_s``); past it, ``StoreTimeout``.
         """
+        at = deadline(self.timeout_s)
 
         def attempt() -> T:
-            with self._lock:
-                self._conn.execute("BEGIN IMMEDIATE")
-                try:
-                    result = fn(self._conn)
-                    self._conn.execute("COMMIT")
-                    return result
-                except BaseException:
-                    if self._conn.in_transaction:
-                        self._conn.execute("ROLLBACK")
-                    raise
+            left = remaining(at)
+            if not self._lock.acquire(timeout=-1 if left is None else left):
+                raise timeout_error("a SQLite write (waiting for this process's other writer)", self.timeout_s)
+            try:
+                c = self._conn
+                c.execute(f"PRAGMA busy_timeout = {self._busy_ms(at)}")
+                with _interrupt_at(c, at):
+                    c.execute("BEGIN IMMEDIATE")
+                    self._local.in_tx = True
+                    try:
+                        result = fn(c)
+                        c.execute("COMMIT")
+                        return result
+                    except BaseException:
+                        if c.in_transaction:
+                            c.set_progress_handler(None, 0)  # the rollback itself must not be interrupted
+                            c.execute("ROLLBACK")
+                        raise
+                    finally:
+                        self._local.in_tx = False
+            finally:
+                self._lock.release()
 
         try:
-            return self._call_with_lock_retry(attempt)
+            return self._call_with_lock_retry(attempt, at)
         except sqlite3.Error as exc:
+            if expired(at) and (_is_busy(exc) or "interrupted" in str(exc)):
+                raise timeout_error("a SQLite write", self.timeout_s) from exc
             raise StoreError(f"SQLite write failed: {exc}") from exc
 
     @contextmanager
     def read(self) -> Iterator[sqlite3.Connection]:
-        """The connection, for a read that must not interleave with another thread's transaction."""
-        with self._lock:
+        """A connection for reads: a read connection of this thread's own, or the write connection
+        inside this thread's transaction (so it sees its own writes)."""
+        at = deadline(self.timeout_s)
+        own_tx = getattr(self._local, "in_tx", False)
+        shared = self._readers is None or own_tx
+        if shared:
+            left = remaining(at)
+            if not self._lock.acquire(timeout=-1 if left is None else left):
+                raise timeout_error("a SQLite read (waiting for this process's writer)", self.timeout_s)
+            conn: _Connection = self._conn  # type: ignore[assignment]
+        else:
+            conn = self._checkout(at)
+        try:
+            if not own_tx:
+                conn.execute(f"PRAGMA busy_timeout = {self._busy_ms(at)}")
+            with _interrupt_at(conn, None if own_tx else at):
+                yield conn
+        except sqlite3.Error as exc:
+            if expired(at) and (_is_busy(exc) or "interrupted" in str(exc)):
+                raise timeout_error("a SQLite read", self.timeout_s) from exc
+            raise StoreError(f"SQLite read failed: {exc}") from exc
+        finally:
+            if shared:
+                self._lock.release()
+            else:
+                self._checkin(conn)
+
+    def _checkout(self, at: float | None) -> _Connection:
+        assert self._readers is not None
+        if self._closed:
+            raise StoreError(f"SQLite read failed: the store {self.path!r} is closed")
+        try:
+            return self._readers.get_nowait()
+        except queue.Empty:
+            pass
+        with self._readers_lock:
+            opening = self._opened_readers < _MAX_READERS
+            self._opened_readers += opening
+        if opening:
             try:
-                yield self._conn
+                conn = self._connect()
+                conn.execute("PRAGMA foreign_keys = ON")
+                conn.execute("PRAGMA cache_size = -16384")
+                conn.execute("PRAGMA temp_store = MEMORY")
+                return conn
             except sqlite3.Error as exc:
-                raise StoreError(f"SQLite read failed: {exc}") from exc
+                with self._readers_lock:
+                    self._opened_readers -= 1
+                raise StoreError(f"cannot open a read connection to {self.path!r}: {exc}") from exc
+        try:
+            left = remaining(at)
+            return self._readers.get(timeout=left)
+        except queue.Empty:
+            raise timeout_error("a SQLite read (waiting for a free read connection)", self.timeout_s) from None
+
+    def _checkin(self, conn: _Connection) -> None:
+        assert self._readers is not None
+        if self._closed:
+            conn.close()
+            with self._readers_lock:
+                self._opened_readers -= 1
+        else:
+            self._readers.put(conn)
 
     def migrate(self) -> list[int]:
         with self._lock:
-            return self._call_with_lock_retry(lambda: migrate_sqlite(self._conn, SQLITE_MIGRATIONS))
+            return self._call_with_lock_retry(lambda: migrate_sqlite(self._conn, SQLITE_MIGRATIONS), None)
 
     def schema_version(self) -> int:
         with self.read() as c:
@@ -163,7 +272,13 @@ class SQLiteStore(SQLiteExtractionMixin, SQLiteSubagentMixin, CursorMixin, Store
 
     def close(self) -> None:
         with self._lock:
+            self._closed = True
             self._conn.close()
+            while self._readers is not None:
+                try:
+                    self._readers.get_nowait().close()
+                except queue.Empty:
+                    break
 
     # -- capture ------------------------------------------------------------------------------
 
@@ -174,10 +289,7 @@ class SQLiteStore(SQLiteExtractionMixin, SQLiteSubagentMixin, CursorMixin, Store
         def write(c: sqlite3.Connection) -> list[CaptureReceipt]:
             last_rowid = c.execute("SELECT COALESCE(MAX(rowid), 0) FROM turns").fetchone()[0]
             receipts = [self._capture_in(c, namespace, r) for r in requests]
-            c.execute(
-                "INSERT INTO turns_fts (rowid, content, name) SELECT rowid, content, name FROM turns WHERE rowid > ?",
-                (last_rowid,),
-            )
+            self.index_turns(c, namespace, last_rowid)
             return receipts
 
         return self.transaction(write)
@@ -250,69 +362,8 @@ class SQLiteStore(SQLiteExtractionMixin, SQLiteSubagentMixin, CursorMixin, Store
     # -- reads ----------------------------------------------------------------------------------
 
     def search_turns(self, namespace: str, match: str, *, k: int, session_id: str | None = None) -> list[SearchHit]:
-        return [_hit(r, -r["rank"]) for r in self._ranked_rows(namespace, match, k=k, session_id=session_id)]
-
-    def _ranked_rows(self, namespace: str, match: str, *, k: int, session_id: str | None = None) -> list[sqlite3.Row]:
-        """The k best rows for an FTS5 expression, best first, ties by session and position.
-
-        Ranking inside the FTS index alone, then joining the few winners, is several times
-        faster than joining every match; it is exact unless other namespaces crowd the pool,
-        in which case the namespace-joined ranking is used.
-        """
-        with self.read() as c:
-            if session_id is None:
-                pool = k + 20
-                rows = sorted(c.execute(_RANK_IN_INDEX, (match, pool, namespace)).fetchall(),
-                              key=lambda r: (r["rank"], r["session_id"], r["idx"]))
-                complete = c.execute(_COUNT_MATCHES, (match, pool)).fetchone()[0] < pool
-                # Exact unless the pool was cut short: by other namespaces' rows, or inside a run
-                # of ties at the k-th rank (then which tied rows made the pool is arbitrary).
-                if complete or (len(rows) >= k + 10 and rows[k - 1]["rank"] != rows[-1]["rank"]):
-                    return rows[:k]
-            sql = _RANK_JOINED + (" AND t.session_id = ?" if session_id is not None else "")
-            args = [match, namespace] + ([session_id] if session_id is not None else [])
-            return c.execute(sql + " ORDER BY rank, t.session_id, t.idx LIMIT ?", [*args, k]).fetchall()
-
-    def search_terms(
-        self, namespace: str, terms: Sequence[str], *, k: int, session_id: str | None = None
-    ) -> list[SearchHit]:
-        """BM25 over the terms, with bounded work on large stores.
-
-        BM25 in FTS5 scores every matching row, so a query holding a very common term
-        costs time in proportion to the store. Terms are taken rarest first until their
-        postings reach ``search.POSTINGS_BUDGET``; those retrieve and rank a candidate pool, and
-        each remaining (common, low-IDF) term adds its IDF to the candidates that contain
-        it, which is its BM25 contribution at tf = 1 and average length. On a small store
-        every term fits the budget and this is plain BM25.
-        """
-        terms = list(dict.fromkeys(terms))
-        if not terms or k < 1:
-            return []
-        if session_id is not None:
-            return self.search_turns(namespace, _or_expr(terms), k=k, session_id=session_id)
-        n_docs, dfs = self._doc_freqs(terms)
-        lead, rest = split_by_postings(terms, dfs)
-        if not rest:
-            return self.search_turns(namespace, _or_expr(lead), k=k)
-        pool = self._ranked_rows(namespace, _or_expr(lead), k=max(5 * k, 50))
-        idfs = {t: idf(n_docs, dfs[t]) for t in rest}
-        scored = [(-row["rank"] + idf_bonus(row["content"], idfs), row) for row in pool]
-        scored.sort(key=lambda sr: (-sr[0], sr[1]["session_id"], sr[1]["idx"]))
-        return [_hit(row, score) for score, row in scored[:k]]
-
-    def _doc_freqs(self, terms: Sequence[str]) -> tuple[int, dict[str, int]]:
-        """Document count and per-term document frequency (cached; refreshed as the store grows 10%)."""
-        with self.read() as c:
-            n_docs = c.execute("SELECT COALESCE(MAX(rowid), 0) FROM turns").fetchone()[0]
-            if n_docs > self._df_cache_size * 1.1 or n_docs < self._df_cache_size:
-                self._df_cache.clear()
-                self._df_cache_size = n_docs
-            for term in terms:
-                if term not in self._df_cache:
-                    self._df_cache[term] = c.execute(
-                        "SELECT COUNT(*) FROM turns_fts WHERE turns_fts MATCH ?", (_or_expr([term]),)
-                    ).fetchone()[0]
-        return max(n_docs, 1), {t: self._df_cache[t] for t in terms}
+        """Search with an expression made by ``tortoise_sdk.search.fts5_query`` (quoted terms joined by OR)."""
+        return self.search_terms(namespace, terms_from_fts5(match), k=k, session_id=session_id)
 
     def sessions(self, namespace: str) -> list[SessionInfo]:
         with self.read() as c:
@@ -356,14 +407,14 @@ class SQLiteStore(SQLiteExtractionMixin, SQLiteSubagentMixin, CursorMixin, Store
         # Words are stemmed by a per-connection TEMP FTS5 table with the turn index's tokenizer:
         # the exact stems the index holds, with no schema change and no second stemmer. Each
         # word is analysed once per connection (a bounded cache), so a warm call is dict lookups.
-        words = [_WORD.findall(t.lower()) for t in texts]
+        words = [_WORD.findall(indexed_text(t).lower()) for t in texts]
         cache = self._stem_cache
         unknown = list(dict.fromkeys(w for ws in words for w in ws if w not in cache))
         if unknown:
             if len(cache) + len(unknown) > _STEM_CACHE_MAX:
                 cache.clear()
             with self.read() as c:
-                self._ensure_reflex_temp(c)
+                _ensure_analyze_temp(c)
                 c.execute("DELETE FROM temp.tortoise_analyze")
                 c.executemany("INSERT INTO temp.tortoise_analyze (rowid, x) VALUES (?, ?)",
                               [(i + 1, w) for i, w in enumerate(unknown)])
@@ -376,20 +427,6 @@ class SQLiteStore(SQLiteExtractionMixin, SQLiteSubagentMixin, CursorMixin, Store
                 cache[w] = tuple(stems.get(i + 1, ()))
         return [[s for w in ws for s in cache.get(w, ())] for ws in words]
 
-    def term_stats(self, terms: Sequence[str]) -> tuple[int, dict[str, tuple[int, int]]]:
-        if not terms:
-            return 0, {}
-        stats: dict[str, list[int]] = {}
-        with self.read() as c:
-            self._ensure_reflex_temp(c)
-            n = c.execute("SELECT COALESCE(MAX(rowid), 0) FROM turns").fetchone()[0]
-            for term in dict.fromkeys(terms):
-                for col, doc in c.execute(
-                    "SELECT col, doc FROM temp.tortoise_turns_vocab WHERE term = ?", (term,)
-                ):
-                    stats.setdefault(term, [0, 0])[0 if col == "content" else 1] = doc
-        return n, {t: (v[0], v[1]) for t, v in stats.items()}
-
     def turns_at(self, namespace: str, positions: Sequence[tuple[str, int]]) -> list[SearchHit]:
         by_session: dict[str, list[int]] = {}
         for session_id, index in positions:
@@ -400,7 +437,7 @@ class SQLiteStore(SQLiteExtractionMixin, SQLiteSubagentMixin, CursorMixin, Store
                 idx = sorted(set(indexes))[:500]
                 marks = ", ".join("?" for _ in idx)
                 rows = c.execute(
-                    f"SELECT {_TURN_COLUMNS} FROM turns t JOIN sessions s"
+                    f"SELECT {_INDEXED_COLUMNS} FROM turns t JOIN sessions s"
                     " ON s.namespace = t.namespace AND s.session_id = t.session_id"
                     f" WHERE t.namespace = ? AND t.session_id = ? AND t.idx IN ({marks})",
                     [namespace, session_id, *idx],
@@ -417,14 +454,17 @@ class SQLiteStore(SQLiteExtractionMixin, SQLiteSubagentMixin, CursorMixin, Store
             return []
         scores: dict[int, float] = {}
         with self.read() as c:
+            row = c.execute("SELECT ns_id FROM rank_namespaces WHERE namespace = ?", (namespace,)).fetchone()
+            if row is None:
+                return []
             for term, weight in weighted_terms.items():
                 if not term or "\x00" in term:
                     continue
                 match = 'content : "' + term.replace('"', '""') + '"'
                 for (rid,) in c.execute(
-                    "SELECT f.rowid FROM turns_fts f JOIN turns t ON t.rowid = f.rowid"
-                    " WHERE turns_fts MATCH ? AND t.namespace = ? ORDER BY f.rowid DESC LIMIT ?",
-                    (match, namespace, per_term),
+                    "SELECT f.rowid FROM turns_fts f JOIN rank_turns i ON i.rowid = f.rowid"
+                    " WHERE turns_fts MATCH ? AND i.ns_id = ? ORDER BY f.rowid DESC LIMIT ?",
+                    (match, row[0], per_term),
                 ):
                     scores[rid] = scores.get(rid, 0.0) + weight
             top = sorted(scores, key=lambda r: (-scores[r], -r))[:k]
@@ -432,7 +472,7 @@ class SQLiteStore(SQLiteExtractionMixin, SQLiteSubagentMixin, CursorMixin, Store
                 return []
             marks = ", ".join("?" for _ in top)
             rows = c.execute(
-                f"SELECT t.rowid AS rid, {_TURN_COLUMNS} FROM turns t JOIN sessions s"
+                f"SELECT t.rowid AS rid, {_INDEXED_COLUMNS} FROM turns t JOIN sessions s"
                 " ON s.namespace = t.namespace AND s.session_id = t.session_id"
                 # "+": look rows up by rowid; the namespace index would scan the whole namespace.
                 f" WHERE +t.namespace = ? AND t.rowid IN ({marks})",
@@ -481,23 +521,16 @@ class SQLiteStore(SQLiteExtractionMixin, SQLiteSubagentMixin, CursorMixin, Store
         return [(rec, scores[r["rid"]]) for rec, r in zip(records, rows)]
 
     def prepare_reflex(self) -> None:
-        """Create this connection's TEMP analysis tables and warm them (idempotent, a few ms once)."""
-        if not getattr(self, "_reflex_temp_ready", False):
-            with self.read() as c:
-                self._ensure_reflex_temp(c)
-            self.analyze(["warm up the stemmer"])
-
-    def _ensure_reflex_temp(self, c: sqlite3.Connection) -> None:
-        if getattr(self, "_reflex_temp_ready", False):
-            return
-        c.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.tortoise_analyze USING fts5"
-                  "(x, tokenize='porter unicode61 remove_diacritics 2')")
-        c.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.tortoise_analyze_v"
-                  " USING fts5vocab(temp, tortoise_analyze, 'instance')")
-        c.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.tortoise_turns_vocab"
-                  " USING fts5vocab(main, turns_fts, 'col')")
-        self._reflex_temp_ready = True
+        """Create a read connection's TEMP analysis tables and warm them (a few ms once per connection)."""
+        self.analyze(["warm up the stemmer"])
 
 
-def _or_expr(terms: Sequence[str]) -> str:
-    return " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
+def _ensure_analyze_temp(c: sqlite3.Connection) -> None:
+    done: set[str] = getattr(c, "temp_ready", set())
+    if "analyze" in done:
+        return
+    c.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.tortoise_analyze USING fts5"
+              "(x, tokenize='porter unicode61 remove_diacritics 2')")
+    c.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.tortoise_analyze_v"
+              " USING fts5vocab(temp, tortoise_analyze, 'instance')")
+    done.add("analyze")

@@ -1,0 +1,233 @@
+"""SQLite ranking: BM25 over the turn index with statistics of the namespace alone.
+
+FTS5's own ``bm25()`` counts documents and term frequencies over the whole index, so one
+tenant's turns would move another's scores and results. Here the index only finds the turns
+that hold a term (a walk of the term's postings through ``fts5vocab``); the ranking reads the
+namespace's statistics (``rank_namespaces``, ``rank_terms``, ``rank_turns``; see migration 6),
+which the capture transaction keeps exact. Scores use FTS5's formula (``search.index_idf``,
+``search.saturation``), so they stay comparable with PostgreSQL's.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
+from typing import Any
+
+from ...models import SearchHit
+from ...search import (
+    INDEX_CHARS,
+    NAME_INDEX_CHARS,
+    NAME_WEIGHT,
+    idf,
+    idf_bonus,
+    index_idf,
+    indexed_text,
+    saturation,
+    split_by_postings,
+)
+from ..rows import turn_hit
+
+__all__ = ("INDEXED_TURN_COLUMNS", "SQLiteRankingMixin", "TURN_COLUMNS")
+
+TURN_COLUMNS = "t.turn_id, t.external_id, t.session_id, s.session_date, t.idx, t.role, t.name, t.content"
+#: The same with the content cut to what is indexed: what the reflex's reads return.
+INDEXED_TURN_COLUMNS = TURN_COLUMNS.replace("t.content", f"substr(t.content, 1, {INDEX_CHARS}) AS content")
+_TOKENIZE = "tokenize='porter unicode61 remove_diacritics 2'"
+# Per-connection TEMP tables: a scratch index with the turn index's tokenizer (each captured
+# batch is tokenized there once, for its statistics) and views of both indexes' terms.
+_TEMP_TABLES = (
+    f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.tortoise_batch USING fts5(content, name, {_TOKENIZE})",
+    "CREATE VIRTUAL TABLE IF NOT EXISTS temp.tortoise_batch_row USING fts5vocab(temp, tortoise_batch, 'row')",
+    "CREATE VIRTUAL TABLE IF NOT EXISTS temp.tortoise_batch_col USING fts5vocab(temp, tortoise_batch, 'col')",
+    "CREATE VIRTUAL TABLE IF NOT EXISTS temp.tortoise_batch_inst USING fts5vocab(temp, tortoise_batch, 'instance')",
+    "CREATE VIRTUAL TABLE IF NOT EXISTS temp.tortoise_turns_inst USING fts5vocab(main, turns_fts, 'instance')",
+)
+
+
+class SQLiteRankingMixin:
+    """Namespace-scoped statistics and BM25 search for ``SQLiteStore``."""
+
+    read: Callable[[], AbstractContextManager[sqlite3.Connection]]
+    analyze: Callable[[Sequence[str]], list[list[str]]]
+
+    # -- keeping the statistics (inside the capture or delete transaction) ----------------------
+
+    def index_turns(self, c: sqlite3.Connection, namespace: str, after_rowid: int) -> None:
+        """Index the turns inserted after ``after_rowid`` (all of ``namespace``) and count them in its statistics."""
+        c.execute(
+            "INSERT INTO turns_fts (rowid, content, name)"
+            " SELECT rowid, substr(content, 1, ?), substr(name, 1, ?) FROM turns WHERE rowid > ?",
+            (INDEX_CHARS, NAME_INDEX_CHARS, after_rowid),
+        )
+        self._count_turns(c, namespace, "rowid > ?", (after_rowid,), +1)
+
+    def unindex_turns(self, c: sqlite3.Connection, namespace: str, turn_ids: Sequence[str]) -> None:
+        """Take turns of ``namespace`` out of its ranking statistics.
+
+        Call it in the deleting transaction, before the ``DELETE FROM turns`` (whose trigger
+        takes them out of the full-text index).
+        """
+        if turn_ids:
+            self._count_turns(c, namespace, "namespace = ? AND turn_id IN (SELECT value FROM json_each(?))",
+                              (namespace, json.dumps(list(turn_ids))), -1)
+
+    def _count_turns(self, c: sqlite3.Connection, namespace: str, where: str, args: Sequence[Any],
+                     sign: int) -> None:
+        ensure_temp(c)
+        c.execute("DELETE FROM temp.tortoise_batch")
+        n = c.execute(
+            "INSERT INTO temp.tortoise_batch (rowid, content, name)"
+            f" SELECT rowid, substr(content, 1, ?), substr(name, 1, ?) FROM turns WHERE {where}",
+            (INDEX_CHARS, NAME_INDEX_CHARS, *args),
+        ).rowcount
+        if n <= 0:
+            return
+        c.execute("INSERT INTO rank_namespaces (namespace) VALUES (?) ON CONFLICT (namespace) DO NOTHING", (namespace,))
+        ns_id = c.execute("SELECT ns_id FROM rank_namespaces WHERE namespace = ?", (namespace,)).fetchone()[0]
+        tokens = c.execute("SELECT COUNT(*) FROM temp.tortoise_batch_inst").fetchone()[0]
+        if sign > 0:
+            c.execute(
+                "INSERT INTO rank_turns (rowid, ns_id, n_tokens) SELECT b.rowid, ?, COALESCE(g.n, 0)"
+                " FROM temp.tortoise_batch b LEFT JOIN"
+                " (SELECT doc, COUNT(*) AS n FROM temp.tortoise_batch_inst GROUP BY doc) g ON g.doc = b.rowid",
+                (ns_id,),
+            )
+        else:
+            c.execute("DELETE FROM rank_turns WHERE rowid IN (SELECT rowid FROM temp.tortoise_batch)")
+        c.execute("UPDATE rank_namespaces SET n_turns = n_turns + ?, n_tokens = n_tokens + ? WHERE ns_id = ?",
+                  (sign * n, sign * tokens, ns_id))
+        c.execute(
+            "INSERT INTO rank_terms (ns_id, term, n_turns, n_content, n_name)"
+            " SELECT ?, r.term, ? * r.doc, ? * COALESCE(cc.doc, 0), ? * COALESCE(cn.doc, 0)"
+            " FROM temp.tortoise_batch_row r"
+            " LEFT JOIN temp.tortoise_batch_col cc ON cc.term = r.term AND cc.col = 'content'"
+            " LEFT JOIN temp.tortoise_batch_col cn ON cn.term = r.term AND cn.col = 'name' WHERE true"
+            " ON CONFLICT (ns_id, term) DO UPDATE SET n_turns = n_turns + excluded.n_turns,"
+            " n_content = n_content + excluded.n_content, n_name = n_name + excluded.n_name",
+            (ns_id, sign, sign, sign),
+        )
+        if sign < 0:
+            c.execute("DELETE FROM rank_terms WHERE ns_id = ? AND n_turns <= 0", (ns_id,))
+            c.execute("DELETE FROM rank_namespaces WHERE ns_id = ? AND n_turns <= 0", (ns_id,))
+        c.execute("DELETE FROM temp.tortoise_batch")
+
+    # -- reading them ---------------------------------------------------------------------------
+
+    def term_stats(self, namespace: str, terms: Sequence[str]) -> tuple[int, dict[str, tuple[int, int]]]:
+        """``(turns in the namespace, {term: (turns whose content has it, turns whose speaker name has it)})``."""
+        with self.read() as c:
+            totals = _totals(c, namespace)
+            if totals is None:
+                return 0, {}
+            dfs = _dfs(c, totals[0], terms)
+        return totals[1], {t: (v[1], v[2]) for t, v in dfs.items()}
+
+    def search_terms(
+        self, namespace: str, terms: Sequence[str], *, k: int, session_id: str | None = None
+    ) -> list[SearchHit]:
+        """BM25 over the terms with the namespace's statistics, with bounded work on large stores.
+
+        Terms are the index's stems of the words given. They are taken rarest first (in this
+        namespace) until their postings reach ``search.POSTINGS_BUDGET``; those retrieve and rank
+        a candidate pool, and each remaining (common, low-IDF) term adds its IDF to the candidates
+        whose indexed text mentions it, its BM25 share at tf = 1 and average length. On a small
+        namespace every term fits the budget and this is plain BM25. Ties go by session id, then
+        position.
+        """
+        stems = list(dict.fromkeys(s for st in self.analyze([t for t in terms if t]) for s in st))
+        if not stems or k < 1:
+            return []
+        with self.read() as c:
+            totals = _totals(c, namespace)
+            if totals is None:
+                return []
+            ns_id, n_docs, n_tokens = totals
+            dfs = {t: v[0] for t, v in _dfs(c, ns_id, stems).items()}
+            found = [t for t in stems if t in dfs]
+            if not found:
+                return []
+            lead, rest = split_by_postings(found, dfs) if session_id is None else (found, [])
+            ensure_temp(c)
+            avgdl = max(n_tokens / max(n_docs, 1), 1.0)
+            lengths: dict[int, int] = {}
+            freqs: dict[int, dict[str, float]] = {}
+            for term in sorted(lead):
+                for doc, col, length in c.execute(
+                    "SELECT v.doc, v.col, i.n_tokens FROM temp.tortoise_turns_inst v"
+                    " JOIN rank_turns i ON i.rowid = v.doc WHERE v.term = ? AND i.ns_id = ?",
+                    (term, ns_id),
+                ):
+                    lengths[doc] = length
+                    f = freqs.setdefault(doc, {})
+                    f[term] = f.get(term, 0.0) + (1.0 if col == "content" else NAME_WEIGHT)
+            if session_id is not None:
+                own = {r[0] for r in c.execute("SELECT rowid FROM turns WHERE namespace = ? AND session_id = ?",
+                                               (namespace, session_id))}
+                freqs = {d: f for d, f in freqs.items() if d in own}
+            weights = {t: index_idf(n_docs, dfs[t]) for t in lead}
+            scores = {d: sum(weights[t] * saturation(f[t], lengths[d], avgdl) for t in sorted(f))
+                      for d, f in freqs.items()}
+            if rest:
+                pool = sorted(scores, key=lambda d: (-scores[d], d))[: max(5 * k, 50)]
+                idfs = {t: idf(n_docs, dfs[t]) for t in rest}
+                texts = _indexed_texts(c, pool)
+                scores = {d: scores[d] + idf_bonus(texts.get(d, ""), idfs) for d in pool}
+            return _top(c, scores, k)
+
+
+def ensure_temp(c: sqlite3.Connection) -> None:
+    """Create this connection's TEMP ranking tables (once per connection)."""
+    done: set[str] = getattr(c, "temp_ready", set())
+    if "ranking" in done:
+        return
+    for stmt in _TEMP_TABLES:
+        c.execute(stmt)
+    done.add("ranking")
+
+
+def _totals(c: sqlite3.Connection, namespace: str) -> tuple[int, int, int] | None:
+    row = c.execute("SELECT ns_id, n_turns, n_tokens FROM rank_namespaces WHERE namespace = ?", (namespace,)).fetchone()
+    return None if row is None or row[1] <= 0 else (row[0], row[1], row[2])
+
+
+def _dfs(c: sqlite3.Connection, ns_id: int, terms: Sequence[str]) -> dict[str, tuple[int, int, int]]:
+    unique = [t for t in dict.fromkeys(terms) if t]
+    out: dict[str, tuple[int, int, int]] = {}
+    for i in range(0, len(unique), 500):
+        part = unique[i:i + 500]
+        for term, n, n_content, n_name in c.execute(
+            "SELECT term, n_turns, n_content, n_name FROM rank_terms"
+            f" WHERE ns_id = ? AND term IN ({', '.join('?' * len(part))})", (ns_id, *part)
+        ):
+            out[term] = (n, n_content, n_name)
+    return out
+
+
+def _indexed_texts(c: sqlite3.Connection, rowids: Sequence[int]) -> dict[int, str]:
+    if not rowids:
+        return {}
+    return {r[0]: indexed_text(r[1]) for r in c.execute(
+        f"SELECT rowid, substr(content, 1, ?) FROM turns WHERE rowid IN ({', '.join('?' * len(rowids))})",
+        (INDEX_CHARS, *rowids))}
+
+
+def _top(c: sqlite3.Connection, scores: Mapping[int, float], k: int) -> list[SearchHit]:
+    """The k best turns, ties by session id then position (rows read only for the tied boundary)."""
+    if not scores:
+        return []
+    ordered = sorted(scores.values(), reverse=True)
+    floor = ordered[min(k, len(ordered)) - 1]
+    wanted = [d for d, s in scores.items() if s >= floor]
+    rows: list[sqlite3.Row] = []
+    for i in range(0, len(wanted), 500):
+        part = wanted[i:i + 500]
+        rows += c.execute(
+            f"SELECT t.rowid AS rid, {TURN_COLUMNS} FROM turns t JOIN sessions s"
+            " ON s.namespace = t.namespace AND s.session_id = t.session_id"
+            f" WHERE t.rowid IN ({', '.join('?' * len(part))})", part,
+        ).fetchall()
+    rows.sort(key=lambda r: (-scores[r["rid"]], r["session_id"], r["idx"]))
+    return [turn_hit(tuple(r)[1:], scores[r["rid"]]) for r in rows[:k]]
