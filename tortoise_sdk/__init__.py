@@ -39,6 +39,7 @@ from .models import (
     StageStats,
     SubagentContext,
     SubagentCounters,
+    SubagentHealth,
     Turn,
 )
 
@@ -76,6 +77,7 @@ __all__ = [
     "StreamParseError",
     "SubagentContext",
     "SubagentCounters",
+    "SubagentHealth",
     "TortoiseError",
     "Turn",
     "__version__",

@@ -31,6 +31,7 @@ from .models import (
     SessionInfo,
     SubagentContext,
     SubagentCounters,
+    SubagentHealth,
     Turn,
 )
 from . import reflex
@@ -279,6 +280,30 @@ class Memory:
     def subagent_counters(self) -> SubagentCounters:
         """The persistent sub-agent recorder counters of this namespace."""
         return self.store.subagent_counters(self.namespace)
+
+    def subagent_health(self, since: datetime | str | None = None, session_id: str | None = None) -> SubagentHealth:
+        """Were all sub-agent launches recorded? Answered from the database alone.
+
+        ``shortfall``: launching tool calls in the captured turns (a Claude Code ``Task``/``Agent``
+        tool_use) with no sub-agent row, each with its turn and tool call id. ``excess``: rows
+        whose launching call is in no captured turn, each by its key. The two lists are never
+        netted: one missing row and one stray row are two findings, not zero.
+        ``last_observed_at`` is the latest row's observation (when recording last saw a
+        sub-agent). ``since`` (a datetime or ISO 8601 text) keeps what was observed from then on;
+        ``session_id`` keeps that session and its derived ``:agent-``/``:task-`` sessions.
+        Rows of hosts whose launching calls are not captured as turns (ACP, live adapters)
+        have no launch to match and show as excess.
+
+        Raises:
+            InvalidInput: ``since`` is not a time.
+        """
+        from .streams.base import AGENT_TOOL_NAMES, parse_time
+
+        at = since if isinstance(since, datetime) or since is None else parse_time(since)
+        if since is not None and at is None:
+            raise InvalidInput(f"{since!r} is not a time; give ISO 8601, e.g. 2026-02-01T00:00:00Z", field="since")
+        return self.store.subagent_health(self.namespace, tool_names=AGENT_TOOL_NAMES, since=at,
+                                          session_id=session_id)
 
     def record_subagent(self, frame: SubagentFrame | Mapping[str, Any]) -> SubagentContext | None:
         """Merge one sub-agent frame into its row; failures log a warning and count ``failed``, never raise.

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictStr
+from pydantic import BaseModel, ConfigDict, Field, StrictStr, computed_field
 
 __all__ = (
     "CaptureReceipt",
@@ -14,6 +14,7 @@ __all__ = (
     "ExpandResult",
     "ExtractionReport",
     "JobInfo",
+    "LaunchingCall",
     "MEMORY_BLOCK_END",
     "MEMORY_BLOCK_MARKER",
     "MemoryBlock",
@@ -27,6 +28,8 @@ __all__ = (
     "StageStats",
     "SubagentContext",
     "SubagentCounters",
+    "SubagentHealth",
+    "SubagentKey",
     "Turn",
     "utc_now",
 )
@@ -255,6 +258,46 @@ class SubagentCounters(BaseModel):
                                             "(no transcript carries one): expected, counted apart.")
     anomalous_value: int = Field(default=0, description="Metrics that were negative or too large: stored as NULL.")
     failed: int = Field(default=0, description="Frames whose write failed (logged; the capture went on).")
+
+
+class LaunchingCall(BaseModel):
+    """A tool call in the captured turns that launched a sub-agent (e.g. a ``Task``/``Agent`` tool_use)."""
+
+    session_id: str = Field(description="The session of the turn that holds the call.")
+    turn_id: str = Field(description="The launching turn.")
+    tool_call_id: str = Field(description="The call's id: a sub-agent row's tool_call_id.")
+    tool_name: str = Field(description="The tool called, e.g. Task.")
+    observed_at: datetime | None = Field(default=None, description="The turn's own timestamp, else when it was "
+                                         "captured; None when neither is known.")
+
+
+class SubagentKey(BaseModel):
+    """A sub-agent row's key, with where it came from."""
+
+    session_id: str
+    agent_execution_id: str
+    tool_call_id: str
+    source: Literal["live", "backfill"]
+    observed_at: datetime
+
+
+class SubagentHealth(BaseModel):
+    """Expected versus observed sub-agent launches: two directed anti-joins, never netted against each other."""
+
+    shortfall: list[LaunchingCall] = Field(default_factory=list, description="Launching calls in the captured "
+                                           "turns with no sub-agent row: launches that were not recorded.")
+    excess: list[SubagentKey] = Field(default_factory=list, description="Sub-agent rows with no launching call "
+                                      "in the captured turns.")
+    last_observed_at: datetime | None = Field(default=None, description="The latest row's observed_at in scope "
+                                              "(since aside): when recording last saw a sub-agent.")
+    since: datetime | None = Field(default=None, description="Only launches and rows observed from then on.")
+    session_id: str | None = Field(default=None, description="Only this session and its derived sessions.")
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def ok(self) -> bool:
+        """Both lists are empty."""
+        return not self.shortfall and not self.excess
 
 
 class JobInfo(BaseModel):

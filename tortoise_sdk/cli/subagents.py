@@ -6,7 +6,8 @@ import argparse
 import sys
 from typing import Any
 
-from ._common import run_and_print
+from ..errors import InvalidInput
+from ._common import emit_json, open_memory, run_and_print
 
 __all__ = ("register",)
 
@@ -18,7 +19,33 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_subagents(args: argparse.Namespace) -> int:
+    if args.health:
+        return _cmd_health(args)
+    if args.since is not None:
+        raise InvalidInput("--since goes with --health", field="since")
     return run_and_print(args, lambda mem: mem.subagents(session_id=args.session), _print_subagents)
+
+
+def _cmd_health(args: argparse.Namespace) -> int:
+    """Exit 0 when every launch has its row and every row its launch, 1 when not (so it can alarm)."""
+    with open_memory(args, create=False) as mem:
+        health = mem.subagent_health(since=args.since, session_id=args.session)
+    if args.json:
+        emit_json(health)
+    else:
+        _print_health(health)
+    return 0 if health.ok else 1
+
+
+def _print_health(health: Any) -> None:
+    last = health.last_observed_at.strftime("%Y-%m-%d %H:%M:%S") if health.last_observed_at else "never"
+    print(f"shortfall {len(health.shortfall)}, excess {len(health.excess)}; last sub-agent observed {last}")
+    for call in health.shortfall:
+        print(f"  not recorded: {call.tool_name} call {call.tool_call_id} in turn {call.turn_id} "
+              f"(session {call.session_id})")
+    for key in health.excess:
+        print(f"  no launching call: row ({key.session_id}, {key.agent_execution_id}, {key.tool_call_id}), "
+              f"{key.source}")
 
 
 def _print_subagents(rows: list[Any]) -> None:
@@ -59,9 +86,15 @@ def _short(text: str, width: int = 12) -> str:
 def _register_subagents(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("subagents", help="list recorded sub-agent invocations",
                        description="One row per sub-agent invocation (Task/Agent tool calls ...), in observed "
-                                   "order; '-' is a figure the stream did not report. "
-                                   "Example: tortoise subagents --session SESSION --json")
-    p.add_argument("--session", help="only this session")
+                                   "order; '-' is a figure the stream did not report. With --health, the "
+                                   "launches not recorded and the rows with no launch instead. "
+                                   "Example: tortoise subagents --session SESSION --json; "
+                                   "tortoise subagents --health --since 2026-02-01")
+    p.add_argument("--session", help="only this session (and, with --health, its derived sessions)")
+    p.add_argument("--health", action="store_true",
+                   help="compare launching calls in the captured turns with the recorded rows: exit 0 when both "
+                        "the shortfall and the excess are empty, 1 when not")
+    p.add_argument("--since", help="with --health: only what was observed from this ISO 8601 time on")
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=_cmd_subagents)
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..capture import CaptureRequest
@@ -17,6 +17,7 @@ from ..models import (
     SessionInfo,
     SubagentContext,
     SubagentCounters,
+    SubagentHealth,
 )
 
 if TYPE_CHECKING:
@@ -199,6 +200,14 @@ class Store(ABC):
     @abstractmethod
     def subagent_counters(self, namespace: str) -> SubagentCounters:
         """The namespace's sub-agent counters."""
+
+    @abstractmethod
+    def subagent_health(
+        self, namespace: str, *, tool_names: Collection[str], since: datetime | None = None,
+        session_id: str | None = None,
+    ) -> SubagentHealth:
+        """Launching calls (``tool_uses`` entries of turn metadata named in ``tool_names``) with no row,
+        and rows with no launching call: two anti-joins, never netted."""
 
     # -- cursors (named host state kept between processes) ---------------------------------------
 

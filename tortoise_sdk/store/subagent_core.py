@@ -6,18 +6,18 @@ The upsert-then-count flow and counter validation; a store's mixin supplies
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from datetime import datetime
+from collections.abc import Callable, Collection, Mapping
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from ..models import SubagentContext, SubagentCounters
+from ..models import LaunchingCall, SubagentContext, SubagentCounters, SubagentHealth, SubagentKey
 from ..subagent_models import LAST_REPORTED
 from .rows import COUNTER_NAMES, Row, counter_rows, subagent_context
 
 if TYPE_CHECKING:
     from ..subagent_models import NormalizedFrame
 
-__all__ = ("DERIVED_MARKERS", "SubagentCore", "merge_sql", "owner_sessions")
+__all__ = ("DERIVED_MARKERS", "SubagentCore", "health_sql", "merge_sql", "owner_sessions")
 
 Conn = Any
 
@@ -66,6 +66,53 @@ def merge_sql(old: str, *, is_async: str, differs: str) -> str:
             f"WHERE excluded.source = 'live' OR ({old}source = 'backfill' AND ({changes}))")
 
 
+def _same_or_derived(session: str, owner: str) -> str:
+    """SQL: the session ``session`` is ``owner`` or derives from it (``owner:agent-…``, ``owner:task-…``)."""
+    return (f"({session} = {owner}"
+            + "".join(f" OR substr({session}, 1, length({owner}) + {len(m)}) = {owner} || '{m}'"
+                      for m in DERIVED_MARKERS) + ")")
+
+
+def health_sql(launches: str, *, param: Callable[[str], str], names_in: str) -> tuple[str, str, str]:
+    """The health check's statements: (shortfall, excess, last observed), for ``SubagentCore.subagent_health``.
+
+    ``launches`` selects every tool call found in the namespace's turns as ``turn_id,
+    session_id, idx, timestamp, created_at, tool_call_id, tool_name``; ``param`` spells a
+    named parameter (``namespace``, ``session_id``, ``names``) and ``names_in`` tests
+    ``tool_name`` against the launching tool names. A launch in a turn of a derived session
+    (``s:agent-x``) is matched by a row of that session or of the one it derives from.
+    """
+    sid = param("session_id")
+    in_scope = f"({sid} IS NULL OR {_same_or_derived('{col}', sid)})"
+    calls = (f"WITH calls AS ({launches}), launched AS (SELECT * FROM calls WHERE tool_call_id IS NOT NULL"
+             f" AND tool_name {names_in} AND {in_scope.format(col='session_id')})")
+    shortfall = (f"{calls} SELECT l.turn_id, l.session_id, l.tool_call_id, l.tool_name, l.timestamp, l.created_at"
+                 " FROM launched l WHERE NOT EXISTS (SELECT 1 FROM subagent_contexts s"
+                 f" WHERE s.namespace = {param('namespace')} AND s.tool_call_id = l.tool_call_id"
+                 f" AND {_same_or_derived('l.session_id', 's.session_id')})"
+                 " ORDER BY l.session_id, l.idx, l.tool_call_id")
+    excess = (f"{calls} SELECT s.session_id, s.agent_execution_id, s.tool_call_id, s.source, s.observed_at"
+              f" FROM subagent_contexts s WHERE s.namespace = {param('namespace')}"
+              f" AND {in_scope.format(col='s.session_id')} AND NOT EXISTS (SELECT 1 FROM launched l"
+              f" WHERE l.tool_call_id = s.tool_call_id AND {_same_or_derived('l.session_id', 's.session_id')})"
+              " ORDER BY s.observed_at, s.session_id, s.tool_call_id, s.agent_execution_id")
+    last = (f"SELECT MAX(s.observed_at) FROM subagent_contexts s WHERE s.namespace = {param('namespace')}"
+            f" AND {in_scope.format(col='s.session_id')}")
+    return shortfall, excess, last
+
+
+def _instant(value: Any) -> datetime | None:
+    """A stored time (a datetime, or ISO text, 'Z' allowed) as an aware UTC datetime; None when it is not one."""
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value[:-1] + "+00:00" if value.endswith("Z") else value)
+        except ValueError:
+            return None
+    if not isinstance(value, datetime):
+        return None
+    return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
+
+
 class SubagentCore:
     """Sub-agent upsert and counters, over per-dialect hooks."""
 
@@ -98,6 +145,38 @@ class SubagentCore:
         """The namespace's counters (zero when never bumped)."""
         return SubagentCounters(**{name: value for name, value in self._counter_values(namespace)
                                    if name in COUNTER_NAMES})
+
+    def subagent_health(
+        self, namespace: str, *, tool_names: Collection[str], since: datetime | None = None,
+        session_id: str | None = None,
+    ) -> SubagentHealth:
+        """Launching calls in the turns with no row (shortfall) and rows with no launching call (excess).
+
+        A launching call is an entry of a turn's ``metadata["tool_uses"]`` (``{"id", "name"}``, as
+        the transcript parsers store them) whose name is in ``tool_names``. ``since`` keeps the
+        launches whose turn was observed from then on (its own timestamp, else its capture
+        time) and the rows observed from then on; ``session_id`` keeps that session and the
+        sessions derived from it.
+        """
+        since = _instant(since) if since is not None else None
+        params = {"namespace": namespace, "session_id": session_id, "names": sorted(tool_names)}
+        launches, rows, last = self._health_rows(params)
+        shortfall = [
+            LaunchingCall(turn_id=r[0], session_id=r[1], tool_call_id=r[2], tool_name=r[3],
+                          observed_at=_instant(r[4]) or _instant(r[5]))
+            for r in launches
+        ]
+        excess = [SubagentKey(session_id=r[0], agent_execution_id=r[1], tool_call_id=r[2], source=r[3],
+                              observed_at=_instant(r[4])) for r in rows]
+        if since is not None:
+            shortfall = [c for c in shortfall if c.observed_at is None or c.observed_at >= since]
+            excess = [k for k in excess if k.observed_at >= since]
+        return SubagentHealth(shortfall=shortfall, excess=excess, last_observed_at=_instant(last),
+                              since=since, session_id=session_id)
+
+    def _health_rows(self, params: dict[str, Any]) -> tuple[list[Any], list[Any], Any]:
+        """Run ``health_sql``'s statements in one read: shortfall rows, excess rows, the last observed_at."""
+        raise NotImplementedError
 
     def _upsert_params(self, namespace: str, frame: NormalizedFrame, now: datetime) -> dict[str, Any]:
         raise NotImplementedError

@@ -19,7 +19,7 @@ from psycopg.rows import dict_row
 
 from ...models import SubagentContext
 from ..rows import Row, and_equal, subagent_context, subagent_params, utc
-from ..subagent_core import SubagentCore, merge_sql, owner_sessions
+from ..subagent_core import SubagentCore, health_sql, merge_sql, owner_sessions
 
 if TYPE_CHECKING:
     from ...subagent_models import NormalizedFrame
@@ -66,6 +66,16 @@ UPDATE subagent_contexts AS s
    SET turn_id = {_RESOLVE_TURN.format(session="s.session_id", ref="s.turn_ref")}
  WHERE s.namespace = %(namespace)s AND s.session_id = %(session_id)s AND s.turn_id IS NULL AND s.turn_ref IS NOT NULL
 """
+
+# See sqlite.subagents._HEALTH; ``metadata`` is JSON text (``json``, not ``jsonb``: any string it holds casts).
+_HEALTH = health_sql(
+    "SELECT t.turn_id, t.session_id, t.idx, t.timestamp, t.created_at, u ->> 'id' AS tool_call_id,"
+    " u ->> 'name' AS tool_name FROM turns t CROSS JOIN LATERAL json_array_elements(CASE"
+    " WHEN json_typeof(t.metadata::json -> 'tool_uses') = 'array' THEN t.metadata::json -> 'tool_uses'"
+    " ELSE '[]'::json END) AS u WHERE t.namespace = %(namespace)s AND t.metadata LIKE '%%\"tool_uses\"%%'",
+    param=lambda name: f"%({name})s::text" if name == "session_id" else f"%({name})s",
+    names_in="= ANY(%(names)s::text[])",
+)
 
 _BUMP = """INSERT INTO subagent_counters AS k (namespace, name, value) VALUES (%s, %s, %s)
 ON CONFLICT (namespace, name) DO UPDATE SET value = k.value + EXCLUDED.value"""
@@ -122,6 +132,12 @@ class PostgresSubagentMixin(SubagentCore):
                               " AND tool_call_id = %(tool_call_id)s", params).fetchone()
         assert row is not None  # the upsert found this row in conflict
         return row
+
+    def _health_rows(self, params: dict[str, Any]) -> tuple[list[Any], list[Any], Any]:
+        shortfall, excess, last = _HEALTH
+        with self.read() as c:
+            return (c.execute(shortfall, params).fetchall(), c.execute(excess, params).fetchall(),
+                    c.execute(last, params).fetchone()[0])
 
     def _add_counters(self, c: psycopg.Connection, rows: list[tuple[str, str, int]]) -> None:
         if rows:

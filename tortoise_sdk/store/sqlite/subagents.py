@@ -11,6 +11,7 @@ it resolves to, filled forward by ``fill_subagent_turns`` when a capture stores 
 
 from __future__ import annotations
 
+import json
 import logging
 import sqlite3
 from collections.abc import Callable
@@ -20,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...models import SubagentContext
 from ..rows import Row, and_equal, subagent_context, subagent_params, utc
-from ..subagent_core import SubagentCore, merge_sql, owner_sessions
+from ..subagent_core import SubagentCore, health_sql, merge_sql, owner_sessions
 
 if TYPE_CHECKING:
     from ...subagent_models import NormalizedFrame
@@ -77,6 +78,14 @@ UPDATE subagent_contexts
  WHERE namespace = :namespace AND session_id = :session_id AND turn_id IS NULL AND turn_ref IS NOT NULL
 """
 
+# Every tool call a turn's metadata records (``tool_uses``: [{"id", "name", ...}]), for the health check.
+_HEALTH = health_sql(
+    "SELECT t.turn_id, t.session_id, t.idx, t.timestamp, t.created_at, json_extract(u.value, '$.id') AS tool_call_id,"
+    " json_extract(u.value, '$.name') AS tool_name FROM turns t, json_each(t.metadata, '$.tool_uses') AS u"
+    " WHERE t.namespace = :namespace AND t.metadata LIKE '%\"tool_uses\"%' AND u.type = 'object'",
+    param=lambda name: f":{name}", names_in="IN (SELECT value FROM json_each(:names))",
+)
+
 _BUMP = """INSERT INTO subagent_counters (namespace, name, value) VALUES (?, ?, ?)
 ON CONFLICT (namespace, name) DO UPDATE SET value = value + excluded.value"""
 
@@ -129,6 +138,13 @@ class SQLiteSubagentMixin(SubagentCore):
         return c.execute("SELECT * FROM subagent_contexts WHERE namespace = :namespace AND session_id = :session_id"
                          " AND agent_execution_id = :agent_execution_id AND tool_call_id = :tool_call_id",
                          params).fetchone()
+
+    def _health_rows(self, params: dict[str, Any]) -> tuple[list[Any], list[Any], Any]:
+        shortfall, excess, last = _HEALTH
+        args = {**params, "names": json.dumps(params["names"])}
+        with self.read() as c:
+            return (c.execute(shortfall, args).fetchall(), c.execute(excess, args).fetchall(),
+                    c.execute(last, args).fetchone()[0])
 
     def _add_counters(self, c: sqlite3.Connection, rows: list[tuple[str, str, int]]) -> None:
         c.executemany(_BUMP, rows)

@@ -1,0 +1,121 @@
+"""Expected versus observed sub-agent launches (AC-28/AC-29), on both engines, and ``tortoise subagents --health``."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+
+from conftest import run_cli
+from test_store_conformance import ns, pg_url, store, store_url  # noqa: F401 - the two-engine fixtures
+from tortoise_sdk import Memory
+from tortoise_sdk.store import Store
+from tortoise_sdk.store.sqlite import SQLiteStore
+from tortoise_sdk.streams import SubagentFrame
+
+EXCERPT = Path(__file__).parent / "data" / "claude_code_subagent_excerpt.jsonl"
+TRANSCRIPTS = Path(__file__).resolve().parents[2] / "shared" / "data" / "claude-transcripts"
+needs_shared = pytest.mark.skipif(
+    not TRANSCRIPTS.is_dir(),
+    reason=f"the shared real-transcript data set is not present at {TRANSCRIPTS} (it is not part of a clone)",
+)
+
+
+def _delete_row(store: Store, ns: str, tool_call_id: str) -> None:
+    mark = "?" if isinstance(store, SQLiteStore) else "%s"
+    store.transaction(lambda c: c.execute(
+        f"DELETE FROM subagent_contexts WHERE namespace = {mark} AND tool_call_id = {mark}", (ns, tool_call_id)))
+
+
+def check_health_lists(store: Store, ns: str, paths: list[Path]) -> None:
+    """After ingest both lists are empty; a deleted row is a shortfall; a row with no launch is an excess."""
+    mem = Memory(store=store, namespace=ns)
+    for path in paths:
+        mem.ingest(path)
+    rows = mem.subagents()
+    assert rows, "the transcripts launch sub-agents"
+    health = mem.subagent_health()
+    assert (health.shortfall, health.excess, health.ok) == ([], [], True)
+    assert health.last_observed_at == max(r.observed_at for r in rows)
+
+    victim = rows[0]
+    _delete_row(store, ns, victim.tool_call_id)
+    health = mem.subagent_health()
+    assert [(c.session_id, c.turn_id, c.tool_call_id) for c in health.shortfall] == [
+        (victim.session_id, victim.turn_id, victim.tool_call_id)]
+    launching = store.get_turn(ns, health.shortfall[0].turn_id)
+    assert f"[tool_use {health.shortfall[0].tool_name}" in launching.content
+    assert health.excess == [] and not health.ok
+
+    # a row whose launch is in no turn: reported as excess, and the shortfall is still there (never netted)
+    phantom = mem.record_subagent(SubagentFrame(session_id=victim.session_id, tool_call_id="toolu_phantom",
+                                                agent_execution_id="exec-9", source="live"))
+    assert phantom is not None
+    health = mem.subagent_health()
+    assert len(health.shortfall) == 1
+    assert [(k.session_id, k.agent_execution_id, k.tool_call_id, k.source) for k in health.excess] == [
+        (victim.session_id, "exec-9", "toolu_phantom", "live")]
+    assert health.last_observed_at == phantom.observed_at
+
+    # scoped by time and session
+    later = mem.subagent_health(since=phantom.observed_at + timedelta(seconds=1))
+    assert (later.shortfall, later.excess) == ([], [])
+    recent = mem.subagent_health(since=phantom.observed_at - timedelta(seconds=1))
+    assert (len(recent.shortfall), len(recent.excess)) == (0, 1)  # the launch was observed long before
+    assert mem.subagent_health(session_id="no-such-session").ok
+    assert len(mem.subagent_health(session_id=victim.session_id).shortfall) == 1
+    assert Memory(store=store, namespace=ns + "_other").subagent_health().ok
+
+
+def test_health_lists_on_the_excerpt(store: Store, ns):
+    check_health_lists(store, ns, [EXCERPT])
+
+
+@needs_shared
+def test_health_lists_on_the_real_claude_code_transcripts(store: Store, ns):
+    check_health_lists(store, ns, sorted(TRANSCRIPTS.glob("*.jsonl")))
+
+
+def test_a_launch_inside_a_sub_agent_session_is_matched_by_its_parent_session_row(store: Store, ns):
+    """A nested Task call sits in a turn of ``sess-a:agent-a8b``; its row is keyed by ``sess-a``."""
+    from test_subagents_store import NESTED
+
+    mem = Memory(store=store, namespace=ns)
+    mem.ingest(NESTED)
+    assert {r.session_id for r in mem.subagents()} == {"sess-a"}
+    assert mem.subagent_health().ok
+    _delete_row(store, ns, "toolu_nested")
+    (missing,) = mem.subagent_health(session_id="sess-a").shortfall
+    assert (missing.session_id, missing.tool_call_id, missing.tool_name) == ("sess-a:agent-a8b", "toolu_nested", "Agent")
+
+
+def test_since_must_be_a_time(tmp_path):
+    from tortoise_sdk.errors import InvalidInput
+
+    with Memory(str(tmp_path / "m.db")) as mem, pytest.raises(InvalidInput, match="ISO 8601"):
+        mem.subagent_health(since="last tuesday")
+    with Memory(str(tmp_path / "m.db")) as mem:
+        assert mem.subagent_health(since="2026-02-01T00:00:00Z").since == datetime(2026, 2, 1, tzinfo=timezone.utc)
+
+
+def test_cli_health_exits_0_when_both_lists_are_empty_and_1_when_not(capsys, db):
+    assert run_cli(capsys, "--db", db, "capture", str(EXCERPT))[0] == 0
+    code, out, _ = run_cli(capsys, "--db", db, "subagents", "--health", "--json")
+    doc = json.loads(out)
+    assert (code, doc["ok"], doc["shortfall"], doc["excess"]) == (0, True, [], [])
+    assert doc["last_observed_at"].startswith("2026-02-10T21:58")
+    with Memory(db) as mem:
+        (row,) = mem.subagents()
+        _delete_row(mem.store, mem.namespace, row.tool_call_id)
+    code, out, _ = run_cli(capsys, "--db", db, "subagents", "--health")
+    assert code == 1
+    assert out.startswith("shortfall 1, excess 0; last sub-agent observed never")
+    assert f"not recorded: Task call {row.tool_call_id} in turn {row.turn_id}" in out
+    code, out, _ = run_cli(capsys, "--db", db, "subagents", "--health", "--since", "2027-01-01", "--json")
+    assert (code, json.loads(out)["shortfall"]) == (0, [])
+    code, _, err = run_cli(capsys, "--db", db, "subagents", "--since", "2027-01-01")
+    assert code == 2 and "--since goes with --health" in err
+    code, _, err = run_cli(capsys, "--db", db, "subagents", "--health", "--since", "soon")
+    assert code == 2 and "ISO 8601" in err
