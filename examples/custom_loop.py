@@ -1,7 +1,9 @@
 """A hand-written chat loop with long-term memory, runnable offline.
 
 The "model" here is a stand-in function (no network, no API key): it answers from the
-memory block it is shown, so you can see what a real model would receive. Swap
+memory block it is shown (the user's own words first), so you can see what a real model
+would receive and that the block holds the answer: asked "where am I working these days?",
+it quotes the later session (Helix Health), which the reflex puts before the older job. Swap
 ``fake_model`` for your client call, e.g. ``litellm.completion(model=..., messages=...)``.
 
     python examples/custom_loop.py [--db memory.db]
@@ -20,12 +22,17 @@ from tortoise_sdk.demo import load_demo_sessions
 
 
 def fake_model(messages: list[dict]) -> str:
-    """Answer with the first remembered line, if the model was shown any memory."""
-    memory = [m["content"] for m in messages if m["role"] == "system" and m["content"].startswith("[tortoise memory]")]
-    if not memory:
+    """Answer from the memory block, as a model would: what the user said first, else the first remembered line."""
+    memory = next((m["content"] for m in messages
+                   if m["role"] == "system" and m["content"].startswith("[tortoise memory]")), None)
+    if memory is None:
         return "I don't remember anything about that."
-    first = re.search(r'^1\. \((.*?)\) "(.*)" ref:', memory[0], re.M)
-    return f"From our chat on {first.group(1)}: {first.group(2)}" if first else "I remember something related."
+    lines = re.findall(r'^\d+\. \(([^,)]*), ([^)]*)\) "(.*)" ref:', memory, re.M)  # (date, speaker) "text"
+    said = [(date, text) for date, who, text in lines if who != "assistant"] or [(d, t) for d, _, t in lines]
+    if not said:
+        return "I remember something related, but not in your words."
+    date, text = said[0]
+    return f'On {date} you told me: "{text}"'
 
 
 def main() -> int:

@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 from locomo import load_questions, load_sessions, locomo_files, needs_locomo
 from tortoise_sdk import Memory
 from tortoise_sdk.errors import InvalidInput
-from tortoise_sdk.search import MAX_SEARCH_K, content_terms, fts5_query, query_terms
+from tortoise_sdk.models import SearchHit
+from tortoise_sdk.search import MAX_SEARCH_K, content_terms, fts5_query, query_terms, rank_hits
 
 
 @pytest.fixture(scope="module")
@@ -63,6 +64,21 @@ def test_stop_word_only_queries_say_why_they_find_nothing():
 def test_k_must_be_an_integer_up_to_the_maximum(mem, k):
     with pytest.raises(InvalidInput, match=r"^k: must be an integer from 1 to 10000"):
         mem.search("beagle", k=k)
+
+
+def _hit(n, name, score):
+    return SearchHit(turn_id=f"t{n}", external_id=None, session_id="s", session_date=None, index=n,
+                     role="user" if name else "assistant", name=name, content=f"turn {n}", score=score)
+
+
+def test_rank_hits_boosts_a_named_speaker_and_drops_hits_that_matched_nothing_that_counts():
+    hits = [_hit(0, None, 2.3), _hit(1, "Maya", 1.9), _hit(2, "Bob", 1.9), _hit(3, "Maya", 0.0)]
+    ranked = rank_hits(hits, ["maya", "work"])
+    assert [(h.index, round(h.score, 2)) for h in ranked] == [(1, 2.47), (0, 2.3), (2, 1.9)]
+    assert [h.index for h in rank_hits(hits, ["work"])] == [0, 1, 2]  # nobody named: BM25 order, ties kept
+    zeros = [_hit(0, "Maya", 1e-6), _hit(1, "Maya", 0.0)]
+    assert [h.index for h in rank_hits(zeros, ["maya"])] == [0, 1]  # nothing scores more: all listed
+    assert hits[1].score == 1.9  # the store's hits are not modified
 
 
 def test_howling_beagle_with_operators_in_the_text(mem):

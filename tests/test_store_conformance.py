@@ -22,7 +22,8 @@ from tortoise_sdk.capture import content_hash, prepare_capture
 from tortoise_sdk.errors import CaptureConflict, IdempotencyConflict, InvalidInput, LeaseLost, NotFoundError
 from tortoise_sdk.memory import Memory
 from tortoise_sdk.models import ExtractionReport, Turn
-from tortoise_sdk.search import fts5_query, query_terms
+from tortoise_sdk.demo import load_demo_sessions
+from tortoise_sdk.search import ZERO_SCORE, fts5_query, query_terms
 from tortoise_sdk.store import Store, open_store
 from tortoise_sdk.store.sqlite.migrations import SQLITE_MIGRATIONS, migrate_sqlite
 from tortoise_sdk.store.plan import EntityPlan, ExtractionPlan, Fence, ItemPlan, RetractionPlan, SourcePlan
@@ -324,6 +325,19 @@ def test_a_query_of_only_stop_words_or_operators_finds_nothing_and_says_why(stor
         found = mem.explain_search("the story, or not")  # one content word is enough
         assert (found.terms, [h.content for h in found.hits], found.reason) == (
             ["story"], ["and the rest of the story"], None)
+
+
+def test_a_named_speakers_own_turn_outranks_a_reply_and_zero_score_hits_are_left_out(store_url, ns):
+    with Memory(store_url, namespace=ns) as mem:
+        for s in load_demo_sessions():
+            mem.capture(s["session_id"], s["turns"], session_date=s["date"])
+        hits = mem.search("where does Maya work now?", k=5)
+        assert [(h.name or h.role, h.session_id, h.index) for h in hits] == [
+            ("Maya", "demo-2", 0), ("assistant", "demo-1", 1)]  # "Congratulations on the new job!" second
+        assert all(h.score > ZERO_SCORE for h in hits)
+        # "maya" alone is in more than half the turns (BM25 gives it ~0): her turns are still listed.
+        only = mem.search("maya", k=20)
+        assert len(only) == 7 and {h.name for h in only} == {"Maya"}
 
 
 # -- receipts ------------------------------------------------------------------------------------

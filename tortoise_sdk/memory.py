@@ -35,7 +35,7 @@ from .models import (
     Turn,
 )
 from . import reflex
-from .search import MAX_SEARCH_K, content_terms
+from .search import MAX_SEARCH_K, content_terms, rank_hits
 from .store import Store, open_store
 
 if TYPE_CHECKING:
@@ -229,7 +229,9 @@ class Memory:
     def search(self, query: str, k: int = 10, session_id: str | None = None) -> list[SearchHit]:
         """BM25 search over captured turns, best first; any string is safe.
 
-        A query with no content word (empty, only stop-words such as ``the and of``, only
+        Turns spoken by a person the query names rank higher; hits that matched only terms too
+        common to count are left out when better ones exist (``search.rank_hits``). A query
+        with no content word (empty, only stop-words such as ``the and of``, only
         ``OR``/``NOT``/punctuation) returns nothing; ``explain_search`` says why.
 
         Raises:
@@ -251,7 +253,7 @@ class Memory:
         if not terms or k < 1:
             return SearchResult(query=query, terms=terms, reason=reason)
         hits = self.store.search_terms(self.namespace, terms, k=k, session_id=session_id)
-        return SearchResult(query=query, terms=terms, hits=hits)
+        return SearchResult(query=query, terms=terms, hits=rank_hits(hits, terms))
 
     def sessions(self) -> list[SessionInfo]:
         """Captured sessions in this namespace, oldest first."""

@@ -128,7 +128,8 @@ class SearchHit(BaseModel):
     role: Role
     name: str | None
     content: str
-    score: float = Field(description="Higher is better; BM25-based.")
+    score: float = Field(description="Higher is better: BM25, 30% more for a turn spoken by a person the query "
+                                     "names (search).")
 
 
 class SearchResult(BaseModel):

@@ -7,6 +7,7 @@ import re
 from collections.abc import Mapping, Sequence
 
 from .errors import InvalidInput
+from .models import SearchHit
 
 __all__ = (
     "BM25_B",
@@ -16,8 +17,10 @@ __all__ = (
     "NAME_INDEX_CHARS",
     "NAME_WEIGHT",
     "POSTINGS_BUDGET",
+    "SPEAKER_BOOST",
     "STOP_WORDS",
     "TF_CAP",
+    "ZERO_SCORE",
     "content_terms",
     "fts5_query",
     "idf",
@@ -26,6 +29,7 @@ __all__ = (
     "indexed_text",
     "mentions",
     "query_terms",
+    "rank_hits",
     "saturation",
     "split_by_postings",
     "terms_from_fts5",
@@ -34,6 +38,11 @@ __all__ = (
 
 #: The most hits one search returns.
 MAX_SEARCH_K = 10_000
+
+#: A turn spoken by a person the query names scores this much more (the reflex uses the same share).
+SPEAKER_BOOST = 0.30
+#: Scores at most this are terms too common to count (BM25's IDF is floored near zero past half the turns).
+ZERO_SCORE = 1e-4
 
 #: How many postings the BM25 ranking pass of a bounded search may score (both stores).
 POSTINGS_BUDGET = 2_000
@@ -100,6 +109,24 @@ def content_terms(text: str) -> tuple[list[str], str | None]:
         return [], (f"nothing to search for: every word of '{words}' is a stop-word, too common to tell turns "
                     "apart (OR, AND and NOT are words here, not operators); add a name, place or thing")
     return [], "nothing to search for: the query has no words, only punctuation or spaces"
+
+
+def rank_hits(hits: Sequence[SearchHit], terms: Sequence[str]) -> list[SearchHit]:
+    """BM25 ``hits`` in their final order: a named speaker's turns boosted, hits that matched nothing that counts dropped.
+
+    A query naming a speaker ("where does Maya work now?") is about what that person said; the
+    name alone scores nothing in BM25 when the person speaks half the turns. Their turns score
+    ``SPEAKER_BOOST`` more (ties keep BM25 order). A hit at ``ZERO_SCORE`` or below matched
+    only terms too common to count; it is listed only when no hit scores more. Only the hits
+    given are reordered (reading more from the store to rerank would cost latency).
+    """
+    wanted = set(terms)
+    speakers = {h.name for h in hits if h.name and wanted & set(tokenize(h.name))}
+    ranked = [h.model_copy(update={"score": h.score * (1 + SPEAKER_BOOST)}) if h.name in speakers else h for h in hits]
+    ranked.sort(key=lambda h: -h.score)  # stable: equal scores keep the store's order
+    if ranked and ranked[0].score > ZERO_SCORE:
+        ranked = [h for h in ranked if h.score > ZERO_SCORE]
+    return ranked
 
 
 def _word_parts(text: str) -> list[str]:
