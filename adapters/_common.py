@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import AdapterError
-from ..models import CaptureReceipt, MemoryBlock, utc_now
+from ..models import CaptureReceipt, JobInfo, MemoryBlock, utc_now
 
 if TYPE_CHECKING:
     from ..memory import ExtractMode, Memory
@@ -78,6 +78,32 @@ class MemoryAdapter:
         except Exception as exc:
             self._log().warning("tortoise: capture skipped: %s", exc)
             return None
+
+    def close(self) -> list[JobInfo]:
+        """Extract now what this adapter's background captures left pending (``Memory.flush``); never raises.
+
+        Call it when the conversation ends: the last exchanges may not have filled a batch.
+        Returns the jobs run (none without a model, or on failure, which is logged).
+        """
+        if not self.mem.model:
+            return []
+        jobs: list[JobInfo] = []
+        for session_id in sorted(self._sessions()):
+            try:
+                jobs.extend(self.mem.flush(session_id))
+            except Exception as exc:
+                self._log().warning("tortoise: flush of %s skipped: %s", session_id, exc)
+        return jobs
+
+    def _sessions(self) -> set[str]:
+        """The sessions this adapter captured into (what ``close`` flushes)."""
+        return set(self._dated)
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def _log(self) -> logging.Logger:
         # The adapter's own module logger, as before the steps were shared.

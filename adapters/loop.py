@@ -9,6 +9,7 @@ Usage::
     messages = [{"role": "system", "content": "You are helpful."}, {"role": "user", "content": text}]
     reply = call_model(session.before_turn(messages))   # the memory block rides along as a system message
     session.after_turn(text, reply)                        # the exchange is captured
+    session.close()                                        # at the end: extract what is still pending
 """
 
 from __future__ import annotations
@@ -81,6 +82,9 @@ class MemorySession(MemoryAdapter):
             at += 1
         out.insert(at, {"role": "system", "content": block.block})
         return out
+
+    def _sessions(self) -> set[str]:
+        return {self.session_id}
 
     def after_turn(self, user_msg: str | Message, assistant_msg: str | Message) -> CaptureReceipt | None:
         """Capture one exchange (each message gets a fresh id); returns the receipt, or None on failure."""

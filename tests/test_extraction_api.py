@@ -97,8 +97,11 @@ def test_background_job_then_process_pending(tmp_path: Path, stub_model: Any) ->
     with mem_for(tmp_path, stub) as mem:
         r = capture(mem, "demo-1", extract="background")
         assert r.extraction.status == "queued" and r.extraction.job_id
+        assert r.extraction.reason.startswith("due at ") and "(7 of 20 evidence turns waiting, or 300 s" in r.extraction.reason
+        # The batch is not full (7 of 20 evidence turns) and the session is not idle yet: nothing is due.
+        assert mem.process_pending() == []
         assert stub.requests == [] and mem.memories() == []
-        jobs = mem.process_pending()
+        jobs = mem.flush()
         assert [(j.job_id, j.status, j.attempts, j.revision) for j in jobs] == [(r.extraction.job_id, "done", 1, 1)]
         assert len(mem.memories()) == 7
         stored = mem.receipts("demo-1")[0].extraction
@@ -108,7 +111,7 @@ def test_background_job_then_process_pending(tmp_path: Path, stub_model: Any) ->
 
 def test_failing_job_is_retried_and_keeps_its_errors(tmp_path: Path, stub_model: Any) -> None:
     stub = stub_model({"routes": [{"replies": [{"status": 500}], "cycle": True}]})
-    with mem_for(tmp_path, stub) as mem:
+    with mem_for(tmp_path, stub, extract_every=1) as mem:
         capture(mem, "demo-1", extract="background")
         first = mem.process_pending(max_jobs=1)
         assert [(j.status, j.attempts) for j in first] == [("pending", 1)]
@@ -123,7 +126,7 @@ def test_a_taken_over_worker_cannot_commit_through_the_pipeline(tmp_path: Path, 
     from datetime import datetime, timedelta, timezone
 
     stub = stub_model(load_recorded_extraction())
-    with mem_for(tmp_path, stub) as mem:
+    with mem_for(tmp_path, stub, extract_every=1) as mem:
         capture(mem, "demo-1", extract="background")
         store, now = mem.store, datetime.now(timezone.utc)
         a = store.lease_job("t", lease_s=1, max_attempts=3, now=now)
@@ -147,16 +150,23 @@ def test_cli_capture_extract_memories_worker(tmp_path: Path, stub_model: Any, ca
     assert main(["--db", db, "capture", str(turns), "--session", "demo-1", "--date", DEMO["demo-1"]["date"],
                  "--extract", "background", *model]) == 0
     assert "queued" in capsys.readouterr().out
-    assert main(["--db", db, "worker", "--once", *model]) == 0
+    assert main(["--db", db, "worker", "--once", *model]) == 0  # 7 evidence turns of 20: not due yet
+    assert capsys.readouterr().out == ""
+    assert main(["--db", db, "flush", "--session", "demo-1", *model]) == 0
     assert " demo-1: done (attempt 1)" in capsys.readouterr().out
+    assert main(["--db", db, "flush", *model]) == 0
+    assert capsys.readouterr().out == "nothing pending\n"
     assert main(["--db", db, "memories", "--json"]) == 0
     records = json.loads(capsys.readouterr().out)
     assert len(records) == 7 and records[0]["sources"][0]["external_id"] == "d1-1"
     assert set(records[0]) >= {"id", "kind", "content", "status", "when", "entities", "sources"}
-    # extract re-runs against a fresh recording: every fact is already there.
+    # Nothing was captured since: extract has nothing new to read.
+    assert main(["--db", db, "extract", "demo-1", *model, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["reason"].startswith("no turns after turn 6, the last one extracted")
+    # --full re-reads the session against a fresh recording: every fact is already there.
     stub2 = stub_model(load_recorded_extraction())
-    assert main(["--db", db, "extract", "demo-1", "--model", "openai/stub-model", "--api-base", stub2.base_url,
-                 "--json"]) == 0
+    assert main(["--db", db, "extract", "demo-1", "--full", "--model", "openai/stub-model", "--api-base",
+                 stub2.base_url, "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["outcomes"] == {"NOOP": 7}
 

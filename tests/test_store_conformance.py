@@ -26,7 +26,7 @@ from tortoise_sdk.demo import load_demo_sessions
 from tortoise_sdk.search import ZERO_SCORE, fts5_query, query_terms
 from tortoise_sdk.store import Store, open_store
 from tortoise_sdk.store.sqlite.migrations import SQLITE_MIGRATIONS, migrate_sqlite
-from tortoise_sdk.store.plan import EntityPlan, ExtractionPlan, Fence, ItemPlan, RetractionPlan, SourcePlan
+from tortoise_sdk.store.plan import EntityPlan, ExtractionPlan, Fence, ItemPlan, RetractionPlan, SourcePlan, Window
 from tortoise_sdk.store.sqlite import SQLiteStore
 from tortoise_sdk.streams import SubagentFrame
 from tortoise_sdk.subagents import ROW_COLUMNS, SubagentRecorder, normalize_frame, replay
@@ -408,6 +408,50 @@ def test_an_older_database_is_upgraded_and_keeps_its_data(fresh_url):
         assert store.memories("ns") == []
 
 
+def test_migration_7_folds_duplicate_pending_jobs_and_backfills_watermarks(fresh_url):
+    rows = [("j_a", "pending", T0), ("j_b", "pending", T0 + timedelta(seconds=1)), ("j_c", "done", T0)]
+    turns = [("t0", 0, T0), ("t1", 1, T0 + timedelta(seconds=1)), ("t2", 2, T0 + timedelta(seconds=9))]
+    extracted_at = T0 + timedelta(seconds=5)  # after t0 and t1, before t2
+    if fresh_url.startswith("postgresql://"):
+        import psycopg
+
+        from tortoise_sdk.store.postgres.migrations import POSTGRES_MIGRATIONS, migrate_postgres
+
+        with psycopg.connect(fresh_url, autocommit=True) as conn:
+            migrate_postgres(conn, POSTGRES_MIGRATIONS[:6])
+            conn.execute("INSERT INTO sessions VALUES ('ns', 's1', NULL, %s, %s)", (T0, T0))
+            for tid, idx, at in turns:
+                conn.execute("INSERT INTO turns (turn_id, namespace, session_id, idx, role, content, content_hash,"
+                             " created_at) VALUES (%s, 'ns', 's1', %s, 'user', 'x', 'h', %s)", (tid, idx, at))
+            for jid, status, at in rows:
+                conn.execute("INSERT INTO jobs (job_id, namespace, session_id, status, errors, created_at, updated_at)"
+                             " VALUES (%s, 'ns', 's1', %s, '[\"old\"]', %s, %s)", (jid, status, at, at))
+            conn.execute("INSERT INTO extractions (extraction_id, namespace, session_id, status, report, created_at)"
+                         " VALUES ('x1', 'ns', 's1', 'ok', '{}', %s)", (extracted_at,))
+    else:
+        conn = sqlite3.connect(fresh_url, isolation_level=None)
+        migrate_sqlite(conn, SQLITE_MIGRATIONS[:6])
+        conn.execute("INSERT INTO sessions VALUES ('ns', 's1', NULL, ?, ?)", (T0.isoformat(), T0.isoformat()))
+        for tid, idx, at in turns:
+            conn.execute("INSERT INTO turns (turn_id, namespace, session_id, idx, role, content, content_hash,"
+                         " created_at) VALUES (?, 'ns', 's1', ?, 'user', 'x', 'h', ?)", (tid, idx, at.isoformat()))
+        for jid, status, at in rows:
+            conn.execute("INSERT INTO jobs (job_id, namespace, session_id, status, errors, created_at, updated_at)"
+                         " VALUES (?, 'ns', 's1', ?, '[\"old\"]', ?, ?)", (jid, status, at.isoformat(), at.isoformat()))
+        conn.execute("INSERT INTO extractions (extraction_id, namespace, session_id, status, report, created_at)"
+                     " VALUES ('x1', 'ns', 's1', 'ok', '{}', ?)", (extracted_at.isoformat(),))
+        conn.close()
+    with _closing(open_store(fresh_url)) as store:
+        jobs = {j.job_id: j for j in store.jobs("ns")}
+        assert (jobs["j_a"].status, jobs["j_a"].errors, jobs["j_a"].due_at) == ("pending", ["old"], None)
+        assert (jobs["j_b"].status, jobs["j_b"].errors) == (
+            "done", ["old", "coalesced into the oldest pending job of the session (migration 7)"])
+        assert jobs["j_c"].status == "done"
+        state = store.extraction_state("ns", "s1")
+        assert (state.watermark, state.prompts_sha, state.extraction_id) == (1, None, "x1")
+        assert store.enqueue_job("ns", "s1").job_id == "j_a"
+
+
 class _closing:
     def __init__(self, store):
         self.store = store
@@ -621,6 +665,100 @@ def test_concurrent_workers_lease_each_job_exactly_once(store: Store, ns):
         list(pool.map(worker, range(4)))
     assert sorted(taken) == sorted(ids)
     assert {j.status for j in store.jobs(ns)} == {"done"}
+
+
+def test_a_session_has_one_pending_job_that_captures_fold_into(store: Store, ns):
+    a = store.enqueue_job(ns, "s1", "r1", waiting_turns=2, due_after_turns=20, idle_s=300)
+    b = store.enqueue_job(ns, "s1", "r2", waiting_turns=3, due_after_turns=20, idle_s=300)
+    other = store.enqueue_job(ns, "s2", "r3")
+    assert a.job_id == b.job_id != other.job_id
+    assert (b.status, b.waiting_turns, b.receipt_id) == ("pending", 5, "r2")  # the latest receipt gets the report
+    assert store.enqueue_job(ns, "s1").receipt_id == "r2"
+    # Once leased, the job is running: a new capture queues the next job of the session.
+    running = store.lease_job(ns, lease_s=30, max_attempts=3, session_id="s1", due_only=False)
+    assert running.job_id == a.job_id
+    c = store.enqueue_job(ns, "s1", "r4", waiting_turns=1)
+    assert c.job_id != a.job_id and (c.status, c.waiting_turns) == ("pending", 1)
+    assert [j.session_id for j in store.jobs(ns, status="pending")] == ["s2", "s1"]
+
+
+def test_a_job_is_due_when_its_batch_fills_or_the_session_goes_idle(store: Store, ns):
+    now = datetime.now(timezone.utc)
+    job = store.enqueue_job(ns, "s1", waiting_turns=4, due_after_turns=10, idle_s=60)
+    assert job.due_at is not None and now + timedelta(seconds=55) < job.due_at < now + timedelta(seconds=120)
+    assert _lease(store, ns) is None  # 4 of 10 turns, not idle yet
+    # A later capture pushes the idle time back; the batch is still not full.
+    pushed = store.enqueue_job(ns, "s1", waiting_turns=5, due_after_turns=10, idle_s=600)
+    assert pushed.due_at > job.due_at and _lease(store, ns, now=job.due_at + timedelta(seconds=1)) is None
+    # Idle long enough: due.
+    idle = _lease(store, ns, now=pushed.due_at + timedelta(seconds=1))
+    assert idle.job_id == job.job_id
+    store.finish_job(Fence(idle.job_id, idle.revision))
+    # The batch fills: due now, and a later capture does not push it back.
+    full = store.enqueue_job(ns, "s1", waiting_turns=10, due_after_turns=10, idle_s=600)
+    assert full.due_at is None
+    assert store.enqueue_job(ns, "s1", waiting_turns=1, due_after_turns=10, idle_s=600).due_at is None
+    assert _lease(store, ns).job_id == full.job_id
+    # A flush takes a job that is not due, of the session asked for only.
+    waiting = store.enqueue_job(ns, "s2", waiting_turns=1, due_after_turns=10, idle_s=600)
+    store.enqueue_job(ns, "s3", waiting_turns=1, due_after_turns=10, idle_s=600)
+    assert _lease(store, ns) is None
+    flushed = store.lease_job(ns, lease_s=30, max_attempts=3, session_id="s2", due_only=False)
+    assert flushed.job_id == waiting.job_id
+    assert store.lease_job(ns, lease_s=30, max_attempts=3, session_id="s2", due_only=False) is None
+
+
+def test_a_heartbeat_renews_the_lease_and_stops_at_a_takeover(store: Store, ns):
+    store.enqueue_job(ns, "s1")
+    held = _lease(store, ns, lease_s=5)
+    renewed = store.renew_lease(Fence(held.job_id, held.revision), lease_s=300)
+    assert renewed.revision == held.revision and renewed.lease_until > held.lease_until + timedelta(seconds=200)
+    # Renewed: not taken over when the first lease would have ended.
+    assert _lease(store, ns, now=held.lease_until + timedelta(seconds=1)) is None
+    taken = _lease(store, ns, now=renewed.lease_until + timedelta(seconds=1))
+    assert taken.revision == held.revision + 1
+    before = getattr(store, "fenced_writes", 0)
+    with pytest.raises(LeaseLost):
+        store.renew_lease(Fence(held.job_id, held.revision), lease_s=300)
+    assert getattr(store, "fenced_writes", 0) == before  # a refused heartbeat is not a late write
+    store.finish_job(Fence(taken.job_id, taken.revision))
+    with pytest.raises(LeaseLost):
+        store.renew_lease(Fence(taken.job_id, taken.revision), lease_s=300)
+
+
+def test_the_watermark_moves_in_the_s5_transaction(seeded):
+    store, ns, r = seeded
+    assert store.extraction_state(ns, "s1") is None
+    window = Window(start=0, end=1, base=-1, prompts_sha="sha-a")
+    plan = _plan("s1", items=[ItemPlan("point", "Maya works at Acme", sources=(SourcePlan(r.turn_ids[0], None),))])
+    plan.window = window
+    store.write_extraction(ns, plan, finalize=_finalize)
+    state = store.extraction_state(ns, "s1")
+    assert (state.watermark, state.window_start, state.prompts_sha, state.extraction_id) == (
+        1, 0, "sha-a", plan.extraction_id)
+    assert store.extraction_state(ns + "_other", "s1") is None
+    # A run that read the same window meanwhile writes nothing: the window was committed first.
+    late = _plan("s1", items=[ItemPlan("point", "Maya is a designer at Acme")])
+    late.window = window
+    result = store.write_extraction(ns, late, finalize=_finalize)
+    assert result.already_covered and result.outcomes == {}
+    assert [m.content for m in store.memories(ns)] == ["Maya works at Acme"]
+    assert store.extraction_state(ns, "s1").extraction_id == plan.extraction_id
+    # A failed S5 moves nothing.
+    failing = _plan("s1", items=[ItemPlan("point", "Maya has a cat")])
+    failing.window = Window(start=2, end=3, base=1)
+
+    def boom(result):
+        raise RuntimeError("S5 crashed before commit")
+
+    with pytest.raises(Exception, match="S5 crashed"):
+        store.write_extraction(ns, failing, finalize=boom)
+    assert store.extraction_state(ns, "s1").watermark == 1
+    # A full re-extraction sets the watermark where it read to.
+    again = _plan("s1")
+    again.window = Window(start=0, end=1, base=-1, prompts_sha="sha-b", full=True)
+    assert not store.write_extraction(ns, again, finalize=_finalize).already_covered
+    assert (store.extraction_state(ns, "s1").watermark, store.extraction_state(ns, "s1").prompts_sha) == (1, "sha-b")
 
 
 # -- engine-specific edges -------------------------------------------------------------------------
@@ -924,7 +1062,10 @@ def test_a_worker_killed_mid_write_commits_nothing_and_its_job_is_retried(store_
         proc.wait(timeout=10)
         assert _lease(store, ns) is None  # its lease still runs
         later = datetime.now(timezone.utc) + timedelta(seconds=120)
-        again = _lease(store, ns, now=later)
+        # On PostgreSQL the dead client's backend holds the job's row lock until it notices the closed
+        # socket (at once on a quiet machine, later under load); lease skips locked rows meanwhile.
+        while (again := _lease(store, ns, now=later)) is None and time.monotonic() < deadline:
+            time.sleep(0.05)
         assert (again.job_id, again.revision, again.attempts) == (job.job_id, 2, 2)
         assert store.memories(ns) == []
         store.write_extraction(ns, _plan("s1", items=[ItemPlan("point", "Maya works at Acme")]), finalize=_finalize,

@@ -15,7 +15,7 @@ from tortoise_sdk.errors import ConfigError
 from tortoise_sdk.models import ExtractionReport
 from tortoise_sdk.store import open_store
 from tortoise_sdk.store.copy import copy_store
-from tortoise_sdk.store.plan import EntityPlan, ExtractionPlan, Fence, ItemPlan, RetractionPlan, SourcePlan
+from tortoise_sdk.store.plan import EntityPlan, ExtractionPlan, Fence, ItemPlan, RetractionPlan, SourcePlan, Window
 
 T0 = datetime(2024, 3, 1, 12, 0, tzinfo=timezone.utc)
 
@@ -49,6 +49,7 @@ def _populate(path: str) -> None:
         store.save_receipt(ns, r1.model_copy(update={"extraction": ExtractionReport(status="queued", reason="q")}))
         first = store.write_extraction(ns, ExtractionPlan(
             session_id="s1", extraction_id=f"x1-{ns}", valid_at=T0, receipt=r1,
+            window=Window(start=0, end=1, base=-1, prompts_sha="sha-1"),
             entities=[EntityPlan("Maya", "person", "the user"), EntityPlan("Acme", "org")],
             items=[ItemPlan("point", "Maya works at Acme", about=("Maya", "Acme"), search_keys=("job",),
                             sources=(SourcePlan(r1.turn_ids[0], "started at Acme"),)),
@@ -65,7 +66,7 @@ def _populate(path: str) -> None:
         store.enqueue_job(ns, "s2")
         failing = store.lease_job(ns, lease_s=60, max_attempts=1)
         store.fail_job(Fence(failing.job_id, failing.revision), "boom", max_attempts=1)
-        store.enqueue_job(ns, "s3")
+        store.enqueue_job(ns, "s3", waiting_turns=1, due_after_turns=20, idle_s=300)  # a batch still filling
         for frame in (
             _frame("call-1", tool_status="running", is_async=True, observed_at=T0),
             _frame("call-1", tool_status="completed", total_tokens=1200, observed_at=T0 + timedelta(seconds=5)),
@@ -91,7 +92,8 @@ def _pk_order(table: str) -> str:
     return {"sessions": "namespace, session_id", "turns": "turn_id", "receipts": "receipt_id",
             "entities": "entity_id", "memories": "memory_id", "memory_entities": "memory_id, entity_id",
             "provenance": "memory_id, turn_id", "extractions": "extraction_id", "jobs": "job_id",
-            "subagent_counters": "namespace, name", "cursors": "namespace, name"}.get(table, "id")
+            "subagent_counters": "namespace, name", "cursors": "namespace, name",
+            "extraction_state": "namespace, session_id"}.get(table, "id")
 
 
 def _norm(value):
@@ -146,7 +148,8 @@ def test_the_copied_memory_reads_and_behaves_the_same(tmp_path, pg_url):
             assert a.receipts(ns) == b.receipts(ns)
             assert a.memories(ns, include_superseded=True) == b.memories(ns, include_superseded=True)
             assert a.memories(ns) == b.memories(ns)
-            assert a.jobs(ns) == b.jobs(ns)
+            assert a.jobs(ns) == b.jobs(ns) and a.jobs(ns)[-1].due_at is not None
+            assert a.extraction_state(ns, "s1") == b.extraction_state(ns, "s1") is not None
             assert a.subagents(ns) == b.subagents(ns) and len(a.subagents(ns)) == 2
             assert a.subagent_counters(ns) == b.subagent_counters(ns)
             assert a.subagent_counters(ns).upserted == 3
@@ -168,7 +171,8 @@ def test_the_copied_memory_reads_and_behaves_the_same(tmp_path, pg_url):
         assert [t.index for t in b.turns("alice", "s2")] == [0, 1, 2] and more.turns_stored == 1
         after = b.upsert_subagent("alice", _frame("call-3", observed_at=T0), now=T0)
         assert int(after.id) > max(int(r.id) for r in a.subagents("bob"))
-        job = b.lease_job("alice", lease_s=60, max_attempts=3)
+        assert b.lease_job("alice", lease_s=60, max_attempts=3) is None  # s3's batch is not due yet
+        job = b.lease_job("alice", lease_s=60, max_attempts=3, due_only=False)
         assert job is not None and job.session_id == "s3" and job.revision == 1
     finally:
         a.close()

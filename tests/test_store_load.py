@@ -34,15 +34,17 @@ def _finalize(result: Any) -> ExtractionReport:
     return ExtractionReport(status="ok", outcomes=dict(result.outcomes))
 
 
-def _capture(url: str, proc: int, go: Any) -> None:
+def _capture(url: str, proc: int, go: Any, queued: Any) -> None:
     store = open_store(url)
     go.wait()
+    job_ids = set()
     for i in range(CAPTURES):
         session = f"s{(proc + i) % SESSIONS}"
         turn = {"role": "user", "content": f"note {proc}.{i}", "id": f"p{proc}-{i}"}
         r = store.capture(NS, prepare_capture(session, [turn], idempotency_key=f"p{proc}-{i}", max_turns=10))
         if i % JOB_EVERY == 0:
-            store.enqueue_job(NS, session, r.receipt_id)
+            job_ids.add(store.enqueue_job(NS, session, r.receipt_id).job_id)
+    queued.put(sorted(job_ids))
     store.close()
 
 
@@ -71,15 +73,16 @@ def _work(url: str, go: Any, captured: Any, out: Any) -> None:
     store.close()
 
 
-def _run(url: str) -> list[dict[str, int]]:
+def _run(url: str) -> tuple[list[dict[str, int]], set[str]]:
     open_store(url).close()
     ctx = mp.get_context("spawn")
-    go, captured, out = ctx.Event(), ctx.Event(), ctx.Queue()
-    writers = [ctx.Process(target=_capture, args=(url, p, go)) for p in range(WRITERS)]
+    go, captured, out, queued = ctx.Event(), ctx.Event(), ctx.Queue(), ctx.Queue()
+    writers = [ctx.Process(target=_capture, args=(url, p, go, queued)) for p in range(WRITERS)]
     workers = [ctx.Process(target=_work, args=(url, go, captured, out)) for _ in range(WORKERS)]
     for p in writers + workers:
         p.start()
     go.set()
+    job_ids = {j for _ in writers for j in queued.get(timeout=120)}
     for p in writers:
         p.join(timeout=120)
     captured.set()
@@ -87,10 +90,11 @@ def _run(url: str) -> list[dict[str, int]]:
     for p in workers:
         p.join(timeout=30)
     assert [p.exitcode for p in writers + workers] == [0] * (WRITERS + WORKERS)
-    return results
+    return results, job_ids
 
 
-def _account(url: str, results: list[dict[str, int]]) -> None:
+def _account(url: str, run: tuple[list[dict[str, int]], set[str]]) -> None:
+    results, queued = run
     store = open_store(url)
     try:
         turns = [t for s in store.sessions(NS) for t in store.turns(NS, s.session_id)]
@@ -100,7 +104,10 @@ def _account(url: str, results: list[dict[str, int]]) -> None:
             assert [t.index for t in store.turns(NS, s.session_id)] == list(range(s.turn_count))
         assert len(store.receipts(NS)) == WRITERS * CAPTURES
         jobs = store.jobs(NS)
-        assert len(jobs) == WRITERS * len(range(0, CAPTURES, JOB_EVERY))
+        # A session has one pending job: an enqueue while one waits folds into it, so there are at most as
+        # many jobs as enqueues, and every job an enqueue returned exists.
+        assert {j.job_id for j in jobs} == queued
+        assert SESSIONS <= len(jobs) <= WRITERS * len(range(0, CAPTURES, JOB_EVERY))
         assert {j.status for j in jobs} == {"done"}
         assert sum(r["written"] for r in results) == len(jobs)
         assert _runs_per_job(store) == {j.job_id: 1 for j in jobs}  # each job written exactly once

@@ -8,6 +8,8 @@ from pathlib import Path
 __all__ = (
     "DEFAULT_CHUNK_TURNS",
     "DEFAULT_CONCURRENCY",
+    "DEFAULT_EXTRACT_EVERY",
+    "DEFAULT_IDLE_S",
     "DEFAULT_MAX_TURNS_PER_CAPTURE",
     "DEFAULT_NAMESPACE",
     "default_db_path",
@@ -19,6 +21,10 @@ DEFAULT_NAMESPACE = "default"
 DEFAULT_MAX_TURNS_PER_CAPTURE = 5_000
 DEFAULT_CHUNK_TURNS = 50
 DEFAULT_CONCURRENCY = 4
+#: Background extraction of a session is due once this many evidence turns wait ...
+DEFAULT_EXTRACT_EVERY = 20
+#: ... or once the session has had no capture for this many seconds.
+DEFAULT_IDLE_S = 300.0
 DEFAULT_BUSY_TIMEOUT_MS = 30_000
 
 

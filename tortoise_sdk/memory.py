@@ -11,6 +11,8 @@ from .capture import prepare_capture
 from .config import (
     DEFAULT_CHUNK_TURNS,
     DEFAULT_CONCURRENCY,
+    DEFAULT_EXTRACT_EVERY,
+    DEFAULT_IDLE_S,
     DEFAULT_MAX_TURNS_PER_CAPTURE,
     DEFAULT_NAMESPACE,
     default_db_path,
@@ -57,7 +59,8 @@ TurnLike = Turn | Mapping[str, Any]
 ExtractMode = Literal["inline", "background"] | bool | None
 
 NO_MODEL_REASON = "no model configured (set TORTOISE_MODEL or Memory(model=...))"
-NO_NEW_TURNS_REASON = "no new turns; run mem.extract(session_id) or `tortoise extract SESSION` to re-extract"
+NO_NEW_TURNS_REASON = ("no new turns; run mem.extract(session_id, full=True) or `tortoise extract SESSION --full` "
+                       "to re-extract")
 
 
 class Memory:
@@ -84,6 +87,10 @@ class Memory:
         model_settings: more ``LLMConfig`` fields (``timeout_s``, ``max_attempts``, ``max_tokens`` ...).
         create: make the SQLite file (and its directory) when missing; with False a missing file
             raises ``NotFoundError`` and nothing is created (for read-only callers).
+        extract_every, idle_s: background extraction batching. Captures with
+            ``extract="background"`` fold into one pending job per session, due once
+            ``extract_every`` new evidence turns wait or after ``idle_s`` seconds without a
+            capture; ``flush()`` runs it now.
 
     Raises:
         ConfigError: a bad argument, named by its ``field``.
@@ -106,6 +113,8 @@ class Memory:
         vet: bool = False,
         model_settings: Mapping[str, Any] | None = None,
         create: bool = True,
+        extract_every: int = DEFAULT_EXTRACT_EVERY,
+        idle_s: float = DEFAULT_IDLE_S,
     ) -> None:
         if not isinstance(namespace, str) or not namespace.strip() or "\x00" in namespace:
             raise ConfigError("namespace must be a non-blank string without NUL characters, "
@@ -116,6 +125,13 @@ class Memory:
         self.max_turns_per_capture = max_turns_per_capture
         if chunk_turns < 1 or concurrency < 1:
             raise ConfigError("chunk_turns and concurrency must be at least 1")
+        if not isinstance(extract_every, int) or extract_every < 1 or not idle_s >= 0:
+            raise ConfigError("extract_every must be an integer of at least 1 and idle_s a number of seconds >= 0, "
+                              "e.g. Memory(extract_every=20, idle_s=300)",
+                              field="extract_every" if not isinstance(extract_every, int) or extract_every < 1
+                              else "idle_s")
+        self.extract_every = extract_every
+        self.idle_s = float(idle_s)
         self.model = model or env_model()
         self.api_base = api_base
         self._api_key = api_key
@@ -174,7 +190,7 @@ class Memory:
         receipt = self.store.capture(self.namespace, request)
         if receipt.replayed:
             return receipt
-        return self._after_capture(receipt, extract)
+        return self._after_capture(receipt, extract, request)
 
     def capture_many(
         self,
@@ -222,7 +238,7 @@ class Memory:
                                       "running the same import again skips them)") from None
             if progress is not None:
                 progress(len(receipts), len(requests))
-        return [self._after_capture(r, extract) for r in receipts]
+        return [self._after_capture(r, extract, q) for r, q in zip(receipts, requests)]
 
     # -- reads -------------------------------------------------------------------------------
 
@@ -454,7 +470,7 @@ class Memory:
                 try:
                     request = prepare_capture(sid, chunk, session_date=first, max_turns=size)
                     request.extraction = self._report_before_writing(extract)
-                    receipt = self._after_capture(self.store.capture(self.namespace, request), extract)
+                    receipt = self._after_capture(self.store.capture(self.namespace, request), extract, request)
                 except (InvalidInput, CaptureConflict) as exc:
                     report.errors.append(Diagnostic(stage="capture", code=type(exc).__name__, message=str(exc),
                                                     detail={"session_id": sid}))
@@ -493,8 +509,12 @@ class Memory:
 
     # -- extraction --------------------------------------------------------------------------
 
-    def extract(self, session_id: str) -> ExtractionReport:
-        """(Re-)extract a stored session now; the report is stored on the session's latest receipt.
+    def extract(self, session_id: str, *, full: bool = False) -> ExtractionReport:
+        """Extract a stored session's turns captured since its last extraction, now.
+
+        The report is stored on the session's latest receipt. With ``full=True`` every turn of
+        the session is read again (what is already stored then comes back as NOOP or UPDATE);
+        so is it, once, after the prompts changed.
 
         Raises:
             NotFoundError: no such session (checked first).
@@ -508,14 +528,18 @@ class Memory:
                                 "list them with mem.sessions() or `tortoise sessions`")
         if not self.model:
             raise ConfigError(NO_MODEL_REASON, field="model")
-        return self._extract(session_id, receipts[-1])
+        return self._extract(session_id, receipts[-1], full=full)
 
     def memories(self, session_id: str | None = None, include_superseded: bool = False) -> list[MemoryRecord]:
         """Extracted memories (events and points) with entities and sources, oldest first."""
         return self.store.memories(self.namespace, session_id, include_superseded)
 
-    def process_pending(self, max_jobs: int | None = None) -> list[JobInfo]:
-        """Run queued background extractions of this namespace; returns each job's state after its run.
+    def process_pending(self, max_jobs: int | None = None, *, session_id: str | None = None,
+                        due_only: bool = True) -> list[JobInfo]:
+        """Run the queued background extractions of this namespace that are due; returns each job's state after its run.
+
+        ``session_id`` limits it to one session; ``due_only=False`` also runs jobs still
+        waiting for their batch to fill (that is ``flush``).
 
         Raises:
             ConfigError: no model is configured.
@@ -529,7 +553,37 @@ class Memory:
                             if r.receipt_id == job.receipt_id), None)
             return self._extract(job.session_id, receipt, fence=fence)
 
-        return process_pending(self.store, self.namespace, run, max_jobs=max_jobs)
+        return process_pending(self.store, self.namespace, run, max_jobs=max_jobs, session_id=session_id,
+                               due_only=due_only)
+
+    def flush(self, session_id: str | None = None) -> list[JobInfo]:
+        """Extract now what background captures left pending (of one session, or of all), without waiting for the batch.
+
+        Adapters call it when a conversation closes. A job another worker is running is left to it.
+        Returns each job's state after its run.
+
+        Raises:
+            ConfigError: no model is configured.
+        """
+        return self.process_pending(session_id=session_id, due_only=False)
+
+    def run_worker(self, *, poll_s: float = 2.0, once: bool = False, max_jobs: int | None = None,
+                   on_job: Callable[[JobInfo], None] | None = None, stop: Any = None) -> int:
+        """Run due background extractions until stopped (``tortoise worker``); returns how many jobs ran.
+
+        Polls every ``poll_s`` seconds when idle. A store outage is logged and waited out
+        with backoff; with ``once``, one pass runs and an outage raises. ``on_job`` sees each
+        job's state after its run; setting the ``threading.Event`` ``stop`` ends the loop.
+
+        Raises:
+            ConfigError: no model is configured.
+        """
+        if not self.model:
+            raise ConfigError(NO_MODEL_REASON, field="model")
+        from .pipeline.jobs import run_worker
+
+        return run_worker(lambda limit: self.process_pending(max_jobs=limit), poll_s=poll_s, once=once,
+                          max_jobs=max_jobs, on_job=on_job, stop=stop)
 
     def _report_before_writing(self, extract: ExtractMode) -> ExtractionReport | None:
         """The ``skipped`` report when no extraction will run (stored with the receipt), else None."""
@@ -539,29 +593,29 @@ class Memory:
             return ExtractionReport(status="skipped", reason="extraction disabled for this capture (extract=False)")
         return None if self.model else ExtractionReport(status="skipped", reason=NO_MODEL_REASON)
 
-    def _after_capture(self, receipt: CaptureReceipt, extract: ExtractMode) -> CaptureReceipt:
+    def _after_capture(self, receipt: CaptureReceipt, extract: ExtractMode, request: Any = None) -> CaptureReceipt:
         if extract is False or not self.model or receipt.replayed:
             return receipt
         if receipt.turns_stored == 0:
             return self._store_report(receipt, ExtractionReport(
                 status="skipped", reason=NO_NEW_TURNS_REASON))
         if extract == "background":
-            job = self._pending_job(receipt.session_id) or self.store.enqueue_job(
-                self.namespace, receipt.session_id, receipt.receipt_id)
+            # One pending job per session: this capture folds into it, and it is due once enough
+            # evidence waits or the session goes idle (a chat loop is extracted in batches).
+            job = self.store.enqueue_job(self.namespace, receipt.session_id, receipt.receipt_id,
+                                         waiting_turns=_evidence_count(request, receipt.turns_stored),
+                                         due_after_turns=self.extract_every, idle_s=self.idle_s)
+            due = "now" if job.due_at is None else f"at {job.due_at.isoformat(timespec='seconds')}"
             return self._store_report(receipt, ExtractionReport(
-                status="queued", reason="run mem.process_pending() or `tortoise worker`", job_id=job.job_id))
+                status="queued", job_id=job.job_id,
+                reason=f"due {due} ({job.waiting_turns} of {self.extract_every} evidence turns waiting, or "
+                       f"{self.idle_s:g} s without a capture); run by `tortoise worker` or mem.process_pending(), "
+                       "now by mem.flush()"))
         report = self._extract(receipt.session_id, receipt)
         return receipt.model_copy(update={"extraction": report})
 
-    def _pending_job(self, session_id: str) -> JobInfo | None:
-        """A queued job of the session that no worker has started: it extracts the turns just stored too.
-
-        (A host that captures after every turn, such as a Claude Code hook, then queues one
-        extraction per session, not one per turn.)
-        """
-        return next((j for j in self.store.jobs(self.namespace, status="pending") if j.session_id == session_id), None)
-
-    def _extract(self, session_id: str, receipt: CaptureReceipt | None, fence: Any = None) -> ExtractionReport:
+    def _extract(self, session_id: str, receipt: CaptureReceipt | None, fence: Any = None,
+                 full: bool = False) -> ExtractionReport:
         from .pipeline.runner import PipelineOptions, extract_session
 
         try:
@@ -570,7 +624,7 @@ class Memory:
             config = LLMConfig.resolve(self.model, api_base=self.api_base, api_key=self._api_key,
                                        **self._model_settings)
             options = PipelineOptions(chunk_turns=self.chunk_turns, concurrency=self.concurrency, vet=self.vet,
-                                      prompts_dir=self.prompts_dir)
+                                      prompts_dir=self.prompts_dir, full=full)
             return extract_session(self.store, self.namespace, session_id, llm_config=config, options=options,
                                    receipt=receipt, fence=fence)
         except Exception as exc:
@@ -638,6 +692,15 @@ class Memory:
         from .graph import build_graph
 
         return build_graph(self.store, self.namespace)
+
+
+def _evidence_count(request: Any, stored: int) -> int:
+    """How many of a capture's new turns are evidence (what a batch counts); at most ``stored``."""
+    if request is None:
+        return stored
+    from .pipeline.grounding import is_evidence
+
+    return min(stored, sum(1 for t in request.turns if is_evidence(t, t.metadata)))
 
 
 def migrate_store(src: str, dst: str, *, progress: Callable[[str, int], None] | None = None) -> CopyReport:

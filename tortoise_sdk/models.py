@@ -13,6 +13,7 @@ __all__ = (
     "Diagnostic",
     "ExpandResult",
     "ExtractionReport",
+    "ExtractionState",
     "JobInfo",
     "LaunchingCall",
     "MEMORY_BLOCK_END",
@@ -96,6 +97,8 @@ class ExtractionReport(BaseModel):
     warnings: list[Diagnostic] = Field(default_factory=list)
     stages: dict[str, StageStats] = Field(default_factory=dict)
     job_id: str | None = None
+    window: tuple[int, int] | None = Field(default=None, description="First and last turn index the extraction "
+                                           "read as new (turns before it were extracted already); None: none.")
 
 
 class CaptureReceipt(BaseModel):
@@ -313,7 +316,20 @@ class JobInfo(BaseModel):
     lease_until: datetime | None = None
     errors: list[str] = Field(default_factory=list)
     receipt_id: str | None = Field(default=None, description="The capture receipt the job reports into.")
+    due_at: datetime | None = Field(default=None, description="When a pending job becomes runnable; None: now.")
+    waiting_turns: int = Field(default=0, description="Evidence turns captured into the session while it waited.")
     created_at: datetime
+    updated_at: datetime
+
+
+class ExtractionState(BaseModel):
+    """How far a session is extracted: the window of the last committed extraction."""
+
+    session_id: str
+    watermark: int = Field(description="Index of the last turn a committed extraction covered.")
+    window_start: int = Field(description="Index of the first new turn of that extraction.")
+    prompts_sha: str | None = Field(default=None, description="Hash of the prompts it ran with; None: unknown.")
+    extraction_id: str | None = None
     updated_at: datetime
 
 

@@ -1,24 +1,26 @@
-"""Extraction from the command line: ``extract`` a stored session now, or run the background ``worker``."""
+"""Extraction from the command line: ``extract`` a stored session now, ``flush`` what is queued, or run the ``worker``."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
+from ..models import JobInfo
 from ._common import add_model_options, bounded_int, emit_json, model_options, open_memory, report_line
 
 __all__ = ("register",)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    """Add ``extract`` and ``worker``."""
+    """Add ``extract``, ``flush`` and ``worker``."""
     _register_extract(sub)
+    _register_flush(sub)
     _register_worker(sub)
 
 
 def _cmd_extract(args: argparse.Namespace) -> int:
     with open_memory(args, create=False, **model_options(args)) as mem:
-        report = mem.extract(args.session)
+        report = mem.extract(args.session, full=args.full)
     if args.json:
         emit_json(report)
     else:
@@ -32,30 +34,51 @@ def _register_extract(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("extract", help="(re-)extract memories from a stored session",
                        description="Example: TORTOISE_MODEL=openai/gpt-4o-mini tortoise extract s1")
     p.add_argument("session", help="session id")
+    p.add_argument("--full", action="store_true",
+                   help="read every turn again, not only those captured since the last extraction")
     p.add_argument("--json", action="store_true", help="print the extraction report as JSON")
     add_model_options(p)
     p.set_defaults(handler=_cmd_extract)
 
 
-def _cmd_worker(args: argparse.Namespace) -> int:
-    import time
+def _print_job(job: JobInfo) -> None:
+    print(f"job {job.job_id} {job.session_id}: {job.status} (attempt {job.attempts})"
+          + (f" - {job.errors[-1]}" if job.errors and job.status != "done" else ""), flush=True)
 
+
+def _cmd_flush(args: argparse.Namespace) -> int:
     with open_memory(args, **model_options(args)) as mem:
-        ran = 0
-        while True:
-            jobs = mem.process_pending(max_jobs=None if args.max_jobs is None else args.max_jobs - ran)
-            for job in jobs:
-                print(f"job {job.job_id} {job.session_id}: {job.status} (attempt {job.attempts})"
-                      + (f" - {job.errors[-1]}" if job.errors and job.status != "done" else ""))
-            ran += len(jobs)
-            if args.once or (args.max_jobs is not None and ran >= args.max_jobs):
-                return 0
-            time.sleep(args.poll)
+        jobs = mem.flush(args.session)
+    if args.json:
+        emit_json(jobs)
+    else:
+        for job in jobs:
+            _print_job(job)
+        if not jobs:
+            print("nothing pending")
+    return 0 if all(j.status != "failed" for j in jobs) else 1
+
+
+def _register_flush(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("flush", help="extract now what background captures left pending",
+                       description="Runs the queued extractions (of one session, or all) without waiting for their "
+                                   "batch to fill. Example: tortoise flush --session chat-42")
+    p.add_argument("--session", help="only this session")
+    p.add_argument("--json", action="store_true", help="print the jobs as JSON")
+    add_model_options(p)
+    p.set_defaults(handler=_cmd_flush)
+
+
+def _cmd_worker(args: argparse.Namespace) -> int:
+    with open_memory(args, **model_options(args)) as mem:
+        mem.run_worker(poll_s=args.poll, once=args.once, max_jobs=args.max_jobs, on_job=_print_job)
+    return 0
 
 
 def _register_worker(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("worker", help="run queued background extractions",
-                       description="Runs jobs queued by `capture --extract background`. Example: tortoise worker --once")
+                       description="Runs jobs queued by `capture --extract background` once they are due; waits out "
+                                   "a database outage (logged, with backoff). Example: tortoise worker --once")
     p.add_argument("--once", action="store_true", help="run what is queued now, then exit")
     p.add_argument("--max-jobs", type=bounded_int(1, 10**9), help="exit after this many jobs")
     p.add_argument("--poll", type=float, default=2.0, help="seconds between polls (default: %(default)s)")

@@ -37,7 +37,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..models import MEMORY_BLOCK_END, MEMORY_BLOCK_MARKER, Diagnostic, SearchHit
+from ..models import MEMORY_BLOCK_END, MEMORY_BLOCK_MARKER, Diagnostic, SearchHit, Turn
 from ..store.plan import SourcePlan
 from ..text import norm_name, norm_quote
 from .merge import Entity, Proposal, _Grounded
@@ -58,7 +58,7 @@ _NEGATING_SUFFIX = re.compile(r"n't|not")
 _BLOCK = re.compile(re.escape(MEMORY_BLOCK_MARKER) + r".*?(?:" + re.escape(MEMORY_BLOCK_END) + r"|\Z)", re.DOTALL)
 
 
-def is_evidence(turn: SearchHit, metadata: Mapping[str, Any] | None) -> bool:
+def is_evidence(turn: SearchHit | Turn, metadata: Mapping[str, Any] | None) -> bool:
     """Whether a turn may ground a memory: not a tool turn, sub-agent record or memory block."""
     if turn.role == "tool":
         return False

@@ -1,49 +1,149 @@
-"""Background extraction: a durable job queue with leases and fencing revisions.
+"""Background extraction: a durable job queue with leases, heartbeats and fencing revisions.
 
 A worker leases the oldest runnable job, which bumps the job's revision; the S5
 write commits only if the revision is unchanged (checked inside its
 transaction), so a worker whose lease expired and was taken over cannot commit
 a late result: the store refuses it with ``LeaseLost``, logs a warning and counts
-it in ``store.fenced_writes`` (the same on both engines). A crashed worker's job is leased again after its lease expires;
-after ``max_attempts`` the job is failed, keeping every attempt's error.
+it in ``store.fenced_writes`` (the same on both engines). While a job runs, a
+heartbeat renews its lease every third of ``lease_s`` (the revision stays), so a
+long extraction keeps its job and a worker that dies loses it within ``lease_s``:
+another worker then retries it. After ``max_attempts`` the job is failed, keeping
+every attempt's error.
+
+``run_worker`` is the loop of ``tortoise worker``: it polls for due jobs and, when
+the store is unreachable (a database restart, a network cut), logs it, backs off
+(exponentially, with jitter, up to ``max_backoff_s``) and goes on.
 """
 
 from __future__ import annotations
 
+import logging
+import random
+import sqlite3
+import threading
 from collections.abc import Callable
+from types import TracebackType
 
-from ..errors import LeaseLost
+from ..errors import LeaseLost, StoreError
 from ..models import ExtractionReport, JobInfo
 from ..store.base import Store
 from ..store.plan import Fence
 
-__all__ = ("DEFAULT_LEASE_S", "DEFAULT_MAX_ATTEMPTS", "process_pending")
+__all__ = ("DEFAULT_LEASE_S", "DEFAULT_MAX_ATTEMPTS", "Heartbeat", "process_pending", "run_worker")
 
-DEFAULT_LEASE_S = 600.0
+#: A job's lease; the heartbeat renews it every third of this while the job runs.
+DEFAULT_LEASE_S = 30.0
 DEFAULT_MAX_ATTEMPTS = 3
+#: The longest pause between attempts to reach a store that is down.
+DEFAULT_MAX_BACKOFF_S = 30.0
 
 Run = Callable[[JobInfo, Fence], ExtractionReport]
 
+_log = logging.getLogger("tortoise_sdk.worker")
+
 
 def process_pending(store: Store, namespace: str | None, run: Run, *, max_jobs: int | None = None,
-                    lease_s: float = DEFAULT_LEASE_S, max_attempts: int = DEFAULT_MAX_ATTEMPTS) -> list[JobInfo]:
-    """Run queued jobs until none is runnable (or ``max_jobs`` ran); return each job's state afterwards."""
+                    lease_s: float = DEFAULT_LEASE_S, max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+                    session_id: str | None = None, due_only: bool = True) -> list[JobInfo]:
+    """Run queued jobs until none is runnable (or ``max_jobs`` ran); return each job's state afterwards.
+
+    Only jobs that are due run, unless ``due_only=False`` (a flush); ``session_id`` limits it to one session.
+    """
     done: list[JobInfo] = []
     while max_jobs is None or len(done) < max_jobs:
-        job = store.lease_job(namespace, lease_s=lease_s, max_attempts=max_attempts)
+        job = store.lease_job(namespace, lease_s=lease_s, max_attempts=max_attempts, session_id=session_id,
+                              due_only=due_only)
         if job is None:
             break
         fence = Fence(job.job_id, job.revision)
-        try:
-            report = run(job, fence)
-            if report.status == "failed":
-                store.fail_job(fence, report.reason or "extraction failed", max_attempts=max_attempts)
-        except LeaseLost:
-            pass  # refused, logged and counted by the store; the new lease holder's result counts
-        except Exception as exc:  # noqa: BLE001 - recorded on the job, retried later
+        with Heartbeat(store, fence, lease_s=lease_s):
             try:
-                store.fail_job(fence, f"{type(exc).__name__}: {exc}", max_attempts=max_attempts)
+                report = run(job, fence)
+                if report.status == "failed":
+                    store.fail_job(fence, report.reason or "extraction failed", max_attempts=max_attempts)
             except LeaseLost:
-                pass  # the error belongs to a lease that is gone; refused, logged and counted likewise
+                pass  # refused, logged and counted by the store; the new lease holder's result counts
+            except Exception as exc:  # noqa: BLE001 - recorded on the job, retried later
+                try:
+                    store.fail_job(fence, f"{type(exc).__name__}: {exc}", max_attempts=max_attempts)
+                except LeaseLost:
+                    pass  # the error belongs to a lease that is gone; refused, logged and counted likewise
         done.append(store.get_job(job.job_id))
     return done
+
+
+class Heartbeat:
+    """Renews a job's lease every ``interval_s`` (default a third of ``lease_s``) until the block ends.
+
+    It stops on its own when the lease is gone (another worker took the job: the late
+    write will be refused anyway); a store error is logged and the next beat tries again.
+    """
+
+    def __init__(self, store: Store, fence: Fence, *, lease_s: float, interval_s: float | None = None) -> None:
+        self.store = store
+        self.fence = fence
+        self.lease_s = lease_s
+        self.interval_s = interval_s if interval_s is not None else lease_s / 3
+        self.beats = 0
+        self.lost = False
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"tortoise-heartbeat-{fence.job_id}", daemon=True)
+
+    def __enter__(self) -> Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            try:
+                self.store.renew_lease(self.fence, lease_s=self.lease_s)
+                self.beats += 1
+            except LeaseLost as exc:
+                self.lost = True
+                _log.warning("heartbeat stopped: %s", exc)
+                return
+            except Exception as exc:  # noqa: BLE001 - a store outage; the lease may lapse, fencing holds
+                _log.warning("heartbeat for job %s failed (%s); trying again in %.1f s",
+                             self.fence.job_id, exc, self.interval_s)
+
+
+def run_worker(process: Callable[[int | None], list[JobInfo]], *, poll_s: float = 2.0, once: bool = False,
+               max_jobs: int | None = None, on_job: Callable[[JobInfo], None] | None = None,
+               stop: threading.Event | None = None, max_backoff_s: float = DEFAULT_MAX_BACKOFF_S) -> int:
+    """Call ``process(limit)`` (one pass over the due jobs) until stopped; return how many jobs ran.
+
+    Between passes that found nothing it waits ``poll_s``. When the store cannot be reached
+    (``StoreError``, a SQLite I/O error) the pass is logged and tried again after a backoff
+    that doubles from ``poll_s`` up to ``max_backoff_s``; with ``once`` the error is raised.
+    Ends after one successful pass with ``once``, after ``max_jobs`` jobs, or when ``stop`` is set.
+    """
+    stop = stop or threading.Event()
+    ran = failures = 0
+    while not stop.is_set():
+        try:
+            jobs = process(None if max_jobs is None else max_jobs - ran)
+        except (StoreError, sqlite3.OperationalError, sqlite3.DatabaseError) as exc:
+            if once:
+                raise
+            failures += 1
+            delay = min(max_backoff_s, poll_s * 2 ** (failures - 1)) * random.uniform(0.5, 1.0)
+            _log.warning("store unavailable (%s); retrying in %.1f s (attempt %d)", exc, delay, failures)
+            stop.wait(delay)
+            continue
+        if failures:
+            _log.warning("store reachable again after %d failed attempt(s); going on", failures)
+            failures = 0
+        for job in jobs:
+            if on_job is not None:
+                on_job(job)
+        ran += len(jobs)
+        if once or (max_jobs is not None and ran >= max_jobs):
+            break
+        if not jobs:
+            stop.wait(poll_s)
+    return ran

@@ -1,5 +1,11 @@
 """Runs S1 → S2 → (VET) → S3 → S4 → (VET of S4's additions) → grounding → S5 for one stored session.
 
+Extraction is incremental: it reads only the turns after the session's watermark
+(the last turn a committed extraction covered), and S5 moves the watermark in its
+own transaction, so a crash before S5 leaves the same window to the next run and
+a committed window is never read as new again. ``full=True``, or prompts that
+changed since the last extraction, re-read the whole session on purpose.
+
 No stage failure is raised: each becomes a Diagnostic on the ExtractionReport.
 The turns are already committed before the first model call, so nothing here
 can lose the session.
@@ -7,9 +13,10 @@ can lose the session.
 
 from __future__ import annotations
 
+import hashlib
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -17,11 +24,11 @@ from ..config import DEFAULT_CHUNK_TURNS, DEFAULT_CONCURRENCY
 from ..errors import LeaseLost
 from ..models import CaptureReceipt, Diagnostic, ExtractionReport, StageStats
 from ..store.base import Store
-from ..store.plan import Fence, WriteResult
+from ..store.plan import Fence, Window, WriteResult
 from .common import diagnostic, run_sync
 from .grounding import evidence_turns, ground
 from .merge import Proposal, union
-from .prompts import load_prompt
+from .prompts import Prompt, load_prompt
 from .s1_narrate import narrate
 from .s2_map import map_session
 from .s3_priors import DEFAULT_PRIORS, find_priors
@@ -29,18 +36,20 @@ from .s4_review import review
 from .s5_write import build_plan, write_plan
 from .vet import vet as run_vet
 
-__all__ = ("PipelineOptions", "aextract_session", "extract_session")
+__all__ = ("PipelineOptions", "aextract_session", "extract_session", "prompts_sha")
 
 
 @dataclass(frozen=True)
 class PipelineOptions:
-    """How the pipeline runs: chunking, concurrency, the optional gate, prompts and prior budget."""
+    """How the pipeline runs: chunking, concurrency, the optional gate, prompts, prior budget, and
+    ``full`` (re-read the whole session instead of the turns after its watermark)."""
 
     chunk_turns: int = DEFAULT_CHUNK_TURNS
     concurrency: int = DEFAULT_CONCURRENCY
     vet: bool = False
     prompts_dir: str | Path | None = None
     priors_k: int = DEFAULT_PRIORS
+    full: bool = False
 
 
 def extract_session(store: Store, namespace: str, session_id: str, *, llm_config: object,
@@ -71,9 +80,13 @@ async def aextract_session(store: Store, namespace: str, session_id: str, *, llm
     elapsed: dict[str, float] = {}
     partial = False
 
-    turns = store.turns(namespace, session_id)
-    session_date = turns[0].session_date if turns else None
-    evidence = evidence_turns(turns, store.turn_metadata(namespace, session_id))
+    window = _window(store, namespace, session_id, prompts, full=options.full)
+    turns = store.turns(namespace, session_id, start=window.base + 1)
+    if not turns:
+        return _nothing_new(store, namespace, session_id, window, receipt, fence)
+    window = replace(window, start=turns[0].index, end=turns[-1].index)
+    session_date = turns[0].session_date
+    evidence = evidence_turns(turns, store.turn_metadata(namespace, session_id, start=window.start))
 
     if evidence:
         t = time.perf_counter()
@@ -145,7 +158,8 @@ async def aextract_session(store: Store, namespace: str, session_id: str, *, llm
         return ExtractionReport(status=status, reason=reason, counts=counts,
                                 outcomes=dict(result.outcomes) if result else {},
                                 errors=list(errors), warnings=list(warnings) + (result.warnings if result else []),
-                                stages=stages, job_id=fence.job_id if fence else None)
+                                stages=stages, job_id=fence.job_id if fence else None,
+                                window=(window.start, window.end))
 
     rejected = 0
     if nothing:
@@ -160,6 +174,7 @@ async def aextract_session(store: Store, namespace: str, session_id: str, *, llm
     local["ground"] = StageStats(wall_ms=(time.perf_counter() - t) * 1000)
     plan, plan_warnings = build_plan(session_id, grounded, priors.handles, extraction_id=f"x_{uuid.uuid4().hex}",
                                      valid_at=_as_utc(session_date), receipt=receipt)
+    plan.window = window
     warnings += plan_warnings
     status = "partial" if (errors or partial or priors.degraded) else "ok"
 
@@ -167,6 +182,9 @@ async def aextract_session(store: Store, namespace: str, session_id: str, *, llm
 
     def finalize(result: WriteResult) -> ExtractionReport:
         local["s5"] = StageStats(wall_ms=(time.perf_counter() - t) * 1000)
+        if result.already_covered:
+            return report("skipped", result, f"turns {window.start}-{window.end} were extracted by another run "
+                                             "while this one ran; nothing of this one was written")
         return report(status, result, _reason(status, errors))
 
     try:
@@ -179,6 +197,33 @@ async def aextract_session(store: Store, namespace: str, session_id: str, *, llm
         failed = report("failed", None, "S5 failed; nothing of the extraction was written (the turns are stored)")
         _save_receipt(store, namespace, receipt, failed)
         return failed
+
+
+def _window(store: Store, namespace: str, session_id: str, prompts: dict[str, Prompt], *, full: bool) -> Window:
+    """Where this extraction starts: after the watermark, or at the first turn when re-reading everything."""
+    sha = prompts_sha(prompts)
+    state = store.extraction_state(namespace, session_id)
+    full = full or (state is not None and state.prompts_sha is not None and state.prompts_sha != sha)
+    base = -1 if full or state is None else state.watermark
+    return Window(start=base + 1, end=base, base=base, prompts_sha=sha, full=full)
+
+
+def prompts_sha(prompts: dict[str, Prompt]) -> str:
+    """One hash of the prompts that shape what is extracted (S1, S2, S4): when it changes, sessions are re-read."""
+    joined = ",".join(f"{name}:{prompts[name].sha256}" for name in ("s1_narrate", "s2_map", "s4_review"))
+    return hashlib.sha256(joined.encode()).hexdigest()
+
+
+def _nothing_new(store: Store, namespace: str, session_id: str, window: Window, receipt: CaptureReceipt | None,
+                 fence: Fence | None) -> ExtractionReport:
+    """No turn after the watermark: nothing to extract (a job that asked is done)."""
+    report = ExtractionReport(status="skipped", job_id=fence.job_id if fence else None,
+                              reason=f"no turns after turn {window.base}, the last one extracted; "
+                                     "mem.extract(session_id, full=True) re-extracts the whole session")
+    if fence is not None:
+        store.finish_job(fence)
+    _save_receipt(store, namespace, receipt, report)
+    return report
 
 
 def _save_receipt(store: Store, namespace: str, receipt: CaptureReceipt | None, report: ExtractionReport) -> None:

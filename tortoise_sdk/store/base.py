@@ -11,6 +11,7 @@ from ..models import (
     CaptureReceipt,
     Cursor,
     ExtractionReport,
+    ExtractionState,
     JobInfo,
     MemoryRecord,
     SearchHit,
@@ -134,8 +135,8 @@ class Store(ABC):
         """Stored entities whose normalised name is one of ``names``: ``{id, name, kind, note}``."""
 
     @abstractmethod
-    def turn_metadata(self, namespace: str, session_id: str) -> dict[str, dict[str, Any] | None]:
-        """Caller metadata of a session's turns, by turn id."""
+    def turn_metadata(self, namespace: str, session_id: str, *, start: int = 0) -> dict[str, dict[str, Any] | None]:
+        """Caller metadata of a session's turns (from position ``start``), by turn id."""
 
     @abstractmethod
     def extend_graph(self, g: networkx.MultiDiGraph, namespace: str) -> None:
@@ -149,8 +150,13 @@ class Store(ABC):
         """S5: consolidate and write a session's extraction in one transaction. Raises LeaseLost."""
 
     @abstractmethod
-    def enqueue_job(self, namespace: str, session_id: str, receipt_id: str | None = None) -> JobInfo:
-        """Queue a durable extraction job."""
+    def extraction_state(self, namespace: str, session_id: str) -> ExtractionState | None:
+        """How far the session is extracted (its watermark); None before its first windowed extraction."""
+
+    @abstractmethod
+    def enqueue_job(self, namespace: str, session_id: str, receipt_id: str | None = None, *,
+                    waiting_turns: int = 0, due_after_turns: int = 1, idle_s: float = 0.0) -> JobInfo:
+        """Queue a durable extraction job, or fold into the session's pending one (due rules: ``ExtractionCore``)."""
 
     @abstractmethod
     def get_job(self, job_id: str) -> JobInfo:
@@ -161,8 +167,13 @@ class Store(ABC):
         """Jobs, oldest first."""
 
     @abstractmethod
-    def lease_job(self, namespace: str | None, *, lease_s: float, max_attempts: int) -> JobInfo | None:
+    def lease_job(self, namespace: str | None, *, lease_s: float, max_attempts: int,
+                  session_id: str | None = None, due_only: bool = True) -> JobInfo | None:
         """Lease the oldest runnable job, bumping its revision (the fencing token)."""
+
+    @abstractmethod
+    def renew_lease(self, fence: Fence, *, lease_s: float) -> JobInfo:
+        """Extend a held lease (the worker's heartbeat); the revision stays. Raises LeaseLost."""
 
     @abstractmethod
     def fail_job(self, fence: Fence, error: str, *, max_attempts: int) -> JobInfo:

@@ -16,9 +16,9 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from ..errors import LeaseLost, NotFoundError
-from ..models import Diagnostic, ExtractionReport, JobInfo, MemoryRecord
+from ..models import Diagnostic, ExtractionReport, ExtractionState, JobInfo, MemoryRecord
 from ..text import jaccard, norm_content, norm_name
-from .plan import EntityPlan, ExtractionPlan, Fence, ItemPlan, RetractionPlan, SourcePlan, WriteResult
+from .plan import EntityPlan, ExtractionPlan, Fence, ItemPlan, RetractionPlan, SourcePlan, Window, WriteResult
 from .rows import Row, entity_id_for, memory_id_for
 
 __all__ = ("RETRACTION_MATCH", "ExtractionCore")
@@ -88,22 +88,51 @@ class ExtractionCore:
                 self._check_fence(c, fence)
             now = self._begin_s5(c, namespace)
             result = WriteResult()
+            if plan.window is not None and self._covered(c, namespace, plan.session_id, plan.window):
+                result.already_covered = True
+                return self._record_run(c, namespace, plan, result, finalize, fence, now)
             entity_ids = {norm_name(e.name): self._resolve_entity(c, namespace, e, now) for e in plan.entities}
             for item in plan.items:
                 self._write_item(c, namespace, plan, item, entity_ids, result, now)
             for retraction in plan.retractions:
                 self._retract(c, namespace, plan, retraction, result, now)
             result.counts["entity"] = len(entity_ids)
-            report = finalize(result)
-            result.report = report
-            self._insert_extraction(c, namespace, plan, report, fence.job_id if fence else None, now)
-            if plan.receipt is not None:
-                self._set_receipt_body(c, namespace, plan.receipt.model_copy(update={"extraction": report}))
-            if fence is not None:
-                self._settle_job(c, fence.job_id, "done", now)
-            return result
+            if plan.window is not None:
+                self._advance_watermark(c, namespace, plan, now)
+            return self._record_run(c, namespace, plan, result, finalize, fence, now)
 
         return self.transaction(write)
+
+    def _record_run(self, c: Conn, namespace: str, plan: ExtractionPlan, result: WriteResult,
+                    finalize: Callable[[WriteResult], ExtractionReport], fence: Fence | None,
+                    now: datetime) -> WriteResult:
+        report = finalize(result)
+        result.report = report
+        self._insert_extraction(c, namespace, plan, report, fence.job_id if fence else None, now)
+        if plan.receipt is not None:
+            self._set_receipt_body(c, namespace, plan.receipt.model_copy(update={"extraction": report}))
+        if fence is not None:
+            self._settle_job(c, fence.job_id, "done", now)
+        return result
+
+    def _covered(self, c: Conn, namespace: str, session_id: str, window: Window) -> bool:
+        """Whether another extraction already committed this whole window (an incremental one only)."""
+        state = self._extraction_state_in(c, namespace, session_id)
+        return not window.full and state is not None and state.watermark >= window.end
+
+    def _advance_watermark(self, c: Conn, namespace: str, plan: ExtractionPlan, now: datetime) -> None:
+        w = plan.window
+        assert w is not None
+        state = self._extraction_state_in(c, namespace, plan.session_id)
+        mark = w.end if w.full or state is None else max(state.watermark, w.end)
+        self._save_extraction_state(c, namespace, ExtractionState(
+            session_id=plan.session_id, watermark=mark, window_start=w.start, prompts_sha=w.prompts_sha,
+            extraction_id=plan.extraction_id, updated_at=now))
+
+    def extraction_state(self, namespace: str, session_id: str) -> ExtractionState | None:
+        """How far the session is extracted (None: no extraction recorded a window yet)."""
+        with self.read() as c:  # type: ignore[attr-defined]
+            return self._extraction_state_in(c, namespace, session_id)
 
     def _resolve_entity(self, c: Conn, namespace: str, e: EntityPlan, now: datetime) -> str:
         key = norm_name(e.name)
@@ -204,17 +233,44 @@ class ExtractionCore:
 
     # -- jobs ---------------------------------------------------------------------------------------
 
+    def enqueue_job(self, namespace: str, session_id: str, receipt_id: str | None = None, *,
+                    waiting_turns: int = 0, due_after_turns: int = 1, idle_s: float = 0.0) -> JobInfo:
+        """Queue an extraction of the session, or fold this capture into its pending job.
+
+        A session has at most one pending job. It is due now once ``due_after_turns``
+        evidence turns wait (``waiting_turns`` of every capture folded in are summed), else
+        ``idle_s`` after the latest capture (each capture pushes that back); a job already
+        due stays due. The defaults queue a job that is due at once. ``receipt_id`` (the
+        latest capture's receipt) is where the job's report is stored.
+        """
+
+        def write(c: Conn) -> JobInfo:
+            at = self._clock(c)
+            job = self._pending_job(c, namespace, session_id)
+            waiting = (job.waiting_turns if job else 0) + max(0, waiting_turns)
+            # None: due now (also for a lease asked with an earlier ``now``).
+            due = None if waiting >= due_after_turns else at + timedelta(seconds=max(0.0, idle_s))
+            if job is None:
+                return self._insert_job(c, namespace, session_id, receipt_id, waiting, due, at)
+            if job.due_at is None or job.due_at <= at:
+                due = job.due_at
+            return self._update_pending_job(c, job.job_id, receipt_id or job.receipt_id, waiting, due, at)
+
+        return self.transaction(write)
+
     def lease_job(self, namespace: str | None, *, lease_s: float, max_attempts: int,
-                  now: datetime | None = None) -> JobInfo | None:
-        """Take the oldest runnable job (pending, or running with an expired lease) and bump its revision.
+                  now: datetime | None = None, session_id: str | None = None, due_only: bool = True) -> JobInfo | None:
+        """Take the oldest runnable job (pending and due, or running with an expired lease) and bump its revision.
 
         A job whose lease expired after its last allowed attempt is marked failed instead.
-        ``now`` defaults to the store's clock (the database clock on PostgreSQL).
+        ``now`` defaults to the store's clock (the database clock on PostgreSQL);
+        ``session_id`` takes only that session's jobs; ``due_only=False`` takes pending
+        jobs that are not due yet too (a flush).
         """
 
         def take(c: Conn) -> JobInfo | None:
             at = now or self._clock(c)
-            for row in self._runnable_jobs(c, namespace, at):
+            for row in self._runnable_jobs(c, namespace, at, session_id=session_id, due_only=due_only):
                 errors = json.loads(row["errors"])
                 lapsed = f"attempt {row['attempts']}: lease expired (worker crashed or stalled); "
                 if row["attempts"] >= max_attempts:
@@ -227,6 +283,20 @@ class ExtractionCore:
             return None
 
         return self.transaction(take)
+
+    def renew_lease(self, fence: Fence, *, lease_s: float) -> JobInfo:
+        """Extend a running job's lease to ``lease_s`` from now (a worker's heartbeat); the revision stays.
+
+        Raises:
+            LeaseLost: the lease already expired and another worker took the job (or it was settled).
+        """
+
+        def write(c: Conn) -> JobInfo:
+            self._check_fence(c, fence, late_write=False)
+            at = self._clock(c)
+            return self._extend_lease(c, fence.job_id, at + timedelta(seconds=lease_s), at)
+
+        return self.transaction(write)
 
     def fail_job(self, fence: Fence, error: str, *, max_attempts: int) -> JobInfo:
         """Record a failed attempt: back to pending, or failed for good after ``max_attempts``.
@@ -252,12 +322,18 @@ class ExtractionCore:
 
         self.transaction(write)
 
-    def _check_fence(self, c: Conn, fence: Fence) -> Row:
-        """The job's row, if ``fence`` still holds its lease; else count, log and raise LeaseLost."""
+    def _check_fence(self, c: Conn, fence: Fence, *, late_write: bool = True) -> Row:
+        """The job's row, if ``fence`` still holds its lease; else raise LeaseLost.
+
+        A refused write (``late_write``) is also counted and logged; a refused heartbeat is not.
+        """
         row = self._fenced_job_row(c, fence.job_id)
         if row is None:
             raise NotFoundError(f"no job {fence.job_id!r}")
         if row["revision"] != fence.revision or row["status"] != "running":
+            if not late_write:
+                raise LeaseLost(f"job {fence.job_id} is at revision {row['revision']} ({row['status']}); "
+                                f"the lease of revision {fence.revision} is gone")
             with self._fence_lock:
                 self.fenced_writes += 1
             self._log.warning("refused a late write for job %s: it is at revision %s (%s), the worker held %s",
@@ -329,8 +405,32 @@ class ExtractionCore:
     def _set_receipt_body(self, c: Conn, namespace: str, receipt: Any) -> None:
         raise NotImplementedError
 
-    def _runnable_jobs(self, c: Conn, namespace: str | None, at: datetime) -> Iterable[Row]:
-        """Pending jobs and running ones whose lease ended before ``at``, oldest first."""
+    def _runnable_jobs(self, c: Conn, namespace: str | None, at: datetime, *, session_id: str | None,
+                       due_only: bool) -> Iterable[Row]:
+        """Pending jobs (due by ``at`` when ``due_only``) and running ones whose lease ended before ``at``,
+        oldest first."""
+        raise NotImplementedError
+
+    def _pending_job(self, c: Conn, namespace: str, session_id: str) -> JobInfo | None:
+        """The session's pending job, locked until the transaction ends."""
+        raise NotImplementedError
+
+    def _insert_job(self, c: Conn, namespace: str, session_id: str, receipt_id: str | None, waiting: int,
+                    due: datetime | None, at: datetime) -> JobInfo:
+        raise NotImplementedError
+
+    def _update_pending_job(self, c: Conn, job_id: str, receipt_id: str | None, waiting: int,
+                            due: datetime | None, at: datetime) -> JobInfo:
+        raise NotImplementedError
+
+    def _extend_lease(self, c: Conn, job_id: str, until: datetime, at: datetime) -> JobInfo:
+        raise NotImplementedError
+
+    def _extraction_state_in(self, c: Conn, namespace: str, session_id: str) -> ExtractionState | None:
+        raise NotImplementedError
+
+    def _save_extraction_state(self, c: Conn, namespace: str, state: ExtractionState) -> None:
+        """Insert or replace the session's extraction state."""
         raise NotImplementedError
 
     def _lease_row(self, c: Conn, job_id: str, until: datetime, errors: list[str], at: datetime) -> JobInfo:

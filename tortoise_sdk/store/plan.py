@@ -15,6 +15,7 @@ __all__ = (
     "ItemPlan",
     "RetractionPlan",
     "SourcePlan",
+    "Window",
     "WriteResult",
 )
 
@@ -66,6 +67,21 @@ class Fence:
     revision: int
 
 
+@dataclass(frozen=True)
+class Window:
+    """The turns an extraction read as new: ``start``..``end`` (turn indexes), from the watermark ``base``.
+
+    S5 moves the session's watermark to ``end`` in its transaction. ``full``: every turn
+    was re-read on purpose (the watermark is set, not only advanced).
+    """
+
+    start: int
+    end: int
+    base: int
+    prompts_sha: str | None = None
+    full: bool = False
+
+
 @dataclass
 class ExtractionPlan:
     """Everything S5 writes for one session, in one transaction."""
@@ -77,6 +93,7 @@ class ExtractionPlan:
     items: list[ItemPlan] = field(default_factory=list)
     retractions: list[RetractionPlan] = field(default_factory=list)
     receipt: CaptureReceipt | None = None
+    window: Window | None = None
 
 
 @dataclass
@@ -88,3 +105,5 @@ class WriteResult:
     memory_ids: list[str] = field(default_factory=list)
     warnings: list[Diagnostic] = field(default_factory=list)
     report: ExtractionReport | None = None
+    #: Another extraction committed this window first: nothing of this one was written.
+    already_covered: bool = False

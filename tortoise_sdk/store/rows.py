@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ..models import JobInfo, MemoryRecord, SearchHit, Source, SubagentContext, SubagentCounters
+from ..models import ExtractionState, JobInfo, MemoryRecord, SearchHit, Source, SubagentContext, SubagentCounters
 from ..text import norm_content, norm_name
 
 if TYPE_CHECKING:
@@ -34,6 +34,7 @@ __all__ = (
     "memory_id_for",
     "memory_records",
     "norm_keys",
+    "state_info",
     "subagent_context",
     "subagent_params",
     "turn_hit",
@@ -137,9 +138,16 @@ def job_info(row: Row, to_dt: ToDt = _same) -> JobInfo:
     return JobInfo(
         job_id=row["job_id"], namespace=row["namespace"], session_id=row["session_id"], status=row["status"],
         attempts=row["attempts"], revision=row["revision"], lease_until=to_dt(row["lease_until"]),
-        errors=json.loads(row["errors"]), receipt_id=row["receipt_id"],
-        created_at=to_dt(row["created_at"]), updated_at=to_dt(row["updated_at"]),
+        errors=json.loads(row["errors"]), receipt_id=row["receipt_id"], due_at=to_dt(row["due_at"]),
+        waiting_turns=row["waiting_turns"], created_at=to_dt(row["created_at"]), updated_at=to_dt(row["updated_at"]),
     )
+
+
+def state_info(row: Row, to_dt: ToDt = _same) -> ExtractionState:
+    """An ``extraction_state`` row as ``ExtractionState``."""
+    return ExtractionState(session_id=row["session_id"], watermark=row["watermark"], window_start=row["window_start"],
+                           prompts_sha=row["prompts_sha"], extraction_id=row["extraction_id"],
+                           updated_at=to_dt(row["updated_at"]))
 
 
 def add_graph(g: networkx.MultiDiGraph, entities: Iterable[Sequence[Any]], memories: Iterable[Sequence[Any]],

@@ -24,11 +24,11 @@ from typing import TYPE_CHECKING, Any
 from psycopg.rows import dict_row
 
 from ...errors import NotFoundError
-from ...models import ExtractionReport, JobInfo, MemoryRecord
+from ...models import ExtractionReport, ExtractionState, JobInfo, MemoryRecord
 from ...search import query_terms
 from ..extraction_core import ExtractionCore
 from ..plan import EntityPlan, ExtractionPlan, ItemPlan, SourcePlan
-from ..rows import add_graph, and_equal, entity_dicts, job_info, memory_records, norm_keys
+from ..rows import add_graph, and_equal, entity_dicts, job_info, memory_records, norm_keys, state_info
 from .fts import bm25_search_sql, index_memories_sql, newest_matches_sql, terms_from_fts5, usable_terms
 
 if TYPE_CHECKING:
@@ -166,11 +166,11 @@ class PostgresExtractionMixin(ExtractionCore):
             ).fetchall()
         return entity_dicts(rows)
 
-    def turn_metadata(self, namespace: str, session_id: str) -> dict[str, dict[str, Any] | None]:
+    def turn_metadata(self, namespace: str, session_id: str, *, start: int = 0) -> dict[str, dict[str, Any] | None]:
         """Each turn's caller metadata by turn id."""
         with self.read() as c:
-            rows = c.execute("SELECT turn_id, metadata FROM turns WHERE namespace = %s AND session_id = %s",
-                             (namespace, session_id)).fetchall()
+            rows = c.execute("SELECT turn_id, metadata FROM turns WHERE namespace = %s AND session_id = %s"
+                             " AND idx >= %s", (namespace, session_id, start)).fetchall()
         return {r[0]: json.loads(r[1]) if r[1] else None for r in rows}
 
     def extend_graph(self, g: networkx.MultiDiGraph, namespace: str) -> None:
@@ -305,21 +305,6 @@ class PostgresExtractionMixin(ExtractionCore):
 
     # -- jobs ---------------------------------------------------------------------------------------
 
-    def enqueue_job(self, namespace: str, session_id: str, receipt_id: str | None = None) -> JobInfo:
-        """Queue a durable extraction job for a session."""
-        job_id = f"j_{uuid.uuid4().hex}"
-
-        def write(c: psycopg.Connection) -> JobInfo:
-            rows = _dicts(
-                c,
-                "INSERT INTO jobs (job_id, namespace, session_id, receipt_id, status, created_at, updated_at)"
-                " VALUES (%s, %s, %s, %s, 'pending', clock_timestamp(), clock_timestamp()) RETURNING *",
-                (job_id, namespace, session_id, receipt_id),
-            )
-            return job_info(rows[0])
-
-        return self.transaction(write)
-
     def get_job(self, job_id: str) -> JobInfo:
         """One job by id. Raises NotFoundError."""
         with self.read() as c:
@@ -338,15 +323,59 @@ class PostgresExtractionMixin(ExtractionCore):
     def _clock(self, c: psycopg.Connection) -> datetime:
         return _db_now(c)
 
-    def _runnable_jobs(self, c: psycopg.Connection, namespace: str | None, at: datetime) -> Iterator[dict[str, Any]]:
+    def _runnable_jobs(self, c: psycopg.Connection, namespace: str | None, at: datetime, *,
+                       session_id: str | None, due_only: bool) -> Iterator[dict[str, Any]]:
         # One row at a time, skipping rows other workers are leasing right now, so workers
         # never wait on each other; a row given up on no longer matches the next query.
-        args: list[Any] = [at]
-        sql = and_equal("SELECT * FROM jobs WHERE (status = 'pending' OR (status = 'running' AND lease_until < %s))",
-                        args, {"namespace": namespace}, "%s")
+        args: list[Any] = [not due_only, at, at]
+        sql = and_equal("SELECT * FROM jobs WHERE ((status = 'pending' AND (%s OR due_at IS NULL OR due_at <= %s))"
+                        " OR (status = 'running' AND lease_until < %s))",
+                        args, {"namespace": namespace, "session_id": session_id}, "%s")
         sql += ' ORDER BY created_at, job_id COLLATE "C" LIMIT 1 FOR UPDATE SKIP LOCKED'
         while rows := _dicts(c, sql, args):
             yield rows[0]
+
+    def _pending_job(self, c: psycopg.Connection, namespace: str, session_id: str) -> JobInfo | None:
+        rows = _dicts(c, "SELECT * FROM jobs WHERE namespace = %s AND session_id = %s AND status = 'pending'"
+                         " FOR UPDATE", (namespace, session_id))
+        return job_info(rows[0]) if rows else None
+
+    def _insert_job(self, c: psycopg.Connection, namespace: str, session_id: str, receipt_id: str | None,
+                    waiting: int, due: datetime | None, at: datetime) -> JobInfo:
+        rows = _dicts(
+            c,
+            "INSERT INTO jobs (job_id, namespace, session_id, receipt_id, status, due_at, waiting_turns, created_at,"
+            " updated_at) VALUES (%s, %s, %s, %s, 'pending', %s, %s, %s, %s) RETURNING *",
+            (f"j_{uuid.uuid4().hex}", namespace, session_id, receipt_id, due, waiting, at, at),
+        )
+        return job_info(rows[0])
+
+    def _update_pending_job(self, c: psycopg.Connection, job_id: str, receipt_id: str | None, waiting: int,
+                            due: datetime | None, at: datetime) -> JobInfo:
+        rows = _dicts(c, "UPDATE jobs SET receipt_id = %s, waiting_turns = %s, due_at = %s, updated_at = %s"
+                         " WHERE job_id = %s RETURNING *", (receipt_id, waiting, due, at, job_id))
+        return job_info(rows[0])
+
+    def _extend_lease(self, c: psycopg.Connection, job_id: str, until: datetime, at: datetime) -> JobInfo:
+        rows = _dicts(c, "UPDATE jobs SET lease_until = %s, updated_at = %s WHERE job_id = %s RETURNING *",
+                      (until, at, job_id))
+        return job_info(rows[0])
+
+    def _extraction_state_in(self, c: psycopg.Connection, namespace: str, session_id: str) -> ExtractionState | None:
+        rows = _dicts(c, "SELECT * FROM extraction_state WHERE namespace = %s AND session_id = %s",
+                      (namespace, session_id))
+        return state_info(rows[0]) if rows else None
+
+    def _save_extraction_state(self, c: psycopg.Connection, namespace: str, state: ExtractionState) -> None:
+        c.execute(
+            "INSERT INTO extraction_state (namespace, session_id, watermark, window_start, prompts_sha, extraction_id,"
+            " updated_at) VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT (namespace, session_id) DO UPDATE SET"
+            " watermark = excluded.watermark, window_start = excluded.window_start,"
+            " prompts_sha = excluded.prompts_sha, extraction_id = excluded.extraction_id,"
+            " updated_at = excluded.updated_at",
+            (namespace, state.session_id, state.watermark, state.window_start, state.prompts_sha,
+             state.extraction_id, state.updated_at),
+        )
 
     def _lease_row(self, c: psycopg.Connection, job_id: str, until: datetime, errors: list[str],
                    at: datetime) -> JobInfo:

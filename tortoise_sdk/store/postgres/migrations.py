@@ -1,7 +1,8 @@
 """Versioned schema migrations for the PostgreSQL store.
 
 The same versions and concepts as ``SQLITE_MIGRATIONS`` (1 = foundation,
-2 = extraction, 3 = subagent contexts, 4 = their turn_ref, 5 = cursors, 6 = ranking): a version applied on one engine means
+2 = extraction, 3 = subagent contexts, 4 = their turn_ref, 5 = cursors, 6 = ranking,
+7 = extraction watermarks and coalesced jobs): a version applied on one engine means
 the same tables and semantics on the other. Each migration runs in its own
 transaction under a transaction-scoped advisory lock, so any number of
 processes opening a new database concurrently apply it exactly once. A shipped
@@ -324,8 +325,43 @@ M006_RANKING = Migration(
     ),
 )
 
+# Mirrors SQLite's M007.
+M007_LOOP = Migration(
+    7,
+    "loop: extraction watermark per session, one pending job per session with a due time",
+    (
+        "ALTER TABLE jobs ADD COLUMN due_at TIMESTAMPTZ",
+        "ALTER TABLE jobs ADD COLUMN waiting_turns INTEGER NOT NULL DEFAULT 0",
+        """UPDATE jobs SET status = 'done', lease_until = NULL,
+            errors = (errors::jsonb || '["coalesced into the oldest pending job of the session (migration 7)"]'::jsonb)::text
+            WHERE status = 'pending' AND EXISTS (
+                SELECT 1 FROM jobs older WHERE older.namespace = jobs.namespace AND older.session_id = jobs.session_id
+                AND older.status = 'pending'
+                AND (older.created_at, older.job_id COLLATE "C") < (jobs.created_at, jobs.job_id COLLATE "C"))""",
+        "CREATE UNIQUE INDEX jobs_one_pending ON jobs (namespace, session_id) WHERE status = 'pending'",
+        """CREATE TABLE extraction_state (
+            namespace     TEXT NOT NULL,
+            session_id    TEXT NOT NULL,
+            watermark     INTEGER NOT NULL,
+            window_start  INTEGER NOT NULL,
+            prompts_sha   TEXT,
+            extraction_id TEXT,
+            updated_at    TIMESTAMPTZ NOT NULL,
+            PRIMARY KEY (namespace, session_id)
+        )""",
+        """INSERT INTO extraction_state (namespace, session_id, watermark, window_start, prompts_sha, extraction_id,
+                                         updated_at)
+            SELECT DISTINCT ON (e.namespace, e.session_id) e.namespace, e.session_id,
+                   COALESCE((SELECT MAX(t.idx) FROM turns t WHERE t.namespace = e.namespace
+                             AND t.session_id = e.session_id AND t.created_at <= e.created_at), -1),
+                   0, NULL, e.extraction_id, e.created_at
+            FROM extractions e
+            ORDER BY e.namespace, e.session_id, e.created_at DESC, e.extraction_id COLLATE "C" DESC""",
+    ),
+)
+
 POSTGRES_MIGRATIONS: list[Migration] = [M001_FOUNDATION, M002_EXTRACTION, M003_SUBAGENTS, M004_SUBAGENT_TURN_REF,
-                                        M005_CURSORS, M006_RANKING]
+                                        M005_CURSORS, M006_RANKING, M007_LOOP]
 
 _CREATE_VERSIONS = (
     "CREATE TABLE IF NOT EXISTS schema_migrations ("

@@ -62,7 +62,9 @@ def _retryable(exc: BaseException) -> bool:
         return True
     # Two writers raced on one idempotency key in different sessions: on retry the
     # loser finds the winner's receipt and replays it (or reports the conflict).
-    return isinstance(exc, pg_errors.UniqueViolation) and exc.diag.constraint_name == "receipts_idempotency"
+    # Two captures queued the first job of one session at once: on retry the loser folds into it.
+    return isinstance(exc, pg_errors.UniqueViolation) and exc.diag.constraint_name in ("receipts_idempotency",
+                                                                                         "jobs_one_pending")
 
 
 class PostgresStore(PostgresExtractionMixin, PostgresSubagentMixin, CursorMixin, Store):

@@ -17,11 +17,11 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from ...errors import NotFoundError
-from ...models import ExtractionReport, JobInfo, MemoryRecord, utc_now
+from ...models import ExtractionReport, ExtractionState, JobInfo, MemoryRecord, utc_now
 from ...search import fts5_query
 from ..extraction_core import ExtractionCore
 from ..plan import EntityPlan, ExtractionPlan, ItemPlan, SourcePlan
-from ..rows import add_graph, and_equal, entity_dicts, iso_dt, job_info, memory_records, norm_keys
+from ..rows import add_graph, and_equal, entity_dicts, iso_dt, job_info, memory_records, norm_keys, state_info
 
 if TYPE_CHECKING:
     import networkx
@@ -108,11 +108,11 @@ class SQLiteExtractionMixin(ExtractionCore):
             ).fetchall()
         return entity_dicts(rows)
 
-    def turn_metadata(self, namespace: str, session_id: str) -> dict[str, dict[str, Any] | None]:
+    def turn_metadata(self, namespace: str, session_id: str, *, start: int = 0) -> dict[str, dict[str, Any] | None]:
         """Each turn's caller metadata by turn id (what grounding needs to skip memory blocks and subagents)."""
         with self.read() as c:
-            rows = c.execute("SELECT turn_id, metadata FROM turns WHERE namespace = ? AND session_id = ?",
-                             (namespace, session_id)).fetchall()
+            rows = c.execute("SELECT turn_id, metadata FROM turns WHERE namespace = ? AND session_id = ?"
+                             " AND idx >= ?", (namespace, session_id, start)).fetchall()
         return {r[0]: json.loads(r[1]) if r[1] else None for r in rows}
 
     def extend_graph(self, g: networkx.MultiDiGraph, namespace: str) -> None:
@@ -248,21 +248,6 @@ class SQLiteExtractionMixin(ExtractionCore):
 
     # -- jobs ---------------------------------------------------------------------------------------
 
-    def enqueue_job(self, namespace: str, session_id: str, receipt_id: str | None = None) -> JobInfo:
-        """Queue a durable extraction job for a session."""
-        now = utc_now().isoformat()
-        job_id = f"j_{uuid.uuid4().hex}"
-
-        def write(c: sqlite3.Connection) -> None:
-            c.execute(
-                "INSERT INTO jobs (job_id, namespace, session_id, receipt_id, status, created_at, updated_at)"
-                " VALUES (?, ?, ?, ?, 'pending', ?, ?)",
-                (job_id, namespace, session_id, receipt_id, now, now),
-            )
-
-        self.transaction(write)
-        return self.get_job(job_id)
-
     def get_job(self, job_id: str) -> JobInfo:
         """One job by id. Raises NotFoundError."""
         with self.read() as c:
@@ -281,11 +266,55 @@ class SQLiteExtractionMixin(ExtractionCore):
     def _clock(self, c: sqlite3.Connection) -> datetime:
         return utc_now()
 
-    def _runnable_jobs(self, c: sqlite3.Connection, namespace: str | None, at: datetime) -> Iterable[sqlite3.Row]:
-        args: list[Any] = [at.isoformat()]
-        sql = and_equal("SELECT * FROM jobs WHERE (status = 'pending' OR (status = 'running' AND lease_until < ?))",
-                        args, {"namespace": namespace})
+    def _runnable_jobs(self, c: sqlite3.Connection, namespace: str | None, at: datetime, *,
+                       session_id: str | None, due_only: bool) -> Iterable[sqlite3.Row]:
+        args: list[Any] = [int(not due_only), at.isoformat(), at.isoformat()]
+        sql = and_equal("SELECT * FROM jobs WHERE ((status = 'pending' AND (? OR due_at IS NULL OR due_at <= ?))"
+                        " OR (status = 'running' AND lease_until < ?))",
+                        args, {"namespace": namespace, "session_id": session_id})
         return c.execute(sql + " ORDER BY created_at, job_id", args).fetchall()
+
+    def _pending_job(self, c: sqlite3.Connection, namespace: str, session_id: str) -> JobInfo | None:
+        row = c.execute("SELECT * FROM jobs WHERE namespace = ? AND session_id = ? AND status = 'pending'",
+                        (namespace, session_id)).fetchone()
+        return None if row is None else job_info(row, iso_dt)
+
+    def _insert_job(self, c: sqlite3.Connection, namespace: str, session_id: str, receipt_id: str | None,
+                    waiting: int, due: datetime | None, at: datetime) -> JobInfo:
+        job_id = f"j_{uuid.uuid4().hex}"
+        c.execute(
+            "INSERT INTO jobs (job_id, namespace, session_id, receipt_id, status, due_at, waiting_turns, created_at,"
+            " updated_at) VALUES (?, ?, ?, ?, 'pending', ?, ?, ?, ?)",
+            (job_id, namespace, session_id, receipt_id, due and due.isoformat(), waiting, at.isoformat(), at.isoformat()),
+        )
+        return job_info(c.execute("SELECT * FROM jobs WHERE job_id = ?", (job_id,)).fetchone(), iso_dt)
+
+    def _update_pending_job(self, c: sqlite3.Connection, job_id: str, receipt_id: str | None, waiting: int,
+                            due: datetime | None, at: datetime) -> JobInfo:
+        c.execute("UPDATE jobs SET receipt_id = ?, waiting_turns = ?, due_at = ?, updated_at = ? WHERE job_id = ?",
+                  (receipt_id, waiting, due and due.isoformat(), at.isoformat(), job_id))
+        return job_info(c.execute("SELECT * FROM jobs WHERE job_id = ?", (job_id,)).fetchone(), iso_dt)
+
+    def _extend_lease(self, c: sqlite3.Connection, job_id: str, until: datetime, at: datetime) -> JobInfo:
+        c.execute("UPDATE jobs SET lease_until = ?, updated_at = ? WHERE job_id = ?",
+                  (until.isoformat(), at.isoformat(), job_id))
+        return job_info(c.execute("SELECT * FROM jobs WHERE job_id = ?", (job_id,)).fetchone(), iso_dt)
+
+    def _extraction_state_in(self, c: sqlite3.Connection, namespace: str, session_id: str) -> ExtractionState | None:
+        row = c.execute("SELECT * FROM extraction_state WHERE namespace = ? AND session_id = ?",
+                        (namespace, session_id)).fetchone()
+        return None if row is None else state_info(row, iso_dt)
+
+    def _save_extraction_state(self, c: sqlite3.Connection, namespace: str, state: ExtractionState) -> None:
+        c.execute(
+            "INSERT INTO extraction_state (namespace, session_id, watermark, window_start, prompts_sha, extraction_id,"
+            " updated_at) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (namespace, session_id) DO UPDATE SET"
+            " watermark = excluded.watermark, window_start = excluded.window_start,"
+            " prompts_sha = excluded.prompts_sha, extraction_id = excluded.extraction_id,"
+            " updated_at = excluded.updated_at",
+            (namespace, state.session_id, state.watermark, state.window_start, state.prompts_sha,
+             state.extraction_id, state.updated_at.isoformat()),
+        )
 
     def _lease_row(self, c: sqlite3.Connection, job_id: str, until: datetime, errors: list[str],
                    at: datetime) -> JobInfo:

@@ -304,8 +304,48 @@ M006_RANKING = Migration(
     ),
 )
 
+# Extraction in a running loop. A session's watermark is the last turn a committed extraction
+# covered (written by the S5 transaction, so a crash can neither skip nor double a window); a
+# session extracted before this migration gets the last turn stored before its latest extraction,
+# with no prompt hash (unknown: a prompt change does not force its re-extraction). Jobs coalesce:
+# at most one pending job per session (older duplicates are folded into the oldest), due at
+# ``due_at`` (NULL: now), counting the evidence turns captured while it waits.
+M007_LOOP = Migration(
+    7,
+    "loop: extraction watermark per session, one pending job per session with a due time",
+    (
+        "ALTER TABLE jobs ADD COLUMN due_at TEXT",
+        "ALTER TABLE jobs ADD COLUMN waiting_turns INTEGER NOT NULL DEFAULT 0",
+        """UPDATE jobs SET status = 'done', lease_until = NULL,
+            errors = json_insert(errors, '$[#]', 'coalesced into the oldest pending job of the session (migration 7)')
+            WHERE status = 'pending' AND EXISTS (
+                SELECT 1 FROM jobs older WHERE older.namespace = jobs.namespace AND older.session_id = jobs.session_id
+                AND older.status = 'pending' AND (older.created_at, older.job_id) < (jobs.created_at, jobs.job_id))""",
+        "CREATE UNIQUE INDEX jobs_one_pending ON jobs (namespace, session_id) WHERE status = 'pending'",
+        """CREATE TABLE extraction_state (
+            namespace     TEXT NOT NULL,
+            session_id    TEXT NOT NULL,
+            watermark     INTEGER NOT NULL,
+            window_start  INTEGER NOT NULL,
+            prompts_sha   TEXT,
+            extraction_id TEXT,
+            updated_at    TEXT NOT NULL,
+            PRIMARY KEY (namespace, session_id)
+        )""",
+        """INSERT INTO extraction_state (namespace, session_id, watermark, window_start, prompts_sha, extraction_id,
+                                         updated_at)
+            SELECT e.namespace, e.session_id,
+                   COALESCE((SELECT MAX(t.idx) FROM turns t WHERE t.namespace = e.namespace
+                             AND t.session_id = e.session_id AND t.created_at <= e.created_at), -1),
+                   0, NULL, e.extraction_id, e.created_at
+            FROM extractions e
+            WHERE e.rowid = (SELECT e2.rowid FROM extractions e2 WHERE e2.namespace = e.namespace
+                             AND e2.session_id = e.session_id ORDER BY e2.created_at DESC, e2.rowid DESC LIMIT 1)""",
+    ),
+)
+
 SQLITE_MIGRATIONS: list[Migration] = [M001_FOUNDATION, M002_EXTRACTION, M003_SUBAGENTS, M004_SUBAGENT_TURN_REF,
-                                      M005_CURSORS, M006_RANKING]
+                                      M005_CURSORS, M006_RANKING, M007_LOOP]
 
 
 def applied_versions(conn: sqlite3.Connection) -> set[int]:
