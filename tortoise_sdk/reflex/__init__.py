@@ -22,8 +22,9 @@ Pipeline, each step one batched store read:
    **prior-mention rule**, then the **budget** (pointers and tokens) and the **frame**.
 
 One module per step: ``query`` (1-2), ``candidates`` (3), ``scoring`` (4 and the gates),
-``prior`` (the prior-mention rule), ``render`` (budget, escaping, frame), ``expand``; ``run``
-drives them under the time budget, ``tuning`` holds the measured constants.
+``prior`` (the prior-mention rule), ``render`` (budget, frame), ``escape`` (what every stored
+field becomes in the block), ``expand``; ``run`` drives them under the time budget, ``tuning``
+holds the measured constants.
 
 Tokens are counted with ``approx_tokens`` unless the caller passes ``token_counter``: a
 deterministic estimate from runs of letters, digits and symbols that stays above what the
