@@ -43,7 +43,7 @@ def _nothing_written(m: Memory) -> None:
         ([{"role": "user", "content": "   "}, {"role": "assistant", "content": ""}], "turns"),
         ([{"role": "user", "content": "a", "id": "x"}, {"role": "user", "content": "b", "id": "x"}], "turns[1].id"),
         ([{"role": "user", "content": "nul \x00 byte"}], "turns[0].content"),
-        ([{"role": "user", "content": "ok", "metadata": {"k": "a\x00"}}], "turns[0].metadata"),
+        ([{"role": "user", "content": "ok", "metadata": {"k": "a\x00"}}], "turns[0].metadata.k"),
         (["just a string"], "turns[0]"),
     ],
 )

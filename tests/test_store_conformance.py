@@ -1244,3 +1244,20 @@ def test_a_multi_megabyte_paste_is_kept_whole_and_crowds_out_nothing(store: Stor
         del store.analyze
     assert [p.id for p in block.pointers] == [p.id for p in block_before.pointers]
     assert max(seen) <= INDEX_CHARS  # the reflex never reads more of a turn than is indexed
+
+
+# -- arguments the driver cannot encode -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("call", [
+    lambda s, ns: s.turns(ns, "\ud800"),
+    lambda s, ns: s.receipts(ns, "\ud800"),
+    lambda s, ns: s.get_turn(ns, "t_\ud800"),
+    lambda s, ns: s.get_cursor(ns, "\ud800"),
+    lambda s, ns: s.put_cursor(ns, "\ud800", {}, 0),
+    lambda s, ns: s.sessions("\ud800"),
+], ids=["turns", "receipts", "get_turn", "get_cursor", "put_cursor", "sessions"])
+def test_a_lone_surrogate_reaching_the_store_is_invalid_input(store, ns, call):
+    """Below ``Memory``'s checks, each engine still refuses it as input, never a UnicodeEncodeError."""
+    with pytest.raises(InvalidInput, match="not valid Unicode"):
+        call(store, ns)

@@ -10,8 +10,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from .errors import InvalidInput
+from .errors import InvalidInput, InvalidType
 from .models import ROLES, Diagnostic, ExtractionReport, Turn
+from .validate import check_id, check_json, check_text
 
 __all__ = ("TEXT_PART_TYPES", "CaptureRequest", "content_hash", "flatten_content", "normalize_date", "prepare_capture",
            "turn_id_for")
@@ -77,7 +78,7 @@ def normalize_date(value: str | datetime | None, *, field: str = "session_date")
     if isinstance(value, datetime):
         return value.isoformat()
     if not isinstance(value, str):
-        raise InvalidInput(f"expected an ISO 8601 string, got {type(value).__name__}", field=field)
+        raise InvalidType(f"expected an ISO 8601 string or a datetime, got {type(value).__name__}", field=field)
     try:
         text = value.strip()
         return datetime.fromisoformat(text.replace("Z", "+00:00")).isoformat()
@@ -100,14 +101,13 @@ def prepare_capture(
     Raises:
         InvalidInput: naming the bad field (``session_id``, ``turns``, ``turns[3].role`` ...).
     """
-    if not isinstance(session_id, str) or not session_id.strip() or "\x00" in session_id:
-        raise InvalidInput("must be a non-empty string without NUL characters", field="session_id")
-    if idempotency_key is not None and (
-        not isinstance(idempotency_key, str) or not idempotency_key or "\x00" in idempotency_key
-    ):
-        raise InvalidInput("must be a non-empty string without NUL characters, or None", field="idempotency_key")
-    if turns is None or isinstance(turns, (str, bytes, Mapping)):
-        raise InvalidInput("must be a list of turns", field="turns")
+    check_id(session_id, "session_id")
+    if not session_id.strip():
+        raise InvalidInput("must be a non-empty string", field="session_id")
+    if check_id(idempotency_key, "idempotency_key", optional=True) == "":
+        raise InvalidInput("must be a non-empty string, or None", field="idempotency_key")
+    if turns is None or isinstance(turns, (str, bytes, Mapping)) or not isinstance(turns, Iterable):
+        raise InvalidType(f"must be a list of turns, got {type(turns).__name__}", field="turns")
     raw = list(turns)
     if not raw:
         raise InvalidInput("the conversation is empty; pass at least one turn", field="turns")
@@ -120,7 +120,7 @@ def prepare_capture(
     kept: dict[int, list[str]] = {}
     parsed = [_parse_turn(i, t, kept) for i, t in enumerate(raw)]
     for i, t in enumerate(parsed):
-        _refuse_nul(t, i)
+        _refuse_unstorable(t, i)
     if all(not t.content.strip() for t in parsed):
         raise InvalidInput("every turn is blank; there is nothing to capture", field="turns")
     seen: dict[str, int] = {}
@@ -190,7 +190,7 @@ def _parse_turn(i: int, value: Turn | Mapping[str, Any], kept: dict[int, list[st
     if isinstance(value, Turn):
         return value
     if not isinstance(value, Mapping):
-        raise InvalidInput(f"expected a dict or Turn, got {type(value).__name__}", field=f"turns[{i}]")
+        raise InvalidType(f"expected a dict or Turn, got {type(value).__name__}", field=f"turns[{i}]")
     value, others = flatten_content(value, f"turns[{i}]")
     if others:
         kept[i] = [str(p["type"]) for p in others]
@@ -202,26 +202,20 @@ def _parse_turn(i: int, value: Turn | Mapping[str, Any], kept: dict[int, list[st
     except ValidationError as exc:
         err = exc.errors()[0]
         loc = ".".join(str(p) for p in err["loc"])
-        raise InvalidInput(err["msg"], field=f"turns[{i}].{loc}" if loc else f"turns[{i}]") from None
+        kind = InvalidType if err["type"].endswith("_type") else InvalidInput
+        raise kind(err["msg"], field=f"turns[{i}].{loc}" if loc else f"turns[{i}]") from None
 
 
-def _refuse_nul(turn: Turn, i: int) -> None:
-    """Refuse text no engine stores faithfully: NUL (PostgreSQL cannot) and lone surrogates (not UTF-8)."""
-    for field in ("content", "name", "id", "timestamp"):
+def _refuse_unstorable(turn: Turn, i: int) -> None:
+    """Refuse what no engine stores faithfully: NUL (PostgreSQL cannot), lone surrogates (not UTF-8), ids too
+    long to index, and metadata that is not plain JSON (see ``validate``)."""
+    for field in ("content", "name", "timestamp"):
         value = getattr(turn, field)
-        if value is None:
-            continue
-        if "\x00" in value:
-            raise InvalidInput("contains a NUL character (\\x00); remove it before capturing",
-                               field=f"turns[{i}].{field}")
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            raise InvalidInput(f"is not valid Unicode text (a lone surrogate at character {exc.start}); "
-                               "decode the source as UTF-8 before capturing", field=f"turns[{i}].{field}") from None
-    if turn.metadata is not None and "\\u0000" in json.dumps(turn.metadata):
-        raise InvalidInput("contains a NUL character (\\x00); remove it before capturing",
-                           field=f"turns[{i}].metadata")
+        if value is not None:
+            check_text(value, f"turns[{i}].{field}")
+    check_id(turn.id, f"turns[{i}].id", optional=True)
+    if turn.metadata is not None:
+        check_json(turn.metadata, f"turns[{i}].metadata")
 
 
 def _request_hash(session_id: str, session_date: str | None, turns: list[Turn]) -> str:

@@ -4,12 +4,16 @@ The tree::
 
     TortoiseError
     ├── ConfigError (also ValueError)          bad argument or setting
-    ├── InvalidInput (also ValueError)         a capture or query the SDK refuses
+    ├── InvalidInput (also ValueError)         an argument or field the SDK refuses; .field names it
+    │   ├── InvalidType (also TypeError)       ... because of its type (capture("s", 5), k="5")
     │   └── CaptureConflict                    a turn differs from the stored one at its identity
     ├── IdempotencyConflict                    same idempotency key, different content
     ├── StoreError                             the database failed
     │   ├── MigrationError                     the schema could not be brought up to date
+    │   │   └── SchemaTooNew                   written by a newer tortoise-sdk: upgrade it
     │   ├── NotADatabase                       the file is not a SQLite database (or is damaged)
+    │   │   └── ForeignDatabase                a SQLite database of another application
+    │   ├── ReadOnlyStore                      a write to a database opened read-only
     │   ├── NotFoundError                      no such database, session, memory, turn or job
     │   ├── StoreTimeout                       the database did not answer in time
     │   └── LeaseLost                          a job's lease was taken over; its result was not written
@@ -31,8 +35,10 @@ __all__ = (
     "AdapterError",
     "CaptureConflict",
     "ConfigError",
+    "ForeignDatabase",
     "IdempotencyConflict",
     "InvalidInput",
+    "InvalidType",
     "LeaseLost",
     "MalformedOutput",
     "MigrationError",
@@ -40,6 +46,8 @@ __all__ = (
     "ModelTimeout",
     "NotADatabase",
     "NotFoundError",
+    "ReadOnlyStore",
+    "SchemaTooNew",
     "StoreError",
     "StoreTimeout",
     "StreamParseError",
@@ -76,6 +84,10 @@ class InvalidInput(TortoiseError, ValueError):
         self.field = field
 
 
+class InvalidType(InvalidInput, TypeError):
+    """An argument or field has the wrong type (so ``except TypeError`` catches it too)."""
+
+
 class CaptureConflict(InvalidInput):
     """A captured turn differs from the turn already stored with the same identity."""
 
@@ -101,6 +113,18 @@ class MigrationError(StoreError):
 
 class NotADatabase(StoreError):
     """The file named is not a SQLite database, or is damaged; it was left as it was."""
+
+
+class SchemaTooNew(MigrationError):
+    """The database was written by a newer tortoise-sdk; nothing was written to it."""
+
+
+class ForeignDatabase(NotADatabase):
+    """The file is a SQLite database of another application (tables, none of ours); it was left as it was."""
+
+
+class ReadOnlyStore(StoreError):
+    """A write to a database that is open read-only (file mode, read-only file system or server setting)."""
 
 
 class NotFoundError(StoreError):

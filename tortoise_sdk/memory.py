@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
@@ -18,7 +20,7 @@ from .config import (
     default_db_path,
     env_model,
 )
-from .errors import CaptureConflict, ConfigError, InvalidInput
+from .errors import CaptureConflict, ConfigError, InvalidInput, InvalidType
 from .models import (
     CaptureReceipt,
     Cursor,
@@ -39,9 +41,9 @@ from .models import (
 from . import reflex
 from .search import MAX_SEARCH_K, content_terms, rank_hits
 from .store import Store, open_store
+from .validate import check_id, check_json
 
 if TYPE_CHECKING:
-    import os
     from pathlib import Path
 
     import networkx
@@ -94,7 +96,11 @@ class Memory:
 
     Raises:
         ConfigError: a bad argument, named by its ``field``.
-        NotADatabase: ``db`` is a file that is not a SQLite database.
+        NotADatabase: ``db`` is a file that is not a SQLite database, or is damaged
+            (``ForeignDatabase``: another application's); the file is left as it was.
+        SchemaTooNew: ``db`` was written by a newer tortoise-sdk; nothing was written to it.
+        ReadOnlyStore: ``db`` cannot be written and is not at this version's schema. (One at the
+            current schema opens read-only: reads work, each write raises ``ReadOnlyStore``.)
     """
 
     def __init__(
@@ -119,6 +125,10 @@ class Memory:
         if not isinstance(namespace, str) or not namespace.strip() or "\x00" in namespace:
             raise ConfigError("namespace must be a non-blank string without NUL characters, "
                               "e.g. Memory(namespace='alice')", field="namespace")
+        try:
+            check_id(namespace, "namespace")
+        except InvalidInput as exc:
+            raise ConfigError(str(exc), field="namespace") from None
         if max_turns_per_capture < 1:
             raise ConfigError("max_turns_per_capture must be at least 1")
         self.namespace = namespace
@@ -178,7 +188,8 @@ class Memory:
         went; an extraction failure never raises and never loses the turns.
 
         Raises:
-            InvalidInput: a bad field (named in the message); nothing was written.
+            InvalidInput: a bad field, named by ``field`` (``InvalidType``, also a ``TypeError``, for
+                a wrong type); nothing was written. Limits: ``tortoise_sdk.validate``.
             CaptureConflict: a turn differs from the stored turn with the same identity.
             IdempotencyConflict: ``idempotency_key`` was used with different content.
         """
@@ -212,17 +223,19 @@ class Memory:
             InvalidInput: a bad session, named ``sessions[i]``; nothing was written.
             CaptureConflict, IdempotencyConflict: as in ``capture``.
         """
+        if sessions is None or isinstance(sessions, (str, bytes, Mapping)) or not isinstance(sessions, Iterable):
+            raise InvalidType(f"must be a list of session objects, got {type(sessions).__name__}", field="sessions")
         requests = []
         for i, s in enumerate(sessions):
             if not isinstance(s, Mapping):
-                raise InvalidInput("expected a session object", field=f"sessions[{i}]")
+                raise InvalidType(f"expected a session object, got {type(s).__name__}", field=f"sessions[{i}]")
             try:
                 requests.append(prepare_capture(
                     s.get("session_id"), s.get("turns"), session_date=s.get("date", s.get("session_date")),
                     idempotency_key=s.get("idempotency_key"), max_turns=self.max_turns_per_capture,
                 ))
             except InvalidInput as exc:
-                raise InvalidInput(str(exc), field=f"sessions[{i}]") from None
+                raise type(exc)(str(exc), field=f"sessions[{i}]") from None
         skipped = self._report_before_writing(extract)
         for request in requests:
             request.extraction = skipped
@@ -262,9 +275,12 @@ class Memory:
             InvalidInput: as for ``search``.
         """
         if not isinstance(query, str):
-            raise InvalidInput("must be a string", field="query")
-        if isinstance(k, bool) or not isinstance(k, int) or k > MAX_SEARCH_K:
+            raise InvalidType(f"must be a string, got {type(query).__name__}", field="query")
+        if isinstance(k, bool) or not isinstance(k, int):
+            raise InvalidType(f"must be an integer from 1 to {MAX_SEARCH_K}, got {k!r}", field="k")
+        if k > MAX_SEARCH_K:
             raise InvalidInput(f"must be an integer from 1 to {MAX_SEARCH_K}, got {k!r}", field="k")
+        check_id(session_id, "session_id", optional=True)
         terms, reason = content_terms(query)
         if not terms or k < 1:
             return SearchResult(query=query, terms=terms, reason=reason)
@@ -277,15 +293,15 @@ class Memory:
 
     def turns(self, session_id: str) -> list[SearchHit]:
         """A session's stored turns, in order."""
-        return self.store.turns(self.namespace, session_id)
+        return self.store.turns(self.namespace, check_id(session_id, "session_id"))
 
     def turn_metadata(self, session_id: str) -> dict[str, dict[str, Any] | None]:
         """The metadata each turn of a session was captured with (verbatim), by turn id."""
-        return self.store.turn_metadata(self.namespace, session_id)
+        return self.store.turn_metadata(self.namespace, check_id(session_id, "session_id"))
 
     def receipts(self, session_id: str | None = None) -> list[CaptureReceipt]:
         """Capture receipts (with their extraction reports), oldest first."""
-        return self.store.receipts(self.namespace, session_id)
+        return self.store.receipts(self.namespace, check_id(session_id, "session_id", optional=True))
 
     # -- sub-agent contexts and stream ingestion ------------------------------------------------
     # Sub-agent rows live in their own table: never a session, never memory grounding, never
@@ -293,7 +309,8 @@ class Memory:
 
     def subagents(self, session_id: str | None = None, turn_id: str | None = None) -> list[SubagentContext]:
         """Recorded sub-agent invocations, ordered by observed_at, tool_call_id, agent_execution_id, session_id."""
-        return self.store.subagents(self.namespace, session_id=session_id, turn_id=turn_id)
+        return self.store.subagents(self.namespace, session_id=check_id(session_id, "session_id", optional=True),
+                                    turn_id=check_id(turn_id, "turn_id", optional=True))
 
     def subagent_counters(self) -> SubagentCounters:
         """The persistent sub-agent recorder counters of this namespace."""
@@ -403,7 +420,8 @@ class Memory:
     ) -> IngestReport:
         """Ingest what a growing transcript gained since the last ``follow`` of the same file.
 
-        The byte offset reached is kept in the store (a cursor named ``follow:<absolute path>``),
+        The byte offset reached is kept in the store (a cursor named ``follow:<absolute path>``, or
+        ``follow:sha256:<hash of the path>`` when the path is too long, or not UTF-8, for an id),
         so separate processes (one per Claude Code hook call) continue where the last one
         stopped. Only complete lines are read: a line still being written waits for the next
         call. Earlier lines still teach the parser their ids, so the new lines yield exactly
@@ -430,7 +448,12 @@ class Memory:
             data = where.read_bytes()
         except OSError as exc:
             raise StreamParseError(f"cannot read {where}: {exc.strerror or exc}", source=str(where)) from exc
-        cursor = self.cursor(f"follow:{where}")
+        name = f"follow:{where}"
+        try:
+            check_id(name, "name")
+        except InvalidInput:  # a path too long (or not UTF-8) to be an id: its hash is one
+            name = "follow:sha256:" + hashlib.sha256(os.fsencode(where)).hexdigest()
+        cursor = self.cursor(name)
         span = tail_span(data, cursor.value, max_bytes)
         fmt = str(cursor.value.get("format") or format) if format == "auto" and not span.restarted else format
         if span.end > span.start:
@@ -489,7 +512,7 @@ class Memory:
         Revision 0 with an empty value when it was never saved. Used for a transcript's read
         offset (``follow``) and a session's view (the OpenAI Agents SDK session).
         """
-        return self.store.get_cursor(self.namespace, name)
+        return self.store.get_cursor(self.namespace, check_id(name, "name"))
 
     def save_cursor(self, name: str, value: Mapping[str, Any], *, revision: int) -> Cursor | None:
         """Save a cursor if it is still at ``revision`` (from ``cursor(name)``); None when another save came first.
@@ -497,6 +520,12 @@ class Memory:
         Raises:
             InvalidInput: ``value`` is not a JSON object.
         """
+        check_id(name, "name")
+        if not isinstance(value, Mapping):
+            raise InvalidType(f"must be a JSON object (a dict), got {type(value).__name__}", field="value")
+        check_json(dict(value), "value")
+        if isinstance(revision, bool) or not isinstance(revision, int) or revision < 0:
+            raise InvalidInput(f"must be the revision read with cursor(name), got {revision!r}", field="revision")
         return self.store.put_cursor(self.namespace, name, value, revision)
 
     def _subagent_recorder(self) -> SubagentRecorder:
@@ -520,7 +549,7 @@ class Memory:
             NotFoundError: no such session (checked first).
             ConfigError: no model is configured.
         """
-        receipts = self.store.receipts(self.namespace, session_id)
+        receipts = self.store.receipts(self.namespace, check_id(session_id, "session_id"))
         if not receipts:
             from .errors import NotFoundError
 
@@ -532,7 +561,7 @@ class Memory:
 
     def memories(self, session_id: str | None = None, include_superseded: bool = False) -> list[MemoryRecord]:
         """Extracted memories (events and points) with entities and sources, oldest first."""
-        return self.store.memories(self.namespace, session_id, include_superseded)
+        return self.store.memories(self.namespace, check_id(session_id, "session_id", optional=True), include_superseded)
 
     def process_pending(self, max_jobs: int | None = None, *, session_id: str | None = None,
                         due_only: bool = True) -> list[JobInfo]:
@@ -685,7 +714,7 @@ class Memory:
         Raises:
             NotFoundError: no such turn or memory in this namespace.
         """
-        return reflex.expand(self.store, self.namespace, pointer_id)
+        return reflex.expand(self.store, self.namespace, check_id(pointer_id, "pointer_id"))
 
     def graph(self) -> networkx.MultiDiGraph:
         """This namespace as a networkx MultiDiGraph: sessions, turns and (once extracted) memories."""

@@ -20,13 +20,14 @@ from tenacity import retry, retry_if_exception, stop_after_attempt, wait_random_
 from ...capture import CaptureRequest
 from ...errors import (
     ConfigError,
-    InvalidInput,
     MigrationError,
     NotFoundError,
+    ReadOnlyStore,
     StoreError,
 )
 from ...models import CaptureReceipt, Diagnostic, SearchHit, SessionInfo, utc_now
 from ...search import INDEX_CHARS, idf, idf_bonus, indexed_text, split_by_postings
+from ...validate import not_unicode
 from ..base import Store
 from ..capture_plan import new_receipt, plan_append, receipt_row, replay_or_conflict, session_date_for
 from ..cursors import CursorMixin
@@ -100,6 +101,8 @@ class PostgresStore(PostgresExtractionMixin, PostgresSubagentMixin, CursorMixin,
             # database, auth) and brings the schema up to date before the pool opens.
             with psycopg.connect(url, autocommit=True, connect_timeout=max(int(connect_timeout), 1)) as conn:
                 migrate_postgres(conn, POSTGRES_MIGRATIONS)
+                # A standby, or default_transaction_read_only: reads are served, writes raise ReadOnlyStore.
+                self.read_only = conn.execute("SHOW transaction_read_only").fetchone()[0] == "on"
         except psycopg.OperationalError as exc:
             raise StoreError(
                 f"cannot connect to PostgreSQL at {self.url}: {str(exc).strip()}; "
@@ -135,7 +138,11 @@ class PostgresStore(PostgresExtractionMixin, PostgresSubagentMixin, CursorMixin,
         try:
             return runner()
         except UnicodeEncodeError as exc:
-            raise InvalidInput(f"text is not valid Unicode ({exc.reason}); remove lone surrogates") from None
+            raise not_unicode(exc) from None
+        except (pg_errors.ReadOnlySqlTransaction, pg_errors.InsufficientPrivilege) as exc:
+            raise ReadOnlyStore(f"PostgreSQL refused the write ({str(exc).strip()}): this connection is read-only "
+                                "(a standby, default_transaction_read_only, or a role without write rights); "
+                                "searches and reads work") from exc
         except psycopg.Error as exc:
             raise StoreError(f"PostgreSQL write failed: {str(exc).strip()}") from exc
 
@@ -145,6 +152,8 @@ class PostgresStore(PostgresExtractionMixin, PostgresSubagentMixin, CursorMixin,
         try:
             with self._pool.connection() as conn:
                 yield conn
+        except UnicodeEncodeError as exc:
+            raise not_unicode(exc) from None
         except psycopg.Error as exc:
             raise StoreError(f"PostgreSQL read failed: {str(exc).strip()}") from exc
 
@@ -152,6 +161,8 @@ class PostgresStore(PostgresExtractionMixin, PostgresSubagentMixin, CursorMixin,
         try:
             with self._pool.connection() as conn:
                 return conn.execute(sql, args).fetchall()
+        except UnicodeEncodeError as exc:
+            raise not_unicode(exc) from None
         except psycopg.Error as exc:
             raise StoreError(f"PostgreSQL read failed: {str(exc).strip()}") from exc
 

@@ -1,0 +1,188 @@
+"""Every bad input is a typed error naming its field, on both engines, and nothing is written.
+
+One table: each row is a call, the error class it raises, the field it names, and the builtin
+base (``TypeError`` for a wrong type, ``ValueError`` for a wrong value) it is also caught by.
+"""
+
+from __future__ import annotations
+
+import random
+from datetime import datetime, timezone
+
+import pytest
+from pgtemp import require_postgres, temp_database
+
+from tortoise_sdk import ConfigError, InvalidInput, InvalidType, Memory, TortoiseError
+from tortoise_sdk.validate import MAX_ID_BYTES, MAX_JSON_DEPTH
+
+OK = [{"role": "user", "content": "my kayak is red"}]
+
+
+def turn(**fields):
+    return [{"role": "user", "content": "my kayak is red", **fields}]
+
+
+def nested(depth: int) -> dict:
+    value: dict = {}
+    for _ in range(depth):
+        value = {"a": value}
+    return value
+
+
+def random_id(n_bytes: int, seed: int = 0) -> str:
+    """An incompressible id of exactly ``n_bytes`` UTF-8 bytes (CJK, 3 bytes each, then ASCII)."""
+    rng = random.Random(seed)
+    cjk = "".join(chr(rng.randrange(0x4E00, 0x9FFF)) for _ in range(n_bytes // 3))
+    return cjk + "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(n_bytes - 3 * len(cjk)))
+
+
+TOO_LONG = random_id(MAX_ID_BYTES + 1)
+S = "\ud800"  # a lone surrogate
+
+# (id, call, error, field, builtin)
+ROWS = [
+    # capture: the shape of the call
+    ("turns is an int", lambda m: m.capture("s", 5), InvalidType, "turns", TypeError),
+    ("turns is None", lambda m: m.capture("s", None), InvalidType, "turns", TypeError),
+    ("turns is a string", lambda m: m.capture("s", "hello"), InvalidType, "turns", TypeError),
+    ("a turn is an int", lambda m: m.capture("s", [5]), InvalidType, "turns[0]", TypeError),
+    ("content is an int", lambda m: m.capture("s", [{"role": "user", "content": 42}]), InvalidType,
+     "turns[0].content", TypeError),
+    ("session id is an int", lambda m: m.capture(7, OK), InvalidType, "session_id", TypeError),
+    ("session date is an int", lambda m: m.capture("s", OK, session_date=5), InvalidType, "session_date", TypeError),
+    ("capture_many(None)", lambda m: m.capture_many(None), InvalidType, "sessions", TypeError),
+    ("capture_many([5])", lambda m: m.capture_many([5]), InvalidType, "sessions[0]", TypeError),
+    ("capture_many bad turn", lambda m: m.capture_many([{"session_id": "s", "turns": 5}]), InvalidType,
+     "sessions[0]", TypeError),
+    # capture: metadata that is not plain JSON
+    ("metadata set", lambda m: m.capture("s", turn(metadata={"k": {1, 2}})), InvalidType, "turns[0].metadata.k",
+     TypeError),
+    ("metadata bytes", lambda m: m.capture("s", turn(metadata={"k": b"x"})), InvalidType, "turns[0].metadata.k",
+     TypeError),
+    ("metadata datetime", lambda m: m.capture("s", turn(metadata={"when": datetime.now(timezone.utc)})),
+     InvalidType, "turns[0].metadata.when", TypeError),
+    ("metadata object", lambda m: m.capture("s", turn(metadata={"k": object()})), InvalidType,
+     "turns[0].metadata.k", TypeError),
+    ("metadata set deep inside", lambda m: m.capture("s", turn(metadata={"a": [1, {"b": {1}}]})), InvalidType,
+     "turns[0].metadata.a[1].b", TypeError),
+    ("metadata int key inside", lambda m: m.capture("s", turn(metadata={"a": {1: "x"}})), InvalidType,
+     "turns[0].metadata.a", TypeError),
+    ("metadata NaN", lambda m: m.capture("s", turn(metadata={"k": float("nan")})), InvalidInput,
+     "turns[0].metadata.k", ValueError),
+    ("metadata 5000 deep", lambda m: m.capture("s", turn(metadata=nested(5000))), InvalidInput,
+     "turns[0].metadata", ValueError),
+    ("metadata NUL", lambda m: m.capture("s", turn(metadata={"k": ["a\x00"]})), InvalidInput,
+     "turns[0].metadata.k[0]", ValueError),
+    ("metadata NUL key", lambda m: m.capture("s", turn(metadata={"k\x00": 1})), InvalidInput,
+     "turns[0].metadata.k\x00", ValueError),
+    # search
+    ("k='5'", lambda m: m.search("kayak", k="5"), InvalidType, "k", TypeError),
+    ("k=None", lambda m: m.search("kayak", k=None), InvalidType, "k", TypeError),
+    ("k=1.5", lambda m: m.search("kayak", k=1.5), InvalidType, "k", TypeError),
+    ("k=True", lambda m: m.search("kayak", k=True), InvalidType, "k", TypeError),
+    ("k=2**63", lambda m: m.search("kayak", k=2**63), InvalidInput, "k", ValueError),
+    ("query is an int", lambda m: m.search(5), InvalidType, "query", TypeError),
+    # lone surrogates in any id or read argument
+    ("surrogate session id", lambda m: m.capture(S, OK), InvalidInput, "session_id", ValueError),
+    ("surrogate turn id", lambda m: m.capture("s", turn(id=S)), InvalidInput, "turns[0].id", ValueError),
+    ("surrogate content", lambda m: m.capture("s", [{"role": "user", "content": "a" + S}]), InvalidInput,
+     "turns[0].content", ValueError),
+    ("surrogate name", lambda m: m.capture("s", turn(name=S)), InvalidInput, "turns[0].name", ValueError),
+    ("surrogate idempotency key", lambda m: m.capture("s", OK, idempotency_key=S), InvalidInput, "idempotency_key",
+     ValueError),
+    ("surrogate metadata", lambda m: m.capture("s", turn(metadata={"k": S})), InvalidInput, "turns[0].metadata.k",
+     ValueError),
+    ("surrogate search session", lambda m: m.search("kayak", session_id=S), InvalidInput, "session_id", ValueError),
+    ("surrogate turns()", lambda m: m.turns(S), InvalidInput, "session_id", ValueError),
+    ("surrogate turn_metadata()", lambda m: m.turn_metadata(S), InvalidInput, "session_id", ValueError),
+    ("surrogate receipts()", lambda m: m.receipts(S), InvalidInput, "session_id", ValueError),
+    ("surrogate memories()", lambda m: m.memories(S), InvalidInput, "session_id", ValueError),
+    ("surrogate subagents()", lambda m: m.subagents(session_id=S), InvalidInput, "session_id", ValueError),
+    ("surrogate subagents turn", lambda m: m.subagents(turn_id=S), InvalidInput, "turn_id", ValueError),
+    ("surrogate expand()", lambda m: m.expand(S), InvalidInput, "pointer_id", ValueError),
+    ("surrogate extract()", lambda m: m.extract(S), InvalidInput, "session_id", ValueError),
+    ("surrogate cursor()", lambda m: m.cursor(S), InvalidInput, "name", ValueError),
+    ("NUL turns()", lambda m: m.turns("a\x00b"), InvalidInput, "session_id", ValueError),
+    ("NUL expand()", lambda m: m.expand("t_\x00"), InvalidInput, "pointer_id", ValueError),
+    ("int expand()", lambda m: m.expand(5), InvalidType, "pointer_id", TypeError),
+    # ids longer than both engines can index
+    ("long session id", lambda m: m.capture(TOO_LONG, OK), InvalidInput, "session_id", ValueError),
+    ("long turn id", lambda m: m.capture("s", turn(id=TOO_LONG)), InvalidInput, "turns[0].id", ValueError),
+    ("long idempotency key", lambda m: m.capture("s", OK, idempotency_key=TOO_LONG), InvalidInput,
+     "idempotency_key", ValueError),
+    ("long cursor name", lambda m: m.save_cursor(TOO_LONG, {"a": 1}, revision=0), InvalidInput, "name", ValueError),
+    ("long read id", lambda m: m.turns(TOO_LONG), InvalidInput, "session_id", ValueError),
+    # cursors
+    ("cursor value list", lambda m: m.save_cursor("c", [1], revision=0), InvalidType, "value", TypeError),
+    ("cursor value datetime", lambda m: m.save_cursor("c", {"at": datetime.now()}, revision=0), InvalidType,
+     "value.at", TypeError),
+    ("cursor value deep", lambda m: m.save_cursor("c", nested(MAX_JSON_DEPTH + 1), revision=0), InvalidInput,
+     "value", ValueError),
+]
+
+
+@pytest.fixture(scope="module")
+def pg_url():
+    require_postgres()
+    with temp_database("tortoise_bad_input") as url:
+        yield url
+
+
+@pytest.fixture(params=("sqlite", "postgres"))
+def mem(request, tmp_path):
+    url = str(tmp_path / "m.db") if request.param == "sqlite" else request.getfixturevalue("pg_url")
+    with Memory(url, namespace=f"bad_{random.getrandbits(40):x}") as m:
+        yield m
+
+
+def _written(m: Memory):
+    return m.sessions(), m.receipts(), m.cursor("c")
+
+
+@pytest.mark.parametrize(("call", "error", "field", "builtin"), [r[1:] for r in ROWS], ids=[r[0] for r in ROWS])
+def test_bad_input_is_a_typed_error_naming_its_field(mem, call, error, field, builtin):
+    before = _written(mem)
+    with pytest.raises(error) as raised:
+        call(mem)
+    assert type(raised.value) is error  # the most specific class, not merely a subclass of it
+    assert raised.value.field == field
+    assert isinstance(raised.value, (TortoiseError, builtin))
+    assert str(raised.value).startswith(f"{field}: ")
+    assert _written(mem) == before
+
+
+@pytest.mark.parametrize("namespace", [S, TOO_LONG, "a\x00"])
+def test_a_namespace_no_engine_can_store_is_refused(tmp_path, namespace):
+    with pytest.raises(ConfigError) as raised:
+        Memory(str(tmp_path / "m.db"), namespace=namespace)
+    assert raised.value.field == "namespace" and not (tmp_path / "m.db").exists()
+
+
+def test_the_six_characters_backslash_u0000_are_text_not_a_nul(mem):
+    metadata = {"k": "\\u0000", "\\u0000": ["\\\\u0000"]}
+    receipt = mem.capture("s", turn(metadata=metadata))
+    assert mem.turn_metadata("s") == {receipt.turn_ids[0]: metadata}
+
+
+def test_ids_of_the_documented_maximum_length_are_stored_on_both_engines(mem):
+    """The worst case: three incompressible ids at the maximum in one index row (namespace, session, turn id)."""
+    longest = [random_id(MAX_ID_BYTES, seed) for seed in range(4)]
+    m = Memory(store=mem.store, namespace=longest[0])
+    receipt = m.capture(longest[1], turn(id=longest[2]), idempotency_key=longest[3])
+    assert m.capture(longest[1], turn(id=longest[2]), idempotency_key=longest[3]).replayed
+    assert [h.external_id for h in m.turns(longest[1])] == [longest[2]]
+    assert m.receipts(longest[1])[0].receipt_id == receipt.receipt_id
+    assert m.save_cursor(longest[2], {"offset": 1}, revision=0) is not None
+    assert m.cursor(longest[2]).value == {"offset": 1}
+
+
+def test_follow_keeps_a_long_path_under_a_hashed_cursor_name(tmp_path):
+    deep = tmp_path.joinpath(*["d" * 60] * 10)
+    deep.mkdir(parents=True)
+    transcript = deep / "t.jsonl"
+    transcript.write_text('{"role": "user", "content": "my kayak is red", "id": "m1"}\n', encoding="utf-8")
+    assert len(str(transcript).encode()) > MAX_ID_BYTES
+    with Memory(str(tmp_path / "m.db")) as m:
+        assert m.follow(str(transcript)).turns_stored == 1
+        assert m.follow(str(transcript)).turns_stored == 0  # the offset was kept
+        assert len(m.search("kayak")) == 1
