@@ -20,6 +20,8 @@ from ..errors import (
     InvalidInput,
     NotADatabase,
     NotFoundError,
+    ReadOnlyStore,
+    SchemaTooNew,
     StreamParseError,
     TortoiseError,
 )
@@ -53,7 +55,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         return args.handler(args)
-    except (InvalidInput, ConfigError, NotFoundError, NotADatabase, StreamParseError, IdempotencyConflict) as exc:
+    except (InvalidInput, ConfigError, NotFoundError, NotADatabase, SchemaTooNew, ReadOnlyStore, StreamParseError,
+            IdempotencyConflict) as exc:
         print(f"tortoise: {_in_cli_terms(exc)}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # the reader went away (`| head`): not an error

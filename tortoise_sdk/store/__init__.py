@@ -23,7 +23,10 @@ def open_store(url: str, *, create: bool = True) -> Store:
 
     Raises:
         NotFoundError: ``create=False`` and no SQLite file is there (nothing is created).
-        NotADatabase: the file is not a SQLite database.
+        NotADatabase: the file is not a SQLite database, or is damaged (``ForeignDatabase``:
+            another application's); it is left as it was.
+        SchemaTooNew: the database was written by a newer tortoise-sdk.
+        ReadOnlyStore: the database cannot be written and needs a schema upgrade.
     """
     if url.startswith(("postgresql://", "postgres://")):
         from .postgres import PostgresStore  # optional dependency

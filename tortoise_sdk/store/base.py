@@ -35,10 +35,12 @@ __all__ = ("Store",)
 class Store(ABC):
     """Durable storage for one database; every method takes the namespace it acts in.
 
-    No read may return rows of another namespace.
+    No read may return rows of another namespace. A store opened read-only (``read_only``)
+    serves every read; each write raises ``ReadOnlyStore``.
     """
 
     url: str
+    read_only: bool = False
 
     @abstractmethod
     def migrate(self) -> list[int]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from ...errors import MigrationError
+from ...errors import MigrationError, SchemaTooNew
 from ...search import INDEX_CHARS, NAME_INDEX_CHARS
 from ..schema import Migration
 
@@ -393,6 +393,10 @@ def migrate_postgres(conn: psycopg.Connection, migrations: Sequence[Migration] |
         raise MigrationError(f"migration versions must be unique and ascending, got {versions}")
     if not conn.autocommit:
         raise MigrationError("migrate_postgres needs an autocommit connection (psycopg.connect(..., autocommit=True))")
+    newest = max(pg_applied_versions(conn), default=0)
+    if newest > versions[-1]:
+        raise SchemaTooNew(f"the database has schema version {newest}, newer than this tortoise-sdk knows "
+                           f"({versions[-1]}): upgrade tortoise-sdk (pip install -U tortoise-sdk); nothing was written")
     done: list[int] = []
     for m in migrations:
         if m.version in pg_applied_versions(conn):

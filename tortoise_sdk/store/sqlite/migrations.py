@@ -11,7 +11,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Sequence
 
-from ...errors import MigrationError
+from ...errors import MigrationError, SchemaTooNew
 from ...search import INDEX_CHARS, NAME_INDEX_CHARS
 from ..schema import Migration
 
@@ -368,6 +368,10 @@ def migrate_sqlite(conn: sqlite3.Connection, migrations: Sequence[Migration] | N
     versions = [m.version for m in migrations]
     if versions != sorted(set(versions)):
         raise MigrationError(f"migration versions must be unique and ascending, got {versions}")
+    newest = max(applied_versions(conn), default=0)
+    if newest > versions[-1]:
+        raise SchemaTooNew(f"the database has schema version {newest}, newer than this tortoise-sdk knows "
+                           f"({versions[-1]}): upgrade tortoise-sdk (pip install -U tortoise-sdk); nothing was written")
     done: list[int] = []
     for m in migrations:
         if m.version in applied_versions(conn):

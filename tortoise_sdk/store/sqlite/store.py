@@ -18,9 +18,17 @@ from tenacity import retry, retry_if_exception, wait_random_exponential
 
 from ...capture import CaptureRequest
 from ...config import DEFAULT_BUSY_TIMEOUT_MS
-from ...errors import NotADatabase, NotFoundError, StoreError, StoreTimeout
+from ...errors import (
+    MigrationError,
+    NotADatabase,
+    NotFoundError,
+    ReadOnlyStore,
+    StoreError,
+    StoreTimeout,
+)
 from ...models import CaptureReceipt, Diagnostic, MemoryRecord, SearchHit, SessionInfo, utc_now
 from ...search import indexed_text, terms_from_fts5
+from ...validate import not_unicode
 from ..base import Store
 from ..capture_plan import new_receipt, plan_append, receipt_row, replay_or_conflict, session_date_for
 from ..cursors import CursorMixin
@@ -29,6 +37,7 @@ from ..rows import and_equal
 from ..rows import turn_hit as _hit
 from .extraction import SQLiteExtractionMixin
 from .migrations import SQLITE_MIGRATIONS, migrate_sqlite
+from .opening import damaged, inspect_file, read_only_uri, refused_as_read_only
 from .ranking import INDEXED_TURN_COLUMNS as _INDEXED_COLUMNS
 from .ranking import TURN_COLUMNS as _TURN_COLUMNS
 from .ranking import SQLiteRankingMixin
@@ -42,14 +51,6 @@ _WORD = re.compile(r"[^\W_]+")
 _STEM_CACHE_MAX = 200_000
 _MAX_READERS = 8
 _PROGRESS_STEPS = 1_000  # SQLite VM steps between deadline checks while a statement runs
-
-
-def _not_a_database(exc: sqlite3.DatabaseError) -> bool:
-    """SQLITE_NOTADB or SQLITE_CORRUPT (by code where Python reports it, else by SQLite's message)."""
-    code = getattr(exc, "sqlite_errorcode", None)
-    if code is not None:
-        return code & 0xFF in (11, 26)
-    return "not a database" in str(exc) or "malformed" in str(exc)
 
 
 def _is_busy(exc: BaseException) -> bool:
@@ -107,26 +108,60 @@ class SQLiteStore(SQLiteRankingMixin, SQLiteExtractionMixin, SQLiteSubagentMixin
         self._opened_readers = 0
         self._readers_lock = threading.Lock()
         self._closed = False
-        try:
-            self._conn = self._connect()
-        except sqlite3.Error as exc:
-            raise StoreError(f"cannot open SQLite database {self.path!r}: {exc}; check the path and permissions") from exc
         self._retry_window_s = max(busy_timeout_ms / 1000, 1.0) * 2
+        # Nothing is written before the file is known to be a tortoise memory this code can run.
+        state = inspect_file(self.path, SQLITE_MIGRATIONS[-1].version)
+        self._uri = state.uri
+        if not state.writable:
+            self._open_read_only(state.version)
+            return
+        self._conn = self._open()
         try:
             self._pragmas(busy_timeout_ms, synchronous)
             self.migrate()
         except sqlite3.DatabaseError as exc:
             self._conn.close()
-            if _not_a_database(exc):
+            if damaged(exc):
                 raise NotADatabase(f"{self.path} is not a SQLite database, or is damaged ({exc}); "
                                    "it was left as it was: check the path") from None
-            raise
+            if not refused_as_read_only(exc):
+                raise
+            # Writable by its mode, refused by the system (an immutable file, a read-only mount): read-only.
+            self._uri = read_only_uri(self.path, immutable=False)
+            self._open_read_only(state.version)
+        except MigrationError as exc:
+            self._conn.close()
+            if not refused_as_read_only(exc.__cause__ or exc):
+                raise
+            self._uri = read_only_uri(self.path, immutable=False)
+            self._open_read_only(state.version)
+
+    @property
+    def read_only(self) -> bool:
+        """Whether the database was opened read-only (its file, folder or file system cannot be written)."""
+        return self._uri is not None
+
+    def _open_read_only(self, version: int) -> None:
+        latest = SQLITE_MIGRATIONS[-1].version
+        if version < latest:
+            at = "empty" if version == 0 else f"at schema version {version}"
+            raise ReadOnlyStore(f"{self.path} is read-only and {at}; this tortoise-sdk needs version {latest}: "
+                                "open it once with write access (it is brought up to date on open)")
+        self._conn = self._open()
+        self._conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
+        self._conn.execute("PRAGMA temp_store = MEMORY")
+
+    def _open(self) -> _Connection:
+        try:
+            return self._connect()
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open SQLite database {self.path!r}: {exc}; check the path and permissions") from exc
 
     # -- connection and transactions ---------------------------------------------------------
 
     def _connect(self) -> _Connection:
-        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
-                               timeout=self._busy_timeout_ms / 1000, factory=_Connection)
+        conn = sqlite3.connect(self._uri or self.path, uri=self._uri is not None, isolation_level=None,
+                               check_same_thread=False, timeout=self._busy_timeout_ms / 1000, factory=_Connection)
         conn.row_factory = sqlite3.Row
         return conn  # type: ignore[return-value]
 
@@ -163,6 +198,9 @@ class SQLiteStore(SQLiteRankingMixin, SQLiteExtractionMixin, SQLiteSubagentMixin
         A lock that outlasts the busy timeout retries the whole transaction, within the call's
         time bound (``timeout_s``); past it, ``StoreTimeout``.
         """
+        if self.read_only:
+            raise ReadOnlyStore(f"{self.path} is open read-only (the file, its folder or its file system cannot be "
+                                "written): searches and reads work; to write, give this process write access")
         at = deadline(self.timeout_s)
 
         def attempt() -> T:
@@ -191,9 +229,14 @@ class SQLiteStore(SQLiteRankingMixin, SQLiteExtractionMixin, SQLiteSubagentMixin
 
         try:
             return self._call_with_lock_retry(attempt, at)
+        except UnicodeEncodeError as exc:
+            raise not_unicode(exc) from None
         except sqlite3.Error as exc:
             if expired(at) and (_is_busy(exc) or "interrupted" in str(exc)):
                 raise timeout_error("a SQLite write", self.timeout_s) from exc
+            if refused_as_read_only(exc):
+                raise ReadOnlyStore(f"{self.path} cannot be written ({exc}): searches and reads work; to write, "
+                                    "give this process write access to the file and its folder") from exc
             raise StoreError(f"SQLite write failed: {exc}") from exc
 
     @contextmanager
@@ -215,6 +258,8 @@ class SQLiteStore(SQLiteRankingMixin, SQLiteExtractionMixin, SQLiteSubagentMixin
                 conn.execute(f"PRAGMA busy_timeout = {self._busy_ms(at)}")
             with _interrupt_at(conn, None if own_tx else at):
                 yield conn
+        except UnicodeEncodeError as exc:
+            raise not_unicode(exc) from None
         except sqlite3.Error as exc:
             if expired(at) and (_is_busy(exc) or "interrupted" in str(exc)):
                 raise timeout_error("a SQLite read", self.timeout_s) from exc
@@ -263,6 +308,8 @@ class SQLiteStore(SQLiteRankingMixin, SQLiteExtractionMixin, SQLiteSubagentMixin
             self._readers.put(conn)
 
     def migrate(self) -> list[int]:
+        if self.read_only:
+            return []
         with self._lock:
             return self._call_with_lock_retry(lambda: migrate_sqlite(self._conn, SQLITE_MIGRATIONS), None)
 
