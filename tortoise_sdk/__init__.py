@@ -33,6 +33,7 @@ from .models import (
     Diagnostic,
     ExpandResult,
     ExtractionReport,
+    ForgetReport,
     MemoryBlock,
     MemoryRecord,
     Pointer,
@@ -44,6 +45,7 @@ from .models import (
     SubagentContext,
     SubagentCounters,
     SubagentHealth,
+    Tombstone,
     Turn,
 )
 
@@ -58,6 +60,7 @@ __all__ = [
     "ExpandResult",
     "ExtractionReport",
     "ForeignDatabase",
+    "ForgetReport",
     "IdempotencyConflict",
     "IngestReport",
     "InvalidInput",
@@ -86,6 +89,7 @@ __all__ = [
     "SubagentContext",
     "SubagentCounters",
     "SubagentHealth",
+    "Tombstone",
     "TortoiseError",
     "Turn",
     "__version__",

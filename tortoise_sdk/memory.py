@@ -27,6 +27,7 @@ from .models import (
     Diagnostic,
     ExpandResult,
     ExtractionReport,
+    ForgetReport,
     JobInfo,
     MemoryBlock,
     MemoryRecord,
@@ -36,6 +37,7 @@ from .models import (
     SubagentContext,
     SubagentCounters,
     SubagentHealth,
+    Tombstone,
     Turn,
 )
 from . import reflex
@@ -504,6 +506,58 @@ class Memory:
         report.frames_recorded = report.counters.upserted
         return report
 
+    # -- forgetting --------------------------------------------------------------------------
+
+    def forget_session(self, session_id: str) -> ForgetReport:
+        """Forget a session: its turns and every row derived from them, in one transaction.
+
+        Removed: the session and its derived sessions (``<session>:agent-…``, ``<session>:task-…``),
+        their turns with their search index entries, capture receipts, extraction runs and jobs,
+        sub-agent rows, host cursors named after them, and any other row a table keeps per session.
+        A memory whose every source turn is gone is removed (its supersession chain re-linked); a
+        memory with sources elsewhere keeps them and loses only the edges to the removed turns.
+        Entities left with no memory are removed. A tombstone records what was removed, when and
+        by which call, without content (``tombstones``). Forgetting it again removes nothing and
+        reports zeros. What stays on disk until a ``vacuum`` is listed in the README ("Forgetting").
+
+        Raises:
+            InvalidInput: ``session_id`` is not a non-empty string.
+        """
+        _require_id(session_id, "session_id")
+        return self.store.forget_session(self.namespace, session_id)
+
+    def forget_memory(self, memory_id: str) -> ForgetReport:
+        """Forget one memory: its sources, entity links and index entry; entities left with nothing go too.
+
+        Its supersession chain is re-linked, never left dangling: the versions before and after it
+        point at each other, and if it was the newest version, the one before it takes its place
+        (and its status). Forgetting it again reports zeros; an unknown id reports zeros.
+
+        Raises:
+            InvalidInput: ``memory_id`` is not a non-empty string.
+        """
+        _require_id(memory_id, "memory_id")
+        return self.store.forget_memory(self.namespace, memory_id)
+
+    def tombstones(self, *, session_id: str | None = None, memory_id: str | None = None) -> list[Tombstone]:
+        """The audit rows forgetting left in this namespace, oldest first; or those of one session or memory.
+
+        A tombstone holds a hash of the forgotten id, never the id: look one up by passing the id.
+        """
+        if session_id is not None and memory_id is not None:
+            raise InvalidInput("pass session_id or memory_id, not both", field="memory_id")
+        subject, subject_id = ("session", session_id) if session_id is not None else ("memory", memory_id)
+        return self.store.tombstones(self.namespace, subject if subject_id is not None else None, subject_id)
+
+    def vacuum(self) -> None:
+        """Physically drop what forgetting left in the database files (the whole database, every namespace).
+
+        SQLite: merges the full-text indexes, rewrites the file without free pages and empties the
+        WAL. PostgreSQL: ``VACUUM (FULL, ANALYZE)`` of every table, which locks each while it is
+        rewritten. Backups and copies are not touched.
+        """
+        self.store.vacuum()
+
     # -- host state ----------------------------------------------------------------------------
 
     def cursor(self, name: str) -> Cursor:
@@ -730,6 +784,11 @@ def _evidence_count(request: Any, stored: int) -> int:
     from .pipeline.grounding import is_evidence
 
     return min(stored, sum(1 for t in request.turns if is_evidence(t, t.metadata)))
+
+
+def _require_id(value: Any, field: str) -> None:
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidInput("must be a non-empty string", field=field)
 
 
 def migrate_store(src: str, dst: str, *, progress: Callable[[str, int], None] | None = None) -> CopyReport:

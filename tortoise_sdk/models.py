@@ -14,6 +14,7 @@ __all__ = (
     "ExpandResult",
     "ExtractionReport",
     "ExtractionState",
+    "ForgetReport",
     "JobInfo",
     "LaunchingCall",
     "MEMORY_BLOCK_END",
@@ -31,6 +32,7 @@ __all__ = (
     "SubagentCounters",
     "SubagentHealth",
     "SubagentKey",
+    "Tombstone",
     "Turn",
     "utc_now",
 )
@@ -302,6 +304,40 @@ class SubagentHealth(BaseModel):
     def ok(self) -> bool:
         """Both lists are empty."""
         return not self.shortfall and not self.excess
+
+
+class ForgetReport(BaseModel):
+    """What a ``forget_session``/``forget_memory`` call removed: all zeros when there was nothing (left) to forget."""
+
+    namespace: str
+    subject: Literal["session", "memory"]
+    sessions: list[str] = Field(default_factory=list, description="The sessions forgotten: the one named and "
+                                "its derived sessions (<session>:agent-..., <session>:task-...).")
+    removed: dict[str, int] = Field(default_factory=dict, description="Rows deleted, by table.")
+    updated: dict[str, int] = Field(default_factory=dict, description="Rows kept but changed, by table: memories "
+                                    "that lost sources or were re-linked in their supersession chain, sub-agent "
+                                    "rows whose launching turn or child session was forgotten.")
+    tombstone_id: str | None = Field(default=None, description="The audit row left, None when nothing was removed.")
+    forgotten_at: datetime | None = None
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def total(self) -> int:
+        """Rows deleted over all tables."""
+        return sum(self.removed.values())
+
+
+class Tombstone(BaseModel):
+    """The audit row a forgetting leaves: what was removed (counts), when, by which call; no content, no id."""
+
+    id: str
+    namespace: str
+    subject: Literal["session", "memory"]
+    subject_hash: str = Field(description="sha256 of namespace, subject and the forgotten id: "
+                              "Memory.tombstones(session_id=...) finds it, the row does not hold the id.")
+    call: str = Field(description="The call that forgot it, e.g. Memory.forget_session.")
+    removed: dict[str, int] = Field(description="Rows deleted, by table.")
+    forgotten_at: datetime
 
 
 class JobInfo(BaseModel):

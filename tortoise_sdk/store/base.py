@@ -12,6 +12,7 @@ from ..models import (
     Cursor,
     ExtractionReport,
     ExtractionState,
+    ForgetReport,
     JobInfo,
     MemoryRecord,
     SearchHit,
@@ -19,6 +20,7 @@ from ..models import (
     SubagentContext,
     SubagentCounters,
     SubagentHealth,
+    Tombstone,
 )
 
 if TYPE_CHECKING:
@@ -221,6 +223,24 @@ class Store(ABC):
     ) -> SubagentHealth:
         """Launching calls (``tool_uses`` entries of turn metadata named in ``tool_names``) with no row,
         and rows with no launching call: two anti-joins, never netted."""
+
+    # -- forgetting -------------------------------------------------------------------------------
+
+    @abstractmethod
+    def forget_session(self, namespace: str, session_id: str) -> ForgetReport:
+        """Remove a session and its derived sessions from every table in one transaction (see ``store.forget``)."""
+
+    @abstractmethod
+    def forget_memory(self, namespace: str, memory_id: str) -> ForgetReport:
+        """Remove one memory, re-linking its supersession chain, in one transaction."""
+
+    @abstractmethod
+    def tombstones(self, namespace: str, subject: str | None = None, subject_id: str | None = None) -> list[Tombstone]:
+        """The audit rows forgetting left, oldest first (one subject's, when named)."""
+
+    @abstractmethod
+    def vacuum(self) -> None:
+        """Physically drop what deletes left behind (every namespace): index segments, free pages, dead tuples."""
 
     # -- cursors (named host state kept between processes) ---------------------------------------
 

@@ -34,6 +34,7 @@ from ..cursors import CursorMixin
 from ..rows import and_equal
 from ..rows import turn_hit as _hit
 from .extraction import PostgresExtractionMixin
+from .forget import PostgresForgetMixin
 from .fts import (
     FTS_CONFIG,
     count_turns_sql,
@@ -68,7 +69,7 @@ def _retryable(exc: BaseException) -> bool:
                                                                                          "jobs_one_pending")
 
 
-class PostgresStore(PostgresExtractionMixin, PostgresSubagentMixin, CursorMixin, Store):
+class PostgresStore(PostgresExtractionMixin, PostgresSubagentMixin, PostgresForgetMixin, CursorMixin, Store):
     """A PostgreSQL database shared by any number of processes and hosts.
 
     Usage::

@@ -344,8 +344,27 @@ M007_LOOP = Migration(
     ),
 )
 
+# What ``forget_session``/``forget_memory`` removed, when, by which call: counts only, and the
+# subject's id as a hash (sha256 of namespace, kind and id), so no row holds the forgotten id.
+M008_TOMBSTONES = Migration(
+    8,
+    "tombstones: an audit row per forgetting, without content",
+    (
+        """CREATE TABLE tombstones (
+            id           INTEGER PRIMARY KEY,
+            namespace    TEXT NOT NULL,
+            subject      TEXT NOT NULL CHECK (subject IN ('session', 'memory')),
+            subject_hash TEXT NOT NULL,
+            call         TEXT NOT NULL,
+            removed      TEXT NOT NULL,
+            forgotten_at TEXT NOT NULL
+        )""",
+        "CREATE INDEX tombstones_subject ON tombstones (namespace, subject_hash)",
+    ),
+)
+
 SQLITE_MIGRATIONS: list[Migration] = [M001_FOUNDATION, M002_EXTRACTION, M003_SUBAGENTS, M004_SUBAGENT_TURN_REF,
-                                      M005_CURSORS, M006_RANKING, M007_LOOP]
+                                      M005_CURSORS, M006_RANKING, M007_LOOP, M008_TOMBSTONES]
 
 
 def applied_versions(conn: sqlite3.Connection) -> set[int]:

@@ -36,6 +36,7 @@ from ..deadline import DEFAULT_STORE_TIMEOUT_S, deadline, expired, remaining, ti
 from ..rows import and_equal
 from ..rows import turn_hit as _hit
 from .extraction import SQLiteExtractionMixin
+from .forget import SQLiteForgetMixin
 from .migrations import SQLITE_MIGRATIONS, migrate_sqlite
 from .opening import damaged, inspect_file, read_only_uri, refused_as_read_only
 from .ranking import INDEXED_TURN_COLUMNS as _INDEXED_COLUMNS
@@ -80,7 +81,8 @@ def _interrupt_at(c: sqlite3.Connection, at: float | None) -> Iterator[None]:
         c.set_progress_handler(None, 0)
 
 
-class SQLiteStore(SQLiteRankingMixin, SQLiteExtractionMixin, SQLiteSubagentMixin, CursorMixin, Store):
+class SQLiteStore(SQLiteRankingMixin, SQLiteExtractionMixin, SQLiteSubagentMixin, SQLiteForgetMixin, CursorMixin,
+                  Store):
     """A SQLite database file shared safely by threads and processes.
 
     Writers take ``BEGIN IMMEDIATE`` on the store's one write connection and wait on a busy

@@ -1,0 +1,228 @@
+"""Forgetting (``ForgetMixin``): a session or a memory removed from every table, in one transaction.
+
+A mixin of both stores (it relies on their ``transaction`` and ``read``); the SQL is the
+same on both engines but for the placeholder (``PARAM``, ``TEXT_PARAM``) and the hooks at
+the bottom: which tables exist, and the search-index bookkeeping each engine keeps beside
+its rows (SQLite: the memories' FTS5 table; PostgreSQL: the memories' BM25 totals in
+``fts_stats``). The turns leave the namespace's ranking statistics through the engine's
+``unindex_turns`` first.
+
+A forgotten session takes its derived sessions (``<session>:agent-…``, ``<session>:task-…``)
+with it, and with them every row that names one of them in a ``session_id`` column: the
+known tables below and any table a later migration adds with ``namespace`` and
+``session_id`` columns. Memories are removed only when no source is left; a memory with
+sources elsewhere keeps them (and moves to the session of its first remaining source).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager
+from typing import Any, ClassVar
+
+from ..models import ForgetReport, Tombstone, utc_now
+from .subagent_core import DERIVED_MARKERS
+
+__all__ = ("ForgetMixin", "subject_hash")
+
+Conn = Any
+
+#: Tables every report lists, 0 when nothing of them was removed.
+REPORTED = ("sessions", "turns", "receipts", "jobs", "extractions", "subagent_contexts", "cursors",
+            "memories", "provenance", "memory_entities", "entities")
+#: Tables with a session column handled before the generic sweep (or, sessions, after it).
+_OWN_ORDER = ("turns", "memories", "sessions", "tombstones")
+
+
+def subject_hash(namespace: str, subject: str, subject_id: str) -> str:
+    """How a tombstone names what it records: a sha256, so it never holds the forgotten id itself."""
+    return hashlib.sha256(f"{namespace}\x00{subject}\x00{subject_id}".encode()).hexdigest()
+
+
+class ForgetMixin:
+    """``forget_session``, ``forget_memory`` and ``tombstones``; ``PARAM`` is the driver's placeholder."""
+
+    PARAM: ClassVar[str] = "?"
+    #: A placeholder whose value a text function reads (PostgreSQL needs its type spelled out).
+    TEXT_PARAM: ClassVar[str] = "?"
+    transaction: Callable[[Callable[[Any], Any]], Any]
+    read: Callable[[], AbstractContextManager[Any]]
+    _time_param: Callable[[Any], Any]  # CursorMixin's: a time as the engine stores it
+    #: The ranking mixin's: take turns out of the namespace's statistics before they are deleted.
+    unindex_turns: Callable[[Any, str, Sequence[str]], None]
+
+    def forget_session(self, namespace: str, session_id: str) -> ForgetReport:
+        """Remove a session, its derived sessions and everything derived from their turns; one transaction.
+
+        Idempotent: forgetting it again removes nothing and reports zeros (and leaves no new tombstone).
+        """
+        p = self.PARAM
+
+        def run(c: Conn) -> ForgetReport:
+            report = ForgetReport(namespace=namespace, subject="session", removed=dict.fromkeys(REPORTED, 0))
+            where, args = self._forgotten("session_id", session_id)
+            tables = self._session_tables(c)
+            self._lock_sessions(c, namespace, where, args)
+            sessions = sorted({r[0] for t in tables for r in c.execute(
+                f"SELECT DISTINCT session_id FROM {t} WHERE namespace = {p} AND {where}", [namespace, *args])})
+            if not sessions:
+                return report
+            report.sessions = sessions
+            turns = f"SELECT turn_id FROM turns WHERE namespace = {p} AND {where}"
+            touched = [r[0] for r in c.execute(
+                f"SELECT memory_id FROM provenance WHERE namespace = {p} AND turn_id IN ({turns})"
+                f" UNION SELECT memory_id FROM memories WHERE namespace = {p} AND {where}",
+                [namespace, namespace, *args, namespace, *args])]
+            self._count(report, "provenance", c.execute(
+                f"DELETE FROM provenance WHERE namespace = {p} AND turn_id IN ({turns})", [namespace, namespace, *args]))
+            gone = []
+            for memory_id in touched:
+                first = c.execute(
+                    f"SELECT t.session_id, s.extraction_id FROM provenance s JOIN turns t ON t.turn_id = s.turn_id"
+                    f" WHERE s.memory_id = {p} ORDER BY t.session_id, t.idx LIMIT 1", (memory_id,)).fetchone()
+                if first is None:
+                    gone.append(memory_id)
+                    continue
+                # it keeps its other sources, and belongs to the session of the first of them
+                self._updated(report, "memories", c.execute(
+                    f"UPDATE memories SET session_id = {p}, extraction_id = {p} WHERE memory_id = {p} AND {where}",
+                    [first[0], first[1], memory_id, *args]).rowcount)
+            self._remove_memories(c, namespace, gone, report)
+            other = f"NOT {where}"
+            unlinked = c.execute(f"UPDATE subagent_contexts SET turn_id = NULL WHERE namespace = {p}"
+                                 f" AND turn_id IN ({turns}) AND {other}", [namespace, namespace, *args, *args])
+            child, child_args = self._forgotten("child_session_id", session_id)
+            unlinked_child = c.execute(f"UPDATE subagent_contexts SET child_session_id = NULL WHERE namespace = {p}"
+                                       f" AND {child} AND {other}", [namespace, *child_args, *args])
+            self._updated(report, "subagent_contexts", unlinked.rowcount + unlinked_child.rowcount)
+            self._forget_cursors(c, namespace, sessions, report)
+            self.unindex_turns(c, namespace, [r[0] for r in c.execute(turns, [namespace, *args])])
+            self._count(report, "turns", c.execute(f"DELETE FROM turns WHERE namespace = {p} AND {where}",
+                                                   [namespace, *args]))
+            for table in [t for t in tables if t not in _OWN_ORDER]:
+                self._count(report, table, c.execute(f"DELETE FROM {table} WHERE namespace = {p} AND {where}",
+                                                     [namespace, *args]))
+            self._count(report, "sessions", c.execute(f"DELETE FROM sessions WHERE namespace = {p} AND {where}",
+                                                      [namespace, *args]))
+            self._remove_orphan_entities(c, namespace, report)
+            self._tombstone(c, report, session_id, "Memory.forget_session")
+            return report
+
+        return self.transaction(run)
+
+    def forget_memory(self, namespace: str, memory_id: str) -> ForgetReport:
+        """Remove one memory (its sources, entity links and index entry); its supersession chain is re-linked.
+
+        Entities it leaves with no memory are removed too. Idempotent, like ``forget_session``.
+        """
+
+        def run(c: Conn) -> ForgetReport:
+            report = ForgetReport(namespace=namespace, subject="memory", removed=dict.fromkeys(REPORTED, 0))
+            found = c.execute(f"SELECT 1 FROM memories WHERE namespace = {self.PARAM} AND memory_id = {self.PARAM}",
+                              (namespace, memory_id)).fetchone()
+            if found is None:
+                return report
+            self._remove_memories(c, namespace, [memory_id], report)
+            self._remove_orphan_entities(c, namespace, report)
+            self._tombstone(c, report, memory_id, "Memory.forget_memory")
+            return report
+
+        return self.transaction(run)
+
+    def tombstones(self, namespace: str, subject: str | None = None, subject_id: str | None = None) -> list[Tombstone]:
+        """The namespace's tombstones, oldest first; with ``subject`` and ``subject_id``, only that subject's."""
+        p = self.PARAM
+        sql = f"SELECT id, subject, subject_hash, call, removed, forgotten_at FROM tombstones WHERE namespace = {p}"
+        args: list[Any] = [namespace]
+        if subject is not None and subject_id is not None:
+            sql += f" AND subject_hash = {p}"
+            args.append(subject_hash(namespace, subject, subject_id))
+        with self.read() as c:
+            rows = c.execute(sql + " ORDER BY id", args).fetchall()
+        return [Tombstone(id=str(r[0]), namespace=namespace, subject=r[1], subject_hash=r[2], call=r[3],
+                          removed=json.loads(r[4]), forgotten_at=r[5]) for r in rows]
+
+    # -- the steps ------------------------------------------------------------------------------
+
+    def _forgotten(self, column: str, session_id: str) -> tuple[str, list[Any]]:
+        """SQL true for ``session_id`` and the sessions derived from it, with its parameters."""
+        p, t = self.PARAM, self.TEXT_PARAM
+        prefixes = [session_id + marker for marker in DERIVED_MARKERS]
+        sql = f"({column} = {p}" + "".join(f" OR substr({column}, 1, length({t})) = {p}" for _ in prefixes) + ")"
+        return sql, [session_id, *(x for prefix in prefixes for x in (prefix, prefix))]
+
+    def _remove_memories(self, c: Conn, namespace: str, memory_ids: Sequence[str], report: ForgetReport) -> None:
+        """Delete memories with their edges and index entries, re-linking each one's supersession chain."""
+        p = self.PARAM
+        for memory_id in memory_ids:
+            row = c.execute(f"SELECT status, invalid_at, supersedes, superseded_by FROM memories WHERE memory_id = {p}",
+                            (memory_id,)).fetchone()
+            status, invalid_at, before, after = row
+            relinked = 0
+            if before is not None and after is not None:
+                relinked += c.execute(f"UPDATE memories SET superseded_by = {p} WHERE memory_id = {p}",
+                                      (after, before)).rowcount
+            elif before is not None:
+                # the head of its chain goes: the version before it is the head again, as the head was
+                relinked += c.execute(f"UPDATE memories SET superseded_by = NULL, status = {p}, invalid_at = {p}"
+                                      f" WHERE memory_id = {p}", (status, invalid_at, before)).rowcount
+            if after is not None:
+                relinked += c.execute(f"UPDATE memories SET supersedes = {p} WHERE memory_id = {p}",
+                                      (before, after)).rowcount
+            self._updated(report, "memories", relinked)
+            for table in ("provenance", "memory_entities"):
+                self._count(report, table, c.execute(f"DELETE FROM {table} WHERE memory_id = {p}", (memory_id,)))
+            self._unindex_memory(c, memory_id)
+            self._count(report, "memories", c.execute(f"DELETE FROM memories WHERE memory_id = {p}", (memory_id,)))
+
+    def _remove_orphan_entities(self, c: Conn, namespace: str, report: ForgetReport) -> None:
+        self._count(report, "entities", c.execute(
+            f"DELETE FROM entities WHERE namespace = {self.PARAM} AND NOT EXISTS"
+            " (SELECT 1 FROM memory_entities me WHERE me.entity_id = entities.entity_id)", (namespace,)))
+
+    def _forget_cursors(self, c: Conn, namespace: str, sessions: Iterable[str], report: ForgetReport) -> None:
+        """Cursors named ``<anything>:<session id>`` hold that session's host state (its view, the pointers shown)."""
+        p = self.PARAM
+        suffixes = tuple(":" + s for s in sessions)
+        names = [r[0] for r in c.execute(f"SELECT name FROM cursors WHERE namespace = {p}", (namespace,))
+                 if r[0].endswith(suffixes)]
+        for name in names:
+            self._count(report, "cursors", c.execute(f"DELETE FROM cursors WHERE namespace = {p} AND name = {p}",
+                                                     (namespace, name)))
+
+    def _tombstone(self, c: Conn, report: ForgetReport, subject_id: str, call: str) -> None:
+        if not any(report.removed.values()):
+            return
+        p = self.PARAM
+        report.forgotten_at = utc_now()
+        row = c.execute(
+            "INSERT INTO tombstones (namespace, subject, subject_hash, call, removed, forgotten_at)"
+            f" VALUES ({p}, {p}, {p}, {p}, {p}, {p}) RETURNING id",
+            (report.namespace, report.subject, subject_hash(report.namespace, report.subject, subject_id), call,
+             json.dumps({k: v for k, v in report.removed.items() if v}), self._time_param(report.forgotten_at)),
+        ).fetchone()
+        report.tombstone_id = str(row[0])
+
+    @staticmethod
+    def _count(report: ForgetReport, table: str, cursor: Any) -> None:
+        report.removed[table] = report.removed.get(table, 0) + max(cursor.rowcount, 0)
+
+    @staticmethod
+    def _updated(report: ForgetReport, table: str, n: int) -> None:
+        if n > 0:
+            report.updated[table] = report.updated.get(table, 0) + n
+
+    # -- engine hooks ---------------------------------------------------------------------------
+
+    def _session_tables(self, c: Conn) -> list[str]:
+        """Tables with both a ``namespace`` and a ``session_id`` column, by name."""
+        raise NotImplementedError
+
+    def _lock_sessions(self, c: Conn, namespace: str, where: str, args: list[Any]) -> None:
+        """Make concurrent captures of these sessions wait for the forgetting (where the engine needs it)."""
+
+    def _unindex_memory(self, c: Conn, memory_id: str) -> None:
+        """Before a memory is deleted: drop its full-text entry."""
+        raise NotImplementedError

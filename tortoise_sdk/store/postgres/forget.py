@@ -1,0 +1,56 @@
+"""PostgreSQL side of forgetting: its tables, session locks and BM25 totals (``ForgetMixin``'s hooks).
+
+A turn's or a memory's tsvector lives in its row and goes with it; the turns leave their
+namespace's ranking statistics (``PostgresStore.unindex_turns``) and the memories the
+engine-wide totals BM25 reads for them (``fts_stats``), in the same transaction. Deleted rows stay in the
+table files as dead tuples until VACUUM (see ``PostgresStore.vacuum``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+
+from ..forget import ForgetMixin
+from .fts import STAT_SHARDS
+
+__all__ = ("PostgresForgetMixin",)
+
+_SUBTRACT = (
+    "INSERT INTO fts_stats (tbl, shard, n_rows, n_tokens)"
+    f" SELECT %s, mod(pg_backend_pid(), {STAT_SHARDS}), -COUNT(*), -COALESCE(SUM(fts_len), 0) FROM {{rows}}"
+    " ON CONFLICT (tbl, shard) DO UPDATE"
+    " SET n_rows = fts_stats.n_rows + excluded.n_rows, n_tokens = fts_stats.n_tokens + excluded.n_tokens"
+)
+
+
+class PostgresForgetMixin(ForgetMixin):
+    """Forgetting for ``PostgresStore``."""
+
+    TEXT_PARAM = "%s::text"
+    _pool: Any
+
+    def vacuum(self) -> None:
+        """``VACUUM (FULL, ANALYZE)`` of every table in the schema: rewritten without their dead tuples.
+
+        Each table is locked while it is rewritten (readers and writers wait): run it in a quiet period.
+        """
+        with self._pool.connection() as conn:
+            tables = [r[0] for r in conn.execute(
+                "SELECT tablename FROM pg_tables WHERE schemaname = current_schema() ORDER BY tablename")]
+            conn.execute("VACUUM (FULL, ANALYZE) " + ", ".join(f'"{t}"' for t in tables))
+
+    def _session_tables(self, c: psycopg.Connection) -> list[str]:
+        return [r[0] for r in c.execute(
+            "SELECT table_name FROM information_schema.columns WHERE table_schema = current_schema()"
+            " AND column_name IN ('namespace', 'session_id') GROUP BY table_name HAVING COUNT(*) = 2"
+            " ORDER BY table_name")]
+
+    def _lock_sessions(self, c: psycopg.Connection, namespace: str, where: str, args: list[Any]) -> None:
+        c.execute(f"SELECT 1 FROM sessions WHERE namespace = %s AND {where} ORDER BY session_id FOR UPDATE",
+                  [namespace, *args])
+
+    def _unindex_memory(self, c: psycopg.Connection, memory_id: str) -> None:
+        c.execute(_SUBTRACT.format(rows="memories WHERE memory_id = %s AND fts_len IS NOT NULL"),
+                  ["memories", memory_id])
