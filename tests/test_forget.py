@@ -21,7 +21,7 @@ from test_store_conformance import T0, _finalize, _plan, ns, pg_url, req, store,
 from tortoise_sdk import Memory
 from tortoise_sdk.store import Store
 from tortoise_sdk.store.forget import subject_hash
-from tortoise_sdk.store.plan import EntityPlan, ItemPlan, SourcePlan
+from tortoise_sdk.store.plan import EntityPlan, ItemPlan, SourcePlan, Window
 from tortoise_sdk.store.sqlite import SQLiteStore
 from tortoise_sdk.streams import SubagentFrame
 
@@ -95,14 +95,17 @@ def seed_gone(store: Store, ns: str, kept: dict[str, Any]) -> dict[str, Any]:
     child = store.capture(ns, req(f"{GONE}:agent-a1", [{"role": "assistant", "id": "c1",
                                                         "content": f"child notes on {SECRET_WORDS[2]}"}]))
     store.capture(ns, req(f"{GONE}:task-t9", [{"role": "assistant", "content": "task output", "id": "t1"}]))
-    result = store.write_extraction(ns, _plan(GONE, receipt=r, entities=[EntityPlan("Cousin", "person", "a relative")],
-                                              valid_at=T0 + timedelta(days=3), items=[
+    plan = _plan(GONE, receipt=r, entities=[EntityPlan("Cousin", "person", "a relative")],
+                 valid_at=T0 + timedelta(days=3), items=[
         ItemPlan("point", f"Maya's cousin is a {SECRET_WORDS[0]}", about=("Maya", "Cousin"),
                  search_keys=(SECRET_WORDS[0],), sources=(SourcePlan(r.turn_ids[0], "cousin"),)),
         ItemPlan("point", "Maya works at Globex", about=("Maya",), supersedes=kept["memory"],
                  sources=(SourcePlan(r.turn_ids[1], "work at Globex"),)),
         ItemPlan("event", "Maya's child agent looked things up", sources=(SourcePlan(child.turn_ids[0], None),)),
-    ]), finalize=_finalize)
+    ])
+    plan.window = Window(start=0, end=2, base=-1)  # the session's extraction watermark (extraction_state)
+    result = store.write_extraction(ns, plan, finalize=_finalize)
+    assert store.extraction_state(ns, GONE) is not None
     store.enqueue_job(ns, GONE, r.receipt_id)
     store.enqueue_job(ns, f"{GONE}:agent-a1")
     mem.record_subagent(SubagentFrame(session_id=GONE, tool_call_id="tg", turn_external_id="g3", agent_id="a1",
@@ -140,7 +143,8 @@ def test_forgetting_a_session_leaves_no_row_of_it_in_any_table(store: Store, ns)
     assert report.sessions == [GONE, f"{GONE}:agent-a1", f"{GONE}:task-t9"]
     assert {k: v for k, v in report.removed.items() if v} == {
         "sessions": 3, "turns": 6, "receipts": 4, "jobs": 2, "extractions": 1, "subagent_contexts": 2,
-        "cursors": 2, "memories": 3, "provenance": 3, "memory_entities": 3, "entities": 1}
+        "cursors": 2, "memories": 3, "provenance": 3, "memory_entities": 3, "entities": 1,
+        "extraction_state": 1}  # a table no step names: the sweep over every session table took it
     assert report.updated == {"memories": 1}  # the kept memory is the head of its chain again
     after = snapshot(store)
     changed = sorted(t for t in set(before) | set(after) if before.get(t) != after.get(t) and t not in EXEMPT)
@@ -152,6 +156,7 @@ def test_forgetting_a_session_leaves_no_row_of_it_in_any_table(store: Store, ns)
         assert mem.search(word) == [] and mem.store.search_terms(ns, [word], k=5) == []
         assert mem.store.candidate_memories(ns, {word: 1.0}, k=5, include_superseded=True) == []
     assert mem.store.get_memory(ns, kept["memory"]).status == "live"
+    assert store.extraction_state(ns, GONE) is None
     (tomb,) = mem.tombstones(session_id=GONE)
     assert (tomb.subject, tomb.call, tomb.removed["turns"]) == ("session", "Memory.forget_session", 6)
     assert tomb.subject_hash == subject_hash(ns, "session", GONE) and tomb.id == report.tombstone_id
