@@ -366,3 +366,16 @@ def test_cli_vacuum(capsys, two_sessions):
     code, out, _ = run_cli(capsys, "--db", two_sessions, "vacuum")
     assert code == 0 and "vacuumed" in out
     assert sqlite3.connect(two_sessions).execute("PRAGMA integrity_check").fetchone() == ("ok",)
+
+
+def test_a_read_only_store_refuses_to_forget_or_vacuum_and_keeps_everything(tmp_path, monkeypatch):
+    from tortoise_sdk.errors import ReadOnlyStore
+
+    with Memory(str(tmp_path / "m.db"), namespace="n") as mem:
+        mem.capture("s1", [{"role": "user", "content": "kept"}])
+        monkeypatch.setattr(SQLiteStore, "read_only", property(lambda self: True))
+        with pytest.raises(ReadOnlyStore):
+            mem.forget_session("s1")
+        with pytest.raises(ReadOnlyStore, match="vacuum"):
+            mem.vacuum()
+        assert [h.content for h in mem.turns("s1")] == ["kept"]

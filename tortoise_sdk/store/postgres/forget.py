@@ -1,9 +1,9 @@
-"""PostgreSQL side of forgetting: its tables, session locks and BM25 totals (``ForgetMixin``'s hooks).
+"""PostgreSQL side of forgetting: its tables, session locks and memory BM25 totals (``ForgetMixin``'s hooks).
 
 A turn's or a memory's tsvector lives in its row and goes with it; the turns leave their
 namespace's ranking statistics (``PostgresStore.unindex_turns``) and the memories the
-engine-wide totals BM25 reads for them (``fts_stats``), in the same transaction. Deleted rows stay in the
-table files as dead tuples until VACUUM (see ``PostgresStore.vacuum``).
+engine-wide totals BM25 reads for them (``fts_stats``), in the same transaction. Deleted
+rows stay in the table files as dead tuples until VACUUM (see ``vacuum``).
 """
 
 from __future__ import annotations
@@ -12,14 +12,16 @@ from typing import Any
 
 import psycopg
 
+from ...errors import ReadOnlyStore, StoreError
 from ..forget import ForgetMixin
 from .fts import STAT_SHARDS
 
 __all__ = ("PostgresForgetMixin",)
 
-_SUBTRACT = (
+_UNINDEX_MEMORY = (
     "INSERT INTO fts_stats (tbl, shard, n_rows, n_tokens)"
-    f" SELECT %s, mod(pg_backend_pid(), {STAT_SHARDS}), -COUNT(*), -COALESCE(SUM(fts_len), 0) FROM {{rows}}"
+    f" SELECT 'memories', mod(pg_backend_pid(), {STAT_SHARDS}), -COUNT(*), -COALESCE(SUM(fts_len), 0)"
+    " FROM memories WHERE memory_id = %s AND fts_len IS NOT NULL"
     " ON CONFLICT (tbl, shard) DO UPDATE"
     " SET n_rows = fts_stats.n_rows + excluded.n_rows, n_tokens = fts_stats.n_tokens + excluded.n_tokens"
 )
@@ -29,6 +31,8 @@ class PostgresForgetMixin(ForgetMixin):
     """Forgetting for ``PostgresStore``."""
 
     TEXT_PARAM = "%s::text"
+    url: str
+    read_only: bool
     _pool: Any
 
     def vacuum(self) -> None:
@@ -36,10 +40,15 @@ class PostgresForgetMixin(ForgetMixin):
 
         Each table is locked while it is rewritten (readers and writers wait): run it in a quiet period.
         """
-        with self._pool.connection() as conn:
-            tables = [r[0] for r in conn.execute(
-                "SELECT tablename FROM pg_tables WHERE schemaname = current_schema() ORDER BY tablename")]
-            conn.execute("VACUUM (FULL, ANALYZE) " + ", ".join(f'"{t}"' for t in tables))
+        if self.read_only:
+            raise ReadOnlyStore(f"{self.url} is read-only here: run vacuum against the primary")
+        try:
+            with self._pool.connection() as conn:
+                tables = [r[0] for r in conn.execute(
+                    "SELECT tablename FROM pg_tables WHERE schemaname = current_schema() ORDER BY tablename")]
+                conn.execute("VACUUM (FULL, ANALYZE) " + ", ".join(f'"{t}"' for t in tables))
+        except psycopg.Error as exc:
+            raise StoreError(f"PostgreSQL vacuum failed: {str(exc).strip()}") from exc
 
     def _session_tables(self, c: psycopg.Connection) -> list[str]:
         return [r[0] for r in c.execute(
@@ -52,5 +61,4 @@ class PostgresForgetMixin(ForgetMixin):
                   [namespace, *args])
 
     def _unindex_memory(self, c: psycopg.Connection, memory_id: str) -> None:
-        c.execute(_SUBTRACT.format(rows="memories WHERE memory_id = %s AND fts_len IS NOT NULL"),
-                  ["memories", memory_id])
+        c.execute(_UNINDEX_MEMORY, (memory_id,))

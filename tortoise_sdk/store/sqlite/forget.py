@@ -13,6 +13,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from ...errors import ReadOnlyStore, StoreError
 from ..forget import ForgetMixin
 
 __all__ = ("SQLiteForgetMixin",)
@@ -21,6 +22,8 @@ __all__ = ("SQLiteForgetMixin",)
 class SQLiteForgetMixin(ForgetMixin):
     """Forgetting for ``SQLiteStore``."""
 
+    url: str
+    read_only: bool
     _conn: sqlite3.Connection
     _lock: threading.RLock
     _call_with_lock_retry: Callable[[Callable[[], Any], float | None], Any]
@@ -38,8 +41,14 @@ class SQLiteForgetMixin(ForgetMixin):
             self._conn.execute("VACUUM")
             self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
-        with self._lock:
-            self._call_with_lock_retry(run, None)
+        if self.read_only:
+            raise ReadOnlyStore(f"{self.url} is open read-only: vacuum needs write access to the file and its folder")
+        try:
+            with self._lock:
+                self._call_with_lock_retry(run, None)
+        except sqlite3.Error as exc:
+            raise StoreError(f"SQLite vacuum failed: {exc}; nothing was lost, run it again when no other process "
+                             "writes") from exc
 
     def _session_tables(self, c: sqlite3.Connection) -> list[str]:
         return [r[0] for r in c.execute(
