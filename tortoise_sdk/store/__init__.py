@@ -3,7 +3,7 @@
 Layout: ``base`` (the contract), the engine-independent logic (``plan``, ``capture_plan``, ``rows``,
 ``extraction_core``, ``subagent_core``, ``schema``, ``copy``), and one package per engine,
 ``sqlite/`` and ``postgres/`` (store, migrations, extraction, sub-agents; PostgreSQL's full text in
-``fts``). The engines import the contract, never this module: it imports them only inside
+``fts``; SQLite's look at a file before anything is written to it in ``opening``). The engines import the contract, never this module: it imports them only inside
 ``open_store``, so opening SQLite never loads psycopg.
 """
 
