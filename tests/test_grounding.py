@@ -229,3 +229,34 @@ def test_a_quote_of_another_turn_is_rejected(turn: list[str], other: list[str], 
     quote = key(other[a:a + n])
     assume(quote not in key(turn))
     assert not quote_matches(dress(data.draw, quote), key(turn))
+
+
+def test_a_context_turn_grounds_nothing_and_an_item_citing_one_is_re_anchored_to_a_new_turn() -> None:
+    context = [hit(0, "My neighbour Tomás walks Biscuit on Tuesdays and Thursdays.")]
+    new = [hit(1, "Tomás can only do Thursdays now, so I walk Biscuit on Tuesdays.")]
+    result = ground(proposal([
+        # Only in the context turn (read by an earlier extraction): rejected, whatever it cites.
+        {"content": "Tomás walks Biscuit on Tuesdays and Thursdays.", "quote": "walks Biscuit on Tuesdays and Thursdays",
+         "turn": 0},
+        # Cites the context turn, but the quote is in the new turn: re-anchored there.
+        {"content": "Tomás walks Biscuit only on Thursdays.", "quote": "Tomás can only do Thursdays now", "turn": 0},
+    ]), new, context)
+    assert [(g.item.content, g.turn_index) for g in result.points] == [("Tomás walks Biscuit only on Thursdays.", 1)]
+    assert [(w.code, (w.detail or {}).get("found")) for w in result.warnings] == [("context_turn", 0),
+                                                                                  ("reanchored", 1)]
+    assert result.rejected == 1 and "new items must cite new turns" in result.warnings[0].message
+
+
+def test_s5_leaves_out_an_item_grounded_outside_the_window() -> None:
+    from tortoise_sdk.pipeline.s5_write import build_plan
+    from tortoise_sdk.store.plan import Window
+
+    grounded = ground(proposal([
+        {"content": "Maya works at Helix Health.", "quote": "now at Helix Health", "turn": 0},
+        {"content": "Maya comes home for lunch.", "quote": "I come home for lunch", "turn": 2},
+    ]), TURNS)
+    plan, warnings = build_plan("s", grounded, {}, extraction_id="x", valid_at=None, receipt=None,
+                                window=Window(start=1, end=2, base=0))
+    assert [i.content for i in plan.items] == ["Maya comes home for lunch."]
+    assert [(w.code, w.detail) for w in warnings] == [("outside_window", {"turn": 0})]
+    assert plan.window == Window(start=1, end=2, base=0)

@@ -203,3 +203,60 @@ def test_second_vet_fails_open(tmp_path: Any, model_endpoint: ModelEndpoint) -> 
         assert report.errors[0].detail["pass"] == "s4"
         assert report.outcomes == {"ADD": 8}
         assert "The assistant suggested a midday dog walker for Biscuit." in contents(mem)
+
+
+CHAT = [
+    {"role": "user", "name": "Maya", "id": "c-0",
+     "content": "I just started a new job at Northwind Labs in Oakland, I'm a data engineer there."},
+    {"role": "assistant", "id": "c-1", "content": "Congratulations! How is your dog coping with the new hours?"},
+    {"role": "user", "name": "Maya", "id": "c-2",
+     "content": "Biscuit, my beagle, hates being alone. My neighbour Tomás walks him on Tuesdays and Thursdays."},
+    {"role": "assistant", "id": "c-3", "content": "That's kind of Tomás. Does Biscuit like the walks?"},
+    {"role": "user", "name": "Maya", "id": "c-4",
+     "content": "He loves them, especially the dog park by Lake Merritt. Work at Northwind Labs is going well too."},
+    {"role": "assistant", "id": "c-5", "content": "Lake Merritt is lovely. Is the Tuesday walk still on?"},
+    {"role": "user", "name": "Maya", "id": "c-6",
+     "content": "Not anymore, Tomás can only do Thursdays now, so I take Biscuit at lunch on Tuesdays."},
+    {"role": "assistant", "id": "c-7", "content": "A lunchtime walk sounds like a nice break from work."},
+]
+
+
+def _prompts(vcr: Any, stage: str) -> list[str]:
+    """The prompts of the recorded requests of one stage, in order."""
+    import json
+
+    return [json.loads(r.body)["messages"][0]["content"] for r in vcr.requests
+            if r.headers.get("X-Tortoise-Stage") == stage]
+
+
+def test_one_chat_extracted_in_parts(tmp_path: Any, model_endpoint: ModelEndpoint, vcr: Any) -> None:
+    """A chat captured in two parts: the second extraction reads only its own turns, sees the first part's turns
+    read-only and its memories as known, so a restated fact adds nothing and a changed one supersedes."""
+    with memory(tmp_path, model_endpoint) as mem:
+        first = mem.capture("chat", CHAT[:4], session_date="2024-03-02T18:20:00").extraction
+        assert (first.status, first.window, first.outcomes) == ("ok", (0, 3), {"ADD": 4})
+        second = mem.capture("chat", CHAT[4:]).extraction
+        assert (second.status, second.window) == ("ok", (4, 7))
+        assert second.outcomes == {"ADD": 2, "UPDATE": 1} and second.warnings == []
+        assert second.stages["s2"].prompt_hash == prompt_hash("s2_map")
+        old = next(m for m in mem.memories(include_superseded=True) if "Tuesdays and Thursdays" in m.content)
+        new = next(m for m in mem.memories() if "only on Thursdays" in m.content)
+        assert (old.status, old.superseded_by, [s.external_id for s in new.sources]) == ("superseded", new.id, ["c-6"])
+        # The restated job ("Work at Northwind Labs is going well") added nothing.
+        assert sum("Northwind" in c for c in contents(mem)) == 2
+        assert mem.store.extraction_state("t", "chat").watermark == 7
+        # Nothing new since: nothing to read. In full: every turn again, and all of it is known already.
+        again = mem.extract("chat")
+        assert (again.status, again.stages) == ("skipped", {})
+        full = mem.extract("chat", full=True)
+        assert (full.status, full.window, full.outcomes) == ("ok", (0, 7), {})
+        assert len(mem.memories()) == 6
+    s2 = _prompts(vcr, "s2")
+    assert len(s2) == 3
+    new_part = s2[1].split("New turns (each line")[1]
+    context_part = s2[1].split("Earlier turns (read-only context")[1].split("New turns (each line")[0]
+    assert "[4] Maya: He loves them" in new_part and "[0] Maya:" not in new_part
+    assert "[0] Maya: I just started" in context_part and "[3] assistant:" in context_part
+    assert "- [point] Maya's neighbour Tomás walks Biscuit on Tuesdays and Thursdays." in s2[1]
+    s4 = _prompts(vcr, "s4")[1]
+    assert "Maya's neighbour Tomás walks Biscuit on Tuesdays and Thursdays. (about:" in s4.split("Draft list")[0]

@@ -8,9 +8,9 @@ from collections.abc import Coroutine, Sequence
 from typing import Any, TypeVar
 
 from ..errors import ModelError
-from ..models import Diagnostic, SearchHit
+from ..models import Diagnostic, MemoryRecord, SearchHit
 
-__all__ = ("diagnostic", "format_transcript", "run_sync")
+__all__ = ("diagnostic", "format_context", "format_known", "format_transcript", "run_sync")
 
 T = TypeVar("T")
 
@@ -22,6 +22,22 @@ def format_transcript(turns: Sequence[SearchHit]) -> str:
         who = t.name or t.role
         text = " ".join(t.content.split())
         lines.append(f"[{t.index}] {who}: {text}")
+    return "\n".join(lines)
+
+
+def format_context(turns: Sequence[SearchHit]) -> str:
+    """Earlier turns shown read-only (already extracted), in the transcript format, or why there are none."""
+    return format_transcript(turns) if turns else "(none: these are the first turns read from this conversation)"
+
+
+def format_known(memories: Sequence[MemoryRecord]) -> str:
+    """What the conversation's earlier turns already gave, one memory a line, or ``(nothing yet)``."""
+    if not memories:
+        return "(nothing yet)"
+    lines = []
+    for m in memories:
+        when = f" (when: {m.when})" if m.when else ""
+        lines.append(f"- [{m.kind}] {' '.join(m.content.split())}{when}")
     return "\n".join(lines)
 
 

@@ -98,11 +98,16 @@ class GroundingResult:
     rejected: int
 
 
-def ground(proposal: Proposal, turns: Sequence[SearchHit]) -> GroundingResult:
-    """Check every quote against the evidence turns; keep entities that are used or named in the session."""
+def ground(proposal: Proposal, turns: Sequence[SearchHit], context: Sequence[SearchHit] = ()) -> GroundingResult:
+    """Check every quote against the evidence turns; keep entities that are used or named in the session.
+
+    ``context`` turns (read by an earlier extraction, shown read-only) ground nothing: an item
+    whose quote is only there is rejected, so a window's memories cite its own turns.
+    """
     by_index = {t.index: t for t in turns}
     cleaned = {t.index: _BLOCK.sub(" ", t.content) for t in turns}
     keys = {index: match_key(text) for index, text in cleaned.items()}
+    context_keys = {t.index: match_key(_BLOCK.sub(" ", t.content)) for t in context}
     warnings: list[Diagnostic] = []
     rejected = 0
     out: dict[str, list[Grounded]] = {"events": [], "points": [], "retractions": []}
@@ -110,6 +115,15 @@ def ground(proposal: Proposal, turns: Sequence[SearchHit]) -> GroundingResult:
         for item in getattr(proposal, key):
             found = _locate(item, keys)
             label = f"{key[:-1]} {item.content!r}"
+            if found is None and context_keys and (earlier := _locate(item, context_keys)) is not None:
+                rejected += 1
+                warnings.append(Diagnostic(
+                    stage="ground", code="context_turn",
+                    message=f"{label} rejected: its quote {item.quote!r} is only in turn {earlier}, which an "
+                            "earlier extraction read (shown as context); new items must cite new turns",
+                    detail={"turn": item.turn, "quote": item.quote, "found": earlier},
+                ))
+                continue
             if found is None:
                 rejected += 1
                 warnings.append(Diagnostic(

@@ -1,7 +1,8 @@
 """Runs S1 → S2 → (VET) → S3 → S4 → (VET of S4's additions) → grounding → S5 for one stored session.
 
-Extraction is incremental: it reads only the turns after the session's watermark
-(the last turn a committed extraction covered), and S5 moves the watermark in its
+Extraction is incremental (``window``): it reads only the turns after the session's
+watermark (the last turn a committed extraction covered), with a few earlier turns
+read-only and the session's own memories as priors; S5 moves the watermark in its
 own transaction, so a crash before S5 leaves the same window to the next run and
 a committed window is never read as new again. ``full=True``, or prompts that
 changed since the last extraction, re-read the whole session on purpose.
@@ -13,10 +14,9 @@ can lose the session.
 
 from __future__ import annotations
 
-import hashlib
 import time
 import uuid
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -26,17 +26,18 @@ from ..models import CaptureReceipt, Diagnostic, ExtractionReport, StageStats
 from ..store.base import Store
 from ..store.plan import Fence, Window, WriteResult
 from .common import diagnostic, run_sync
-from .grounding import evidence_turns, ground
+from .grounding import ground
 from .merge import Proposal, union
-from .prompts import Prompt, load_prompt
+from .prompts import load_prompt
 from .s1_narrate import narrate
 from .s2_map import map_session
 from .s3_priors import DEFAULT_PRIORS, find_priors
 from .s4_review import review
 from .s5_write import build_plan, write_plan
 from .vet import vet as run_vet
+from .window import read_window
 
-__all__ = ("PipelineOptions", "aextract_session", "extract_session", "prompts_sha")
+__all__ = ("PipelineOptions", "aextract_session", "extract_session")
 
 
 @dataclass(frozen=True)
@@ -80,22 +81,22 @@ async def aextract_session(store: Store, namespace: str, session_id: str, *, llm
     elapsed: dict[str, float] = {}
     partial = False
 
-    window = _window(store, namespace, session_id, prompts, full=options.full)
-    turns = store.turns(namespace, session_id, start=window.base + 1)
-    if not turns:
-        return _nothing_new(store, namespace, session_id, window, receipt, fence)
-    window = replace(window, start=turns[0].index, end=turns[-1].index)
-    session_date = turns[0].session_date
-    evidence = evidence_turns(turns, store.turn_metadata(namespace, session_id, start=window.start))
+    reading = read_window(store, namespace, session_id, prompts, full=options.full)
+    window, evidence, context = reading.window, reading.evidence, reading.context
+    if not reading.turns:
+        return _nothing_new(store, namespace, window, receipt, fence)
+    session_date = reading.session_date
 
     if evidence:
         t = time.perf_counter()
         s1 = await narrate(client, prompts["s1_narrate"], evidence, session_date=session_date,
-                           size=options.chunk_turns, concurrency=options.concurrency)
+                           size=options.chunk_turns, concurrency=options.concurrency, context=context,
+                           known=reading.known)
         elapsed["s1"] = (time.perf_counter() - t) * 1000
         errors += s1.errors
         t = time.perf_counter()
-        s2 = await map_session(client, prompts["s2_map"], story=s1.story, turns=evidence, session_date=session_date)
+        s2 = await map_session(client, prompts["s2_map"], story=s1.story, turns=evidence, session_date=session_date,
+                               context=context, known=reading.known)
         elapsed["s2"] = (time.perf_counter() - t) * 1000
         errors += s2.errors
         warnings += s2.warnings
@@ -108,14 +109,14 @@ async def aextract_session(store: Store, namespace: str, session_id: str, *, llm
             for d in vet_notes:
                 (warnings if d.code in ("drop", "merge") else errors).append(d)
         t = time.perf_counter()
-        priors = find_priors(store, namespace, candidates, k=options.priors_k)
+        priors = find_priors(store, namespace, candidates, k=options.priors_k, known=reading.known)
         local["s3"] = StageStats(wall_ms=(time.perf_counter() - t) * 1000)
         if priors.degraded:
             warnings.append(Diagnostic(stage="s3", code="degraded",
                                        message=f"priors unavailable ({priors.degraded}); every item treated as new"))
         t = time.perf_counter()
         s4 = await review(client, prompts["s4_review"], story=s1.story, priors=priors, candidates=candidates,
-                          turns=evidence, session_date=session_date)
+                          turns=evidence, session_date=session_date, context=context)
         elapsed["s4"] = (time.perf_counter() - t) * 1000
         warnings += s4.warnings
         partial |= s4.partial
@@ -137,8 +138,8 @@ async def aextract_session(store: Store, namespace: str, session_id: str, *, llm
         priors = find_priors(store, namespace, Proposal())
         final, nothing = Proposal(), False
         warnings.append(Diagnostic(stage="s1", code="no_evidence",
-                                   message="the session has no evidence turns (only tool, sub-agent or memory-block "
-                                           "turns); nothing to extract"))
+                                   message=f"turns {window.start}-{window.end} hold no evidence (only tool, "
+                                           "sub-agent or memory-block turns); nothing to extract"))
 
     def report(status: str, result: WriteResult | None, reason: str | None = None) -> ExtractionReport:
         stages = {**client.stats, **local}
@@ -168,13 +169,12 @@ async def aextract_session(store: Store, namespace: str, session_id: str, *, llm
         return failed
 
     t = time.perf_counter()
-    grounded = ground(final, evidence)
+    grounded = ground(final, evidence, context)
     rejected = grounded.rejected
     warnings += grounded.warnings
     local["ground"] = StageStats(wall_ms=(time.perf_counter() - t) * 1000)
     plan, plan_warnings = build_plan(session_id, grounded, priors.handles, extraction_id=f"x_{uuid.uuid4().hex}",
-                                     valid_at=_as_utc(session_date), receipt=receipt)
-    plan.window = window
+                                     valid_at=_as_utc(session_date), receipt=receipt, window=window)
     warnings += plan_warnings
     status = "partial" if (errors or partial or priors.degraded) else "ok"
 
@@ -199,22 +199,7 @@ async def aextract_session(store: Store, namespace: str, session_id: str, *, llm
         return failed
 
 
-def _window(store: Store, namespace: str, session_id: str, prompts: dict[str, Prompt], *, full: bool) -> Window:
-    """Where this extraction starts: after the watermark, or at the first turn when re-reading everything."""
-    sha = prompts_sha(prompts)
-    state = store.extraction_state(namespace, session_id)
-    full = full or (state is not None and state.prompts_sha is not None and state.prompts_sha != sha)
-    base = -1 if full or state is None else state.watermark
-    return Window(start=base + 1, end=base, base=base, prompts_sha=sha, full=full)
-
-
-def prompts_sha(prompts: dict[str, Prompt]) -> str:
-    """One hash of the prompts that shape what is extracted (S1, S2, S4): when it changes, sessions are re-read."""
-    joined = ",".join(f"{name}:{prompts[name].sha256}" for name in ("s1_narrate", "s2_map", "s4_review"))
-    return hashlib.sha256(joined.encode()).hexdigest()
-
-
-def _nothing_new(store: Store, namespace: str, session_id: str, window: Window, receipt: CaptureReceipt | None,
+def _nothing_new(store: Store, namespace: str, window: Window, receipt: CaptureReceipt | None,
                  fence: Fence | None) -> ExtractionReport:
     """No turn after the watermark: nothing to extract (a job that asked is done)."""
     report = ExtractionReport(status="skipped", job_id=fence.job_id if fence else None,

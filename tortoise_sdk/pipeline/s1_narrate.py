@@ -7,9 +7,9 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ..models import Diagnostic, SearchHit
+from ..models import Diagnostic, MemoryRecord, SearchHit
 from ..text import jaccard
-from .common import diagnostic, format_transcript
+from .common import diagnostic, format_context, format_known, format_transcript
 from .prompts import Prompt
 
 __all__ = ("NarrationResult", "chunk_turns", "compile_stories", "narrate")
@@ -19,6 +19,8 @@ SEAM_SIMILARITY = 0.8
 _SEAM_WINDOW = 3
 _SENTENCE = re.compile(r"(?<=[.!?])\s+")
 S1_MAX_TOKENS = 1024
+#: A later chunk sees this many turns of the chunk before it, read-only.
+CONTEXT_TAIL = 4
 
 
 @dataclass
@@ -36,15 +38,23 @@ def chunk_turns(turns: Sequence[SearchHit], size: int) -> list[list[SearchHit]]:
 
 
 async def narrate(client: object, prompt: Prompt, turns: Sequence[SearchHit], *, session_date: str | None,
-                  size: int, concurrency: int) -> NarrationResult:
-    """Narrate every chunk, at most ``concurrency`` at a time; a failed chunk is recorded, the rest go on."""
+                  size: int, concurrency: int, context: Sequence[SearchHit] = (),
+                  known: Sequence[MemoryRecord] = ()) -> NarrationResult:
+    """Narrate every chunk, at most ``concurrency`` at a time; a failed chunk is recorded, the rest go on.
+
+    Each chunk sees the turns just before it read-only (``context`` for the first chunk, the end
+    of the previous chunk for the others) and what the conversation already gave (``known``).
+    """
     chunks = chunk_turns(turns, size)
     gate = asyncio.Semaphore(max(1, concurrency))
+    known_text = format_known(known)
 
     async def one(n: int, chunk: list[SearchHit]) -> str | Diagnostic:
+        before = list(context) if n == 0 else chunks[n - 1][-CONTEXT_TAIL:]
         text = prompt.render(
             session_date=session_date or "unknown", chunk_number=n + 1, chunk_count=len(chunks),
             first_turn=chunk[0].index, last_turn=chunk[-1].index, transcript=format_transcript(chunk),
+            context=format_context(before), known=known_text,
         )
         async with gate:
             try:

@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..models import Diagnostic, SearchHit
-from .common import diagnostic, format_transcript
+from ..models import Diagnostic, MemoryRecord, SearchHit
+from .common import diagnostic, format_context, format_known, format_transcript
 from .merge import Proposal, coerce_proposal
 from .prompts import Prompt
 
@@ -57,12 +57,15 @@ async def ask_for_proposal(client: Any, stage: str, text: str) -> StageOutcome:
 
 
 async def map_session(client: Any, prompt: Prompt, *, story: str, turns: Sequence[SearchHit],
-                      session_date: str | None) -> StageOutcome:
-    """Run S2 on the whole session."""
+                      session_date: str | None, context: Sequence[SearchHit] = (),
+                      known: Sequence[MemoryRecord] = ()) -> StageOutcome:
+    """Run S2 on the new turns, with earlier turns read-only (``context``) and what is ``known`` already."""
     text = prompt.render(
         session_date=session_date or "unknown",
         story=story or "(no story: narration failed; work from the transcript alone)",
         transcript=format_transcript(turns),
+        context=format_context(context),
+        known=format_known(known),
     )
     return await ask_for_proposal(client, "s2", text)
 

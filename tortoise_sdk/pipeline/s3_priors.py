@@ -8,6 +8,7 @@ pipeline treats every candidate as new.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,8 +38,13 @@ class Priors:
         return {f"P{i}": m.id for i, m in enumerate(self.memories, 1)}
 
 
-def find_priors(store: Store, namespace: str, proposal: Proposal, *, k: int = DEFAULT_PRIORS) -> Priors:
-    """Search the namespace for priors of the proposal; never raises (degraded instead)."""
+def find_priors(store: Store, namespace: str, proposal: Proposal, *, k: int = DEFAULT_PRIORS,
+                known: Sequence[MemoryRecord] = ()) -> Priors:
+    """Search the namespace for priors of the proposal; never raises (degraded instead).
+
+    ``known`` (the session's own newest memories) are always among the ``k`` priors, so S4
+    can tell a restated or changed fact of the same conversation from a new one.
+    """
     import networkx as nx
 
     try:
@@ -68,7 +74,9 @@ def find_priors(store: Store, namespace: str, proposal: Proposal, *, k: int = DE
                                                   records[mid].created_at, mid))
         # Relevance picks which priors are shown; the order shown (hence the P-handles) is canonical, so
         # every backend gives S4 the same prompt for the same stored facts.
-        chosen = sorted((records[mid] for mid in ranked[:k]), key=_canonical)
+        own = {m.id: m for m in known if m.status == "live"}
+        picked = [*own, *(mid for mid in ranked if mid not in own)][:max(k, len(own))]
+        chosen = sorted((own.get(mid) or records[mid] for mid in picked), key=_canonical)
         entities.sort(key=lambda e: (norm_name(e["name"]), e["kind"]))
         return Priors(entities=entities, memories=chosen)
     except Exception as exc:  # noqa: BLE001 - S3 fails open

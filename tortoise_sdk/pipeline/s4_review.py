@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..models import SearchHit
-from .common import format_transcript
+from .common import format_context, format_transcript
 from .merge import Proposal
 from .prompts import Prompt
 from .s2_map import StageOutcome, ask_for_proposal, proposal_json
@@ -16,7 +16,8 @@ __all__ = ("review",)
 
 
 async def review(client: Any, prompt: Prompt, *, story: str, priors: Priors, candidates: Proposal,
-                 turns: Sequence[SearchHit], session_date: str | None) -> StageOutcome:
+                 turns: Sequence[SearchHit], session_date: str | None,
+                 context: Sequence[SearchHit] = ()) -> StageOutcome:
     """Run S4; the caller unions its delta with the S2 list (``merge.union``)."""
     text = prompt.render(
         session_date=session_date or "unknown",
@@ -24,5 +25,6 @@ async def review(client: Any, prompt: Prompt, *, story: str, priors: Priors, can
         priors=render_priors(priors),
         candidates=proposal_json(candidates),
         transcript=format_transcript(turns),
+        context=format_context(context),
     )
     return await ask_for_proposal(client, "s4", text)

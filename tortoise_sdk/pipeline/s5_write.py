@@ -7,8 +7,8 @@ from datetime import datetime
 
 from ..models import CaptureReceipt, Diagnostic, ExtractionReport
 from ..store.base import Store
-from ..store.plan import EntityPlan, ExtractionPlan, Fence, ItemPlan, RetractionPlan, WriteResult
-from .grounding import GroundingResult
+from ..store.plan import EntityPlan, ExtractionPlan, Fence, ItemPlan, RetractionPlan, Window, WriteResult
+from .grounding import Grounded, GroundingResult
 
 __all__ = ("build_plan", "write_plan")
 
@@ -21,10 +21,25 @@ def build_plan(
     extraction_id: str,
     valid_at: datetime | None,
     receipt: CaptureReceipt | None,
+    window: Window | None = None,
 ) -> tuple[ExtractionPlan, list[Diagnostic]]:
-    """The plan for S5; ``supersedes`` handles (P1 ...) become memory ids, unknown ones a warning."""
+    """The plan for S5; ``supersedes`` handles (P1 ...) become memory ids, unknown ones a warning.
+
+    With a ``window``, an item grounded outside it (a turn an earlier extraction already read)
+    is left out with a warning: new memories cite new turns. The plan carries the window, so S5
+    moves the session's watermark in its transaction.
+    """
     warnings: list[Diagnostic] = []
     known_ids = set(handles.values())
+
+    def inside(g: Grounded, label: str) -> bool:
+        if window is None or window.start <= g.turn_index <= window.end:
+            return True
+        warnings.append(Diagnostic(stage="s5", code="outside_window",
+                                   message=f"{label} cites turn {g.turn_index}, outside the turns read as new "
+                                           f"({window.start}-{window.end}); left out",
+                                   detail={"turn": g.turn_index}))
+        return False
 
     def target(ref: str | None, label: str) -> str | None:
         if not ref:
@@ -41,6 +56,8 @@ def build_plan(
     items = []
     for kind, group in (("event", grounded.events), ("point", grounded.points)):
         for g in group:
+            if not inside(g, f"{kind} {g.item.content!r}"):
+                continue
             it = g.item
             items.append(ItemPlan(
                 kind=kind, content=it.content, about=tuple(getattr(it, "about", ())), when=getattr(it, "when", None),
@@ -50,11 +67,11 @@ def build_plan(
     retractions = [
         RetractionPlan(content=g.item.content, sources=(g.source,),
                        target=target(g.item.supersedes, f"retraction {g.item.content!r}"))
-        for g in grounded.retractions
+        for g in grounded.retractions if inside(g, f"retraction {g.item.content!r}")
     ]
     entities = [EntityPlan(e.name, e.kind, e.note) for e in grounded.entities]
     plan = ExtractionPlan(session_id=session_id, extraction_id=extraction_id, valid_at=valid_at,
-                          entities=entities, items=items, retractions=retractions, receipt=receipt)
+                          entities=entities, items=items, retractions=retractions, receipt=receipt, window=window)
     return plan, warnings
 
 

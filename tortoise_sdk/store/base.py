@@ -112,9 +112,13 @@ class Store(ABC):
 
     @abstractmethod
     def memories(
-        self, namespace: str, session_id: str | None = None, include_superseded: bool = False
+        self, namespace: str, session_id: str | None = None, include_superseded: bool = False, *,
+        latest: int | None = None,
     ) -> list[MemoryRecord]:
-        """Memories, oldest first; live only unless ``include_superseded`` (then every status)."""
+        """Memories, oldest first; live only unless ``include_superseded`` (then every status).
+
+        ``latest``: only the newest that many (still oldest first).
+        """
 
     @abstractmethod
     def get_memory(self, namespace: str, memory_id: str) -> MemoryRecord:

@@ -61,14 +61,18 @@ class PostgresExtractionMixin(ExtractionCore):
     # -- memory reads ---------------------------------------------------------------------------
 
     def memories(
-        self, namespace: str, session_id: str | None = None, include_superseded: bool = False
+        self, namespace: str, session_id: str | None = None, include_superseded: bool = False, *,
+        latest: int | None = None,
     ) -> list[MemoryRecord]:
-        """Memories of a namespace (or one session), oldest first; live only unless asked."""
+        """Memories of a namespace (or one session), oldest first; live only unless asked; the newest ``latest``."""
         args: list[Any] = [namespace]
         sql = and_equal(f"SELECT {_MEMORY_COLUMNS} FROM memories m WHERE m.namespace = %s", args,
                         {"m.session_id": session_id}, "%s")
         if not include_superseded:
             sql += " AND m.status = 'live'"
+        if latest is not None:
+            sql = f"SELECT * FROM ({sql} ORDER BY m.id DESC LIMIT %s) m"
+            args.append(max(0, latest))
         with self.read() as c:
             return self._records(c, _dicts(c, sql + " ORDER BY m.id", args))
 

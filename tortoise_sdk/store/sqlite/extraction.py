@@ -39,13 +39,17 @@ class SQLiteExtractionMixin(ExtractionCore):
     # -- memory reads ---------------------------------------------------------------------------
 
     def memories(
-        self, namespace: str, session_id: str | None = None, include_superseded: bool = False
+        self, namespace: str, session_id: str | None = None, include_superseded: bool = False, *,
+        latest: int | None = None,
     ) -> list[MemoryRecord]:
-        """Memories of a namespace (or one session), oldest first; live only unless asked."""
+        """Memories of a namespace (or one session), oldest first; live only unless asked; the newest ``latest``."""
         args: list[Any] = [namespace]
         sql = and_equal("SELECT * FROM memories WHERE namespace = ?", args, {"session_id": session_id})
         if not include_superseded:
             sql += " AND status = 'live'"
+        if latest is not None:
+            sql = f"SELECT * FROM ({sql} ORDER BY rowid DESC LIMIT ?)"
+            args.append(max(0, latest))
         with self.read() as c:
             rows = c.execute(sql + " ORDER BY rowid", args).fetchall()
             return self._records(c, rows)

@@ -1,0 +1,83 @@
+"""What one extraction reads: the new turns after the session's watermark, a few earlier turns as
+read-only context, and what the session already remembers.
+
+An extraction covers the turns after the watermark (the last turn a committed
+extraction covered). The last ``CONTEXT_TURNS`` evidence turns of the previous
+window come along as context: S1, S2 and S4 see them marked read-only, so a
+reference to them can be understood, but grounding rejects an item whose quote is
+only in a context turn. Each turn is so read as new once and as context at most
+once more. The session's newest ``KNOWN_MEMORIES`` live memories are shown to S1
+and S2 (and join S3's priors, so S4 can supersede them): a fact restated later is
+a NOOP or an UPDATE, not a duplicate. ``full``, or prompts that changed since the
+watermark was set, read the whole session again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from ..models import MemoryRecord, SearchHit
+from ..store.base import Store
+from ..store.plan import Window
+from .grounding import evidence_turns
+from .prompts import Prompt
+
+__all__ = ("CONTEXT_TURNS", "KNOWN_MEMORIES", "Reading", "prompts_sha", "read_window")
+
+#: Evidence turns of the previous window shown as read-only context.
+CONTEXT_TURNS = 4
+#: The session's newest live memories shown as already known.
+KNOWN_MEMORIES = 12
+# How far before the watermark to look for context turns (tool turns in between are skipped).
+_CONTEXT_SCAN = 24
+
+
+@dataclass
+class Reading:
+    """The window (``start``..``end`` set once turns are read), its evidence, context and known memories."""
+
+    window: Window
+    turns: list[SearchHit] = field(default_factory=list)
+    evidence: list[SearchHit] = field(default_factory=list)
+    context: list[SearchHit] = field(default_factory=list)
+    known: list[MemoryRecord] = field(default_factory=list)
+
+    @property
+    def session_date(self) -> str | None:
+        return self.turns[0].session_date if self.turns else None
+
+
+def prompts_sha(prompts: Mapping[str, Prompt]) -> str:
+    """One hash of the prompts that shape what is extracted (S1, S2, S4): when it changes, sessions are re-read."""
+    joined = ",".join(f"{name}:{prompts[name].sha256}" for name in ("s1_narrate", "s2_map", "s4_review"))
+    return hashlib.sha256(joined.encode()).hexdigest()
+
+
+def read_window(store: Store, namespace: str, session_id: str, prompts: Mapping[str, Prompt], *,
+                full: bool) -> Reading:
+    """Read what the next extraction of the session covers; ``turns`` is empty when nothing is new."""
+    sha = prompts_sha(prompts)
+    state = store.extraction_state(namespace, session_id)
+    full = full or (state is not None and state.prompts_sha is not None and state.prompts_sha != sha)
+    base = -1 if full or state is None else state.watermark
+    reading = Reading(Window(start=base + 1, end=base, base=base, prompts_sha=sha, full=full))
+    reading.turns = store.turns(namespace, session_id, start=base + 1)
+    if not reading.turns:
+        return reading
+    reading.window = Window(start=reading.turns[0].index, end=reading.turns[-1].index, base=base, prompts_sha=sha,
+                            full=full)
+    if state is not None and base >= 0:
+        since = max(state.window_start, base + 1 - _CONTEXT_SCAN)
+        earlier = store.turns(namespace, session_id, start=since, stop=base + 1)
+        metadata = store.turn_metadata(namespace, session_id, start=since)
+        reading.context = evidence_turns(earlier, metadata)[-CONTEXT_TURNS:]
+        reading.evidence = evidence_turns(reading.turns, metadata)
+        reading.known = store.memories(namespace, session_id, latest=KNOWN_MEMORIES)
+    else:
+        reading.evidence = evidence_turns(reading.turns, store.turn_metadata(namespace, session_id,
+                                                                             start=reading.window.start))
+        if full:
+            reading.known = store.memories(namespace, session_id, latest=KNOWN_MEMORIES)
+    return reading
