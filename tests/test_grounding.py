@@ -71,6 +71,17 @@ def test_tool_subagent_and_memory_block_turns_are_never_evidence() -> None:
     assert result.points == [] and result.rejected == 1
 
 
+def test_host_text_marked_not_evidence_grounds_nothing() -> None:
+    """A compaction summary retells the session in a model's words: a quote found only there is rejected."""
+    turns = [hit(0, "I moved to Lisbon."),
+             hit(1, "Summary: the user moved to Lisbon and adopted a beagle.", role="system", name=None)]
+    meta = {"t1": {"not_evidence": "compact_summary"}}
+    assert [is_evidence(t, meta.get(t.turn_id)) for t in turns] == [True, False]
+    result = ground(proposal([{"content": "Maya adopted a beagle.", "quote": "adopted a beagle", "turn": 1}]),
+                    evidence_turns(turns, meta))
+    assert result.points == [] and result.rejected == 1
+
+
 def test_quotes_too_short_or_inside_words_or_spanning_far_ground_nothing() -> None:
     long_turn = hit(0, "The weather " + "blah " * 80 + "was nice, and I help at the shelter.")
     result = ground(proposal([

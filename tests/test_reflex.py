@@ -166,6 +166,27 @@ def test_identical_text_in_several_sessions_takes_one_slot(tmp_path):
         assert sum("dog walker at midday" in t for t in again) == 1
 
 
+def test_a_compaction_summary_is_never_a_pointer(tmp_path):
+    """Claude Code retells a compacted session in a user-role line: the block points at what was said."""
+    line = {"sessionId": "cc-1", "timestamp": "2026-02-10T22:00:00.000Z"}
+    transcript = tmp_path / "cc-1.jsonl"
+    transcript.write_text("\n".join(json.dumps({**line, **x}) for x in [
+        {"type": "user", "uuid": "u-said", "message": {"role": "user", "content": "My sister moved to Lisbon last spring."}},
+        {"type": "assistant", "uuid": "u-reply", "message": {"role": "assistant", "content": [{"type": "text", "text": "Nice!"}]}},
+        {"type": "system", "subtype": "compact_boundary", "uuid": "u-boundary", "content": "Conversation compacted"},
+        {"type": "user", "uuid": "u-summary", "isCompactSummary": True, "isVisibleInTranscriptOnly": True,
+         "message": {"role": "user", "content": "This session is being continued from a previous conversation that ran "
+                     "out of context. Summary: the user's sister moved to Lisbon last spring; the user asked where "
+                     "their sister moved and which city she lives in now."}},
+    ]) + "\n", encoding="utf-8")
+    with Memory(str(tmp_path / "cc.db")) as m:
+        m.ingest(transcript)
+        assert [h.role for h in m.turns("cc-1")] == ["user", "assistant", "system"]  # kept, as a system turn
+        block = ask(m, "where did my sister move last spring?")
+        pointed = [p.external_id for p in block.pointers]
+        assert pointed[0] == "u-said" and "u-summary" not in pointed
+
+
 # -- prior mentions ------------------------------------------------------------------------------
 
 

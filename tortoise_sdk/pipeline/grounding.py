@@ -2,9 +2,10 @@
 
 A quote is looked for in the turn the item cites, then in every other evidence
 turn of the session (the item is re-anchored there, with a warning); failing
-both, that item alone is rejected with a warning. Tool turns, sub-agent records
-and injected memory blocks are never evidence, and a memory block embedded
-anywhere in a turn is cut out before matching.
+both, that item alone is rejected with a warning. Tool turns, sub-agent records,
+injected memory blocks and the host's own text (metadata ``not_evidence``, e.g. a
+compaction summary) are never evidence, and a memory block embedded anywhere in a
+turn is cut out before matching.
 
 The matching rule (:func:`quote_matches`):
 
@@ -59,13 +60,17 @@ _BLOCK = re.compile(re.escape(MEMORY_BLOCK_MARKER) + r".*?(?:" + re.escape(MEMOR
 
 
 def is_evidence(turn: SearchHit | Turn, metadata: Mapping[str, Any] | None) -> bool:
-    """Whether a turn may ground a memory: not a tool turn, sub-agent record or memory block."""
+    """Whether a turn may ground a memory: not a tool turn, sub-agent record, memory block or host text.
+
+    A stream marks the host's own text (a compaction summary, a command's output) with
+    metadata ``not_evidence``: the reason, e.g. ``"compact_summary"``.
+    """
     if turn.role == "tool":
         return False
     if turn.content.lstrip().startswith(MEMORY_BLOCK_MARKER):
         return False
     if metadata:
-        if metadata.get("tortoise") in ("memory_block", "subagent"):
+        if metadata.get("tortoise") in ("memory_block", "subagent") or metadata.get("not_evidence"):
             return False
         if any(metadata.get(flag) for flag in _SUBAGENT_FLAGS):
             return False

@@ -20,6 +20,12 @@ _CHANGED = re.compile(
 __all__ = ("later_on_topic", "memory_candidates", "topic_terms", "turn_pool")
 
 
+def _said(hits: list[SearchHit]) -> list[SearchHit]:
+    """The turns said in a conversation: never a system turn (instructions, or the host's own text such
+    as a compaction summary, which retells the session in a model's words)."""
+    return [h for h in hits if h.role != "system"]
+
+
 def turn_pool(r: Reading, terms: list[Term]) -> tuple[list[Term], dict[tuple[str, int], SearchHit]]:
     """The content terms, and the turns they find with the neighbouring turns of each, by (session, index).
 
@@ -31,14 +37,14 @@ def turn_pool(r: Reading, terms: list[Term]) -> tuple[list[Term], dict[tuple[str
         return content_terms, {}
     common = max(1, int(r.n_docs * tuning.MAX_DF_SHARE)) if r.n_docs else None
     picked = [t for t in content_terms if common is None or t.df <= common] or content_terms
-    hits = r.store.candidate_turns(r.ns, {t.surface: t.weight for t in picked[: tuning.MAX_QUERY_TERMS]},
-                                   k=tuning.CANDIDATES, per_term=tuning.PER_TERM)
+    hits = _said(r.store.candidate_turns(r.ns, {t.surface: t.weight for t in picked[: tuning.MAX_QUERY_TERMS]},
+                                        k=tuning.CANDIDATES, per_term=tuning.PER_TERM))
     r.tick()
     if not hits:
         return content_terms, {}
     by_pos = {(h.session_id, h.index): h for h in hits}
     wanted = [(h.session_id, h.index + d) for h in hits for d in (-1, 1)]
-    for h in r.store.turns_at(r.ns, [p for p in wanted if p not in by_pos and p[1] >= 0]):
+    for h in _said(r.store.turns_at(r.ns, [p for p in wanted if p not in by_pos and p[1] >= 0])):
         by_pos[(h.session_id, h.index)] = h
     r.tick()
     return content_terms, by_pos
@@ -142,8 +148,8 @@ def later_on_topic(r: Reading, ranked: list[Candidate], terms: list[Term],
              if c.kind == "turn" and c.hit is not None and c.hit.session_date}
     if topic:
         # The newest matches of each word are walked first, and later turns are what is sought.
-        for h in r.store.candidate_turns(r.ns, {sf: w for sf, w in topic.values()}, k=tuning.CANDIDATES,
-                                         per_term=tuning.RECENCY_PER_TERM):
+        for h in _said(r.store.candidate_turns(r.ns, {sf: w for sf, w in topic.values()}, k=tuning.CANDIDATES,
+                                              per_term=tuning.RECENCY_PER_TERM)):
             later.setdefault(h.turn_id, h)
         r.tick()
     hits = [h for h in later.values() if _CHANGED.search(h.content)]

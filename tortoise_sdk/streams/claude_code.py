@@ -13,8 +13,15 @@ What a transcript gives, per line ``type``:
   messages, linked by ``parentToolUseID`` and ``data.agentId``; each is a frame
   and a turn of ``<sessionId>:agent-<agentId>`` (id: the inner message's uuid,
   metadata ``subagent: True``, so never memory grounding).
-- ``system``, ``file-history-snapshot``, ``summary``, ``queue-operation``:
-  bookkeeping, counted in the report.
+- ``system`` (``compact_boundary``, ``local_command``...), ``file-history-snapshot``,
+  ``summary`` (a title for a branch, ``leafUuid``), ``queue-operation``: bookkeeping,
+  counted in the report.
+
+User-role lines that Claude Code writes itself are kept as ``system`` turns with
+metadata ``not_evidence`` (why), so they never ground a memory nor stand for what the
+user said: the compaction summary (``isCompactSummary``, after a ``compact_boundary``),
+``isVisibleInTranscriptOnly`` and ``isMeta`` lines (command caveats, skill text), a
+``<task-notification>``, and local command output (``<local-command-stdout>``).
 
 Turn ids are the line's ``uuid``. Thinking blocks are not turned into text.
 Sidechain lines (a sub-agent's own file) go to the session ``<sessionId>:agent-<agentId>``.
@@ -52,6 +59,7 @@ LAUNCH_STATUSES: frozenset[str] = frozenset({"async_launched", "remote_launched"
 
 _NOTIFICATION_RE = re.compile(r"<task-notification>(.*?)</task-notification>", re.S)
 _USAGE_RE = re.compile(r"(total_tokens|tool_uses|duration_ms)\s*:\s*(-?\d+)")
+_COMMAND_OUTPUT_RE = re.compile(r"\s*(?:<(local-command-(?:stdout|stderr|caveat))>.*?</\1>\s*)+", re.S)
 
 
 class _ToolUse(NamedTuple):
@@ -133,6 +141,21 @@ def _texts(content: Any) -> list[str]:
     if isinstance(content, str):
         return [content]
     return [b["text"] for b in _blocks(content) if b.get("type") == "text" and isinstance(b.get("text"), str)]
+
+
+def _harness_text(obj: dict[str, Any], text: str) -> str | None:
+    """Why a user-role line is Claude Code's own text rather than the user's; None when it is the user's."""
+    if obj.get("isCompactSummary") is True:
+        return "compact_summary"
+    if obj.get("isVisibleInTranscriptOnly") is True:
+        return "transcript_only"
+    if obj.get("isMeta") is True:
+        return "meta"
+    if "<task-notification>" in text:
+        return "task_notification"
+    if _COMMAND_OUTPUT_RE.fullmatch(text):
+        return "command_output"
+    return None
 
 
 def _tag(body: str, name: str) -> str | None:
@@ -440,11 +463,12 @@ class ClaudeCodeParser(StreamParser):
 
         role: Role
         text = "\n".join(parts)
+        harness = None
         if (msg.get("role") or obj.get("type")) == "assistant":
             role = "assistant"
         elif tool_results:
             role = "tool"
-        elif obj.get("isMeta") is True or "<task-notification>" in text:
+        elif (harness := _harness_text(obj, text)) is not None:
             role = "system"
         else:
             role = "user"
@@ -458,6 +482,9 @@ class ClaudeCodeParser(StreamParser):
             "model": msg.get("model"),
             "usage": msg.get("usage"),
             "is_meta": obj.get("isMeta"),
+            "is_compact_summary": obj.get("isCompactSummary"),
+            # the host's own text in a user-role line: never memory grounding (pipeline.grounding)
+            "not_evidence": harness,
             "is_sidechain": obj.get("isSidechain") or None,
             # a sub-agent's own messages (a derived session): never memory grounding (pipeline.grounding)
             "subagent": True if session_key != self._session(obj) else None,
