@@ -146,6 +146,53 @@ def test_subagent_stop_captures_the_sub_agents_own_transcript(monkeypatch, capsy
         assert turn.content.startswith("Draft bead content for setting up Credo")
 
 
+def own_transcript(parent: Path, dst: Path) -> list[str]:
+    """The sub-agent's own file as Claude Code writes it: each agent_progress message (its uuid kept) in a
+    sidechain envelope. Returns the messages' uuids."""
+    uuids, lines, previous = [], [], None
+    for raw in parent.read_text(encoding="utf-8").splitlines():
+        line = json.loads(raw)
+        data = line.get("data") or {}
+        if line.get("type") != "progress" or data.get("type") != "agent_progress":
+            continue
+        message = data["message"]
+        lines.append(json.dumps({"parentUuid": previous, "isSidechain": True, "userType": "external",
+                                 "cwd": line["cwd"], "sessionId": line["sessionId"], "version": line["version"],
+                                 "gitBranch": line["gitBranch"], "agentId": data["agentId"], "slug": line["slug"],
+                                 **message}))
+        previous = message["uuid"]
+        uuids.append(previous)
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    dst.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return uuids
+
+
+@needs_transcripts
+@pytest.mark.parametrize("agent_first", [False, True])
+def test_a_sub_agents_messages_are_stored_once_from_the_parents_progress_and_its_own_file(
+        monkeypatch, capsys, tmp_path, agent_first) -> None:
+    """The parent's agent_progress lines carry the sub-agent's messages with their uuids, and SubagentStop's
+    agent_transcript_path holds the same messages: both land in ``<session>:agent-<agentId>`` under the uuid."""
+    session = "491e126e-1e71-469c-ade2-fcc8af567c74"
+    parent = tmp_path / f"{session}.jsonl"
+    parent.write_bytes((TRANSCRIPTS / "subagent.jsonl").read_bytes())
+    child = tmp_path / session / "subagents" / "agent-afb92ff.jsonl"
+    uuids = own_transcript(parent, child)
+    db = tmp_path / "m.db"
+    stop = payload("Stop", session, parent)
+    subagent_stop = payload("SubagentStop", session, parent, stop_hook_active=False, agent_id="afb92ff",
+                            agent_type="Plan", agent_transcript_path=str(child))
+    for event in ([subagent_stop, stop] if agent_first else [stop, subagent_stop]):
+        assert run_hook(monkeypatch, capsys, db, event) is None
+    with Memory(str(db)) as live, Memory(str(tmp_path / "parent-only.db")) as parent_only:
+        parent_only.ingest(parent)
+        turns = live.turns(f"{session}:agent-afb92ff")
+        assert [t.external_id for t in turns] == uuids and len(set(uuids)) == 19
+        assert stored_turns(live) == stored_turns(parent_only)
+        assert sum(s.turn_count for s in live.sessions()) == 62
+        assert len(live.subagents()) == 1
+
+
 def test_the_block_of_an_earlier_session_reaches_additional_context(monkeypatch, capsys, tmp_path) -> None:
     db = tmp_path / "m.db"
     earlier = tmp_path / "earlier.jsonl"
