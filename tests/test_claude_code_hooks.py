@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import sqlite3
 import subprocess
 import sys
@@ -368,6 +369,23 @@ def test_garbage_on_stdin_exits_0_silently(tmp_path) -> None:
                           capture_output=True, text=True, timeout=60)
     assert (proc.returncode, proc.stdout, proc.stderr) == (0, "", "")
     assert "JSONDecodeError" in (tmp_path / "hooks.log").read_text()
+
+
+@pytest.mark.skipif(not hasattr(os, "openpty"), reason="needs a pseudo-terminal (os.openpty)")
+def test_run_by_hand_on_a_terminal_it_says_what_it_is_for_and_exits_2(tmp_path) -> None:
+    """A real hook never has a terminal on stdin; a person who types `tortoise hook` gets a line, not a 30 s wait."""
+    db = tmp_path / "m.db"
+    primary, terminal = os.openpty()
+    try:
+        proc = subprocess.run([TORTOISE, "--db", str(db), "hook", "--timeout", "30"], stdin=terminal,
+                              capture_output=True, text=True, timeout=20)
+    finally:
+        os.close(terminal)
+        os.close(primary)
+    assert (proc.returncode, proc.stdout) == (2, "")
+    assert len(proc.stderr.splitlines()) == 1 and "tortoise hooks install" in proc.stderr
+    assert "Claude Code hook event" in proc.stderr and "stdin" in proc.stderr
+    assert not db.exists() and not (tmp_path / "hooks.log").exists()
 
 
 # -- hooks install / uninstall ---------------------------------------------------------------------

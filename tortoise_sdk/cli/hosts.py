@@ -68,7 +68,13 @@ def _register_mcp(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_hook(args: argparse.Namespace) -> int:
-    """Never fails the host: any failure, or a run past the limit, ends with exit 0, no output, a log line."""
+    """Never fails the host: any failure, or a run past the limit, ends with exit 0, no output, a log line.
+
+    Claude Code pipes the event in; a terminal on stdin means a person ran it by hand: exit 2, saying so.
+    """
+    if _is_terminal(sys.stdin):
+        raise InvalidInput("`tortoise hook` reads one Claude Code hook event (JSON) on stdin and Claude Code runs it; "
+                           "to set that up, run `tortoise hooks install`")
     outcome: dict[str, Any] = {}
     with _hook_log(args.db, outcome) as log:
         return _run_hook(args, outcome, log)
@@ -114,6 +120,13 @@ def _run_hook(args: argparse.Namespace, outcome: dict[str, Any], log: logging.Lo
     if elapsed > args.timeout * 0.8:
         log.warning("slow: %.2f s of the %g s limit", elapsed, args.timeout)
     return 0
+
+
+def _is_terminal(stream: Any) -> bool:
+    try:
+        return bool(stream is not None and stream.isatty())
+    except (AttributeError, ValueError, OSError):  # no isatty, or a closed stream: not a terminal
+        return False
 
 
 class _EventFilter(logging.Filter):
@@ -174,7 +187,7 @@ def _register_hook(sub: argparse._SubParsersAction) -> None:
                                    "additionalContext (nothing when empty). Stop, SubagentStop, PreCompact, "
                                    "SessionEnd: captures what is new and queues extraction. Always exits 0; "
                                    "a failure or a run past --timeout prints nothing and is logged to hooks.log "
-                                   "beside the database.")
+                                   "beside the database. Run by hand on a terminal, it says so and exits 2.")
     p.add_argument("--timeout", type=float, default=DEFAULT_HOOK_TIMEOUT_S,
                    help="hard limit in seconds (default: %(default)s)")
     p.add_argument("--budget", type=int, default=3, help="at most this many pointers (default: %(default)s)")
