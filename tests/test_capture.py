@@ -53,6 +53,9 @@ def test_invalid_capture_names_the_field_and_writes_nothing(mem, turns, field):
     assert info.value.field == field
     assert isinstance(info.value, TortoiseError) and isinstance(info.value, ValueError)
     _nothing_written(mem)
+    with pytest.raises(InvalidInput) as checked:  # the same verdict with no store (before one is created)
+        Memory.check_capture("s1", turns)
+    assert checked.value.field == field
 
 
 def test_bad_session_id_and_date_are_refused(mem):
@@ -69,6 +72,18 @@ def test_too_many_turns_is_refused(tmp_path):
             m.capture("s1", [{"role": "user", "content": f"t{i}"} for i in range(4)])
         _nothing_written(m)
         assert m.capture("s1", [{"role": "user", "content": f"t{i}"} for i in range(3)]).turns_stored == 3
+
+
+def test_check_sessions_and_check_capture_refuse_what_capture_would_with_no_store(tmp_path):
+    before = sorted(tmp_path.rglob("*"))
+    sessions = [{"session_id": "a", "turns": TURNS}, {"session_id": "b", "turns": [{"role": "user"}]}]
+    with pytest.raises(InvalidInput, match=r"^sessions\[1\]: turns\[0\]\.content"):
+        Memory.check_sessions(sessions)
+    Memory.check_sessions(sessions[:1])
+    with pytest.raises(InvalidInput, match="exceeds the limit of 1"):
+        Memory.check_capture("s1", TURNS, max_turns_per_capture=1)
+    Memory.check_capture("s1", TURNS, session_date="2024-03-02")
+    assert sorted(tmp_path.rglob("*")) == before  # no store, no file
 
 
 def test_receipt_fields_and_turn_model_input(mem):

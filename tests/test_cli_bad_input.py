@@ -122,6 +122,23 @@ def test_bad_input_exits_with_one_line(capsys, tmp_path, files, db, case, comman
         assert [(s.session_id, s.turn_count) for s in mem.sessions()] == [("s1", 2)]
 
 
+#: Captures refused for their input (the rows of BAD above, and two more), aimed at a --db not created yet.
+REFUSED_CAPTURES = [row for row in BAD if row[1].startswith("capture") and "--db" not in row[1]] + [
+    ("no --session", "capture {f:ok.jsonl}", 2, "a file of turns needs --session ID"),
+    ("--session with a batch", "capture {f:bad-batch.json} --session s", 2, "--session and --key apply to a single"),
+]
+
+
+@pytest.mark.parametrize(("case", "command", "code", "message"), REFUSED_CAPTURES,
+                         ids=[row[0] for row in REFUSED_CAPTURES])
+def test_a_refused_capture_creates_no_database(capsys, tmp_path, files, case, command, code, message) -> None:
+    new = tmp_path / "new.db"
+    got, out, err = run(capsys, *argv(command, files, tmp_path, str(new)))
+    assert (got, out) == (code, "") and message in one_line(err)
+    assert not new.exists(), "the database was created for a capture that was refused"
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("new.db")) == []
+
+
 @pytest.mark.parametrize("command", READ_COMMANDS)
 def test_read_commands_on_a_missing_database_say_so_and_create_nothing(capsys, tmp_path, files, command) -> None:
     where = tmp_path / "nope" / "x.db"

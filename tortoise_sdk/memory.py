@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
-from .capture import prepare_capture
+from .capture import CaptureRequest, prepare_capture
 from .config import (
     DEFAULT_CHUNK_TURNS,
     DEFAULT_CONCURRENCY,
@@ -225,19 +225,7 @@ class Memory:
             InvalidInput: a bad session, named ``sessions[i]``; nothing was written.
             CaptureConflict, IdempotencyConflict: as in ``capture``.
         """
-        if sessions is None or isinstance(sessions, (str, bytes, Mapping)) or not isinstance(sessions, Iterable):
-            raise InvalidType(f"must be a list of session objects, got {type(sessions).__name__}", field="sessions")
-        requests = []
-        for i, s in enumerate(sessions):
-            if not isinstance(s, Mapping):
-                raise InvalidType(f"expected a session object, got {type(s).__name__}", field=f"sessions[{i}]")
-            try:
-                requests.append(prepare_capture(
-                    s.get("session_id"), s.get("turns"), session_date=s.get("date", s.get("session_date")),
-                    idempotency_key=s.get("idempotency_key"), max_turns=self.max_turns_per_capture,
-                ))
-            except InvalidInput as exc:
-                raise type(exc)(str(exc), field=f"sessions[{i}]") from None
+        requests = _prepare_sessions(sessions, self.max_turns_per_capture)
         skipped = self._report_before_writing(extract)
         for request in requests:
             request.extraction = skipped
@@ -254,6 +242,33 @@ class Memory:
             if progress is not None:
                 progress(len(receipts), len(requests))
         return [self._after_capture(r, extract, q) for r, q in zip(receipts, requests)]
+
+    @staticmethod
+    def check_capture(
+        session_id: str,
+        turns: Iterable[TurnLike],
+        *,
+        session_date: str | datetime | None = None,
+        idempotency_key: str | None = None,
+        max_turns_per_capture: int = DEFAULT_MAX_TURNS_PER_CAPTURE,
+    ) -> None:
+        """Validate a ``capture`` with no store, e.g. before a database is created for it.
+
+        Raises:
+            InvalidInput: what ``capture`` would raise for the same input.
+        """
+        prepare_capture(session_id, turns, session_date=session_date, idempotency_key=idempotency_key,
+                        max_turns=max_turns_per_capture)
+
+    @staticmethod
+    def check_sessions(sessions: Sequence[Mapping[str, Any]], *,
+                       max_turns_per_capture: int = DEFAULT_MAX_TURNS_PER_CAPTURE) -> None:
+        """Validate a ``capture_many`` with no store.
+
+        Raises:
+            InvalidInput: what ``capture_many`` would raise for the same sessions, naming ``sessions[i]``.
+        """
+        _prepare_sessions(sessions, max_turns_per_capture)
 
     # -- reads -------------------------------------------------------------------------------
 
@@ -775,6 +790,24 @@ class Memory:
         from .graph import build_graph
 
         return build_graph(self.store, self.namespace)
+
+
+def _prepare_sessions(sessions: Sequence[Mapping[str, Any]], max_turns: int) -> list[CaptureRequest]:
+    """Each session of a ``capture_many``, validated; the first bad one raises, named ``sessions[i]``."""
+    if sessions is None or isinstance(sessions, (str, bytes, Mapping)) or not isinstance(sessions, Iterable):
+        raise InvalidType(f"must be a list of session objects, got {type(sessions).__name__}", field="sessions")
+    requests = []
+    for i, s in enumerate(sessions):
+        if not isinstance(s, Mapping):
+            raise InvalidType(f"expected a session object, got {type(s).__name__}", field=f"sessions[{i}]")
+        try:
+            requests.append(prepare_capture(
+                s.get("session_id"), s.get("turns"), session_date=s.get("date", s.get("session_date")),
+                idempotency_key=s.get("idempotency_key"), max_turns=max_turns,
+            ))
+        except InvalidInput as exc:
+            raise type(exc)(str(exc), field=f"sessions[{i}]") from None
+    return requests
 
 
 def _evidence_count(request: Any, stored: int) -> int:

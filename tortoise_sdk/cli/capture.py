@@ -38,23 +38,32 @@ def _cmd_capture(args: argparse.Namespace) -> int:
 
 
 def _capture_turns(args: argparse.Namespace, text: str) -> int:
+    from ..memory import Memory
+
     records, lines = parse_json_records(text, args.file)
     is_batch = all(isinstance(r, dict) and "turns" in r for r in records)
+    batch = [dict(r, date=r.get("date", args.date)) for r in records] if is_batch else []
+    try:  # before the store opens: a refused file creates no database
+        if is_batch:
+            if args.session or args.key:
+                raise InvalidInput("--session and --key apply to a single-session file, not a batch of sessions",
+                                   field="--session")
+            Memory.check_sessions(batch)
+        else:
+            if not args.session:
+                raise InvalidInput("a file of turns needs --session ID", field="--session")
+            Memory.check_capture(args.session, records, session_date=args.date, idempotency_key=args.key)
+    except InvalidInput as exc:
+        raise _at_line(exc, lines, args.file) from None
     with open_memory(args, **model_options(args)) as mem:
         try:
             if is_batch:
-                if args.session or args.key:
-                    raise InvalidInput("--session and --key apply to a single-session file, not a batch of sessions",
-                                       field="--session")
-                batch = [dict(r, date=r.get("date", args.date)) for r in records]
                 with progress(len(batch), "importing sessions") as advance:
                     receipts = mem.capture_many(batch, extract=extract_mode(args), chunk_size=100, progress=advance)
             else:
-                if not args.session:
-                    raise InvalidInput("a file of turns needs --session ID", field="--session")
                 receipts = [mem.capture(args.session, records, session_date=args.date, idempotency_key=args.key,
                                         extract=extract_mode(args))]
-        except InvalidInput as exc:
+        except InvalidInput as exc:  # a conflict with what is stored
             raise _at_line(exc, lines, args.file) from None
     if args.json:
         emit_json(receipts if is_batch else receipts[0])
