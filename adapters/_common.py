@@ -2,10 +2,17 @@
 
 Both fail open: a memory failure is logged on the adapter module's logger and
 the host's call goes on without memory.
+
+The pointers a session's blocks showed in its last ``shown_turns`` host turns are
+kept in the store (a cursor named ``reflex:shown:<session_id>``, so a new process
+continues the conversation) and passed to ``Memory.context`` as prior context: a
+pointer comes back only when the user asks again ("remind me ...", a question) or
+after that many host turns.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -16,7 +23,10 @@ from ..models import CaptureReceipt, JobInfo, MemoryBlock, utc_now
 if TYPE_CHECKING:
     from ..memory import ExtractMode, Memory
 
-__all__ = ("MemoryAdapter",)
+__all__ = ("DEFAULT_SHOWN_TURNS", "MemoryAdapter", "tool_use_text")
+
+#: Pointers a block showed in this many recent host turns of a session are not shown again unasked.
+DEFAULT_SHOWN_TURNS = 3
 
 
 class MemoryAdapter:
@@ -27,13 +37,19 @@ class MemoryAdapter:
         budget, max_tokens: passed to ``Memory.context``.
         window_turns: how many recent messages form the reflex window.
         extract: ``Memory.capture``'s ``extract`` for the captures.
+        shown_turns: a pointer shown in one of the session's last ``shown_turns`` host turns is
+            not shown again unless the user asks (0: no memory of what was shown).
     """
 
     def __init__(
-        self, mem: Memory, *, budget: int, max_tokens: int, window_turns: int, extract: ExtractMode
+        self, mem: Memory, *, budget: int, max_tokens: int, window_turns: int, extract: ExtractMode,
+        shown_turns: int = DEFAULT_SHOWN_TURNS,
     ) -> None:
         if window_turns < 1:
             raise AdapterError("window_turns must be at least 1")
+        if not isinstance(shown_turns, int) or shown_turns < 0:
+            raise AdapterError("shown_turns must be an integer of at least 0, e.g. shown_turns=3")
+        self.shown_turns = shown_turns
         self.mem = mem
         self.budget = budget
         self.max_tokens = max_tokens
@@ -47,8 +63,31 @@ class MemoryAdapter:
         return list(messages)[-self.window_turns:]
 
     def _context(self, window: Sequence[Any], session_id: str) -> MemoryBlock:
-        """``Memory.context`` for ``window`` with this adapter's budget."""
-        return self.mem.context(window, budget=self.budget, max_tokens=self.max_tokens, session_id=session_id)
+        """``Memory.context`` for one host turn of ``session_id``: what its last host turns showed is prior context.
+
+        The pointers of this block are then kept as the session's latest host turn (a block that
+        went silent with a ``degraded_reason`` is not a turn). Keeping them is best effort: when the
+        store fails or another process saved first, the block is still returned.
+        """
+        if not self.shown_turns:
+            return self.mem.context(window, budget=self.budget, max_tokens=self.max_tokens, session_id=session_id)
+        name = f"reflex:shown:{session_id}"
+        try:
+            cursor = self.mem.cursor(name)
+            turns = [[i for i in ids if isinstance(i, str)] for ids in cursor.value.get("turns") or []
+                     if isinstance(ids, list)][-self.shown_turns:]
+        except Exception as exc:
+            self._log().warning("tortoise: pointers already shown in %s not read: %s", session_id, exc)
+            cursor, turns = None, []
+        prior = " ".join(f"ref:{i}" for ids in turns for i in ids) or None
+        block = self.mem.context(window, prior, budget=self.budget, max_tokens=self.max_tokens, session_id=session_id)
+        if cursor is not None and block.degraded_reason is None:
+            kept = [*turns, [p.id for p in block.pointers]][-self.shown_turns:]
+            try:
+                self.mem.save_cursor(name, {"turns": kept}, revision=cursor.revision)
+            except Exception as exc:
+                self._log().warning("tortoise: pointers shown in %s not kept: %s", session_id, exc)
+        return block
 
     def _block_skipped(self, exc: BaseException) -> MemoryBlock:
         """Log a failed block read; ``last_block`` becomes a degraded empty block, which is returned."""
@@ -108,3 +147,18 @@ class MemoryAdapter:
     def _log(self) -> logging.Logger:
         # The adapter's own module logger, as before the steps were shared.
         return logging.getLogger(type(self).__module__)
+
+
+def tool_use_text(name: Any, args: Any) -> str:
+    """A tool call as transcript ingestion keeps it: ``[tool_use name arg=value …]``, each value cut to 80
+    characters and the whole to 300 (the call itself goes whole into the turn's metadata)."""
+    parts = []
+    for key, value in (args if isinstance(args, dict) else {}).items():
+        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+        parts.append(f"{key}={_cut(' '.join(text.split()), 80)}")
+    joined = _cut(" ".join(parts), 300)
+    return f"[tool_use {name or '?'}{' ' + joined if joined else ''}]"
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit - 1] + "…"

@@ -3,7 +3,11 @@
 Needs the ``langchain`` extra (``pip install 'tortoise-sdk[langchain]'``).
 
 ``MemoryMiddleware`` (for ``create_agent``) adds the memory block to the system message
-of every model call and, after the agent turn, captures the conversation's new messages.
+of every model call and, after the agent turn, captures the conversation's new messages
+(a message that calls tools as ``[tool_use name arg=…]``, like transcript ingestion).
+It also records a sub-agent row for each tool call that runs an agent: a ``create_agent``
+graph or any Runnable that calls a chat model, seen in the callback tree under the tool
+call (``agent_tools=`` names tools that are agents whatever they do).
 The block is never written into the agent state, so it is never captured back.
 ``MemoryCallbackHandler`` records user and model turns from any chat-model Runnable,
 for code that does not use ``create_agent``.
@@ -26,22 +30,24 @@ from __future__ import annotations
 import hashlib
 import logging
 import threading
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterator, Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 try:
-    from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse
+    from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse, ToolCallRequest
     from langchain_core.callbacks import BaseCallbackHandler
     from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
     from langchain_core.outputs import ChatGeneration, LLMResult
+    from langgraph.types import Command
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError(
         "tortoise_sdk.adapters.langchain needs LangChain v1: pip install 'tortoise-sdk[langchain]'"
     ) from exc
 
 from ..models import MEMORY_BLOCK_MARKER, MemoryBlock
-from ._common import MemoryAdapter
+from ._common import DEFAULT_SHOWN_TURNS, MemoryAdapter, tool_use_text
 
 if TYPE_CHECKING:
     from ..memory import ExtractMode, Memory
@@ -63,6 +69,11 @@ class MemoryMiddleware(MemoryAdapter, AgentMiddleware):
         window_turns: how many recent messages form the reflex window.
         capture: capture the conversation after each agent turn.
         extract: ``Memory.capture``'s ``extract`` for those captures (default ``"background"``).
+        shown_turns: a pointer shown in one of the session's last ``shown_turns`` user messages is
+            not shown again unless the user asks (kept in the store).
+        record_subagents: record a sub-agent row for each tool call that runs an agent.
+        agent_tools: tool names treated as agents from their start (an override; others are
+            detected by the model calls they make).
     """
 
     def __init__(
@@ -75,10 +86,16 @@ class MemoryMiddleware(MemoryAdapter, AgentMiddleware):
         window_turns: int = 6,
         capture: bool = True,
         extract: ExtractMode = "background",
+        shown_turns: int = DEFAULT_SHOWN_TURNS,
+        record_subagents: bool = True,
+        agent_tools: Collection[str] = (),
     ) -> None:
-        super().__init__(mem, budget=budget, max_tokens=max_tokens, window_turns=window_turns, extract=extract)
+        super().__init__(mem, budget=budget, max_tokens=max_tokens, window_turns=window_turns, extract=extract,
+                         shown_turns=shown_turns)
         self.session_id = session_id
         self.capture = capture
+        self.record_subagents = record_subagents
+        self.agent_tools = frozenset(agent_tools)
         # One block per user message: the tool-call round trips of one turn see the same block.
         self._cache: tuple[str, MemoryBlock] | None = None
 
@@ -114,6 +131,43 @@ class MemoryMiddleware(MemoryAdapter, AgentMiddleware):
         block = self._context(window, self._session())
         self._cache = (key, block)
         return block
+
+    # -- each tool call: is it an agent? ----------------------------------------------------
+
+    def wrap_tool_call(self, request: ToolCallRequest,
+                       handler: Callable[[ToolCallRequest], ToolMessage | Command]) -> ToolMessage | Command:
+        with self._watching(request):
+            return handler(request)
+
+    async def awrap_tool_call(self, request: ToolCallRequest,
+                              handler: Callable[[ToolCallRequest], Awaitable[ToolMessage | Command]]
+                              ) -> ToolMessage | Command:
+        with self._watching(request):
+            return await handler(request)
+
+    @contextmanager
+    def _watching(self, request: ToolCallRequest) -> Iterator[None]:
+        """Run the tool call with a sub-agent handler attached to every run under it (fail open)."""
+        watcher = None
+        if self.record_subagents:
+            try:
+                call_id = request.tool_call.get("id")
+                messages = request.state.get("messages", []) if isinstance(request.state, dict) else []
+                caller = next((m for m in reversed(messages) if isinstance(m, AIMessage)
+                               and any(c.get("id") == call_id for c in m.tool_calls)), None)
+                watcher = self.mem.subagent_handler(
+                    self._session(), agent_tools=self.agent_tools,
+                    turn_external_id=_turn_id(caller) if caller is not None else None,
+                ).observing()
+                watcher.__enter__()
+            except Exception as exc:
+                self._log().warning("tortoise: sub-agents of this tool call not recorded: %s", exc)
+                watcher = None
+        try:
+            yield
+        finally:
+            if watcher is not None:
+                watcher.__exit__(None, None, None)
 
     # -- after the agent turn --------------------------------------------------------------
 
@@ -198,21 +252,38 @@ def _join_system(system: SystemMessage | None, block: str) -> SystemMessage:
 
 
 def _turn(m: BaseMessage | None) -> dict[str, Any] | None:
-    """A LangChain message as a turn; None for system messages, tool-call stubs and memory-block echoes."""
+    """A LangChain message as a turn; None for system messages, empty messages and memory-block echoes.
+
+    A message that calls tools is kept like transcript ingestion keeps one: its text, then
+    ``[tool_use name arg=…]`` per call, the calls whole in the metadata.
+    """
     if m is None or isinstance(m, SystemMessage):
         return None
-    role = {HumanMessage: "user", AIMessage: "assistant", ToolMessage: "tool"}.get(type(m))
-    if role is None:
-        role = {"human": "user", "ai": "assistant", "tool": "tool"}.get(m.type)
-    text = m.text
-    if role is None or not text.strip() or text.startswith(MEMORY_BLOCK_MARKER):
+    role = _ROLES.get(type(m)) or {"human": "user", "ai": "assistant", "tool": "tool"}.get(m.type)
+    calls = list(getattr(m, "tool_calls", None) or [])
+    text = "\n".join(p for p in (m.text.strip(), *(tool_use_text(c.get("name"), c.get("args")) for c in calls)) if p)
+    if role is None or not text or m.text.startswith(MEMORY_BLOCK_MARKER):
         return None
-    # The id is the turn's identity on re-capture; without one, the same text is the same turn.
-    turn: dict[str, Any] = {"role": role, "content": text,
-                            "id": str(m.id) if m.id else f"{role}-{hashlib.sha256(text.encode()).hexdigest()[:20]}"}
+    turn: dict[str, Any] = {"role": role, "content": text, "id": _turn_id(m)}
     if getattr(m, "name", None):
         turn["name"] = m.name
+    if calls:
+        turn["metadata"] = {"tool_uses": [{"id": c.get("id"), "name": c.get("name"), "input": c.get("args")}
+                                          for c in calls]}
     return turn
+
+
+_ROLES: dict[type, str] = {HumanMessage: "user", AIMessage: "assistant", ToolMessage: "tool"}
+
+
+def _turn_id(m: BaseMessage) -> str:
+    """The turn's identity on re-capture: the message id; without one, the same text is the same turn."""
+    if m.id:
+        return str(m.id)
+    role = _ROLES.get(type(m)) or m.type
+    calls = ",".join(str(c.get("id")) for c in getattr(m, "tool_calls", None) or [])
+    return f"{role}-{hashlib.sha256((m.text + calls).encode()).hexdigest()[:20]}"
+
 
 
 def _thread_id() -> str | None:

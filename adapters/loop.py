@@ -10,17 +10,22 @@ Usage::
     reply = call_model(session.before_turn(messages))   # the memory block rides along as a system message
     session.after_turn(text, reply)                        # the exchange is captured
     session.close()                                        # at the end: extract what is still pending
+
+In a tool loop, ``record_tool_call(message)`` captures the assistant message that calls tools,
+and ``record_subagent(tool_call_id, ...)`` records a tool call that ran an agent (at its start,
+then with its status and usage when it ends) as a sub-agent row of the session.
 """
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import AdapterError
-from ..models import MEMORY_BLOCK_MARKER, CaptureReceipt
-from ._common import MemoryAdapter
+from ..models import MEMORY_BLOCK_MARKER, CaptureReceipt, SubagentContext
+from ._common import DEFAULT_SHOWN_TURNS, MemoryAdapter, tool_use_text
 
 if TYPE_CHECKING:
     from ..memory import ExtractMode, Memory
@@ -42,7 +47,10 @@ class MemorySession(MemoryAdapter):
         budget, max_tokens: passed to ``Memory.context``.
         window_turns: how many recent non-system messages form the reflex window.
         extract: what ``after_turn``'s capture does about extraction (``Memory.capture``'s
-            ``extract``); ``"background"`` keeps model calls off the chat loop.
+            ``extract``); ``"background"`` keeps model calls off the chat loop, extracted in
+            batches (``Memory(extract_every=, idle_s=)``); ``close()`` flushes what is pending.
+        shown_turns: a pointer shown in one of the session's last ``shown_turns`` host turns is
+            not shown again unless the user asks (kept in the store, so a new process continues).
     """
 
     def __init__(
@@ -54,11 +62,14 @@ class MemorySession(MemoryAdapter):
         max_tokens: int = 400,
         window_turns: int = 6,
         extract: ExtractMode = "background",
+        shown_turns: int = DEFAULT_SHOWN_TURNS,
     ) -> None:
         if not isinstance(session_id, str) or not session_id:
             raise AdapterError("session_id must be a non-empty string, e.g. MemorySession(mem, 'chat-42')")
-        super().__init__(mem, budget=budget, max_tokens=max_tokens, window_turns=window_turns, extract=extract)
+        super().__init__(mem, budget=budget, max_tokens=max_tokens, window_turns=window_turns, extract=extract,
+                         shown_turns=shown_turns)
         self.session_id = session_id
+        self._callers: dict[str, str] = {}  # tool call id -> id of the message that made the call
 
     def before_turn(self, messages: Sequence[Message]) -> list[dict[str, Any]]:
         """A copy of ``messages`` with the memory block as a system message after the leading system ones.
@@ -89,7 +100,58 @@ class MemorySession(MemoryAdapter):
     def after_turn(self, user_msg: str | Message, assistant_msg: str | Message) -> CaptureReceipt | None:
         """Capture one exchange (each message gets a fresh id); returns the receipt, or None on failure."""
         exchange = ((user_msg, "user"), (assistant_msg, "assistant"))
-        return self._capture(self.session_id, (_turn(msg, role) for msg, role in exchange))
+        return self._capture(self.session_id, (self._turn(msg, role) for msg, role in exchange))
+
+    def record_tool_call(self, message: Message) -> str | None:
+        """Capture an assistant message that calls tools; returns its turn's id (None on failure).
+
+        ``message`` is OpenAI-style (``{"role": "assistant", "content": ..., "tool_calls": [{"id",
+        "function": {"name", "arguments"}}]}``; ``{"id", "name", "args"}`` calls work too). It is kept
+        as transcript ingestion keeps one: its text, then ``[tool_use name arg=…]`` per call, the
+        calls whole in the turn's metadata.
+        """
+        turn = self._turn(message, "assistant") if isinstance(message, Mapping) else None
+        if turn is None:
+            self._log().warning("tortoise: not a message: %r", type(message).__name__)
+            return None
+        return turn["id"] if self._capture(self.session_id, [turn]) is not None else None
+
+    def record_subagent(
+        self,
+        tool_call_id: str,
+        *,
+        status: str = "running",
+        subagent_type: str | None = None,
+        description: str | None = None,
+        total_tokens: int | None = None,
+        tool_use_count: int | None = None,
+        duration_ms: int | None = None,
+        model: str | None = None,
+        agent_id: str | None = None,
+    ) -> SubagentContext | None:
+        """Record that tool call ``tool_call_id`` of this session ran an agent; returns the row, or None on failure.
+
+        Call it when the agent starts (``status="running"``) and again when it ends (``"success"``,
+        ``"error"`` ...) with what it used; the calls merge into one row under the sub-agent
+        rules (a value not given never blanks a stored one; usage not reported stays None). The
+        row points at the message ``record_tool_call`` captured for that call, when there was one.
+        """
+        frame = {"session_id": self.session_id, "tool_call_id": tool_call_id, "agent_execution_id": tool_call_id,
+                 "turn_external_id": self._callers.get(tool_call_id), "tool_status": status,
+                 "subagent_type": subagent_type, "description": description, "total_tokens": total_tokens,
+                 "tool_use_count": tool_use_count, "duration_ms": duration_ms, "model": model, "agent_id": agent_id}
+        try:
+            return self.mem.record_subagent({k: v for k, v in frame.items() if v is not None})
+        except Exception as exc:
+            self._log().warning("tortoise: sub-agent of %s not recorded: %s", tool_call_id, exc)
+            return None
+
+    def _turn(self, msg: str | Message, role: str) -> dict[str, Any] | None:
+        turn = _turn(msg, role)
+        for call in (turn or {}).get("metadata", {}).get("tool_uses", ()):
+            if call.get("id"):
+                self._callers[str(call["id"])] = turn["id"]  # type: ignore[index]
+        return turn
 
 
 def _turn(msg: str | Message, role: str) -> dict[str, Any] | None:
@@ -98,9 +160,29 @@ def _turn(msg: str | Message, role: str) -> dict[str, Any] | None:
     content = msg.get("content")
     if isinstance(content, list):
         content = " ".join(p.get("text", "") for p in content if isinstance(p, Mapping))
-    if not isinstance(content, str) or not content.strip() or content.startswith(MEMORY_BLOCK_MARKER):
-        return None  # nothing said, or an echo of an injected memory block
-    turn = {"role": msg.get("role", role), "content": content, "id": str(msg.get("id") or f"m-{uuid.uuid4().hex}")}
+    content = content if isinstance(content, str) else ""
+    if content.startswith(MEMORY_BLOCK_MARKER):
+        return None  # an echo of an injected memory block
+    calls = [_call(c) for c in msg.get("tool_calls") or () if isinstance(c, Mapping)]
+    text = "\n".join(p for p in (content.strip(), *(tool_use_text(c["name"], c["input"]) for c in calls)) if p)
+    if not text:
+        return None  # nothing said
+    turn = {"role": msg.get("role", role), "content": text if calls else content,
+            "id": str(msg.get("id") or f"m-{uuid.uuid4().hex}")}
     if msg.get("name"):
         turn["name"] = msg["name"]
+    if calls:
+        turn["metadata"] = {"tool_uses": calls}
     return turn
+
+
+def _call(call: Mapping[str, Any]) -> dict[str, Any]:
+    """An OpenAI-style tool call (``function.arguments`` is JSON text) or ``{id, name, args}`` as ``{id, name, input}``."""
+    function = call.get("function") if isinstance(call.get("function"), Mapping) else call
+    args: Any = function.get("arguments", function.get("args"))
+    if isinstance(args, str):
+        try:
+            args = json.loads(args)
+        except ValueError:
+            pass  # kept as the text it is
+    return {"id": call.get("id"), "name": function.get("name"), "input": args}

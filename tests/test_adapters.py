@@ -197,3 +197,158 @@ def test_custom_loop_example_runs(tmp_path):
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert MEMORY_BLOCK_MARKER in out.stdout and "Biscuit" in out.stdout
+
+
+# -- what a session's blocks already showed ------------------------------------------------------
+
+
+def test_a_follow_up_does_not_repeat_the_last_turns_pointers_but_remind_me_does(mem, tmp_path):
+    howl = "Biscuit hates it. He's a two-year-old beagle and he howls when I leave at 7."
+    howl_id = next(t.turn_id for t in mem.turns("demo-1") if t.content == howl)
+    follow_up = {"role": "user", "content": "Biscuit the beagle howls at 7 as I leave"}
+
+    def ids(block_messages: list[dict]) -> list[str]:
+        return [p.id for p in session.last_block.pointers]
+
+    session = MemorySession(mem, "chat-r", extract=False)
+    messages = [{"role": "user", "content": "what is my dog called?"}]
+    session.before_turn(messages)
+    assert howl_id in ids(messages)
+    session.after_turn(messages[-1]["content"], "Biscuit, your beagle.")
+    messages += [{"role": "assistant", "content": "Biscuit, your beagle."}, follow_up]
+    # Without the session's memory of what it showed, the follow-up brings the same turn back ...
+    fresh = MemorySession(mem, "chat-other", extract=False, shown_turns=0)
+    fresh.before_turn(messages)
+    assert howl_id in [p.id for p in fresh.last_block.pointers]
+    # ... with it, not: it was shown one host turn ago.
+    session.before_turn(messages)
+    assert howl_id not in ids(messages)
+    # Asked again, it comes back.
+    messages += [{"role": "assistant", "content": "Poor Biscuit."},
+                 {"role": "user", "content": "remind me how old Biscuit the beagle is"}]
+    session.before_turn(messages)
+    assert howl_id in ids(messages)
+    # A new process continues the session: the state is in the store.
+    with Memory(str(tmp_path / "m.db"), namespace="maya") as again:
+        later = MemorySession(again, "chat-r", extract=False)
+        later.before_turn([follow_up])
+        assert howl_id not in [p.id for p in later.last_block.pointers]
+        # Three host turns without it, and the follow-up may show it again.
+        for text in ("I started a new job", "I bike to the BART station"):
+            later.before_turn([{"role": "user", "content": text}])
+        later.before_turn([follow_up])
+        assert howl_id in [p.id for p in later.last_block.pointers]
+        assert len(again.cursor("reflex:shown:chat-r").value["turns"]) == 3
+
+
+def test_the_middleware_keeps_what_it_showed_per_user_message(mem):
+    model = fake("Biscuit, your beagle.", "Poor Biscuit.", "He is two.")
+    middleware = MemoryMiddleware(mem, "chat-m", extract=False)
+    agent = create_agent(model, [], middleware=[middleware])
+    out = agent.invoke({"messages": [HumanMessage("what is my dog called?")]})
+    assert "he howls when I leave at 7" in model.received[0][0].content
+    out = agent.invoke({"messages": [*out["messages"], HumanMessage("Biscuit the beagle howls at 7 as I leave")]})
+    assert "he howls when I leave at 7" not in str(model.received[1][0].content)
+    agent.invoke({"messages": [*out["messages"], HumanMessage("remind me how old Biscuit the beagle is")]})
+    assert "he howls when I leave at 7" in model.received[2][0].content
+    # One entry per user message; the follow-up's block had nothing new to show.
+    assert [bool(ids) for ids in mem.cursor("reflex:shown:chat-m").value["turns"]] == [True, False, True]
+
+
+# -- sub-agents from the same stream --------------------------------------------------------------
+
+
+class ToolCallingChat(RecordingChat):
+    """A fake chat model that accepts tools (its scripted replies may call them)."""
+
+    def bind_tools(self, tools, **kwargs):  # noqa: ANN001, ANN003, ANN201
+        return self
+
+
+def _usage(total: int) -> dict[str, int]:
+    return {"input_tokens": total - 5, "output_tokens": 5, "total_tokens": total}
+
+
+def test_an_agent_used_as_a_tool_is_recorded_without_naming_it(mem):
+    from langchain_core.tools import tool
+
+    inner_model = ToolCallingChat(messages=iter([
+        AIMessage(content="Biscuit is a two-year-old beagle.", usage_metadata=_usage(40))]))
+    researcher = create_agent(inner_model, [], system_prompt="You research Maya's notes.")
+
+    @tool
+    def research(question: str) -> str:
+        """Ask the research agent a question about Maya."""
+        return researcher.invoke({"messages": [HumanMessage(question)]})["messages"][-1].text
+
+    @tool
+    def clock(zone: str) -> str:
+        """The time in a zone (a plain tool: no model under it)."""
+        return "09:00"
+
+    outer_model = ToolCallingChat(messages=iter([
+        AIMessage(content="Let me check.", tool_calls=[
+            {"name": "research", "args": {"question": "How old is Biscuit?"}, "id": "call_r1", "type": "tool_call"},
+            {"name": "clock", "args": {"zone": "PST"}, "id": "call_c1", "type": "tool_call"}],
+            usage_metadata=_usage(20)),
+        AIMessage(content="Biscuit is two.", usage_metadata=_usage(30)),
+    ]))
+    middleware = MemoryMiddleware(mem, "chat-sub", extract=False)
+    agent = create_agent(outer_model, [research, clock], middleware=[middleware])
+    out = agent.invoke({"messages": [HumanMessage("how old is my dog?")]})
+    assert out["messages"][-1].text == "Biscuit is two."
+
+    (row,) = mem.subagents("chat-sub")
+    assert (row.tool_call_id, row.subagent_type, row.tool_status) == ("call_r1", "research", "success")
+    assert (row.total_tokens, row.tool_use_count) == (40, 0)  # the inner agent's usage, not the outer one's
+    assert row.duration_ms is not None and row.settled_at is not None and row.source == "live"
+    # The message that made the call is captured like transcript ingestion keeps one, and the row points at it.
+    caller = next(t for t in mem.turns("chat-sub") if "[tool_use research" in t.content)
+    assert caller.content == ("Let me check.\n[tool_use research question=How old is Biscuit?]\n"
+                              "[tool_use clock zone=PST]")
+    assert row.turn_id == caller.turn_id
+    assert mem.turn_metadata("chat-sub")[caller.turn_id]["tool_uses"][0] == {
+        "id": "call_r1", "name": "research", "input": {"question": "How old is Biscuit?"}}
+
+
+def test_agent_tools_overrides_detection_and_recording_can_be_turned_off(mem):
+    from langchain_core.tools import tool
+
+    @tool
+    def delegate(task: str) -> str:
+        """Hand a task to a remote agent (no model runs here)."""
+        return "done"
+
+    def run(**options):
+        model = ToolCallingChat(messages=iter([
+            AIMessage(content="", tool_calls=[{"name": "delegate", "args": {"task": "x"}, "id": f"call_{len(options)}",
+                                               "type": "tool_call"}]),
+            AIMessage(content="Done.")]))
+        agent = create_agent(model, [delegate], middleware=[MemoryMiddleware(mem, "chat-o", extract=False, **options)])
+        agent.invoke({"messages": [HumanMessage("please delegate")]})
+
+    run(record_subagents=False)
+    run()
+    assert mem.subagents("chat-o") == []  # no model ran under it
+    run(agent_tools=["delegate"], shown_turns=3)
+    assert [(r.tool_call_id, r.tool_status) for r in mem.subagents("chat-o")] == [("call_2", "success")]
+
+
+def test_a_custom_loop_records_tool_calls_and_sub_agents_through_its_session(mem):
+    session = MemorySession(mem, "loop-sub", extract=False)
+    session.after_turn("how old is my dog?", {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_9", "type": "function", "function": {"name": "research", "arguments": '{"question": "age?"}'}}]})
+    caller = mem.turns("loop-sub")[-1]
+    assert (caller.role, caller.content) == ("assistant", "[tool_use research question=age?]")
+    assert mem.turn_metadata("loop-sub")[caller.turn_id]["tool_uses"] == [
+        {"id": "call_9", "name": "research", "input": {"question": "age?"}}]
+    assert session.record_subagent("call_9", subagent_type="researcher", description="age?").tool_status == "running"
+    row = session.record_subagent("call_9", status="success", total_tokens=120, tool_use_count=2, duration_ms=900)
+    assert (row.subagent_type, row.description, row.total_tokens, row.tool_use_count) == ("researcher", "age?", 120, 2)
+    assert (row.turn_id, row.settled_at is not None) == (caller.turn_id, True)
+    assert len(mem.subagents("loop-sub")) == 1
+    # record_tool_call takes the message alone; its id comes back for the caller's bookkeeping.
+    mid = session.record_tool_call({"role": "assistant", "content": "Checking.", "id": "msg-2",
+                                    "tool_calls": [{"id": "call_10", "name": "clock", "args": {"zone": "PST"}}]})
+    assert mid == "msg-2" and mem.turns("loop-sub")[-1].content == "Checking.\n[tool_use clock zone=PST]"
+    assert session.record_tool_call("not a message") is None  # logged, never raised
