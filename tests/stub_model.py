@@ -40,6 +40,11 @@ Any reply may add ``"delay": seconds`` (e.g. longer than the client's
 timeout) and ``"headers": {...}``. ``--delay`` / ``delay=`` adds a fixed
 latency to every request (benchmarks).
 
+``responder=`` (Python only) answers what no route can: a function of the
+``StubRequest`` returning a reply as above, or None for ``stub script
+exhausted``. It serves conversations too long to script by hand (a 300-turn
+chat replayed exchange by exchange, ``tests/reading_model.py``).
+
 Usage::
 
     with StubModel(script) as stub:
@@ -56,6 +61,7 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -175,6 +181,7 @@ class StubModel:
         port: 0 picks a free port; recording cassettes uses a fixed one.
         host: the loopback address to bind.
         delay: seconds added before every reply (benchmarks).
+        responder: answers a request no route has a reply for (see the module docstring).
     """
 
     def __init__(
@@ -184,8 +191,10 @@ class StubModel:
         port: int = 0,
         host: str = "127.0.0.1",
         delay: float = 0.0,
+        responder: Callable[[StubRequest], dict[str, Any] | None] | None = None,
     ) -> None:
         self._routes = _build_routes(load_script(script))
+        self.responder = responder
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._requests: list[StubRequest] = []
@@ -264,6 +273,8 @@ class StubModel:
                         break
             request = StubRequest(method, path, headers, body, raw, index)
             self._requests.append(request)
+            if reply is None and self.responder is not None:
+                reply = self.responder(request)
             if reply is None:
                 self._unanswered.append(request)
             self._counter += 1
