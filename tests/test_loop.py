@@ -11,10 +11,8 @@ stub's request log is the wire record the checks read).
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -45,7 +43,6 @@ class Replay:
     writes: list[tuple[int, int]] = field(default_factory=list)
     crashed: list[tuple[int, int]] = field(default_factory=list)
     queued_reports: int = 0
-    seconds: float = 0.0
 
     def s2(self) -> list[S2Prompt]:
         return [S2Prompt.parse(r.prompt) for r in self.requests if r.stage == "s2"]
@@ -73,7 +70,6 @@ def replay(tmp_path_factory: pytest.TempPathFactory) -> Any:
         session = MemorySession(mem, "chat")
         messages: list[dict] = []
         queued = 0
-        started = time.perf_counter()
         for user, assistant in chat:
             messages.append(user)
             session.before_turn(messages)
@@ -82,13 +78,12 @@ def replay(tmp_path_factory: pytest.TempPathFactory) -> Any:
             messages.append(assistant)
             mem.process_pending()  # a worker's pass: the jobs that are due
         session.close()
-        seconds = time.perf_counter() - started
         assert stub.unanswered == []
-        yield Replay(mem, chat, stub.requests, rec["writes"], rec["crashed"], queued, seconds)
+        yield Replay(mem, chat, stub.requests, rec["writes"], rec["crashed"], queued)
         mem.close()
 
 
-def test_the_replay_is_batched_and_quick(replay: Replay) -> None:
+def test_the_replay_is_extracted_in_batches(replay: Replay) -> None:
     # Every exchange was queued, not extracted in the loop: one job per extract_every evidence turns.
     assert replay.queued_reports == TURNS // 2
     s2 = replay.s2()
@@ -97,7 +92,6 @@ def test_the_replay_is_batched_and_quick(replay: Replay) -> None:
     assert all(end - start + 1 <= DEFAULT_EXTRACT_EVERY for start, end in windows)
     calls = Counter(r.stage for r in replay.requests)
     assert calls == {"s1": len(windows), "s2": len(windows), "s4": len(windows)}
-    assert replay.seconds < 45, f"the replay took {replay.seconds:.1f} s"
 
 
 def test_each_turn_reaches_at_most_three_s2_requests(replay: Replay) -> None:
