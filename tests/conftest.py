@@ -118,6 +118,7 @@ def isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("TORTOISE_DB", str(tmp_path / "memory.db"))
     monkeypatch.delenv("TORTOISE_MODEL", raising=False)
+    monkeypatch.delenv("TORTOISE_API_KEY", raising=False)
     monkeypatch.setenv("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     return home
 

@@ -109,16 +109,24 @@ def test_background_job_then_process_pending(tmp_path: Path, stub_model: Any) ->
         assert mem.process_pending() == []
 
 
-def test_failing_job_is_retried_and_keeps_its_errors(tmp_path: Path, stub_model: Any) -> None:
+def test_failing_job_is_retried_after_a_backoff_and_keeps_its_errors(tmp_path: Path, stub_model: Any) -> None:
     stub = stub_model({"routes": [{"replies": [{"status": 500}], "cycle": True}]})
-    with mem_for(tmp_path, stub, extract_every=1) as mem:
+    with mem_for(tmp_path, stub, extract_every=1, job_retry_s=30) as mem:
         capture(mem, "demo-1", extract="background")
-        first = mem.process_pending(max_jobs=1)
+        first = mem.process_pending()
+        # One attempt, then the job waits out its backoff instead of being retried back to back.
         assert [(j.status, j.attempts) for j in first] == [("pending", 1)]
-        rest = mem.process_pending()
-        assert [(j.status, j.attempts) for j in rest] == [("pending", 2), ("failed", 3)]
-        assert rest[-1].errors == [f"attempt {n}: S2 and S4 both failed; nothing was extracted (the turns are stored)"
-                                   for n in (1, 2, 3)]
+        assert (first[0].due_at - first[0].updated_at).total_seconds() == pytest.approx(30, abs=1)
+        calls = len(stub.requests)
+        assert mem.process_pending() == [] and len(stub.requests) == calls
+        # A flush runs it now, once per pass; the next wait is twice as long.
+        second = mem.flush()
+        assert [(j.status, j.attempts) for j in second] == [("pending", 2)]
+        assert (second[0].due_at - second[0].updated_at).total_seconds() == pytest.approx(60, abs=1)
+        third = mem.flush()
+        assert [(j.status, j.attempts) for j in third] == [("failed", 3)]
+        assert third[-1].errors == [f"attempt {n}: S2 and S4 both failed; nothing was extracted (the turns are stored)"
+                                    for n in (1, 2, 3)]
         assert len(mem.turns("demo-1")) == 7
 
 

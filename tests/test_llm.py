@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ClassVar
 
@@ -347,25 +348,54 @@ def test_timeouts_exhaust_attempts(stub_model: Any) -> None:
     assert client.stats["s4"].errors == {"timeout": 2}
 
 
-@LOOPBACK
-def test_unreachable_endpoint_is_network_error() -> None:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]  # bound, never listening: connections are refused
-        client = LLMClient(
-            LLMConfig(
-                model="openai/stub-model",
-                api_base=f"http://127.0.0.1:{port}/v1",
-                api_key="k",
-                max_attempts=2,
-                **FAST_RETRY,
-            )
-        )
-        with pytest.raises(ModelError) as caught:
-            client.complete("s1", prompt("Narrate."), chunk=0)
+def _refused_base() -> tuple[socket.socket, str]:
+    """A loopback port that is bound and never listens: every connection to it is refused."""
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    return probe, f"http://127.0.0.1:{probe.getsockname()[1]}/v1"
 
-    assert caught.value.error_class == "network"
-    assert client.stats["s1"].errors == {"network": 2}
+
+@LOOPBACK
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_refused_connection_is_unreachable_retried_once(mode: str) -> None:
+    probe, base = _refused_base()
+    with probe:
+        # max_attempts=4 would give a 5xx four tries; a refused connection gets two, quickly.
+        client = LLMClient(LLMConfig(model="openai/stub-model", api_base=base, api_key="k", max_attempts=4,
+                                     backoff_base_s=5.0, backoff_max_s=30.0))
+        started = time.perf_counter()
+        with pytest.raises(ModelError) as caught:
+            if mode == "sync":
+                client.complete("s1", prompt("Narrate."), chunk=0)
+            else:
+                asyncio.run(client.acomplete("s1", prompt("Narrate."), chunk=0))
+        took = time.perf_counter() - started
+
+    assert caught.value.error_class == "unreachable" and caught.value.status_code is None
+    assert base in str(caught.value) and "[Errno 111]" in str(caught.value)  # the refusal itself
+    assert client.stats["s1"].errors == {"unreachable": 2}
+    assert (client.stats["s1"].calls, client.stats["s1"].retries) == (1, 1)
+    assert took < 2.0  # the retry waited at most UNREACHABLE_RETRY_WAIT_S, not the 5 s backoff
+    # Fatal: the client sends nothing more, and says so.
+    assert client.fatal is caught.value
+    with pytest.raises(ModelError) as again:
+        client.complete("s2", prompt("Map."))
+    assert again.value.error_class == "unreachable" and "not sent" in str(again.value)
+    assert "s2" not in client.stats
+
+
+def test_missing_key_is_auth_naming_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Nothing is sent: litellm refuses before any connection (it reports this as a 500).
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("TORTOISE_API_KEY", raising=False)
+    client = LLMClient(LLMConfig(model="openai/gpt-4o-mini", max_attempts=4))
+    with pytest.raises(ModelError) as caught:
+        client.complete("s1", prompt("Narrate."), chunk=0)
+
+    assert (caught.value.error_class, caught.value.status_code) == ("auth", None)
+    assert "OPENAI_API_KEY" in str(caught.value) and "api_key=" in str(caught.value)
+    assert "--api-key" in str(caught.value)
+    assert client.stats["s1"].errors == {"auth": 1} and client.stats["s1"].retries == 0
 
 
 @LOOPBACK
@@ -446,7 +476,9 @@ def _tally(**kwargs: Any) -> Any:
         (401, "Incorrect API key provided", "auth"),
         (402, "Payment required", "billing"),
         (403, "Not allowed", "auth"),
-        (404, "The model does not exist", "bad_request"),
+        (404, "The model does not exist", "model_not_found"),
+        (400, "The model `gpt-5o` does not exist or you do not have access to it.", "model_not_found"),
+        (500, "Missing credentials. Please pass an `api_key`", "auth"),
         (429, "Rate limit reached", "rate_limit"),
         (429, "You exceeded your current quota, please check your plan and billing details", "billing"),
         (500, "The server had an error", "server"),
@@ -459,7 +491,8 @@ def test_map_error_classifies_statuses(status: int, message: str, expected: str)
     exc = litellm.APIError(status_code=status, message=message, llm_provider="openai", model="gpt-4o-mini")
     error = map_error(exc, model="openai/gpt-4o-mini")
 
-    assert (error.error_class, error.status_code, error.model) == (expected, status, "openai/gpt-4o-mini")
+    assert (error.error_class, error.model) == (expected, "openai/gpt-4o-mini")
+    assert error.status_code == (None if "Missing credentials" in message else status)
 
 
 def test_map_error_classifies_transport_failures() -> None:
@@ -468,8 +501,10 @@ def test_map_error_classifies_transport_failures() -> None:
     assert isinstance(map_error(litellm.Timeout(message="slow", model="m", llm_provider="openai")), ModelTimeout)
     assert (
         map_error(litellm.APIConnectionError(message="refused", llm_provider="openai", model="m")).error_class
-        == "network"
+        == "unreachable"
     )
+    assert map_error(ConnectionRefusedError(111, "Connection refused")).error_class == "unreachable"
+    assert map_error(ConnectionResetError(104, "reset")).error_class == "network"
     assert map_error(TimeoutError()).error_class == "timeout"
     assert map_error(RuntimeError("boom")).error_class == "unknown"
 

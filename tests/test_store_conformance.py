@@ -640,6 +640,34 @@ def test_a_job_failing_n_times_stops_with_its_errors_kept(store: Store, ns):
     assert final.errors == ["attempt 1: boom 1", "attempt 2: boom 2", "attempt 3: boom 3"]
 
 
+def test_a_failed_attempt_is_due_again_after_its_backoff(store: Store, ns):
+    job = store.enqueue_job(ns, "s1")
+    lease = _lease(store, ns)
+    after = store.fail_job(Fence(job.job_id, lease.revision), "s1: server", max_attempts=3, retry_in_s=120)
+    assert after.status == "pending"
+    assert (after.due_at - after.updated_at).total_seconds() == pytest.approx(120, abs=1)
+    assert _lease(store, ns) is None  # not back to back
+    assert _lease(store, ns, now=after.due_at + timedelta(seconds=1)).attempts == 2
+    # A pass leaves out the jobs it ran already (a flush takes jobs that are not due).
+    other = store.enqueue_job(ns, "s2")
+    assert store.lease_job(ns, lease_s=30, max_attempts=3, due_only=False, exclude={other.job_id}) is None
+    assert store.lease_job(ns, lease_s=30, max_attempts=3, due_only=False, exclude=()).job_id == other.job_id
+
+
+def test_a_failed_job_whose_session_has_a_new_pending_job_hands_the_retry_over(store: Store, ns):
+    # One pending job a session: a capture during the run queued another, which retries these turns too.
+    job = store.enqueue_job(ns, "s1")
+    lease = _lease(store, ns)
+    newer = store.enqueue_job(ns, "s1", waiting_turns=1)
+    assert newer.job_id != job.job_id and newer.due_at is None
+    settled = store.fail_job(Fence(job.job_id, lease.revision), "s1: server", max_attempts=3, retry_in_s=60)
+    assert settled.status == "done"
+    assert settled.errors == ["attempt 1: s1: server", f"retried as pending job {newer.job_id} of the same session"]
+    waiting = store.get_job(newer.job_id)
+    assert waiting.status == "pending"
+    assert (waiting.due_at - settled.updated_at).total_seconds() == pytest.approx(60, abs=1)
+
+
 def test_a_job_whose_last_lease_expired_is_failed_not_retried(store: Store, ns):
     job = store.enqueue_job(ns, "s1")
     _lease(store, ns, max_attempts=1, lease_s=1)

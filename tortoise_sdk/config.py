@@ -6,14 +6,17 @@ import os
 from pathlib import Path
 
 __all__ = (
+    "DEFAULT_BREAKER_S",
     "DEFAULT_CHUNK_TURNS",
     "DEFAULT_CONCURRENCY",
     "DEFAULT_EXTRACT_EVERY",
     "DEFAULT_IDLE_S",
+    "DEFAULT_JOB_RETRY_S",
     "DEFAULT_MAX_TURNS_PER_CAPTURE",
     "DEFAULT_NAMESPACE",
     "default_db_path",
     "ensure_litellm_env",
+    "env_api_key",
     "env_model",
 )
 
@@ -26,6 +29,10 @@ DEFAULT_EXTRACT_EVERY = 20
 #: ... or once the session has had no capture for this many seconds.
 DEFAULT_IDLE_S = 300.0
 DEFAULT_BUSY_TIMEOUT_MS = 30_000
+#: After a fatal model failure (auth, billing, model_not_found, unreachable) a Memory calls no model this long.
+DEFAULT_BREAKER_S = 60.0
+#: A failed background job is due again this long after its first failed attempt (doubling after each).
+DEFAULT_JOB_RETRY_S = 30.0
 
 
 def default_db_path() -> str:
@@ -39,6 +46,11 @@ def default_db_path() -> str:
 def env_model() -> str | None:
     """The model named by ``$TORTOISE_MODEL``, or None."""
     return os.environ.get("TORTOISE_MODEL") or None
+
+
+def env_api_key() -> str | None:
+    """The model key in ``$TORTOISE_API_KEY``, or None (litellm then reads the provider's own variable)."""
+    return os.environ.get("TORTOISE_API_KEY") or None
 
 
 def ensure_litellm_env() -> None:

@@ -145,8 +145,9 @@ class ModelError(TortoiseError):
     Attributes:
         model: the litellm model name.
         status_code: the HTTP status, or None when there was no response.
-        error_class: one of auth, billing, rate_limit, server, timeout,
-            network, parse, truncation, bad_request, unknown.
+        error_class: one of auth, billing, model_not_found, unreachable (fatal:
+            an extraction run stops), rate_limit, server, timeout, network
+            (retried), parse, truncation, bad_request, unknown.
         body: the provider's error text, when there was one.
     """
 

@@ -11,13 +11,16 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from .capture import CaptureRequest, prepare_capture
 from .config import (
+    DEFAULT_BREAKER_S,
     DEFAULT_CHUNK_TURNS,
     DEFAULT_CONCURRENCY,
     DEFAULT_EXTRACT_EVERY,
     DEFAULT_IDLE_S,
+    DEFAULT_JOB_RETRY_S,
     DEFAULT_MAX_TURNS_PER_CAPTURE,
     DEFAULT_NAMESPACE,
     default_db_path,
+    env_api_key,
     env_model,
 )
 from .errors import CaptureConflict, ConfigError, InvalidInput, InvalidType
@@ -51,6 +54,8 @@ if TYPE_CHECKING:
     import networkx
 
     from .ingest import IngestReport
+    from .llm import LLMConfig
+    from .llm.breaker import CircuitBreaker
     from .store.copy import CopyReport
     from .streams.base import ParsedStream, SubagentFrame
     from .subagents import SubagentRecorder
@@ -84,7 +89,8 @@ class Memory:
         max_turns_per_capture: the largest ``capture`` accepted in one call.
         model: the litellm model that extracts memories (e.g. ``openai/gpt-4o-mini``);
             default ``$TORTOISE_MODEL``; with none, capture stores turns only.
-        api_base, api_key: the model endpoint and key, when not the provider's defaults.
+        api_base, api_key: the model endpoint and key, when not the provider's defaults
+            (``api_key`` defaults to ``$TORTOISE_API_KEY``, else litellm reads the provider's variable).
         prompts_dir: a directory whose ``<stage>.md`` files replace the shipped prompts.
         chunk_turns, concurrency: S1 chunk size and how many chunks run at once.
         vet: run the optional VET gate between S2 and S4.
@@ -95,6 +101,11 @@ class Memory:
             ``extract="background"`` fold into one pending job per session, due once
             ``extract_every`` new evidence turns wait or after ``idle_s`` seconds without a
             capture; ``flush()`` runs it now.
+        breaker_s: after a fatal model failure (auth, billing, model_not_found, unreachable) no
+            model is called for this many seconds, unless the model settings change; captures
+            store their turns and their receipts say why extraction was skipped. 0 disables it.
+        job_retry_s: a failed background job is due again this long after its first failed
+            attempt, twice as long after the second, and so on (at most 10 minutes).
 
     Raises:
         ConfigError: a bad argument, named by its ``field``.
@@ -123,6 +134,8 @@ class Memory:
         create: bool = True,
         extract_every: int = DEFAULT_EXTRACT_EVERY,
         idle_s: float = DEFAULT_IDLE_S,
+        breaker_s: float = DEFAULT_BREAKER_S,
+        job_retry_s: float = DEFAULT_JOB_RETRY_S,
     ) -> None:
         if not isinstance(namespace, str) or not namespace.strip() or "\x00" in namespace:
             raise ConfigError("namespace must be a non-blank string without NUL characters, "
@@ -145,8 +158,14 @@ class Memory:
         self.extract_every = extract_every
         self.idle_s = float(idle_s)
         self.model = model or env_model()
+        if not breaker_s >= 0 or not job_retry_s >= 0:
+            raise ConfigError("breaker_s and job_retry_s are seconds >= 0, e.g. Memory(breaker_s=60, job_retry_s=30)",
+                              field="breaker_s" if not breaker_s >= 0 else "job_retry_s")
+        self.breaker_s = float(breaker_s)
+        self.job_retry_s = float(job_retry_s)
+        self._breaker: CircuitBreaker | None = None
         self.api_base = api_base
-        self._api_key = api_key
+        self._api_key = api_key or env_api_key()
         self._model_settings = dict(model_settings or {})
         self.prompts_dir = prompts_dir
         self.chunk_turns = chunk_turns
@@ -652,7 +671,8 @@ class Memory:
             return self._extract(job.session_id, receipt, fence=fence)
 
         return process_pending(self.store, self.namespace, run, max_jobs=max_jobs, session_id=session_id,
-                               due_only=due_only)
+                               due_only=due_only, retry_backoff_s=self.job_retry_s,
+                               paused=lambda: self.extraction_paused() is not None)
 
     def flush(self, session_id: str | None = None) -> list[JobInfo]:
         """Extract now what background captures left pending (of one session, or of all), without waiting for the batch.
@@ -682,6 +702,29 @@ class Memory:
 
         return run_worker(lambda limit: self.process_pending(max_jobs=limit), poll_s=poll_s, once=once,
                           max_jobs=max_jobs, on_job=on_job, stop=stop)
+
+    def extraction_paused(self) -> str | None:
+        """Why no model is called now (the circuit breaker is open after a fatal failure), or None.
+
+        Captures still store their turns; queued jobs wait (their attempts are kept).
+        """
+        if not self.model or self._breaker is None:
+            return None
+        try:
+            trip = self._breaker.check(self._llm_config())
+        except ConfigError:
+            return None
+        return trip.reason() if trip is not None else None
+
+    def reset_breaker(self) -> None:
+        """Call the model again at once, after a fatal failure opened the breaker (e.g. once the key is fixed)."""
+        if self._breaker is not None:
+            self._breaker.reset()
+
+    def _llm_config(self) -> LLMConfig:
+        from .llm import LLMConfig
+
+        return LLMConfig.resolve(self.model, api_base=self.api_base, api_key=self._api_key, **self._model_settings)
 
     def _report_before_writing(self, extract: ExtractMode) -> ExtractionReport | None:
         """The ``skipped`` report when no extraction will run (stored with the receipt), else None."""
@@ -717,14 +760,31 @@ class Memory:
         from .pipeline.runner import PipelineOptions, extract_session
 
         try:
-            from .llm import LLMConfig
+            from .llm import FATAL_CLASSES
+            from .llm.breaker import CircuitBreaker
 
-            config = LLMConfig.resolve(self.model, api_base=self.api_base, api_key=self._api_key,
-                                       **self._model_settings)
+            config = self._llm_config()
+            if self._breaker is None:
+                self._breaker = CircuitBreaker(self.breaker_s)
+            trip = self._breaker.check(config)
+            if trip is not None:
+                # A job is failed rather than skipped, so its lease ends and it is retried later.
+                report = ExtractionReport(
+                    status="failed" if fence is not None else "skipped", reason=trip.reason(),
+                    job_id=getattr(fence, "job_id", None),
+                    errors=[Diagnostic(stage="pipeline", code=trip.error_class, message=trip.reason(),
+                                       detail={"breaker": "open", "closes_at": trip.closes_at.isoformat()})])
+                if receipt is not None:
+                    self._store_report(receipt, report)
+                return report
             options = PipelineOptions(chunk_turns=self.chunk_turns, concurrency=self.concurrency, vet=self.vet,
                                       prompts_dir=self.prompts_dir, full=full)
-            return extract_session(self.store, self.namespace, session_id, llm_config=config, options=options,
-                                   receipt=receipt, fence=fence)
+            report = extract_session(self.store, self.namespace, session_id, llm_config=config, options=options,
+                                     receipt=receipt, fence=fence)
+            fatal = next((d for d in report.errors if d.code in FATAL_CLASSES), None)
+            if fatal is not None:
+                self._breaker.trip(config, fatal.code, fatal.message)
+            return report
         except Exception as exc:
             from .errors import LeaseLost
 

@@ -33,7 +33,7 @@ from typing import Any, Literal
 from ..config import env_model
 from ..errors import ConfigError, InvalidInput, MalformedOutput, ModelError
 from ..jsonparse import parse_json
-from ..llm import RETRYABLE_CLASSES, LLMClient, LLMConfig, LLMResult
+from ..llm import FATAL_CLASSES, RETRYABLE_CLASSES, LLMClient, LLMConfig, LLMResult
 from ..memory import Memory
 from ..models import ExtractionReport, MemoryBlock, StageStats
 from ..pipeline.prompts import PROMPT_NAMES, Prompt, load_prompt
@@ -54,7 +54,7 @@ SAVE_EVERY_S = 1.0
 Progress = Callable[[str, int, int], None]
 
 #: Error classes that say the provider failed, not the model's output: an extraction with one is run again.
-PROVIDER_FAILURES = RETRYABLE_CLASSES | {"auth", "billing"}
+PROVIDER_FAILURES = RETRYABLE_CLASSES | FATAL_CLASSES
 _LABEL = re.compile(r"\b(CORRECT|WRONG)\b")
 
 

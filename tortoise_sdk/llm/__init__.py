@@ -8,7 +8,9 @@ model calls. Each call:
   ``X-Tortoise-Chunk: <n>`` on the wire;
 - has a per-attempt deadline and is retried with jittered exponential
   backoff (honouring ``Retry-After`` up to the backoff cap) on 429, 5xx,
-  timeouts and connection errors; 400/401/402/403/404 fail at once;
+  timeouts and dropped connections; a refused connection is retried once,
+  quickly; 400/401/402/403/404 fail at once; after a fatal class
+  (``FATAL_CLASSES``) the client sends nothing more (``LLMClient.fatal``);
 - when the reply is cut by the output cap (``finish_reason == "length"``) is
   asked once more with a larger cap, then accepted and marked ``partial``;
 - maps litellm's exceptions once, here, into :class:`~tortoise_sdk.errors.ModelError`
@@ -29,7 +31,7 @@ retry), ``classify`` (errors into classes), ``usage`` (tokens, cost, stats), ``l
 
 from __future__ import annotations
 
-from .classify import ERROR_CLASSES, RETRYABLE_CLASSES, map_error
+from .classify import ERROR_CLASSES, FATAL_CLASSES, RETRYABLE_CLASSES, key_variables, map_error
 from .client import LLMClient, LLMResult
 from .config import (
     CHUNK_HEADER,
@@ -54,6 +56,7 @@ __all__ = (
     "DEFAULT_MAX_TOKENS",
     "DEFAULT_TIMEOUT_S",
     "ERROR_CLASSES",
+    "FATAL_CLASSES",
     "RETRYABLE_CLASSES",
     "STAGES",
     "STAGE_HEADER",
@@ -61,5 +64,6 @@ __all__ = (
     "LLMConfig",
     "LLMResult",
     "Message",
+    "key_variables",
     "map_error",
 )

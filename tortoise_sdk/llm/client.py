@@ -18,12 +18,15 @@ from tortoise_sdk.errors import ConfigError, MalformedOutput, ModelError
 from tortoise_sdk.jsonparse import Expect, ParsedJSON, parse_json
 from tortoise_sdk.models import StageStats
 
-from .classify import RETRYABLE_CLASSES, map_error
+from .classify import FATAL_CLASSES, RETRYABLE_CLASSES, map_error
 from .config import CHUNK_HEADER, STAGE_HEADER, LLMConfig, Message
 from .lazy import load_litellm
 from .usage import StatsBook, Tally
 
 __all__ = ("LLMClient", "LLMResult")
+
+#: ``unreachable`` is retried at most once, after at most this wait: nothing listening seldom starts to.
+UNREACHABLE_RETRY_WAIT_S = 0.5
 
 class LLMResult(BaseModel):
     """One completed model call."""
@@ -65,6 +68,16 @@ class LLMClient:
     def __init__(self, config: LLMConfig) -> None:
         self._config = config
         self._book = StatsBook()
+        self._fatal: ModelError | None = None
+
+    @property
+    def fatal(self) -> ModelError | None:
+        """The first call failure of a fatal class (auth, billing, model_not_found, unreachable), if any.
+
+        Once set, every later call of this client raises it again without sending
+        anything: the same provider, key and model would refuse it the same way.
+        """
+        return self._fatal
 
     @property
     def config(self) -> LLMConfig:
@@ -101,6 +114,7 @@ class LLMClient:
         Raises:
             ModelError: the call failed for good (``ModelTimeout`` on timeouts).
         """
+        self._refuse_after_fatal()
         with _Call(self, stage, chunk, messages, max_tokens, json_mode) as call:
             for request in call:
                 with call.sending():
@@ -117,6 +131,7 @@ class LLMClient:
         json_mode: bool = False,
     ) -> LLMResult:
         """The async twin of :meth:`complete`; the deadline covers the whole attempt."""
+        self._refuse_after_fatal()
         with _Call(self, stage, chunk, messages, max_tokens, json_mode) as call:
             for request in call:
                 with call.sending():
@@ -162,6 +177,12 @@ class LLMClient:
         return self._parse(result, expect)
 
     # -- private layers -------------------------------------------------
+
+    def _refuse_after_fatal(self) -> None:
+        fatal = self._fatal
+        if fatal is not None:
+            raise type(fatal)(f"not sent, an earlier call failed for good: {fatal}", model=fatal.model,
+                              status_code=fatal.status_code, error_class=fatal.error_class, body=fatal.body)
 
     def _parse(self, result: LLMResult, expect: Expect) -> LLMResult:
         try:
@@ -212,7 +233,8 @@ class LLMClient:
             tally.add_usage(response)
             return response
 
-        return tenacity.Retrying(**self._retry_policy())(attempt)
+        with self._latching():
+            return tenacity.Retrying(**self._retry_policy())(attempt)
 
     async def _retrying_async(self, tally: Tally, request: dict[str, Any]) -> Any:
         async def attempt() -> Any:
@@ -221,7 +243,18 @@ class LLMClient:
             tally.add_usage(response)
             return response
 
-        return await tenacity.AsyncRetrying(**self._retry_policy())(attempt)
+        with self._latching():
+            return await tenacity.AsyncRetrying(**self._retry_policy())(attempt)
+
+    @contextmanager
+    def _latching(self) -> Iterator[None]:
+        """Remembers the first fatal failure once retries are over (see :attr:`fatal`)."""
+        try:
+            yield
+        except ModelError as exc:
+            if exc.error_class in FATAL_CLASSES and self._fatal is None:
+                self._fatal = exc
+            raise
 
     @contextmanager
     def _attempt(self, tally: Tally) -> Iterator[None]:
@@ -234,16 +267,23 @@ class LLMClient:
 
     def _retry_policy(self) -> dict[str, Any]:
         return {
-            "stop": tenacity.stop_after_attempt(self._config.max_attempts),
+            "stop": self._stop,
             "wait": self._wait,
             "retry": tenacity.retry_if_exception(_retryable),
             "reraise": True,
         }
 
+    def _stop(self, state: tenacity.RetryCallState) -> bool:
+        if state.attempt_number >= self._config.max_attempts:
+            return True
+        return _error_class(state) == "unreachable" and state.attempt_number >= 2
+
     def _wait(self, state: tenacity.RetryCallState) -> float:
         cfg = self._config
         ceiling = min(cfg.backoff_max_s, cfg.backoff_base_s * 2 ** (state.attempt_number - 1))
         delay = ceiling / 2 + random.uniform(0, ceiling / 2)
+        if _error_class(state) == "unreachable":
+            return min(delay, UNREACHABLE_RETRY_WAIT_S)
         exc = state.outcome.exception() if state.outcome is not None else None
         hinted = _retry_after(exc.__cause__ if exc is not None else None)
         if hinted is not None:
@@ -251,7 +291,7 @@ class LLMClient:
         return delay
 
     def _failed(self, tally: Tally, exc: BaseException) -> ModelError:
-        error = map_error(exc, model=self._config.model)
+        error = map_error(exc, model=self._config.model, api_base=self._config.api_base)
         tally.errors[error.error_class] += 1
         return error
 
@@ -336,6 +376,11 @@ class _Call:
 
     def result(self) -> LLMResult:
         return self._client._result(self.reply, self._stage, self._chunk, self.tally, self.partial, self._started)
+
+
+def _error_class(state: tenacity.RetryCallState) -> str | None:
+    exc = state.outcome.exception() if state.outcome is not None else None
+    return exc.error_class if isinstance(exc, ModelError) else None
 
 
 def _retryable(exc: BaseException) -> bool:

@@ -7,8 +7,10 @@ a late result: the store refuses it with ``LeaseLost``, logs a warning and count
 it in ``store.fenced_writes`` (the same on both engines). While a job runs, a
 heartbeat renews its lease every third of ``lease_s`` (the revision stays), so a
 long extraction keeps its job and a worker that dies loses it within ``lease_s``:
-another worker then retries it. After ``max_attempts`` the job is failed, keeping
-every attempt's error.
+another worker then retries it. A failed attempt puts the job back, due after a
+backoff (``retry_backoff_s``, doubling with each attempt up to ``max_retry_backoff_s``),
+so a failing provider is not asked again back to back; a pass never runs a job twice.
+After ``max_attempts`` the job is failed, keeping every attempt's error.
 
 ``run_worker`` is the loop of ``tortoise worker``: it polls for due jobs and, when
 the store is unreachable (a database restart, a network cut), logs it, backs off
@@ -24,18 +26,31 @@ import threading
 from collections.abc import Callable
 from types import TracebackType
 
+from ..config import DEFAULT_JOB_RETRY_S
 from ..errors import LeaseLost, StoreError
 from ..models import ExtractionReport, JobInfo
 from ..store.base import Store
 from ..store.plan import Fence
 
-__all__ = ("DEFAULT_LEASE_S", "DEFAULT_MAX_ATTEMPTS", "Heartbeat", "process_pending", "run_worker")
+__all__ = (
+    "DEFAULT_LEASE_S",
+    "DEFAULT_MAX_ATTEMPTS",
+    "DEFAULT_MAX_RETRY_BACKOFF_S",
+    "DEFAULT_RETRY_BACKOFF_S",
+    "Heartbeat",
+    "process_pending",
+    "retry_delay",
+    "run_worker",
+)
 
 #: A job's lease; the heartbeat renews it every third of this while the job runs.
 DEFAULT_LEASE_S = 30.0
 DEFAULT_MAX_ATTEMPTS = 3
 #: The longest pause between attempts to reach a store that is down.
 DEFAULT_MAX_BACKOFF_S = 30.0
+#: A failed job is due again this long after its first failed attempt; the wait doubles with each attempt.
+DEFAULT_RETRY_BACKOFF_S = DEFAULT_JOB_RETRY_S
+DEFAULT_MAX_RETRY_BACKOFF_S = 600.0
 
 Run = Callable[[JobInfo, Fence], ExtractionReport]
 
@@ -44,32 +59,53 @@ _log = logging.getLogger("tortoise_sdk.worker")
 
 def process_pending(store: Store, namespace: str | None, run: Run, *, max_jobs: int | None = None,
                     lease_s: float = DEFAULT_LEASE_S, max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-                    session_id: str | None = None, due_only: bool = True) -> list[JobInfo]:
+                    session_id: str | None = None, due_only: bool = True,
+                    retry_backoff_s: float = DEFAULT_RETRY_BACKOFF_S,
+                    max_retry_backoff_s: float = DEFAULT_MAX_RETRY_BACKOFF_S,
+                    paused: Callable[[], bool] | None = None) -> list[JobInfo]:
     """Run queued jobs until none is runnable (or ``max_jobs`` ran); return each job's state afterwards.
 
-    Only jobs that are due run, unless ``due_only=False`` (a flush); ``session_id`` limits it to one session.
+    Only jobs that are due run, unless ``due_only=False`` (a flush); ``session_id`` limits it to one
+    session. Each job runs at most once per pass; a failed one is due again after
+    :func:`retry_delay`. No job is leased while ``paused()`` is true (the caller's circuit breaker is
+    open: the provider would only refuse again), so waiting jobs keep their attempts.
     """
     done: list[JobInfo] = []
+    ran: set[str] = set()
     while max_jobs is None or len(done) < max_jobs:
+        if paused is not None and paused():
+            break
         job = store.lease_job(namespace, lease_s=lease_s, max_attempts=max_attempts, session_id=session_id,
-                              due_only=due_only)
+                              due_only=due_only, exclude=ran)
         if job is None:
             break
+        ran.add(job.job_id)
         fence = Fence(job.job_id, job.revision)
+        retry_in = retry_delay(job.attempts, retry_backoff_s, max_retry_backoff_s)
         with Heartbeat(store, fence, lease_s=lease_s):
             try:
                 report = run(job, fence)
                 if report.status == "failed":
-                    store.fail_job(fence, report.reason or "extraction failed", max_attempts=max_attempts)
+                    store.fail_job(fence, report.reason or "extraction failed", max_attempts=max_attempts,
+                                   retry_in_s=retry_in)
             except LeaseLost:
                 pass  # refused, logged and counted by the store; the new lease holder's result counts
             except Exception as exc:  # noqa: BLE001 - recorded on the job, retried later
                 try:
-                    store.fail_job(fence, f"{type(exc).__name__}: {exc}", max_attempts=max_attempts)
+                    store.fail_job(fence, f"{type(exc).__name__}: {exc}", max_attempts=max_attempts,
+                                   retry_in_s=retry_in)
                 except LeaseLost:
                     pass  # the error belongs to a lease that is gone; refused, logged and counted likewise
         done.append(store.get_job(job.job_id))
     return done
+
+
+def retry_delay(attempt: int, base_s: float = DEFAULT_RETRY_BACKOFF_S,
+                max_s: float = DEFAULT_MAX_RETRY_BACKOFF_S) -> float:
+    """Seconds until a job whose ``attempt``-th attempt failed is due again: ``base_s`` doubling, at most ``max_s``."""
+    if base_s <= 0:
+        return 0.0
+    return min(max_s, base_s * 2 ** max(0, attempt - 1))
 
 
 class Heartbeat:

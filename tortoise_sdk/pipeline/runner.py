@@ -30,7 +30,7 @@ from .grounding import ground
 from .merge import Proposal, union
 from .prompts import load_prompt
 from .s1_narrate import narrate
-from .s2_map import map_session
+from .s2_map import StageOutcome, map_session
 from .s3_priors import DEFAULT_PRIORS, find_priors
 from .s4_review import review
 from .s5_write import build_plan, write_plan
@@ -94,15 +94,18 @@ async def aextract_session(store: Store, namespace: str, session_id: str, *, llm
                            known=reading.known)
         elapsed["s1"] = (time.perf_counter() - t) * 1000
         errors += s1.errors
-        t = time.perf_counter()
-        s2 = await map_session(client, prompts["s2_map"], story=s1.story, turns=evidence, session_date=session_date,
-                               context=context, known=reading.known)
-        elapsed["s2"] = (time.perf_counter() - t) * 1000
-        errors += s2.errors
-        warnings += s2.warnings
-        partial |= s2.partial
+        # After a fatal class (client.fatal) no later stage is called: each would meet the same refusal.
+        s2 = StageOutcome(None)
+        if client.fatal is None:
+            t = time.perf_counter()
+            s2 = await map_session(client, prompts["s2_map"], story=s1.story, turns=evidence,
+                                   session_date=session_date, context=context, known=reading.known)
+            elapsed["s2"] = (time.perf_counter() - t) * 1000
+            errors += s2.errors
+            warnings += s2.warnings
+            partial |= s2.partial
         candidates = s2.proposal or Proposal()
-        if options.vet and s2.proposal is not None:
+        if options.vet and s2.proposal is not None and client.fatal is None:
             t = time.perf_counter()
             candidates, vet_notes = await run_vet(client, prompts["vet"], candidates, evidence)
             elapsed["vet"] = (time.perf_counter() - t) * 1000
@@ -114,25 +117,27 @@ async def aextract_session(store: Store, namespace: str, session_id: str, *, llm
         if priors.degraded:
             warnings.append(Diagnostic(stage="s3", code="degraded",
                                        message=f"priors unavailable ({priors.degraded}); every item treated as new"))
-        t = time.perf_counter()
-        s4 = await review(client, prompts["s4_review"], story=s1.story, priors=priors, candidates=candidates,
-                          turns=evidence, session_date=session_date, context=context)
-        elapsed["s4"] = (time.perf_counter() - t) * 1000
-        warnings += s4.warnings
-        partial |= s4.partial
-        if s4.proposal is None:
-            errors += [d.model_copy(update={"message": d.message + "; kept the S2 list as it was"})
-                       for d in s4.errors]
-            final = candidates
-        else:
-            delta = s4.proposal
-            if options.vet:
-                t = time.perf_counter()
-                delta, vet_notes = await run_vet(client, prompts["vet"], delta, evidence, of_s4=True)
-                elapsed["vet"] = elapsed.get("vet", 0.0) + (time.perf_counter() - t) * 1000
-                for d in vet_notes:
-                    (warnings if d.code in ("drop", "merge") else errors).append(d)
-            final = union(candidates, delta)
+        s4 = StageOutcome(None)
+        final = candidates
+        if client.fatal is None:
+            t = time.perf_counter()
+            s4 = await review(client, prompts["s4_review"], story=s1.story, priors=priors, candidates=candidates,
+                              turns=evidence, session_date=session_date, context=context)
+            elapsed["s4"] = (time.perf_counter() - t) * 1000
+            warnings += s4.warnings
+            partial |= s4.partial
+            if s4.proposal is None:
+                errors += [d.model_copy(update={"message": d.message + "; kept the S2 list as it was"})
+                           for d in s4.errors]
+            else:
+                delta = s4.proposal
+                if options.vet and client.fatal is None:
+                    t = time.perf_counter()
+                    delta, vet_notes = await run_vet(client, prompts["vet"], delta, evidence, of_s4=True)
+                    elapsed["vet"] = elapsed.get("vet", 0.0) + (time.perf_counter() - t) * 1000
+                    for d in vet_notes:
+                        (warnings if d.code in ("drop", "merge") else errors).append(d)
+                final = union(candidates, delta)
         nothing = s2.proposal is None and s4.proposal is None
     else:
         priors = find_priors(store, namespace, Proposal())
@@ -163,8 +168,9 @@ async def aextract_session(store: Store, namespace: str, session_id: str, *, llm
                                 window=(window.start, window.end))
 
     rejected = 0
+    stopped = _stopped_reason(client.fatal, errors)
     if nothing:
-        failed = report("failed", None, "S2 and S4 both failed; nothing was extracted (the turns are stored)")
+        failed = report("failed", None, stopped or "S2 and S4 both failed; nothing was extracted (the turns are stored)")
         _save_receipt(store, namespace, receipt, failed)
         return failed
 
@@ -185,7 +191,7 @@ async def aextract_session(store: Store, namespace: str, session_id: str, *, llm
         if result.already_covered:
             return report("skipped", result, f"turns {window.start}-{window.end} were extracted by another run "
                                              "while this one ran; nothing of this one was written")
-        return report(status, result, _reason(status, errors))
+        return report(status, result, stopped or _reason(status, errors))
 
     try:
         return write_plan(store, namespace, plan, finalize=finalize, fence=fence).report  # type: ignore[return-value]
@@ -218,6 +224,17 @@ def _save_receipt(store: Store, namespace: str, receipt: CaptureReceipt | None, 
         store.save_receipt(namespace, receipt.model_copy(update={"extraction": report}))
     except Exception:  # noqa: BLE001 - the report is still returned to the caller
         pass
+
+
+def _stopped_reason(fatal: BaseException | None, errors: list[Diagnostic]) -> str | None:
+    """Why the run stopped early: the stage and class of the fatal failure, and what to do (its message)."""
+    if fatal is None:
+        return None
+    code = getattr(fatal, "error_class", "unknown")
+    first = next((d for d in errors if d.code == code), None)
+    stage = first.stage if first is not None else "?"
+    return (f"{stage}: {code}: {fatal}; no later stage was called (the turns are stored, "
+            "what earlier stages gave was written)")
 
 
 def _reason(status: str, errors: list[Diagnostic]) -> str | None:

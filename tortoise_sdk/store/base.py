@@ -176,16 +176,17 @@ class Store(ABC):
 
     @abstractmethod
     def lease_job(self, namespace: str | None, *, lease_s: float, max_attempts: int,
-                  session_id: str | None = None, due_only: bool = True) -> JobInfo | None:
-        """Lease the oldest runnable job, bumping its revision (the fencing token)."""
+                  session_id: str | None = None, due_only: bool = True,
+                  exclude: Collection[str] = ()) -> JobInfo | None:
+        """Lease the oldest runnable job not in ``exclude``, bumping its revision (the fencing token)."""
 
     @abstractmethod
     def renew_lease(self, fence: Fence, *, lease_s: float) -> JobInfo:
         """Extend a held lease (the worker's heartbeat); the revision stays. Raises LeaseLost."""
 
     @abstractmethod
-    def fail_job(self, fence: Fence, error: str, *, max_attempts: int) -> JobInfo:
-        """Record a failed attempt under a lease. Raises LeaseLost."""
+    def fail_job(self, fence: Fence, error: str, *, max_attempts: int, retry_in_s: float = 0.0) -> JobInfo:
+        """Record a failed attempt under a lease; a retry is due ``retry_in_s`` from now. Raises LeaseLost."""
 
     @abstractmethod
     def finish_job(self, fence: Fence) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -259,18 +259,21 @@ class ExtractionCore:
         return self.transaction(write)
 
     def lease_job(self, namespace: str | None, *, lease_s: float, max_attempts: int,
-                  now: datetime | None = None, session_id: str | None = None, due_only: bool = True) -> JobInfo | None:
+                  now: datetime | None = None, session_id: str | None = None, due_only: bool = True,
+                  exclude: Collection[str] = ()) -> JobInfo | None:
         """Take the oldest runnable job (pending and due, or running with an expired lease) and bump its revision.
 
         A job whose lease expired after its last allowed attempt is marked failed instead.
         ``now`` defaults to the store's clock (the database clock on PostgreSQL);
         ``session_id`` takes only that session's jobs; ``due_only=False`` takes pending
-        jobs that are not due yet too (a flush).
+        jobs that are not due yet too (a flush); ``exclude`` names jobs not to take (those
+        a pass already ran, so a flush does not retry a failed job back to back).
         """
 
         def take(c: Conn) -> JobInfo | None:
             at = now or self._clock(c)
-            for row in self._runnable_jobs(c, namespace, at, session_id=session_id, due_only=due_only):
+            for row in self._runnable_jobs(c, namespace, at, session_id=session_id, due_only=due_only,
+                                           exclude=sorted(exclude)):
                 errors = json.loads(row["errors"])
                 lapsed = f"attempt {row['attempts']}: lease expired (worker crashed or stalled); "
                 if row["attempts"] >= max_attempts:
@@ -298,8 +301,13 @@ class ExtractionCore:
 
         return self.transaction(write)
 
-    def fail_job(self, fence: Fence, error: str, *, max_attempts: int) -> JobInfo:
-        """Record a failed attempt: back to pending, or failed for good after ``max_attempts``.
+    def fail_job(self, fence: Fence, error: str, *, max_attempts: int, retry_in_s: float = 0.0) -> JobInfo:
+        """Record a failed attempt: back to pending, due ``retry_in_s`` from now, or failed for good after
+        ``max_attempts``.
+
+        When a capture queued a new pending job for the session while this one ran, that job
+        (which extracts every turn after the watermark, these too) takes the retry: this one is
+        settled ``done`` with a note, and the other is due no sooner than the retry would be.
 
         Raises:
             LeaseLost: the job was taken over; the error is not recorded by this worker.
@@ -307,9 +315,20 @@ class ExtractionCore:
 
         def write(c: Conn) -> JobInfo:
             row = self._check_fence(c, fence)
+            at = self._clock(c)
             errors = json.loads(row["errors"]) + [f"attempt {row['attempts']}: {error}"]
-            status = "failed" if row["attempts"] >= max_attempts else "pending"
-            return self._settle_job(c, fence.job_id, status, self._clock(c), errors)
+            if row["attempts"] >= max_attempts:
+                return self._settle_job(c, fence.job_id, "failed", at, errors)
+            due = at + timedelta(seconds=retry_in_s) if retry_in_s > 0 else None
+            newer = self._pending_job(c, row["namespace"], row["session_id"])
+            if newer is not None:
+                if due is not None and (newer.due_at is None or newer.due_at < due):
+                    self._set_job_due(c, newer.job_id, due)
+                return self._settle_job(c, fence.job_id, "done", at,
+                                        errors + [f"retried as pending job {newer.job_id} of the same session"])
+            if due is not None:
+                self._set_job_due(c, fence.job_id, due)
+            return self._settle_job(c, fence.job_id, "pending", at, errors)
 
         return self.transaction(write)
 
@@ -406,9 +425,13 @@ class ExtractionCore:
         raise NotImplementedError
 
     def _runnable_jobs(self, c: Conn, namespace: str | None, at: datetime, *, session_id: str | None,
-                       due_only: bool) -> Iterable[Row]:
+                       due_only: bool, exclude: Sequence[str] = ()) -> Iterable[Row]:
         """Pending jobs (due by ``at`` when ``due_only``) and running ones whose lease ended before ``at``,
-        oldest first."""
+        oldest first, leaving out the ``exclude`` ids."""
+        raise NotImplementedError
+
+    def _set_job_due(self, c: Conn, job_id: str, due: datetime | None) -> None:
+        """Set when a pending job is due (None: now)."""
         raise NotImplementedError
 
     def _pending_job(self, c: Conn, namespace: str, session_id: str) -> JobInfo | None:

@@ -328,13 +328,16 @@ class PostgresExtractionMixin(ExtractionCore):
         return _db_now(c)
 
     def _runnable_jobs(self, c: psycopg.Connection, namespace: str | None, at: datetime, *,
-                       session_id: str | None, due_only: bool) -> Iterator[dict[str, Any]]:
+                       session_id: str | None, due_only: bool, exclude: Sequence[str] = ()) -> Iterator[dict[str, Any]]:
         # One row at a time, skipping rows other workers are leasing right now, so workers
         # never wait on each other; a row given up on no longer matches the next query.
         args: list[Any] = [not due_only, at, at]
         sql = and_equal("SELECT * FROM jobs WHERE ((status = 'pending' AND (%s OR due_at IS NULL OR due_at <= %s))"
                         " OR (status = 'running' AND lease_until < %s))",
                         args, {"namespace": namespace, "session_id": session_id}, "%s")
+        if exclude:
+            sql += " AND job_id <> ALL(%s)"
+            args.append(list(exclude))
         sql += ' ORDER BY created_at, job_id COLLATE "C" LIMIT 1 FOR UPDATE SKIP LOCKED'
         while rows := _dicts(c, sql, args):
             yield rows[0]
@@ -390,6 +393,9 @@ class PostgresExtractionMixin(ExtractionCore):
             (until, json.dumps(errors), at, job_id),
         )
         return job_info(rows[0])
+
+    def _set_job_due(self, c: psycopg.Connection, job_id: str, due: datetime | None) -> None:
+        c.execute("UPDATE jobs SET due_at = %s WHERE job_id = %s", (due, job_id))
 
     def _settle_job(self, c: psycopg.Connection, job_id: str, status: str, at: datetime,
                     errors: list[str] | None = None) -> JobInfo:

@@ -271,12 +271,18 @@ class SQLiteExtractionMixin(ExtractionCore):
         return utc_now()
 
     def _runnable_jobs(self, c: sqlite3.Connection, namespace: str | None, at: datetime, *,
-                       session_id: str | None, due_only: bool) -> Iterable[sqlite3.Row]:
+                       session_id: str | None, due_only: bool, exclude: Sequence[str] = ()) -> Iterable[sqlite3.Row]:
         args: list[Any] = [int(not due_only), at.isoformat(), at.isoformat()]
         sql = and_equal("SELECT * FROM jobs WHERE ((status = 'pending' AND (? OR due_at IS NULL OR due_at <= ?))"
                         " OR (status = 'running' AND lease_until < ?))",
                         args, {"namespace": namespace, "session_id": session_id})
+        if exclude:
+            sql += f" AND job_id NOT IN ({', '.join('?' * len(exclude))})"
+            args.extend(exclude)
         return c.execute(sql + " ORDER BY created_at, job_id", args).fetchall()
+
+    def _set_job_due(self, c: sqlite3.Connection, job_id: str, due: datetime | None) -> None:
+        c.execute("UPDATE jobs SET due_at = ? WHERE job_id = ?", (due and due.isoformat(), job_id))
 
     def _pending_job(self, c: sqlite3.Connection, namespace: str, session_id: str) -> JobInfo | None:
         row = c.execute("SELECT * FROM jobs WHERE namespace = ? AND session_id = ? AND status = 'pending'",

@@ -1,0 +1,171 @@
+"""A provider that refuses for good (issue 10): the run stops, the receipt says why, later captures stay fast.
+
+Cassette tests replay ``cassettes/test_provider_failures/<test>.yaml``, recorded from
+the stub script beside each (HTTP 401, 402, 404). A refused connection needs no
+cassette: a bound, never listening loopback port refuses every connection, and
+nothing leaves the machine.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import ModelEndpoint
+from pipeline_scenarios import (
+    DEMO,
+    capture_demo,
+    memory,
+    whole_cassette_played,  # noqa: F401 - autouse: every recorded exchange is played
+)
+from tortoise_sdk import Memory
+from tortoise_sdk.llm import LLMConfig
+from tortoise_sdk.llm.breaker import CircuitBreaker
+from tortoise_sdk.llm.lazy import load_litellm
+
+LOOPBACK = pytest.mark.block_network(allowed_hosts=["127.0.0.1"])
+
+
+def stages_asked(report: Any) -> list[str]:
+    return [s for s in ("s1", "s2", "vet", "s4") if s in report.stages and report.stages[s].calls]
+
+
+def sent(endpoint: ModelEndpoint, vcr: Any) -> list[str]:
+    """The stage header of every request that reached the wire (recording: the stub's; replay: the cassette's)."""
+    if endpoint.stub is not None:
+        return [r.stage for r in endpoint.stub.requests]
+    return [r.headers.get("X-Tortoise-Stage") for r in vcr.requests]
+
+
+@pytest.mark.vcr
+@pytest.mark.stub_only
+def test_401_stops_the_run_and_opens_the_breaker(tmp_path: Path, model_endpoint: ModelEndpoint, vcr: Any) -> None:
+    load_litellm()  # the one-off import is not the provider's time
+    with memory(tmp_path, model_endpoint, chunk_turns=3, concurrency=1) as mem:
+        started = time.perf_counter()
+        receipt = capture_demo(mem, "demo-1")
+        took = time.perf_counter() - started
+        report = receipt.extraction
+        assert report.status == "failed"
+        assert report.reason.startswith("s1: auth: ") and "no later stage was called" in report.reason
+        assert "api_key=" in report.reason  # what to do
+        # One HTTP call, no retry; the two chunks still queued were not sent, S2 and S4 not asked.
+        assert (report.stages["s1"].calls, report.stages["s1"].retries) == (1, 0)
+        assert stages_asked(report) == ["s1"]
+        assert {d.code for d in report.errors} == {"auth"}
+        assert sum("not sent" in d.message for d in report.errors) == 2
+        assert took < 1.0
+        # The turns stay stored, and the receipt keeps the report.
+        assert len(mem.turns("demo-1")) == 7 and mem.memories() == []
+        assert mem.receipts("demo-1")[0].extraction == report
+
+        # The breaker: a second capture makes no call and its receipt says why.
+        assert mem.extraction_paused() is not None
+        second = capture_demo(mem, "demo-2").extraction
+        assert second.status == "skipped" and second.stages == {}
+        assert second.reason.startswith("extraction skipped, no model was called: the provider failed with auth")
+        assert [(d.code, d.detail["breaker"]) for d in second.errors] == [("auth", "open")]
+        assert len(mem.turns("demo-2")) == len(DEMO["demo-2"]["turns"])
+        assert mem.receipts("demo-2")[0].extraction.reason == second.reason
+    assert sent(model_endpoint, vcr) == ["s1"]
+
+
+@pytest.mark.vcr
+@pytest.mark.stub_only
+def test_402_at_s1_makes_no_s2_or_s4_call(tmp_path: Path, model_endpoint: ModelEndpoint, vcr: Any) -> None:
+    with memory(tmp_path, model_endpoint) as mem:
+        report = capture_demo(mem, "demo-1").extraction
+        assert report.status == "failed" and report.reason.startswith("s1: billing: ")
+        assert [(d.stage, d.code, d.detail["status_code"]) for d in report.errors] == [("s1", "billing", 402)]
+        assert stages_asked(report) == ["s1"] and report.stages["s1"].retries == 0
+        assert "s2" not in report.stages and "s4" not in report.stages
+    assert sent(model_endpoint, vcr) == ["s1"]
+
+
+@pytest.mark.vcr
+@pytest.mark.stub_only
+def test_404_model_is_fatal(tmp_path: Path, model_endpoint: ModelEndpoint, vcr: Any) -> None:
+    with memory(tmp_path, model_endpoint) as mem:
+        report = capture_demo(mem, "demo-1").extraction
+        assert report.status == "failed" and report.reason.startswith("s1: model_not_found: ")
+        assert "check the name" in report.reason and model_endpoint.model in report.reason
+        assert stages_asked(report) == ["s1"] and report.stages["s1"].retries == 0
+        assert mem.extraction_paused() is not None
+    assert sent(model_endpoint, vcr) == ["s1"]
+
+
+@pytest.mark.vcr
+@pytest.mark.stub_only
+def test_402_at_s4_writes_what_s2_gave(tmp_path: Path, model_endpoint: ModelEndpoint, vcr: Any) -> None:
+    with memory(tmp_path, model_endpoint, vet=True) as mem:
+        report = capture_demo(mem, "demo-1").extraction
+        # Nothing lost: S2's items are written; nothing asked after the refusal (no VET of S4's additions).
+        assert report.status == "partial" and report.reason.startswith("s4: billing: ")
+        assert [(d.stage, d.code) for d in report.errors] == [("s4", "billing")]
+        assert report.outcomes == {"ADD": 6} and len(mem.memories()) == 6
+        assert report.stages["vet"].calls == 1 and report.stages["s4"].calls == 1
+    assert sent(model_endpoint, vcr) == ["s1", "s2", "vet", "s4"]
+
+
+@pytest.fixture
+def refused_base() -> Iterator[str]:
+    """An api_base on a loopback port that is bound and never listens: every connection is refused."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        yield f"http://127.0.0.1:{probe.getsockname()[1]}/v1"
+
+
+@LOOPBACK
+def test_refused_connection_is_tried_twice_then_stops_the_run(tmp_path: Path, refused_base: str) -> None:
+    with Memory(str(tmp_path / "m.db"), namespace="t", model="openai/stub-model", api_base=refused_base,
+                api_key="k", chunk_turns=3, concurrency=1, model_settings={"backoff_base_s": 5.0}) as mem:
+        load_litellm()
+        started = time.perf_counter()
+        report = capture_demo(mem, "demo-1").extraction
+        took = time.perf_counter() - started
+        assert report.status == "failed" and report.reason.startswith("s1: unreachable: ")
+        assert refused_base in report.reason
+        assert report.stages["s1"].errors == {"unreachable": 2}  # at most one quick retry, then nothing more
+        assert stages_asked(report) == ["s1"]
+        assert took < 2.0
+        assert "unreachable" in (mem.extraction_paused() or "")
+
+
+def test_the_breaker_closes_after_its_time_or_for_another_configuration() -> None:
+    now = [100.0]
+    breaker = CircuitBreaker(60.0, clock=lambda: now[0])
+    config = LLMConfig(model="openai/gpt-4o-mini", api_key="sk-old")
+    assert breaker.check(config) is None
+    breaker.trip(config, "auth", "rejected key")
+    trip = breaker.check(config)
+    assert trip is not None and (trip.error_class, trip.remaining_s) == ("auth", 60.0)
+    assert "calls resume after" in trip.reason() and "(in 60 s)" in trip.reason()
+    now[0] += 30
+    assert breaker.check(config).remaining_s == 30.0
+    assert breaker.check(config.model_copy(update={"api_key": "sk-new"})) is None  # a new key: closed at once
+    breaker.trip(config, "billing", "quota")
+    assert breaker.check(config.model_copy(update={"model": "openai/gpt-4o"})) is None
+    breaker.trip(config, "billing", "quota")
+    now[0] += 60
+    assert breaker.check(config) is None  # the time is up
+    off = CircuitBreaker(0.0, clock=lambda: now[0])
+    off.trip(config, "auth", "x")
+    assert off.check(config) is None
+
+
+def test_a_new_provider_key_variable_closes_the_breaker(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    breaker = CircuitBreaker(60.0)
+    config = LLMConfig(model="openai/gpt-4o-mini")
+    breaker.trip(config, "auth", "missing key")
+    assert breaker.check(config) is not None
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-now-set")
+    assert breaker.check(config) is None
+
+
+assert DEMO  # the demo sessions the cassettes were recorded from
