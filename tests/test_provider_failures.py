@@ -8,6 +8,7 @@ nothing leaves the machine.
 
 from __future__ import annotations
 
+import json
 import socket
 import time
 from collections.abc import Iterator
@@ -16,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from conftest import ModelEndpoint
+from conftest import ModelEndpoint, run_cli
 from pipeline_scenarios import (
     DEMO,
     capture_demo,
@@ -72,6 +73,8 @@ def test_401_stops_the_run_and_opens_the_breaker(tmp_path: Path, model_endpoint:
         assert [(d.code, d.detail["breaker"]) for d in second.errors] == [("auth", "open")]
         assert len(mem.turns("demo-2")) == len(DEMO["demo-2"]["turns"])
         assert mem.receipts("demo-2")[0].extraction.reason == second.reason
+        mem.reset_breaker()
+        assert mem.extraction_paused() is None
     assert sent(model_endpoint, vcr) == ["s1"]
 
 
@@ -136,6 +139,24 @@ def test_refused_connection_is_tried_twice_then_stops_the_run(tmp_path: Path, re
         assert "unreachable" in (mem.extraction_paused() or "")
 
 
+@LOOPBACK
+def test_an_open_breaker_leases_no_job_so_waiting_jobs_keep_their_attempts(tmp_path: Path, refused_base: str) -> None:
+    with Memory(str(tmp_path / "m.db"), namespace="t", model="openai/stub-model", api_base=refused_base,
+                api_key="k", extract_every=1, job_retry_s=0) as mem:
+        for sid in ("demo-1", "demo-2"):
+            mem.capture(sid, DEMO[sid]["turns"], session_date=DEMO[sid]["date"], extract="background")
+        ran = mem.process_pending()
+        # The first job met the refusal (due again at once with job_retry_s=0, but not in this pass);
+        # the breaker then kept the second from being leased.
+        assert [(j.session_id, j.status, j.attempts) for j in ran] == [("demo-1", "pending", 1)]
+        assert [(j.session_id, j.attempts) for j in mem.store.jobs("t", status="pending")] == [
+            ("demo-1", 1), ("demo-2", 0)]
+        assert mem.process_pending() == [] and mem.flush() == []
+        mem.reset_breaker()
+        again = mem.process_pending()
+        assert [(j.session_id, j.attempts) for j in again] == [("demo-1", 2)]
+
+
 def test_the_breaker_closes_after_its_time_or_for_another_configuration() -> None:
     now = [100.0]
     breaker = CircuitBreaker(60.0, clock=lambda: now[0])
@@ -169,3 +190,66 @@ def test_a_new_provider_key_variable_closes_the_breaker(monkeypatch: pytest.Monk
 
 
 assert DEMO  # the demo sessions the cassettes were recorded from
+
+
+# -- the command line ---------------------------------------------------------------------------------------
+
+
+def _turns_file(tmp_path: Path, name: str = "demo-1") -> str:
+    path = tmp_path / f"{name}.jsonl"
+    path.write_text("\n".join(json.dumps(t) for t in DEMO[name]["turns"]) + "\n", encoding="utf-8")
+    return str(path)
+
+
+@LOOPBACK
+def test_cli_exit_3_when_turns_are_stored_and_extraction_failed(tmp_path: Path, refused_base: str,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    db = str(tmp_path / "cli.db")
+    model = ["--model", "openai/stub-model", "--api-base", refused_base, "--api-key", "k"]
+    code, out, err = run_cli(capsys, "--db", db, "capture", _turns_file(tmp_path), "--session", "demo-1", *model)
+    assert code == 3
+    assert "captured 1 session(s): 7 new turn(s)" in out
+    assert "tortoise: extraction of demo-1 failed: s1: unreachable: " in err and refused_base in err
+    code, out, err = run_cli(capsys, "--db", db, "extract", "demo-1", *model)
+    assert code == 3 and "s1: unreachable: " in err and refused_base in err
+    code, out, _ = run_cli(capsys, "--db", db, "capture", _turns_file(tmp_path, "demo-2"), "--json",
+                           "--session", "demo-2", *model)
+    assert code == 3 and json.loads(out)["extraction"]["status"] == "failed"
+    # The worker: a queued job whose attempt fails is due again later, and the exit code is the same.
+    with Memory(db, model="openai/stub-model", extract_every=1) as mem:
+        mem.capture("demo-3", DEMO["demo-1"]["turns"], extract="background")
+    code, out, err = run_cli(capsys, "--db", db, "worker", "--once", *model)
+    assert code == 3
+    assert "demo-3: pending (attempt 1)" in out and ", due again at " in out
+    assert "tortoise: extraction of demo-3 failed" in err and "unreachable" in err
+    assert "extraction skipped, no model was called" in err  # the breaker: no further job was leased
+    with Memory(db) as mem:
+        assert len(mem.turns("demo-1")) == 7 and mem.memories() == []
+
+
+def test_cli_missing_key_names_the_variable_and_the_option(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    # litellm refuses before any connection: nothing leaves the machine.
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    load_litellm()
+    started = time.perf_counter()
+    code, out, err = run_cli(capsys, "--db", str(tmp_path / "cli.db"), "capture", _turns_file(tmp_path),
+                             "--session", "demo-1", "--model", "openai/gpt-4o-mini")
+    assert time.perf_counter() - started < 1.0
+    assert code == 3 and "captured 1 session(s)" in out
+    assert "s1: auth: " in err and "OPENAI_API_KEY" in err and "--api-key" in err and "TORTOISE_API_KEY" in err
+
+
+@LOOPBACK
+@pytest.mark.parametrize("how", ["option", "env"])
+def test_cli_api_key_reaches_the_provider(how: str, tmp_path: Path, stub_model: Any, monkeypatch: pytest.MonkeyPatch,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    stub = stub_model([{"status": 401}])
+    key = ["--api-key", "sk-from-cli"] if how == "option" else []
+    if how == "env":
+        monkeypatch.setenv("TORTOISE_API_KEY", "sk-from-cli")
+    code, _, err = run_cli(capsys, "--db", str(tmp_path / "cli.db"), "capture", _turns_file(tmp_path),
+                           "--session", "demo-1", "--model", "openai/stub-model", "--api-base", stub.base_url, *key)
+    assert code == 3 and "s1: auth: " in err
+    assert [r.headers.get("authorization") for r in stub.requests] == ["Bearer sk-from-cli"]

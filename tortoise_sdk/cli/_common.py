@@ -13,12 +13,15 @@ from typing import Any
 from ..errors import InvalidInput, NotFoundError
 
 __all__ = (
+    "EXIT_EXTRACTION_FAILED",
     "NO_MODEL_HINT",
     "Handler",
     "add_model_options",
     "bounded_int",
     "emit_json",
+    "explain_extraction",
     "extract_mode",
+    "extraction_failed",
     "model_options",
     "open_memory",
     "parse_json_records",
@@ -28,6 +31,10 @@ __all__ = (
     "report_line",
     "run_and_print",
 )
+
+#: The exit code of capture, extract, flush and worker when the turns are stored but an extraction failed
+#: (or was skipped after a fatal provider failure); 2 is bad input, 1 an unexpected failure.
+EXIT_EXTRACTION_FAILED = 3
 
 #: The no-model message in the command line's terms.
 NO_MODEL_HINT = "no model configured: pass --model (e.g. --model openai/gpt-4o-mini) or set TORTOISE_MODEL"
@@ -167,13 +174,36 @@ def progress(total: int, label: str) -> Iterator[Callable[[int, int], None]]:
 
 
 def model_options(args: argparse.Namespace) -> dict[str, Any]:
-    return {k: v for k, v in (("model", getattr(args, "model", None)), ("api_base", getattr(args, "api_base", None)))
-            if v}
+    """``model``, ``api_base`` and ``api_key`` for ``Memory``, those given on the command line."""
+    return {k: v for k in ("model", "api_base", "api_key") if (v := getattr(args, k, None))}
 
 
-def add_model_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", help="litellm model for extraction (default: $TORTOISE_MODEL)")
+def add_model_options(p: argparse.ArgumentParser, *, model_help: str | None = None) -> None:
+    """``--model``, ``--api-base`` and ``--api-key``."""
+    p.add_argument("--model", help=model_help or "litellm model for extraction (default: $TORTOISE_MODEL)")
     p.add_argument("--api-base", help="model endpoint URL, e.g. http://localhost:8000/v1")
+    p.add_argument("--api-key", help="the model provider's key (default: $TORTOISE_API_KEY, else the provider's "
+                                     "own variable, e.g. OPENAI_API_KEY); a local server that takes any key still "
+                                     "needs one, e.g. --api-key x")
+
+
+def extraction_failed(report: Any) -> bool:
+    """The turns are stored but nothing was extracted: failed, or skipped after a fatal provider failure."""
+    return report is not None and (report.status == "failed" or (report.status == "skipped" and bool(report.errors)))
+
+
+def explain_extraction(session_id: str, report: Any) -> None:
+    """On stderr: why an extraction failed or was partial (its reason, then each error not already in it)."""
+    if report is None or not (extraction_failed(report) or report.status == "partial"):
+        return
+    reason = report.reason or "see the errors"
+    print(f"tortoise: extraction of {session_id} {report.status}: {reason}", file=sys.stderr)
+    shown = {reason}
+    for d in report.errors:
+        line = f"  {d.stage} {d.code}: {d.message}"
+        if d.message not in reason and line not in shown:
+            shown.add(line)
+            print(line, file=sys.stderr)
 
 
 def extract_mode(args: argparse.Namespace) -> Any:

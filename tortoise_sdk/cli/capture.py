@@ -11,9 +11,12 @@ from typing import Any
 from ..errors import InvalidInput, StreamParseError
 from ..streams import detect_format
 from ._common import (
+    EXIT_EXTRACTION_FAILED,
     add_model_options,
     emit_json,
+    explain_extraction,
     extract_mode,
+    extraction_failed,
     model_options,
     open_memory,
     parse_json_records,
@@ -65,9 +68,11 @@ def _capture_turns(args: argparse.Namespace, text: str) -> int:
                                         extract=extract_mode(args))]
         except InvalidInput as exc:  # a conflict with what is stored
             raise _at_line(exc, lines, args.file) from None
+    failed = any(extraction_failed(r.extraction) for r in receipts if not r.replayed)
+    code = EXIT_EXTRACTION_FAILED if failed else 0
     if args.json:
         emit_json(receipts if is_batch else receipts[0])
-        return 0
+        return code
     fresh = [r for r in receipts if not r.replayed]
     replayed = len(receipts) - len(fresh)
     if fresh:
@@ -81,7 +86,8 @@ def _capture_turns(args: argparse.Namespace, text: str) -> int:
             print(f"note {r.session_id}: {w.message}", file=sys.stderr)
         if r.extraction is not None:
             print(f"extraction {r.session_id}: {report_line(r.extraction)}")
-    return 0
+            explain_extraction(r.session_id, r.extraction)
+    return code
 
 
 def _is_turns(text: str) -> bool:
@@ -143,17 +149,20 @@ def _cmd_ingest(args: argparse.Namespace, text: str | None) -> int:
         print("lines not used: " + ", ".join(f"{n} {reason}" for reason, n in sorted(skipped.items())),
               file=sys.stderr)
     for r in report.receipts:
-        if r.extraction is not None and r.extraction.status != "skipped":
+        if r.extraction is not None and (r.extraction.status != "skipped" or r.extraction.errors):
             print(f"extraction {r.session_id}: {report_line(r.extraction)}")
+            explain_extraction(r.session_id, r.extraction)
     for d in report.errors:
         print(f"tortoise: session {(d.detail or {}).get('session_id')}: {d.message}", file=sys.stderr)
     return _ingest_exit_code(report)
 
 
 def _ingest_exit_code(report: Any) -> int:
-    """0 when every session was captured; 2 when only the input was at fault (conflicts); else 1."""
+    """0 when every session was captured and extracted; 3 when captured but an extraction failed; 2 when only
+    the input was at fault (conflicts); else 1."""
     if report.ok:
-        return 0
+        failed = any(extraction_failed(r.extraction) for r in report.receipts if not r.replayed)
+        return EXIT_EXTRACTION_FAILED if failed else 0
     user_errors = {"CaptureConflict", "IdempotencyConflict", "InvalidInput"}
     return 2 if all(d.code in user_errors for d in report.errors) else 1
 

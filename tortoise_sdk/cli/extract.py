@@ -6,7 +6,17 @@ import argparse
 import sys
 
 from ..models import JobInfo
-from ._common import add_model_options, bounded_int, emit_json, model_options, open_memory, report_line
+from ._common import (
+    EXIT_EXTRACTION_FAILED,
+    add_model_options,
+    bounded_int,
+    emit_json,
+    explain_extraction,
+    extraction_failed,
+    model_options,
+    open_memory,
+    report_line,
+)
 
 __all__ = ("register",)
 
@@ -25,9 +35,10 @@ def _cmd_extract(args: argparse.Namespace) -> int:
         emit_json(report)
     else:
         print(f"extraction {args.session}: {report_line(report)}")
-        for d in report.errors + report.warnings:
+        explain_extraction(args.session, report)
+        for d in report.warnings:
             print(f"  {d.stage} {d.code}: {d.message}", file=sys.stderr)
-    return 0 if report.status != "failed" else 1
+    return EXIT_EXTRACTION_FAILED if extraction_failed(report) else 0
 
 
 def _register_extract(sub: argparse._SubParsersAction) -> None:
@@ -43,20 +54,34 @@ def _register_extract(sub: argparse._SubParsersAction) -> None:
 
 def _print_job(job: JobInfo) -> None:
     print(f"job {job.job_id} {job.session_id}: {job.status} (attempt {job.attempts})"
-          + (f" - {job.errors[-1]}" if job.errors and job.status != "done" else ""), flush=True)
+          + (f" - {job.errors[-1]}" if job.errors and job.status != "done" else "")
+          + (f", due again at {job.due_at.isoformat(timespec='seconds')}"
+             if job.status == "pending" and job.due_at is not None else ""), flush=True)
+    if job.status != "done" and job.errors:
+        print(f"tortoise: extraction of {job.session_id} failed (job {job.job_id}, attempt {job.attempts}): "
+              f"{job.errors[-1].split(': ', 1)[-1]}", file=sys.stderr, flush=True)
+
+
+def _jobs_exit(mem: object, jobs: list[JobInfo]) -> int:
+    """3 when a job that ran did not finish, or extraction is paused with jobs waiting; else 0."""
+    paused = mem.extraction_paused()  # type: ignore[attr-defined]
+    if paused:
+        print(f"tortoise: {paused}", file=sys.stderr)
+    failed = any(j.status != "done" for j in jobs)
+    return EXIT_EXTRACTION_FAILED if failed or paused else 0
 
 
 def _cmd_flush(args: argparse.Namespace) -> int:
     with open_memory(args, **model_options(args)) as mem:
         jobs = mem.flush(args.session)
-    if args.json:
-        emit_json(jobs)
-    else:
-        for job in jobs:
-            _print_job(job)
-        if not jobs:
-            print("nothing pending")
-    return 0 if all(j.status != "failed" for j in jobs) else 1
+        if args.json:
+            emit_json(jobs)
+        else:
+            for job in jobs:
+                _print_job(job)
+            if not jobs:
+                print("nothing pending")
+        return _jobs_exit(mem, jobs)
 
 
 def _register_flush(sub: argparse._SubParsersAction) -> None:
@@ -70,15 +95,24 @@ def _register_flush(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_worker(args: argparse.Namespace) -> int:
+    ran: list[JobInfo] = []
+
+    def on_job(job: JobInfo) -> None:
+        ran.append(job)
+        _print_job(job)
+
     with open_memory(args, **model_options(args)) as mem:
-        mem.run_worker(poll_s=args.poll, once=args.once, max_jobs=args.max_jobs, on_job=_print_job)
-    return 0
+        mem.run_worker(poll_s=args.poll, once=args.once, max_jobs=args.max_jobs, on_job=on_job)
+        return _jobs_exit(mem, ran)
 
 
 def _register_worker(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("worker", help="run queued background extractions",
                        description="Runs jobs queued by `capture --extract background` once they are due; waits out "
-                                   "a database outage (logged, with backoff). Example: tortoise worker --once")
+                                   "a database outage (logged, with backoff). A failed job is due again after a "
+                                   "backoff; after a fatal provider failure (auth, billing, model_not_found, "
+                                   "unreachable) no job runs for a minute. Exit 3: a job that ran failed. "
+                                   "Example: tortoise worker --once")
     p.add_argument("--once", action="store_true", help="run what is queued now, then exit")
     p.add_argument("--max-jobs", type=bounded_int(1, 10**9), help="exit after this many jobs")
     p.add_argument("--poll", type=float, default=2.0, help="seconds between polls (default: %(default)s)")

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError, InvalidInput
+from ._common import add_model_options, model_options
 
 __all__ = ("DEFAULT_HOOK_TIMEOUT_S", "register")
 
@@ -46,8 +47,7 @@ def _cmd_mcp(args: argparse.Namespace) -> int:
         raise ConfigError(f"{exc}") from None
     from ..memory import Memory
 
-    model = {"model": args.model} if args.model else {}
-    with Memory(args.db, namespace=args.namespace, **model) as mem:
+    with Memory(args.db, namespace=args.namespace, **model_options(args)) as mem:
         build_server(mem).run("stdio")
     return 0
 
@@ -59,8 +59,9 @@ def _register_mcp(sub: argparse._SubParsersAction) -> None:
                                    "as resources, for one namespace fixed at start. Needs the mcp extra: "
                                    "pip install 'tortoise-sdk[mcp]'. "
                                    "Example: claude mcp add tortoise -- tortoise mcp --namespace alice")
-    p.add_argument("--model", help="litellm model whose extraction jobs memory_capture queues for `tortoise worker` "
-                                   "(default: $TORTOISE_MODEL; with neither, turns are stored and not extracted)")
+    add_model_options(p, model_help="litellm model whose extraction jobs memory_capture queues for `tortoise "
+                                    "worker` (default: $TORTOISE_MODEL; with neither, turns are stored and not "
+                                    "extracted)")
     p.set_defaults(handler=_cmd_mcp)
 
 
@@ -88,8 +89,7 @@ def _run_hook(args: argparse.Namespace, outcome: dict[str, Any], log: logging.Lo
 
             raw = sys.stdin.read()
             outcome["event"] = event = json.loads(raw) if raw.strip() else None
-            model = {"model": args.model} if args.model else {}
-            with Memory(args.db, namespace=args.namespace, **model) as mem:
+            with Memory(args.db, namespace=args.namespace, **model_options(args)) as mem:
                 outcome["output"] = handle_event(mem, event, budget=args.budget, max_tokens=args.max_tokens,
                                                  max_bytes=HOOK_MAX_BYTES)
         except BaseException as exc:  # noqa: BLE001 - reported in the log, never to the host
@@ -192,7 +192,7 @@ def _register_hook(sub: argparse._SubParsersAction) -> None:
                    help="hard limit in seconds (default: %(default)s)")
     p.add_argument("--budget", type=int, default=3, help="at most this many pointers (default: %(default)s)")
     p.add_argument("--max-tokens", type=int, default=400, help="token cap of the block (default: %(default)s)")
-    p.add_argument("--model", help="litellm model whose extraction jobs are queued (default: $TORTOISE_MODEL)")
+    add_model_options(p, model_help="litellm model whose extraction jobs are queued (default: $TORTOISE_MODEL)")
     p.set_defaults(handler=_cmd_hook)
 
 
