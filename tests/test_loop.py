@@ -65,8 +65,10 @@ def replay(tmp_path_factory: pytest.TempPathFactory) -> Any:
     db = str(tmp_path_factory.mktemp("loop") / "loop.db")
     with StubModel([], responder=answer) as stub, pytest.MonkeyPatch.context() as patch:
         patch.setattr(runner, "write_plan", write_plan)
+        # job_retry_s=0: the crashed job is retried in the same worker pass (the default waits 30 s, longer
+        # than this whole replay, and later captures would fold into it).
         mem = Memory(db, namespace="loop", model="openai/stub-model", api_base=stub.base_url, api_key="sk-stub",
-                     model_settings={**FAST_RETRY, "max_attempts": 2})
+                     model_settings={**FAST_RETRY, "max_attempts": 2}, job_retry_s=0)
         session = MemorySession(mem, "chat")
         messages: list[dict] = []
         queued = 0

@@ -647,6 +647,9 @@ def test_a_failed_attempt_is_due_again_after_its_backoff(store: Store, ns):
     assert after.status == "pending"
     assert (after.due_at - after.updated_at).total_seconds() == pytest.approx(120, abs=1)
     assert _lease(store, ns) is None  # not back to back
+    # A capture folding in, even one that fills the batch, does not cut the backoff short.
+    assert store.enqueue_job(ns, "s1", waiting_turns=50, due_after_turns=20).due_at == after.due_at
+    assert _lease(store, ns) is None
     assert _lease(store, ns, now=after.due_at + timedelta(seconds=1)).attempts == 2
     # A pass leaves out the jobs it ran already (a flush takes jobs that are not due).
     other = store.enqueue_job(ns, "s2")

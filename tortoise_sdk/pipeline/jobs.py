@@ -66,8 +66,8 @@ def process_pending(store: Store, namespace: str | None, run: Run, *, max_jobs: 
     """Run queued jobs until none is runnable (or ``max_jobs`` ran); return each job's state afterwards.
 
     Only jobs that are due run, unless ``due_only=False`` (a flush); ``session_id`` limits it to one
-    session. Each job runs at most once per pass; a failed one is due again after
-    :func:`retry_delay`. No job is leased while ``paused()`` is true (the caller's circuit breaker is
+    session. A failed job is due again after :func:`retry_delay` and runs at most once per pass
+    (with ``retry_backoff_s=0``, at once, up to ``max_attempts``). No job is leased while ``paused()`` is true (the caller's circuit breaker is
     open: the provider would only refuse again), so waiting jobs keep their attempts.
     """
     done: list[JobInfo] = []
@@ -75,8 +75,9 @@ def process_pending(store: Store, namespace: str | None, run: Run, *, max_jobs: 
     while max_jobs is None or len(done) < max_jobs:
         if paused is not None and paused():
             break
+        # With no backoff asked for (retry_backoff_s=0) a failed job may run again at once, in this pass.
         job = store.lease_job(namespace, lease_s=lease_s, max_attempts=max_attempts, session_id=session_id,
-                              due_only=due_only, exclude=ran)
+                              due_only=due_only, exclude=ran if retry_backoff_s > 0 else ())
         if job is None:
             break
         ran.add(job.job_id)

@@ -240,7 +240,7 @@ class ExtractionCore:
         A session has at most one pending job. It is due now once ``due_after_turns``
         evidence turns wait (``waiting_turns`` of every capture folded in are summed), else
         ``idle_s`` after the latest capture (each capture pushes that back); a job already
-        due stays due. The defaults queue a job that is due at once. ``receipt_id`` (the
+        due stays due, and one waiting out the backoff of a failed attempt keeps its time. The defaults queue a job that is due at once. ``receipt_id`` (the
         latest capture's receipt) is where the job's report is stored.
         """
 
@@ -252,8 +252,8 @@ class ExtractionCore:
             due = None if waiting >= due_after_turns else at + timedelta(seconds=max(0.0, idle_s))
             if job is None:
                 return self._insert_job(c, namespace, session_id, receipt_id, waiting, due, at)
-            if job.due_at is None or job.due_at <= at:
-                due = job.due_at
+            if job.due_at is None or job.due_at <= at or job.attempts > 0:
+                due = job.due_at  # a job already due stays due; one waiting out a failed attempt's backoff waits
             return self._update_pending_job(c, job.job_id, receipt_id or job.receipt_id, waiting, due, at)
 
         return self.transaction(write)
