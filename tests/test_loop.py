@@ -149,3 +149,37 @@ def test_a_crash_between_s4_and_s5_re_extracts_the_same_window(replay: Replay) -
 def test_the_session_remembers_what_it_showed(replay: Replay) -> None:
     shown = replay.mem.cursor("reflex:shown:chat").value["turns"]
     assert len(shown) == 3 and any(shown)
+
+
+def test_a_create_agent_loop_is_extracted_in_batches_through_the_middleware(tmp_path: Any) -> None:
+    """The same batching from LangChain: 40 exchanges of the chat through create_agent with MemoryMiddleware."""
+    from langchain.agents import create_agent
+    from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+    from langchain_core.messages import AIMessage, HumanMessage
+
+    from tortoise_sdk.adapters.langchain import MemoryMiddleware
+    from tortoise_sdk.models import MEMORY_BLOCK_MARKER
+
+    chat = load_chat(LOCOMO_DIR / "conv-26.json", 80)
+    model = GenericFakeChatModel(messages=iter([AIMessage(content=a["content"], name=a["name"], id=a["id"])
+                                                for _, a in chat]))
+    with StubModel([], responder=answer) as stub, Memory(
+            str(tmp_path / "m.db"), namespace="lc", model="openai/stub-model", api_base=stub.base_url,
+            api_key="sk-stub", model_settings={**FAST_RETRY, "max_attempts": 2}) as mem:
+        middleware = MemoryMiddleware(mem, "lc-chat")
+        agent = create_agent(model, [], middleware=[middleware])
+        messages: list[Any] = []
+        for user, _ in chat:
+            messages = agent.invoke({"messages": [*messages, HumanMessage(user["content"], name=user["name"],
+                                                                         id=user["id"])]})["messages"]
+            mem.process_pending()
+        middleware.close()
+        assert stub.unanswered == []
+        s2 = [S2Prompt.parse(r.prompt) for r in stub.requests if r.stage == "s2"]
+        assert [(p.new[0][0], p.new[-1][0]) for p in s2] == [(0, 19), (20, 39), (40, 59), (60, 79)]
+        assert Counter(r.stage for r in stub.requests) == {"s1": 4, "s2": 4, "s4": 4}
+        turns = mem.turns("lc-chat")
+        assert [t.external_id for t in turns] == [t["id"] for pair in chat for t in pair]
+        assert not any(t.content.startswith(MEMORY_BLOCK_MARKER) for t in turns)
+        assert mem.store.extraction_state("lc", "lc-chat").watermark == 79
+        assert len(mem.cursor("reflex:shown:lc-chat").value["turns"]) == 3
