@@ -35,6 +35,8 @@ A reply is one of:
 - fault: ``{"status": 429 | 500 | 503 | 400 | 401 | ..., "error": str,
   "code": str, "retry_after": seconds}`` (an OpenAI-style error body).
 - raw body: ``{"raw": str, "status": 200}``, e.g. a truncated JSON document.
+- dropped connection: ``{"drop": true}``, the connection is closed with no response at all
+  (a transport failure mid-request, not a refused connection).
 
 Any reply may add ``"delay": seconds`` (e.g. longer than the client's
 timeout) and ``"headers": {...}``. ``--delay`` / ``delay=`` adds a fixed
@@ -285,6 +287,8 @@ class StubModel:
         wait = self.delay + float(reply.get("delay", 0.0))
         if wait > 0:
             self._stopping.wait(wait)
+        if reply.get("drop"):
+            return _DROP, {}, b""
         return _render(reply, body, serial)
 
 
@@ -295,6 +299,9 @@ def _error(
     headers = {"Content-Type": "application/json", **(extra or {})}
     return status, headers, json.dumps(payload).encode()
 
+
+#: The status ``_answer`` gives a ``{"drop": true}`` reply: the handler closes the connection, answering nothing.
+_DROP = 0
 
 _ERROR_TYPES = {
     400: ("invalid_request_error", "Invalid request."),
@@ -374,6 +381,9 @@ def _make_handler(stub: StubModel) -> type[BaseHTTPRequestHandler]:
             self._send(*_error(404, f"no route {self.path}", "not_found"))
 
         def _send(self, status: int, headers: dict[str, str], payload: bytes) -> None:
+            if status == _DROP:
+                self.close_connection = True
+                return
             try:
                 self.send_response(status)
                 for key, value in headers.items():

@@ -22,6 +22,7 @@ import pytest
 from conftest import FAST_RETRY, ModelEndpoint
 from tortoise_sdk.errors import ConfigError, MalformedOutput, ModelError, ModelTimeout
 from tortoise_sdk.llm import CHUNK_HEADER, STAGE_HEADER, LLMClient, LLMConfig, map_error
+from tortoise_sdk.llm.lazy import load_litellm
 from tortoise_sdk.models import StageStats
 
 LOOPBACK = pytest.mark.block_network(allowed_hosts=["127.0.0.1"])
@@ -363,6 +364,7 @@ def test_refused_connection_is_unreachable_retried_once(mode: str) -> None:
         # max_attempts=4 would give a 5xx four tries; a refused connection gets two, quickly.
         client = LLMClient(LLMConfig(model="openai/stub-model", api_base=base, api_key="k", max_attempts=4,
                                      backoff_base_s=5.0, backoff_max_s=30.0))
+        load_litellm()  # its one-off import is not the retry's time
         started = time.perf_counter()
         with pytest.raises(ModelError) as caught:
             if mode == "sync":
@@ -382,6 +384,23 @@ def test_refused_connection_is_unreachable_retried_once(mode: str) -> None:
         client.complete("s2", prompt("Map."))
     assert again.value.error_class == "unreachable" and "not sent" in str(again.value)
     assert "s2" not in client.stats
+
+
+@LOOPBACK
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_dropped_connection_is_network_and_retried(stub_model: Any, mode: str) -> None:
+    # The server accepted the connection and closed it without answering: retried like a 5xx, not fatal.
+    stub = stub_model([{"drop": True}, {"drop": True}, {"content": "{}"}])
+    client = LLMClient(LLMConfig(model="openai/stub-model", api_base=stub.base_url, api_key="k", max_attempts=4,
+                                 **FAST_RETRY))
+    if mode == "sync":
+        result = client.complete("s2", prompt("Map."))
+    else:
+        result = asyncio.run(client.acomplete("s2", prompt("Map.")))
+
+    assert (result.text, result.attempts) == ("{}", 3)
+    assert client.stats["s2"].errors == {"network": 2}
+    assert client.fatal is None and len(stub.requests) == 3
 
 
 def test_missing_key_is_auth_naming_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -26,7 +26,8 @@ Usage::
     client.stats["s1"].calls
 
 Modules: ``config`` (``LLMConfig``, defaults), ``client`` (the call, retries, deadline, length
-retry), ``classify`` (errors into classes), ``usage`` (tokens, cost, stats), ``lazy`` (the import).
+retry), ``classify`` (errors into classes), ``breaker`` (no calls for a while after a fatal class),
+``usage`` (tokens, cost, stats), ``lazy`` (the import).
 """
 
 from __future__ import annotations
