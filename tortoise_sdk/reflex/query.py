@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable, Mapping
+from datetime import date, timedelta
 from typing import Any
 
 from ..models import MEMORY_BLOCK_MARKER
@@ -22,6 +23,7 @@ __all__ = (
     "as_list",
     "entity_names",
     "message",
+    "named_days",
     "query_text",
     "question_part",
     "surface_of",
@@ -45,6 +47,12 @@ NOW = re.compile(
     r"\b(these days|nowadays|now|currently|current|still|at the moment|anymore|any more|at present|presently|"
     r"no longer)\b", re.I)
 WHEN = re.compile(r"\b(when|what (year|month|day|date|time)|how long ago)\b", re.I)
+_MONTHS = ("january february march april may june july august september october november december").split()
+_MONTH = "|".join(_MONTHS)
+_DATE = re.compile(rf"\b(?:(\d{{1,2}})(?:st|nd|rd|th)?\s+(?:of\s+)?)?({_MONTH})\b(?:\s+(\d{{1,2}})(?:st|nd|rd|th)?\b)?"
+                   rf"(?:,?\s+((?:19|20)\d\d)\b)?", re.I)
+#: Days after a named month that still count as it: "last week" said early next month is about it.
+MONTH_SPILL_DAYS = 7
 CAPITALISED = re.compile(r"\b[A-Z][\w'-]+")
 QUESTION_CHARS = 2_048
 SPACE = re.compile(r"\s+")
@@ -133,6 +141,31 @@ def weigh_terms(r: Reading, query: str, earlier: str = "") -> list[Term]:
                           is_name=df_name > 0, context=context))
     terms.sort(key=lambda t: (t.context, -t.weight))
     return terms[: tuning.MAX_TERMS]
+
+
+def named_days(query: str) -> list[tuple[int | None, date, date]]:
+    """The dates a question names ("in June", "on October 13, 2023", "1 February, 2023") as
+    ``(year or None, first day, last day)`` windows: a day +-1, a month and its first days after."""
+    out: list[tuple[int | None, date, date]] = []
+    for m in _DATE.finditer(query):
+        day_s, month_s, day2_s, year_s = m.groups()
+        month = _MONTHS.index(month_s.lower()) + 1
+        year = int(year_s) if year_s else None
+        day = int(day_s or day2_s or 0)
+        if month == 5 and not (day or year):  # "may" is a verb far more often than a month
+            continue
+        base = year or 2000  # a leap year, so 29 February parses; the year is compared apart
+        try:
+            if day:
+                first = date(base, month, day) - timedelta(days=1)
+                last = first + timedelta(days=2)
+            else:
+                first = date(base, month, 1)
+                last = (first + timedelta(days=32)).replace(day=1) + timedelta(days=MONTH_SPILL_DAYS - 1)
+        except ValueError:
+            continue
+        out.append((year, first, last))
+    return out
 
 
 def entity_names(query: str, terms: list[Term]) -> list[str]:

@@ -51,8 +51,11 @@ def _reasons(r: Reading, c: Candidate) -> list[str]:
         return ", ".join(repr(surface_of(r.terms, s)) for s in sorted(stems))
 
     reasons = []
-    if c.matched:
-        reasons.append("matched " + said(c.matched))
+    fed = {t.stem for t in r.terms if t.feedback}
+    if c.matched - fed:
+        reasons.append("matched " + said(c.matched - fed))
+    if c.matched & fed:
+        reasons.append("shares " + said(c.matched & fed) + " with the best-matching turn")
     if c.nb_only:
         reasons.append("its neighbouring turn matched " + said(c.nb_only))
     if c.says_when:

@@ -11,7 +11,8 @@ from typing import Any
 from ..errors import StoreError
 from ..models import MemoryBlock
 from ..store.base import Store
-from .candidates import later_on_topic, memory_candidates, turn_pool
+from .candidates import later_on_topic, memory_candidates, turn_pool, widen_pool
+from .feedback import feedback_terms
 from .prior import drop_prior, not_in_window
 from .query import CHANGE, NOW, as_list, message, query_text, weigh_terms
 from .render import render
@@ -95,6 +96,14 @@ def _steps(r: Reading, window: Sequence[Any], prior: Any, budget: int, max_token
     content_terms, pool = turn_pool(r, terms)
     turns = score_turns(r, terms, content_terms, query, pool)
     r.tick()
+    if tuning.PRF_TERMS and turns:
+        extra = feedback_terms(r, turns, terms)
+        if extra:
+            r.terms = terms + extra
+            content_terms = content_terms + extra
+            pool = widen_pool(r, content_terms, extra, pool)
+            turns = score_turns(r, terms, content_terms, query, pool)
+            r.tick()
     ranked = distinct(fuse([turns, *memory_candidates(r, terms, query, wants_change)]))
     r.tick()
     if tuning.PRESENT_TENSE and NOW.search(query):

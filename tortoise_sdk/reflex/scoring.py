@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import re
 import statistics
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Mapping
+from datetime import date
 
 from ..models import SearchHit
 from ..search import TF_CAP
 from . import tuning
-from .query import WHEN
+from .query import CAPITALISED, WHEN, named_days
 from .shapes import Candidate, Reading, Term, session_day
 
 __all__ = ("distinct", "diversify", "fuse", "latest_first", "score_turns", "without_stale_turns")
@@ -29,15 +30,21 @@ def score_turns(r: Reading, terms: list[Term], content_terms: list[Term], query:
         return []
     pool = list(by_pos.values())
     names = sorted({h.name for h in pool if h.name})
-    analysed = r.store.analyze([h.content for h in pool] + names)
-    name_stems = {name: set(toks) for name, toks in zip(names, analysed[len(pool):])}
+    fresh = [h for h in pool if h.turn_id not in r.tokens]
+    got = r.store.analyze([h.content for h in fresh] + names)
+    r.tokens.update((h.turn_id, (Counter(toks), len(toks))) for h, toks in zip(fresh, got))
+    name_stems = {name: set(toks) for name, toks in zip(names, got[len(fresh):])}
     weights = {t.stem: t.weight for t in content_terms}
     speakers = {t.stem for t in terms if t.is_name}
+    nicknamed = _nicknames(query, content_terms, name_stems) if tuning.NICKNAMES else {}
+    for stem, speaker_stems in nicknamed.items():
+        weights.pop(stem, None)
+        speakers |= speaker_stems
     when_q = bool(WHEN.search(query))
-    lengths = [len(toks) for toks in analysed[: len(pool)]]
+    lengths = [r.tokens[h.turn_id][1] for h in pool]
     # The median, not the mean: one long paste in the pool must not lengthen the norm of every turn.
     avg = float(statistics.median(lengths)) if lengths else 1.0
-    tfs = [Counter(toks) for toks in analysed[: len(pool)]]
+    tfs = [r.tokens[h.turn_id][0] for h in pool]
     norms = [tuning.K1 * (1 - tuning.B + tuning.B * n / max(avg, 1.0)) for n in lengths]
 
     def bm25(w: Mapping[str, float]) -> list[float]:
@@ -52,8 +59,18 @@ def score_turns(r: Reading, terms: list[Term], content_terms: list[Term], query:
         (h.session_id, h.index): (sc, {s for s in weights if tf[s]}) for h, tf, sc in zip(pool, tfs, scores)
     }
     # Terms the index has never seen count too: a query mostly about unknown things is unrelated.
-    total = sum(t.weight for t in terms if not (tuning.NAMES_AS_SPEAKERS and t.is_name) and not t.context) or 1.0
-    speaker_weight = sum(t.weight for t in terms if t.is_name)
+    total = sum(t.weight for t in terms
+                if not (tuning.NAMES_AS_SPEAKERS and t.is_name) and not t.context and t.stem not in nicknamed) or 1.0
+    speaker_weight = sum(t.weight for t in terms if t.is_name or t.stem in nicknamed)
+    fed = {t.stem for t in content_terms if t.feedback}
+    session_share: dict[str, float] = {}
+    if tuning.SESSION_BOOST:
+        # A session whose turns between them match several of the query's terms is about what it asks.
+        said: dict[str, set[str]] = defaultdict(set)
+        for (sid, _), (_, matched) in own.items():
+            said[sid] |= matched - fed
+        session_share = {sid: min(1.0, sum(weights[s] for s in st) / total) for sid, st in said.items()}
+    days = named_days(query) if tuning.DATE_BOOST else []
     cands = []
     for key, h in by_pos.items():
         score, matched = own[key]
@@ -71,8 +88,12 @@ def score_turns(r: Reading, terms: list[Term], content_terms: list[Term], query:
         spoken = bool(h.name and speakers & name_stems.get(h.name, set()))
         if spoken:
             mult *= 1 + tuning.SPEAKER_BOOST
+        if session_share:
+            mult *= 1 + tuning.SESSION_BOOST * session_share.get(h.session_id, 0.0)
+        if days and _on_named_day(h.session_date, days):
+            mult *= 1 + tuning.DATE_BOOST
         ctx *= mult
-        covered = sum(weights[s] for s in matched | nb_matched) + (speaker_weight if spoken else 0.0)
+        covered = sum(weights[s] for s in (matched | nb_matched) - fed) + (speaker_weight if spoken else 0.0)
         if ctx <= 0 or covered / (total + (speaker_weight if spoken else 0.0)) < tuning.MIN_COVERAGE:
             continue
         # Reasons are worded only for the few candidates that reach the block (see render.reasons).
@@ -83,11 +104,48 @@ def score_turns(r: Reading, terms: list[Term], content_terms: list[Term], query:
     if cands and tuning.RELATIVE_GATE:
         floor = cands[0].score * tuning.RELATIVE_GATE
         cands = [c for c in cands if c.score >= floor]
-    return diversify(cands, own) if tuning.DIVERSIFY else cands
+    return diversify(cands, own) if tuning.DIVERSIFY or tuning.SESSION_SPREAD else cands
+
+
+def _nicknames(query: str, content_terms: list[Term],
+               name_stems: Mapping[str, set[str]]) -> dict[str, set[str]]:
+    """Capitalised query words that are the start of one speaker's name ("Mel" for Melanie), as
+    ``stem -> that name's stems``: a speaker signal, not a word to match (others call her Mel)."""
+    capitalised = {w.lower() for w in CAPITALISED.findall(query)}
+    out: dict[str, set[str]] = {}
+    for t in content_terms:
+        if t.is_name or t.feedback or t.surface not in capitalised or len(t.surface) < 3:
+            continue
+        whose = [stems for name, stems in name_stems.items()
+                 if name.lower().startswith(t.surface) and name.lower() != t.surface]
+        if len(whose) == 1:
+            out[t.stem] = whose[0]
+    return out
+
+
+def _on_named_day(session_date: str | None, days: list[tuple[int | None, date, date]]) -> bool:
+    """The session was held inside one of the windows the question names (``query.named_days``)."""
+    try:
+        held = date.fromisoformat((session_date or "")[:10])
+    except ValueError:
+        return False
+    for year, first, last in days:
+        if year is not None:
+            if first <= held <= last:
+                return True
+            continue
+        for y in (first.year, last.year):  # a window named without a year, in the session's year
+            try:
+                if first <= held.replace(year=y) <= last:
+                    return True
+            except ValueError:  # 29 February in a year without it
+                continue
+    return False
 
 
 def diversify(cands: list[Candidate], own: Mapping[tuple[str, int], tuple[float, set[str]]]) -> list[Candidate]:
-    """Greedy order in which a turn keeps only the neighbour share of neighbours not chosen yet.
+    """Greedy order in which a turn keeps only the neighbour share of neighbours not chosen yet
+    (``DIVERSIFY``) and loses ``SESSION_SPREAD`` of its score per turn of its session chosen.
 
     Without it a strong turn drags both its neighbours into the top ranks on its own score,
     crowding out other evidence (most questions have it spread over sessions).
@@ -101,12 +159,15 @@ def diversify(cands: list[Candidate], own: Mapping[tuple[str, int], tuple[float,
                     for d, share in ((-1, tuning.NEIGHBOUR_SHARE), (1, tuning.NEXT_SHARE))])
     chosen: list[Candidate] = []
     taken: set[tuple[str, int]] = set()
+    per_session: Counter[str] = Counter()
     alive = list(range(len(rest)))
     while alive:
         best_i, best_s = alive[0], -1.0
         for i in alive:
-            inherit = max((v for pos, v in nbs[i] if pos not in taken), default=0.0)
+            inherit = max((v for pos, v in nbs[i] if not (tuning.DIVERSIFY and pos in taken)), default=0.0)
             s = (rest[i].own + inherit) * rest[i].mult
+            if tuning.SESSION_SPREAD:
+                s *= (1 - tuning.SESSION_SPREAD) ** per_session[rest[i].hit.session_id]  # type: ignore[union-attr]
             if s > best_s:
                 best_i, best_s = i, s
         alive.remove(best_i)
@@ -114,6 +175,7 @@ def diversify(cands: list[Candidate], own: Mapping[tuple[str, int], tuple[float,
         chosen.append(c)
         assert c.hit is not None
         taken.add((c.hit.session_id, c.hit.index))
+        per_session[c.hit.session_id] += 1
     return chosen + cands[24:]
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -34,6 +35,7 @@ class Term:
     df: int = 0
     is_name: bool = False
     context: bool = False  # from the earlier user turn, not the last one
+    feedback: bool = False  # from the top-ranked turns (pseudo-relevance feedback), not the window
 
 
 @dataclass
@@ -66,6 +68,8 @@ class Reading:
         self.deadline = deadline
         self.terms: list[Term] = []
         self.n_docs = 0
+        # turn id -> (its index tokens counted, how many): read once, whatever the scoring passes
+        self.tokens: dict[str, tuple[Counter[str], int]] = {}
 
     def tick(self) -> None:
         """Raise ``Timeout`` once the deadline has passed."""

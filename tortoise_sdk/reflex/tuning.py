@@ -11,6 +11,7 @@ __all__ = (
     "CANDIDATES",
     "COMMON_DF_FLOOR",
     "CONTEXT_WEIGHT",
+    "DATE_BOOST",
     "DIVERSIFY",
     "FUSE_DEPTH",
     "HOP_WEIGHT",
@@ -23,6 +24,10 @@ __all__ = (
     "NAMES_AS_SPEAKERS",
     "NEIGHBOUR_SHARE",
     "NEXT_SHARE",
+    "NICKNAMES",
+    "PRF_DOCS",
+    "PRF_TERMS",
+    "PRF_WEIGHT",
     "PRESENT_TENSE",
     "PER_TERM",
     "RECENCY_ANCHORS",
@@ -32,6 +37,8 @@ __all__ = (
     "RECENCY_TERMS",
     "RELATIVE_GATE",
     "RRF_K",
+    "SESSION_BOOST",
+    "SESSION_SPREAD",
     "SPEAKER_BOOST",
     "SYNOPSIS_CHARS",
     "TOPIC_WORDS",
@@ -67,3 +74,13 @@ RECENCY_TERMS = 6        # distinctive words of those turns searched for follow-
 RECENCY_PER_TERM = 50    # newest matches read per word in that search
 RECENCY_MIN_SHARED = 2   # words a later turn must share with a top turn to follow it up
 RECENCY_PER_ANCHOR = 2   # follow-ups placed before each top turn
+# Issue 16: methods tried with benchmarks/bench_reflex_recall.py --cross --ablations; only those that
+# improved both cross directions are on (see the README's ablation table). The others stay
+# switchable, at off, so the table can be re-measured.
+PRF_TERMS = 4            # pseudo-relevance feedback: words of the top turns added to the query (0 = off)
+PRF_DOCS = 1             # ... taken from this many top-ranked turns
+PRF_WEIGHT = 0.1         # ... the heaviest at this share of the weight of the query's strongest term
+SESSION_BOOST = 0.0      # off: relative lift for a turn by the share of the query's weight its session covers
+SESSION_SPREAD = 0.0     # off: a turn loses this share of its score per turn of its session already chosen
+DATE_BOOST = 0.0         # off: a question naming a date lifts turns of sessions held on (or just after) it
+NICKNAMES = False        # off: a query word that starts one speaker's name ("Mel") is that speaker
