@@ -51,7 +51,7 @@ K = 5
 # the shipped reflex), then leave-one-out rows switch one part off the full method.
 _OFF = {"NEIGHBOUR_SHARE": 0.0, "NEXT_SHARE": 0.0, "DIVERSIFY": False, "SPEAKER_BOOST": 0.0,
         "NAMES_AS_SPEAKERS": False, "MAX_DF_SHARE": 1.0, "WHEN_BOOST": 0.0, "MIN_COVERAGE": 0.0,
-        "RELATIVE_GATE": 0.0}
+        "RELATIVE_GATE": 0.0, "PRF_TERMS": 0}
 _STEPS = [
     ("stemmed BM25 (index stems, IDF-weighted terms)", ()),
     ("+ neighbouring-turn context", ("NEIGHBOUR_SHARE", "NEXT_SHARE")),
@@ -59,7 +59,8 @@ _STEPS = [
     ("+ diversified neighbours", ("DIVERSIFY",)),
     ("+ common-term pruning", ("MAX_DF_SHARE",)),
     ("+ 'when' awareness", ("WHEN_BOOST",)),
-    ("+ gates (= reflex)", ("MIN_COVERAGE", "RELATIVE_GATE")),
+    ("+ gates", ("MIN_COVERAGE", "RELATIVE_GATE")),
+    ("+ pseudo-relevance feedback (= reflex)", ("PRF_TERMS",)),
 ]
 ABLATIONS: dict[str, dict[str, object]] = {}
 _on: set[str] = set()
@@ -73,6 +74,7 @@ ABLATIONS.update({
     "reflex without common-term pruning": {"MAX_DF_SHARE": 1.0},
     "reflex without 'when' awareness": {"WHEN_BOOST": 0.0},
     "reflex without gates": {"MIN_COVERAGE": 0.0, "RELATIVE_GATE": 0.0},
+    "reflex without pseudo-relevance feedback": {"PRF_TERMS": 0},
 })
 
 
