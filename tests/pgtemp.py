@@ -131,6 +131,24 @@ class TempServer:
             time.sleep(0.05)
         (self.data / "postmaster.pid").unlink(missing_ok=True)
 
+    @contextmanager
+    def frozen(self) -> Iterator[None]:
+        """SIGSTOP this server's postmaster and its backends (by their PIDs) for the block, as a paused VM
+        would be: connections stay open and nothing answers; SIGCONT on the way out, whatever happens."""
+        pid = self.pid
+        assert pid is not None, "the server is not running"
+        pids = [pid, *_children(pid)]
+        for p in pids:
+            os.kill(p, signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            for p in pids:
+                try:
+                    os.kill(p, signal.SIGCONT)
+                except ProcessLookupError:
+                    pass
+
     def stop(self) -> None:
         """Stop this server (immediate shutdown) if it runs."""
         if self.pid is not None:

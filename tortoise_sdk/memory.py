@@ -46,6 +46,7 @@ from .models import (
 from . import reflex
 from .search import MAX_SEARCH_K, content_terms, rank_hits
 from .store import Store, open_store
+from .store.deadline import DEFAULT_STORE_TIMEOUT_S
 from .validate import check_id, check_json
 
 if TYPE_CHECKING:
@@ -97,6 +98,10 @@ class Memory:
         model_settings: more ``LLMConfig`` fields (``timeout_s``, ``max_attempts``, ``max_tokens`` ...).
         create: make the SQLite file (and its directory) when missing; with False a missing file
             raises ``NotFoundError`` and nothing is created (for read-only callers).
+        store_timeout_s: the bound, in seconds, on each store call (a capture's transaction, a
+            read): past it the call raises ``StoreTimeout``, whatever the database is doing
+            (locked, overloaded, frozen, unreachable). Default 30 s; it also applies to a
+            ``store`` passed in. ``context()`` keeps to its own, shorter ``time_budget_ms``.
         extract_every, idle_s: background extraction batching. Captures with
             ``extract="background"`` fold into one pending job per session, due once
             ``extract_every`` new evidence turns wait or after ``idle_s`` seconds without a
@@ -136,6 +141,7 @@ class Memory:
         idle_s: float = DEFAULT_IDLE_S,
         breaker_s: float = DEFAULT_BREAKER_S,
         job_retry_s: float = DEFAULT_JOB_RETRY_S,
+        store_timeout_s: float | None = None,
     ) -> None:
         if not isinstance(namespace, str) or not namespace.strip() or "\x00" in namespace:
             raise ConfigError("namespace must be a non-blank string without NUL characters, "
@@ -171,7 +177,16 @@ class Memory:
         self.chunk_turns = chunk_turns
         self.concurrency = concurrency
         self.vet = vet
-        self.store: Store = store if store is not None else open_store(db or default_db_path(), create=create)
+        if store_timeout_s is not None and (isinstance(store_timeout_s, bool) or not isinstance(store_timeout_s, (int, float))
+                                            or not 0 < store_timeout_s < float("inf")):
+            raise ConfigError(f"store_timeout_s must be a number of seconds above 0, got {store_timeout_s!r}, "
+                              "e.g. Memory(store_timeout_s=5)", field="store_timeout_s")
+        bound = DEFAULT_STORE_TIMEOUT_S if store_timeout_s is None else float(store_timeout_s)
+        if store is None:
+            store = open_store(db or default_db_path(), create=create, timeout_s=bound)
+        elif store_timeout_s is not None:
+            store.timeout_s = bound
+        self.store: Store = store
 
     # -- lifecycle ---------------------------------------------------------------------------
 

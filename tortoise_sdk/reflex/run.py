@@ -8,9 +8,10 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from ..errors import StoreError
+from ..errors import StoreError, StoreTimeout
 from ..models import MemoryBlock
 from ..store.base import Store
+from ..store.deadline import within
 from .candidates import later_on_topic, memory_candidates, turn_pool, widen_pool
 from .feedback import feedback_terms
 from .prior import drop_prior, not_in_window
@@ -55,16 +56,20 @@ def context(
     """
     started = time.perf_counter()
     deadline = None
+    budget_s = None if time_budget_ms is None else time_budget_ms / 1000
     try:
-        # One-time per-connection setup (TEMP tables), kept out of the per-turn time budget.
+        # One-time per-connection setup (TEMP tables), kept out of the per-turn time budget, yet bounded by one.
         prepare = getattr(store, "prepare_reflex", None)
         if prepare is not None:
-            prepare()
+            with within(budget_s):
+                prepare()
         started = time.perf_counter()
-        deadline = None if time_budget_ms is None else started + time_budget_ms / 1000
-        block = _steps(Reading(store, namespace, token_counter or approx_tokens, deadline),
-                       window, prior_context, budget, max_tokens, session_id)
-    except Timeout:
+        deadline = None if budget_s is None else started + budget_s
+        # Every store call below ends by the budget too, whatever the database does (a lock, a frozen server).
+        with within(budget_s):
+            block = _steps(Reading(store, namespace, token_counter or approx_tokens, deadline),
+                           window, prior_context, budget, max_tokens, session_id)
+    except (Timeout, StoreTimeout):
         block = MemoryBlock(degraded_reason="timeout")
     except (StoreError, sqlite3.Error) as exc:
         log.warning("reflex: store error, returning an empty block: %s", exc)

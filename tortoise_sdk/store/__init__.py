@@ -14,12 +14,15 @@ from pathlib import Path
 
 from ..errors import ConfigError, NotFoundError
 from .base import Store
+from .deadline import DEFAULT_STORE_TIMEOUT_S
 
 __all__ = ("Store", "open_store")
 
 
-def open_store(url: str, *, create: bool = True) -> Store:
+def open_store(url: str, *, create: bool = True, timeout_s: float | None = DEFAULT_STORE_TIMEOUT_S) -> Store:
     """Open the store a path or URL names: ``postgresql://...`` or a SQLite path / ``sqlite:///path``.
+
+    ``timeout_s`` bounds each store call (``StoreTimeout`` past it); None for no bound.
 
     Raises:
         NotFoundError: ``create=False`` and no SQLite file is there (nothing is created).
@@ -31,7 +34,7 @@ def open_store(url: str, *, create: bool = True) -> Store:
     if url.startswith(("postgresql://", "postgres://")):
         from .postgres import PostgresStore  # optional dependency
 
-        return PostgresStore(url)
+        return PostgresStore(url, timeout_s=timeout_s)
     from .sqlite import SQLiteStore
 
     if url.startswith("sqlite:///"):
@@ -43,4 +46,4 @@ def open_store(url: str, *, create: bool = True) -> Store:
         )
     if not create and url != ":memory:" and not Path(url).expanduser().exists():
         raise NotFoundError(f"no database at {url} (nothing was created)")
-    return SQLiteStore(url)
+    return SQLiteStore(url, timeout_s=timeout_s)

@@ -38,11 +38,14 @@ class Store(ABC):
     """Durable storage for one database; every method takes the namespace it acts in.
 
     No read may return rows of another namespace. A store opened read-only (``read_only``)
-    serves every read; each write raises ``ReadOnlyStore``.
+    serves every read; each write raises ``ReadOnlyStore``. Each call ends within ``timeout_s``
+    seconds (None: no bound), or sooner inside a ``deadline.within`` scope, else raises
+    ``StoreTimeout`` (``store.deadline``).
     """
 
     url: str
     read_only: bool = False
+    timeout_s: float | None = None
 
     @abstractmethod
     def migrate(self) -> list[int]:

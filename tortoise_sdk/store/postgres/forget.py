@@ -14,6 +14,7 @@ import psycopg
 
 from ...errors import ReadOnlyStore, StoreError
 from ..forget import ForgetMixin
+from .deadline import bound_statements
 from .fts import STAT_SHARDS
 
 __all__ = ("PostgresForgetMixin",)
@@ -33,7 +34,7 @@ class PostgresForgetMixin(ForgetMixin):
     TEXT_PARAM = "%s::text"
     url: str
     read_only: bool
-    _pool: Any
+    _connection: Any
 
     def vacuum(self) -> None:
         """``VACUUM (FULL, ANALYZE)`` of every table in the schema: rewritten without their dead tuples.
@@ -43,7 +44,8 @@ class PostgresForgetMixin(ForgetMixin):
         if self.read_only:
             raise ReadOnlyStore(f"{self.url} is read-only here: run vacuum against the primary")
         try:
-            with self._pool.connection() as conn:
+            with self._connection(None, "a PostgreSQL vacuum") as conn:
+                bound_statements(conn, None)  # a rewrite of every table takes what it takes
                 tables = [r[0] for r in conn.execute(
                     "SELECT tablename FROM pg_tables WHERE schemaname = current_schema() ORDER BY tablename")]
                 conn.execute("VACUUM (FULL, ANALYZE) " + ", ".join(f'"{t}"' for t in tables))

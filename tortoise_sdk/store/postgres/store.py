@@ -14,7 +14,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 from psycopg import errors as pg_errors
-from psycopg_pool import ConnectionPool
+from psycopg.conninfo import conninfo_to_dict
+from psycopg_pool import ConnectionPool, PoolTimeout
 from tenacity import retry, retry_if_exception, stop_after_attempt, wait_random_exponential
 
 from ...capture import CaptureRequest
@@ -25,6 +26,7 @@ from ...errors import (
     ReadOnlyStore,
     StoreError,
 )
+from ..deadline import DEFAULT_STORE_TIMEOUT_S, deadline, remaining, timeout_error
 from ...models import CaptureReceipt, Diagnostic, SearchHit, SessionInfo, utc_now
 from ...search import INDEX_CHARS, idf, idf_bonus, indexed_text, split_by_postings
 from ...validate import not_unicode
@@ -33,6 +35,7 @@ from ..capture_plan import new_receipt, plan_append, receipt_row, replay_or_conf
 from ..cursors import CursorMixin
 from ..rows import and_equal
 from ..rows import turn_hit as _hit
+from .deadline import Health, bound_statements, connection_class, is_statement_timeout, watchdog
 from .extraction import PostgresExtractionMixin
 from .forget import PostgresForgetMixin
 from .fts import (
@@ -56,6 +59,12 @@ _TURN_COLUMNS = "t.turn_id, t.external_id, t.session_id, s.session_date, t.idx, 
 _INDEXED_COLUMNS = _TURN_COLUMNS.replace("t.content", f"left(t.content, {INDEX_CHARS}) AS content")
 _JOIN_SESSION = "JOIN sessions s ON s.namespace = t.namespace AND s.session_id = t.session_id"
 _TX_ATTEMPTS = 8
+#: TCP keepalives on every connection (libpq names; a URL that sets one keeps its own): a server
+#: gone from the network is noticed in about 25 s even on an idle pooled connection.
+_KEEPALIVES = {"keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5, "keepalives_count": 3}
+#: When the latest connection attempt failed, a call waits at most this long for the pool to
+#: reconnect before it reports the server's refusal (StoreError), instead of its whole bound.
+_DOWN_WAIT_S = 1.0
 
 
 def _retryable(exc: BaseException) -> bool:
@@ -85,7 +94,12 @@ class PostgresStore(PostgresExtractionMixin, PostgresSubagentMixin, PostgresForg
             puts the tables in another schema).
         min_size: connections the pool keeps open.
         max_size: the most connections this process opens.
-        connect_timeout: seconds to wait for the server before giving up.
+        connect_timeout: seconds to wait for the server to accept a connection (libpq's, at least 2).
+        timeout_s: the bound on each call (waiting for a pooled connection, then its statements),
+            or None for none; an enclosing ``store.deadline.within`` scope can only shorten it.
+            Past it the call raises ``StoreTimeout``, even with the server frozen: the connection
+            is then dropped. A server that refuses connections gives ``StoreError`` within
+            about a second.
     """
 
     PARAM = "%s"
@@ -93,14 +107,20 @@ class PostgresStore(PostgresExtractionMixin, PostgresSubagentMixin, PostgresForg
     def _time_param(self, value: datetime) -> Any:
         return value
 
-    def __init__(self, url: str, *, min_size: int = 1, max_size: int = 8, connect_timeout: float = 10.0) -> None:
+    def __init__(self, url: str, *, min_size: int = 1, max_size: int = 8, connect_timeout: float = 10.0,
+                 timeout_s: float | None = DEFAULT_STORE_TIMEOUT_S) -> None:
         if min_size < 0 or max_size < max(min_size, 1):
             raise ConfigError("pool sizes need 0 <= min_size <= max_size and max_size >= 1")
         self.url = redact_url(url)
+        self.timeout_s = timeout_s
+        self._health = Health()
+        given = conninfo_to_dict(url) if url else {}
+        options: dict[str, Any] = {k: v for k, v in _KEEPALIVES.items() if k not in given}
+        options["connect_timeout"] = max(int(connect_timeout), 2)
         try:
             # A direct first connection reports libpq's own reason (refused, no such
             # database, auth) and brings the schema up to date before the pool opens.
-            with psycopg.connect(url, autocommit=True, connect_timeout=max(int(connect_timeout), 1)) as conn:
+            with psycopg.connect(url, autocommit=True, **options) as conn:
                 migrate_postgres(conn, POSTGRES_MIGRATIONS)
                 # A standby, or default_transaction_read_only: reads are served, writes raise ReadOnlyStore.
                 self.read_only = conn.execute("SHOW transaction_read_only").fetchone()[0] == "on"
@@ -114,20 +134,27 @@ class PostgresStore(PostgresExtractionMixin, PostgresSubagentMixin, PostgresForg
             min_size=min_size,
             max_size=max_size,
             timeout=connect_timeout * 3,
-            kwargs={"autocommit": True},
-            configure=_configure,
+            kwargs={"autocommit": True, **options},
+            configure=self._configure,
+            connection_class=connection_class(self._health),
             open=True,
             name="tortoise",
         )
 
     # -- connection and transactions ---------------------------------------------------------
 
+    def _configure(self, conn: psycopg.Connection) -> None:
+        _set_session(conn, self.timeout_s)
+
     def transaction(self, fn: Callable[[psycopg.Connection], T]) -> T:
         """Run ``fn(conn)`` in one transaction, retried whole on a deadlock, a serialization
-        failure or an idempotency-key race, so callers never see one."""
+        failure or an idempotency-key race, so callers never see one; all within ``timeout_s``
+        (else ``StoreTimeout``)."""
+        at = deadline(self.timeout_s)
 
         def attempt() -> T:
-            with self._pool.connection() as conn, conn.transaction():
+            with self._connection(at, "a PostgreSQL write") as conn, conn.transaction():
+                bound_statements(conn, at, local=True)
                 return fn(conn)
 
         runner = retry(
@@ -149,9 +176,11 @@ class PostgresStore(PostgresExtractionMixin, PostgresSubagentMixin, PostgresForg
 
     @contextmanager
     def read(self) -> Iterator[psycopg.Connection]:
-        """A pooled connection (autocommit) for reads; database errors become StoreError."""
+        """A pooled connection (autocommit) for reads, bounded like every call; database errors become StoreError."""
+        at = deadline(self.timeout_s)
         try:
-            with self._pool.connection() as conn:
+            with self._connection(at, "a PostgreSQL read") as conn:
+                bound_statements(conn, at)
                 yield conn
         except UnicodeEncodeError as exc:
             raise not_unicode(exc) from None
@@ -159,17 +188,40 @@ class PostgresStore(PostgresExtractionMixin, PostgresSubagentMixin, PostgresForg
             raise StoreError(f"PostgreSQL read failed: {str(exc).strip()}") from exc
 
     def _rows(self, sql: str, args: Sequence[Any] | Mapping[str, Any]) -> list[tuple[Any, ...]]:
+        with self.read() as conn:
+            return conn.execute(sql, args).fetchall()
+
+    @contextmanager
+    def _connection(self, at: float | None, what: str) -> Iterator[psycopg.Connection]:
+        """A pooled connection for a call that must end by ``at``: the pool wait, and the call's
+        time on it (watched: past ``at`` its socket is shut and it is dropped), raise ``StoreTimeout``."""
+        left = remaining(at)
+        down = self._health.down_reason is not None
+        wait = self._pool.timeout if left is None else max(left, 0.001)
         try:
-            with self._pool.connection() as conn:
-                return conn.execute(sql, args).fetchall()
-        except UnicodeEncodeError as exc:
-            raise not_unicode(exc) from None
+            conn = self._pool.getconn(timeout=min(wait, _DOWN_WAIT_S) if down else wait)
+        except PoolTimeout as exc:
+            reason = self._health.down_reason
+            if reason is not None:
+                raise StoreError(f"cannot connect to PostgreSQL at {self.url}: {reason}; check that the server "
+                                 "is running and reachable (calls go on once it answers)") from exc
+            raise timeout_error(f"{what} (waiting for a pooled connection)", self.timeout_s) from exc
+        token = watchdog.arm(conn, at)
+        try:
+            yield conn
         except psycopg.Error as exc:
-            raise StoreError(f"PostgreSQL read failed: {str(exc).strip()}") from exc
+            if watchdog.fired(token) or is_statement_timeout(exc):
+                raise timeout_error(what, self.timeout_s) from exc
+            raise
+        finally:
+            if watchdog.disarm(token):
+                conn.close()  # its socket was shut: never hand it out again
+            self._pool.putconn(conn)
 
     def migrate(self) -> list[int]:
         try:
-            with self._pool.connection() as conn:
+            with self._connection(None, "a PostgreSQL migration") as conn:
+                bound_statements(conn, None)
                 return migrate_postgres(conn, POSTGRES_MIGRATIONS)
         except MigrationError:
             raise
@@ -459,5 +511,10 @@ def redact_url(url: str) -> str:
     return urlunsplit(parts._replace(netloc=netloc))
 
 
-def _configure(conn: psycopg.Connection) -> None:
+def _set_session(conn: psycopg.Connection, timeout_s: float | None) -> None:
     conn.execute("SET TIME ZONE 'UTC'")
+    # The store's bound as the session's statement_timeout: calls under it never pay a round trip
+    # to set one (a role's own default is replaced, so the connection knows what it has).
+    ms = 0 if timeout_s is None else max(int(timeout_s * 1000), 1)
+    conn.execute("SELECT set_config('statement_timeout', %s, false)", (str(ms),))
+    conn.statement_timeout_ms = ms  # type: ignore[attr-defined]

@@ -1,0 +1,177 @@
+"""Deadlines on PostgreSQL calls, held even when the server never answers.
+
+Three bounds, each for a way a call can wait:
+
+- the server's own ``statement_timeout``, set to the call's remaining budget (``store.deadline``)
+  before a statement when the connection's setting is not already close to it, so a slow query or
+  a lock wait is cancelled by the server and the connection stays usable;
+- a watchdog thread that shuts the socket of a connection whose call is past its deadline: a
+  frozen server (SIGSTOP, a paused VM) cancels nothing and answers nothing, and only the client
+  can stop waiting; the connection is then closed, never handed out again;
+- the pool wait, bounded by the same budget by the store (``getconn(timeout=...)``).
+
+``Health`` remembers whether the latest connection attempt failed, so a pool wait that ran out
+while the server refuses connections reports that (``StoreError`` naming libpq's reason), not a
+busy pool.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import socket
+import threading
+import time
+from typing import Any
+
+import psycopg
+from psycopg import errors as pg_errors
+
+from ..deadline import remaining
+
+__all__ = ("Health", "TimedConnection", "bound_statements", "connection_class", "is_statement_timeout", "watchdog")
+
+
+class Health:
+    """Whether this store's latest connection attempt failed, and libpq's reason."""
+
+    def __init__(self) -> None:
+        self.down_reason: str | None = None
+
+    def failed(self, exc: BaseException) -> None:
+        self.down_reason = " ".join(str(exc).split()) or type(exc).__name__
+
+    def connected(self) -> None:
+        self.down_reason = None
+
+
+class TimedConnection(psycopg.Connection):  # type: ignore[type-arg]
+    """A connection that knows its session ``statement_timeout`` (ms, 0 = none) and reports to a ``Health``."""
+
+    health: Health | None = None
+    statement_timeout_ms: int = 0
+
+    @classmethod
+    def connect(cls, conninfo: str = "", **kwargs: Any) -> Any:
+        try:
+            conn = super().connect(conninfo, **kwargs)
+        except psycopg.OperationalError as exc:
+            if cls.health is not None:
+                cls.health.failed(exc)
+            raise
+        if cls.health is not None:
+            cls.health.connected()
+        return conn
+
+
+def connection_class(health: Health) -> type[TimedConnection]:
+    """The connection class of one store's pool: its connection attempts report to ``health``."""
+    return type("TortoiseConnection", (TimedConnection,), {"health": health})
+
+
+def _wanted_ms(at: float | None) -> int:
+    left = remaining(at)
+    return 0 if left is None else max(int(left * 1000), 1)
+
+
+def _close_enough(current: int, wanted: int) -> bool:
+    # Within a tenth of the budget (at least 20 ms) either way: a call's statements then share one
+    # setting, and calls under the store's default bound never pay a round trip for it.
+    if wanted == 0 or current == 0:
+        return wanted == current
+    return abs(current - wanted) <= max(wanted // 10, 20)
+
+
+def bound_statements(conn: psycopg.Connection, at: float | None, *, local: bool = False) -> None:
+    """Make the server cancel statements past ``at``: ``SET`` (or, in a transaction, ``SET LOCAL``)
+    ``statement_timeout`` to the remaining budget, unless the connection's setting is close to it."""
+    current = getattr(conn, "statement_timeout_ms", 0)
+    wanted = _wanted_ms(at)
+    if _close_enough(current, wanted):
+        return
+    conn.execute("SELECT set_config('statement_timeout', %s, %s)", (str(wanted), local))
+    if not local:
+        conn.statement_timeout_ms = wanted  # type: ignore[attr-defined]
+
+
+def is_statement_timeout(exc: BaseException) -> bool:
+    """The server cancelled a statement for its ``statement_timeout``."""
+    return isinstance(exc, pg_errors.QueryCanceled) and "statement timeout" in str(exc)
+
+
+class _Watchdog:
+    """One daemon thread that shuts the socket of each armed connection still armed at its deadline."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._heap: list[tuple[float, int]] = []
+        self._armed: dict[int, psycopg.Connection] = {}
+        self._fired: set[int] = set()
+        self._ids = itertools.count(1)
+        self._thread: threading.Thread | None = None
+
+    def arm(self, conn: psycopg.Connection, at: float | None) -> int | None:
+        """Watch ``conn`` until ``disarm``; past ``at`` its socket is shut. None when there is no deadline."""
+        if at is None:
+            return None
+        with self._cond:
+            token = next(self._ids)
+            self._armed[token] = conn
+            heapq.heappush(self._heap, (at, token))
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="tortoise-pg-watchdog", daemon=True)
+                self._thread.start()
+            self._cond.notify()
+        return token
+
+    def disarm(self, token: int | None) -> bool:
+        """Stop watching; True when the deadline passed first and the socket was shut (close the connection)."""
+        if token is None:
+            return False
+        with self._cond:
+            self._armed.pop(token, None)
+            if token in self._fired:
+                self._fired.discard(token)
+                return True
+            return False
+
+    def fired(self, token: int | None) -> bool:
+        """Whether the socket of ``token``'s connection was shut at its deadline."""
+        with self._cond:
+            return token in self._fired
+
+    def _run(self) -> None:
+        with self._cond:
+            while True:
+                while self._heap and self._heap[0][1] not in self._armed:
+                    heapq.heappop(self._heap)  # disarmed in time
+                if not self._heap:
+                    self._cond.wait()
+                    continue
+                at, token = self._heap[0]
+                wait = at - time.monotonic()
+                if wait > 0:
+                    self._cond.wait(wait)
+                    continue
+                heapq.heappop(self._heap)
+                conn = self._armed.pop(token)
+                self._fired.add(token)
+                _shut(conn)
+
+
+def _shut(conn: psycopg.Connection) -> None:
+    """Wake whoever waits on ``conn``'s socket: shut it down both ways (the fd stays open for libpq to close)."""
+    try:
+        fd = conn.pgconn.socket
+        sock = socket.socket(fileno=fd)
+    except (OSError, psycopg.Error, ValueError):
+        return
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    finally:
+        sock.detach()  # libpq owns the descriptor
+
+
+watchdog = _Watchdog()
