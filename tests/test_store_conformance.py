@@ -1094,7 +1094,10 @@ def test_a_worker_killed_mid_write_commits_nothing_and_its_job_is_retried(store_
         assert _lease(store, ns) is None  # its lease still runs
         later = datetime.now(timezone.utc) + timedelta(seconds=120)
         # On PostgreSQL the dead client's backend holds the job's row lock until it notices the closed
-        # socket (at once on a quiet machine, later under load); lease skips locked rows meanwhile.
+        # socket (at once on a quiet machine, later under load), at the latest when the store's bound
+        # (30 s, idle_in_transaction_session_timeout) ends its transaction; lease skips locked rows
+        # meanwhile. A time limit of its own, not what the start of the worker left of the first one.
+        deadline = time.monotonic() + 30 + 60
         while (again := _lease(store, ns, now=later)) is None and time.monotonic() < deadline:
             time.sleep(0.05)
         assert (again.job_id, again.revision, again.attempts) == (job.job_id, 2, 2)

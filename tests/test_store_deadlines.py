@@ -291,3 +291,63 @@ def test_the_pool_wait_is_bounded_by_the_budget(pg_url):
         assert 1.4 <= elapsed < 1.5 + SLACK_S and "waiting for a pooled connection" in str(exc)
     assert mem.context(ASK, time_budget_ms=None).pointers
     mem.close()
+
+
+_FROZEN_WORKER = """
+import sys, time
+from pathlib import Path
+from tortoise_sdk.models import ExtractionReport
+from tortoise_sdk.store.postgres import PostgresStore
+from tortoise_sdk.store.plan import ExtractionPlan, Fence, ItemPlan
+
+url, ns, flag = sys.argv[1:4]
+store = PostgresStore(url, timeout_s=2)
+job = store.lease_job(ns, lease_s=1, max_attempts=3)
+
+def finalize(result):
+    Path(flag).write_text(job.job_id)  # inside the S5 transaction, holding the job's row lock
+    time.sleep(120)
+    return ExtractionReport(status="ok")
+
+plan = ExtractionPlan(session_id="s1", extraction_id="x-frozen", valid_at=None,
+                      items=[ItemPlan("point", "Maya works at Acme")])
+store.write_extraction(ns, plan, finalize=finalize, fence=Fence(job.job_id, job.revision))
+"""
+
+
+def test_a_frozen_workers_transaction_ends_at_its_bound_and_its_job_is_leased_again(pg_url, tmp_path):
+    """A worker frozen mid-write (SIGSTOP: its socket stays open, so its backend never notices) held
+    the job's row lock for good, and ``FOR UPDATE SKIP LOCKED`` skipped the job: the server now ends
+    a transaction left idle past the store's bound (idle_in_transaction_session_timeout)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from tortoise_sdk.capture import prepare_capture
+
+    store = open_store(pg_url)
+    proc = None
+    try:
+        store.capture("a", prepare_capture("s1", DOG, max_turns=10))
+        job = store.enqueue_job("a", "s1")
+        flag = tmp_path / "inside"
+        proc = subprocess.Popen([sys.executable, "-c", _FROZEN_WORKER, pg_url, "a", str(flag)])
+        give_up = time.monotonic() + 60
+        while not flag.exists():
+            assert proc.poll() is None and time.monotonic() < give_up, "the worker did not reach its write"
+            time.sleep(0.05)
+        os.kill(proc.pid, signal.SIGSTOP)  # our own child, by its PID
+        frozen_at = time.monotonic()
+        again = None
+        while again is None and time.monotonic() < frozen_at + 2 + SLACK_S + 10:
+            again = store.lease_job("a", lease_s=30, max_attempts=3)  # its 1 s lease is long gone
+            time.sleep(0.05)
+        assert again is not None and (again.job_id, again.revision) == (job.job_id, 2)
+        assert time.monotonic() - frozen_at < 2 + SLACK_S + 10
+        assert store.memories("a") == []  # the frozen write committed nothing
+    finally:
+        if proc is not None:
+            proc.kill()  # SIGKILL ends a stopped process too
+            proc.wait(timeout=30)
+        store.close()

@@ -518,3 +518,7 @@ def _set_session(conn: psycopg.Connection, timeout_s: float | None) -> None:
     ms = 0 if timeout_s is None else max(int(timeout_s * 1000), 1)
     conn.execute("SELECT set_config('statement_timeout', %s, false)", (str(ms),))
     conn.statement_timeout_ms = ms  # type: ignore[attr-defined]
+    # A transaction never outlives the bound (the watchdog drops its connection), so one left idle
+    # longer belongs to a client that froze or vanished without closing its socket: the server ends
+    # it and frees its row locks (a dead worker's job is then leased again, not skipped as locked).
+    conn.execute("SELECT set_config('idle_in_transaction_session_timeout', %s, false)", (str(ms),))
