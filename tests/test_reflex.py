@@ -383,6 +383,7 @@ def test_any_exception_gives_an_empty_block(mem, monkeypatch):
     assert block.pointers == [] and block.degraded_reason == "internal_error: ZeroDivisionError"
 
 
+@pytest.mark.reflex_time_budget
 def test_time_budget_overrun_gives_an_empty_block(mem, monkeypatch):
     slow = mem.store.candidate_turns
 
