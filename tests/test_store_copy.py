@@ -12,6 +12,7 @@ from pgtemp import require_postgres, temp_database
 from tortoise_sdk.capture import prepare_capture
 from tortoise_sdk.cli import main
 from tortoise_sdk.errors import ConfigError
+from tortoise_sdk.memory import Memory
 from tortoise_sdk.models import ExtractionReport
 from tortoise_sdk.store import open_store
 from tortoise_sdk.store.copy import copy_store
@@ -194,18 +195,23 @@ def test_migrate_store_refuses_a_destination_that_holds_data(tmp_path, pg_url, c
 def test_a_turn_of_megabytes_is_copied_whole_and_ranks_the_same(tmp_path, pg_url):
     src = str(tmp_path / "memory.db")
     paste = "\n".join(f"line {i}: kayak rental log, paddle returned late" for i in range(40_000))  # ~1.7 MB
-    assert len(paste) > 1_700_000
+    big = "\n".join(f"entry {i}: kayak sensor dump, battery low warning" for i in range(110_000))  # ~5 MB
+    assert len(paste) > 1_700_000 and len(big) > 5_000_000
     lite = open_store(src)
     lite.capture("ns", _req("s1", ["I rented a kayak in Lisbon", paste, "the kayak was red"]))
+    lite.capture("ns", _req("s2", [big]))
     lite.close()
     copy_store(src, pg_url)
     a, b = open_store(src), open_store(pg_url)
     try:
         assert b.turns("ns", "s1") == a.turns("ns", "s1") and b.turns("ns", "s1")[1].content == paste
+        big_id = b.turns("ns", "s2")[0].turn_id
+        assert Memory(store=b, namespace="ns").expand(big_id).content == big  # returned whole on PostgreSQL
         stems = [s for st in a.analyze(["kayak paddle lisbon red"]) for s in st]
-        assert a.term_stats("ns", stems) == b.term_stats("ns", stems) and a.term_stats("ns", stems)[0] == 3
-        hits_a, hits_b = (s.search_terms("ns", ["kayak", "red"], k=3) for s in (a, b))
-        assert [h.index for h in hits_a] == [h.index for h in hits_b] == [2, 0, 1]
+        assert a.term_stats("ns", stems) == b.term_stats("ns", stems) and a.term_stats("ns", stems)[0] == 4
+        hits_a, hits_b = (s.search_terms("ns", ["kayak", "red"], k=4) for s in (a, b))
+        assert [(h.session_id, h.index) for h in hits_a] == [(h.session_id, h.index) for h in hits_b]
+        assert [(h.session_id, h.index) for h in hits_a][:2] == [("s1", 2), ("s1", 0)]  # the pastes rank below
     finally:
         a.close()
         b.close()
