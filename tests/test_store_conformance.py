@@ -1280,6 +1280,21 @@ def test_a_multi_megabyte_paste_is_kept_whole_and_crowds_out_nothing(store: Stor
     assert max(seen) <= INDEX_CHARS  # the reflex never reads more of a turn than is indexed
 
 
+def test_the_reflex_reads_exactly_the_indexed_head_of_a_long_turn(store: Store, ns):
+    """candidate_turns and turns_at give a long turn's first INDEX_CHARS characters, whichever way the
+    engine reads them (SQLite: a blob handle for turns with many indexed tokens, substr() otherwise),
+    multi-byte characters across the cut included."""
+    from tortoise_sdk.search import INDEX_CHARS
+
+    wordy = "kayak été 🛶 " * 200_000  # many tokens, 2- and 4-byte characters around the cut
+    symbols = "kayak " + "→ " * 2_000_000  # few tokens, just as long
+    store.capture(ns, req("s1", [wordy, symbols, "a short kayak turn"]))
+    hits = {h.index: h.content for h in store.candidate_turns(ns, {"kayak": 1.0}, k=10)}
+    near = {h.index: h.content for h in store.turns_at(ns, [("s1", 0), ("s1", 1), ("s1", 2)])}
+    expected = {0: wordy[:INDEX_CHARS], 1: symbols[:INDEX_CHARS], 2: "a short kayak turn"}
+    assert hits == near == expected
+
+
 # -- arguments the driver cannot encode -----------------------------------------------------------
 
 

@@ -30,11 +30,42 @@ from ...search import (
 )
 from ..rows import turn_hit
 
-__all__ = ("INDEXED_TURN_COLUMNS", "SQLiteRankingMixin", "TURN_COLUMNS")
+__all__ = ("INDEXED_TURN_COLUMNS", "SQLiteRankingMixin", "TURN_COLUMNS", "with_heads")
 
 TURN_COLUMNS = "t.turn_id, t.external_id, t.session_id, s.session_date, t.idx, t.role, t.name, t.content"
 #: The same with the content cut to what is indexed: what the reflex's reads return.
-INDEXED_TURN_COLUMNS = TURN_COLUMNS.replace("t.content", f"substr(t.content, 1, {INDEX_CHARS}) AS content")
+#: Turns whose index holds more tokens than this are probably long, and ``substr()`` would load
+#: the whole value (5 MB for a pasted log, about 1 ms) to return its head: their content comes back
+#: NULL and ``with_heads`` reads the head through a blob handle, only the bytes it needs. A guess
+#: costs time, never correctness: both ways give the first INDEX_CHARS characters.
+_LONG_TOKENS = 1_000
+INDEXED_TURN_COLUMNS = TURN_COLUMNS.replace(
+    "t.content",
+    f"CASE WHEN (SELECT n_tokens FROM rank_turns i WHERE i.rowid = t.rowid) > {_LONG_TOKENS} THEN NULL"
+    f" ELSE substr(t.content, 1, {INDEX_CHARS}) END AS content, t.rowid AS content_rowid",
+)
+_HEAD_BYTES = INDEX_CHARS * 4  # UTF-8 takes at most 4 bytes a character
+
+
+def with_heads(c: sqlite3.Connection, rows: Sequence[Any], content_at: int) -> list[list[Any]]:
+    """``rows`` selected with ``INDEXED_TURN_COLUMNS`` (at ``content_at``), each content filled in and its rowid dropped."""
+    out = []
+    for row in rows:
+        r = list(row)
+        rowid = r.pop(content_at + 1)
+        if r[content_at] is None:
+            r[content_at] = _head(c, rowid)
+        out.append(r)
+    return out
+
+
+def _head(c: sqlite3.Connection, rowid: int) -> str:
+    if not hasattr(c, "blobopen"):  # Python 3.10
+        return c.execute(f"SELECT substr(content, 1, {INDEX_CHARS}) FROM turns WHERE rowid = ?", (rowid,)).fetchone()[0]
+    with c.blobopen("turns", "content", rowid, readonly=True) as blob:
+        data = blob.read(_HEAD_BYTES)
+    # Only a character cut at the end of the read part can be incomplete (stored text is valid UTF-8).
+    return data.decode("utf-8", errors="ignore")[:INDEX_CHARS]
 _TOKENIZE = "tokenize='porter unicode61 remove_diacritics 2'"
 # Per-connection TEMP tables: a scratch index with the turn index's tokenizer (each captured
 # batch is tokenized there once, for its statistics) and views of both indexes' terms.

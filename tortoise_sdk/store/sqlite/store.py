@@ -41,7 +41,7 @@ from .migrations import SQLITE_MIGRATIONS, migrate_sqlite
 from .opening import damaged, inspect_file, read_only_uri, refused_as_read_only
 from .ranking import INDEXED_TURN_COLUMNS as _INDEXED_COLUMNS
 from .ranking import TURN_COLUMNS as _TURN_COLUMNS
-from .ranking import SQLiteRankingMixin
+from .ranking import SQLiteRankingMixin, with_heads
 from .subagents import SQLiteSubagentMixin, fill_subagent_turns
 
 __all__ = ("SQLiteStore",)
@@ -491,7 +491,7 @@ class SQLiteStore(SQLiteRankingMixin, SQLiteExtractionMixin, SQLiteSubagentMixin
                     f" WHERE t.namespace = ? AND t.session_id = ? AND t.idx IN ({marks})",
                     [namespace, session_id, *idx],
                 ).fetchall()
-                out.extend(_hit(r, 0.0) for r in rows)
+                out.extend(_hit(r, 0.0) for r in with_heads(c, rows, 7))
         return out
 
     def candidate_turns(self, namespace: str, weighted_terms: Mapping[str, float], *, k: int,
@@ -527,6 +527,7 @@ class SQLiteStore(SQLiteRankingMixin, SQLiteExtractionMixin, SQLiteSubagentMixin
                 f" WHERE +t.namespace = ? AND t.rowid IN ({marks})",
                 [namespace, *top],
             ).fetchall()
+            rows = with_heads(c, rows, 8)
         hits = [(r[0], SearchHit(turn_id=r[1], external_id=r[2], session_id=r[3], session_date=r[4], index=r[5],
                                  role=r[6], name=r[7], content=r[8], score=scores[r[0]])) for r in rows]
         hits.sort(key=lambda x: (-x[1].score, -x[0]))
