@@ -12,7 +12,7 @@ Three bounds, each for a way a call can wait:
 
 ``Health`` remembers whether the latest connection attempt failed, so a pool wait that ran out
 while the server refuses connections reports that (``StoreError`` naming libpq's reason), not a
-busy pool.
+busy pool (``StoreTimeout``).
 """
 
 from __future__ import annotations

@@ -62,9 +62,6 @@ _TX_ATTEMPTS = 8
 #: TCP keepalives on every connection (libpq names; a URL that sets one keeps its own): a server
 #: gone from the network is noticed in about 25 s even on an idle pooled connection.
 _KEEPALIVES = {"keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5, "keepalives_count": 3}
-#: When the latest connection attempt failed, a call waits at most this long for the pool to
-#: reconnect before it reports the server's refusal (StoreError), instead of its whole bound.
-_DOWN_WAIT_S = 1.0
 
 
 def _retryable(exc: BaseException) -> bool:
@@ -98,8 +95,7 @@ class PostgresStore(PostgresExtractionMixin, PostgresSubagentMixin, PostgresForg
         timeout_s: the bound on each call (waiting for a pooled connection, then its statements),
             or None for none; an enclosing ``store.deadline.within`` scope can only shorten it.
             Past it the call raises ``StoreTimeout``, even with the server frozen: the connection
-            is then dropped. A server that refuses connections gives ``StoreError`` within
-            about a second.
+            is then dropped; ``StoreError`` with libpq's reason when the server refused to connect.
     """
 
     PARAM = "%s"
@@ -196,10 +192,8 @@ class PostgresStore(PostgresExtractionMixin, PostgresSubagentMixin, PostgresForg
         """A pooled connection for a call that must end by ``at``: the pool wait, and the call's
         time on it (watched: past ``at`` its socket is shut and it is dropped), raise ``StoreTimeout``."""
         left = remaining(at)
-        down = self._health.down_reason is not None
-        wait = self._pool.timeout if left is None else max(left, 0.001)
         try:
-            conn = self._pool.getconn(timeout=min(wait, _DOWN_WAIT_S) if down else wait)
+            conn = self._pool.getconn(timeout=self._pool.timeout if left is None else max(left, 0.001))
         except PoolTimeout as exc:
             reason = self._health.down_reason
             if reason is not None:
