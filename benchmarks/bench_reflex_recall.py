@@ -186,7 +186,7 @@ def cross(ablations: bool) -> int:
                                               q.evidence))
         _open(db, stems)
         shipped = {stem: _evaluate(stem, {}) for stem in stems}
-        off_all = {k: v[0] for m in METHODS.values() for k, v in m.items()}
+        off_all = {switch: values[0] for m in METHODS.values() for switch, values in list(m.items())[:1]}
 
         def forced(names: tuple[str, ...]) -> dict[str, list[object]]:
             grid: dict[str, list[object]] = {}
