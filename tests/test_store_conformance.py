@@ -819,6 +819,19 @@ def test_analyze_gives_the_index_stems(store: Store):
     assert store.analyze(["Working at the CAFÉS", ""]) == [["work", "at", "the", "cafe"], []]
 
 
+def test_analyze_of_a_long_text_is_the_same_every_time(store: Store):
+    """SQLite keeps a long text's stems whole between calls: the same stems, of the indexed head only,
+    and a caller changing the list it got changes nothing for the next one."""
+    from tortoise_sdk.search import INDEX_CHARS
+
+    paste = "Working at the CAFÉS today " * 2_000
+    first = store.analyze([paste, "short cafés"])
+    assert first[0] == store.analyze([paste[:INDEX_CHARS]])[0] and first[0][:4] == ["work", "at", "the", "cafe"]
+    first[0].clear()
+    again = store.analyze(["short cafés", paste])
+    assert again[1] == store.analyze([paste[:INDEX_CHARS]])[0] != [] and again[0] == ["short", "cafe"]
+
+
 def test_term_stats_count_content_and_speaker_name_separately(store: Store, ns):
     word = f"quokka{uuid.uuid4().hex[:6]}"
     store.capture(ns, req("s1", [f"a {word} here", {"role": "user", "name": word, "content": f"{word} again"},

@@ -50,6 +50,8 @@ T = TypeVar("T")
 
 _WORD = re.compile(r"[^\W_]+")
 _STEM_CACHE_MAX = 200_000
+_LONG_TEXT = 2_048  # characters; longer texts keep their stems whole (_LONG_TEXTS_MAX of them)
+_LONG_TEXTS_MAX = 64
 _MAX_READERS = 8
 _PROGRESS_STEPS = 1_000  # SQLite VM steps between deadline checks while a statement runs
 
@@ -105,6 +107,7 @@ class SQLiteStore(SQLiteRankingMixin, SQLiteExtractionMixin, SQLiteSubagentMixin
         self._lock = threading.RLock()
         self._local = threading.local()
         self._stem_cache: dict[str, tuple[str, ...]] = {}
+        self._long_texts: dict[str, list[str]] = {}
         # Idle read connections (None for ":memory:", whose data only its own connection sees).
         self._readers: queue.LifoQueue[_Connection] | None = None if self.path == ":memory:" else queue.LifoQueue()
         self._opened_readers = 0
@@ -456,7 +459,12 @@ class SQLiteStore(SQLiteRankingMixin, SQLiteExtractionMixin, SQLiteSubagentMixin
         # Words are stemmed by a per-connection TEMP FTS5 table with the turn index's tokenizer:
         # the exact stems the index holds, with no schema change and no second stemmer. Each
         # word is analysed once per connection (a bounded cache), so a warm call is dict lookups.
-        words = [_WORD.findall(indexed_text(t).lower()) for t in texts]
+        texts = [indexed_text(t) for t in texts]
+        # A long text (a pasted log's head) comes back in every block it is a candidate for: its
+        # stems are kept whole, so it is not split into words again each time.
+        long = self._long_texts
+        known = [long.get(t) if len(t) > _LONG_TEXT else None for t in texts]
+        words = [[] if k is not None else _WORD.findall(t.lower()) for t, k in zip(texts, known)]
         cache = self._stem_cache
         unknown = list(dict.fromkeys(w for ws in words for w in ws if w not in cache))
         if unknown:
@@ -474,7 +482,19 @@ class SQLiteStore(SQLiteRankingMixin, SQLiteExtractionMixin, SQLiteSubagentMixin
                 stems.setdefault(doc, []).append(term)
             for i, w in enumerate(unknown):
                 cache[w] = tuple(stems.get(i + 1, ()))
-        return [[s for w in ws for s in cache.get(w, ())] for ws in words]
+        out = []
+        for t, ws, k in zip(texts, words, known):
+            if k is not None:
+                out.append(list(k))
+                continue
+            stems = [s for w in ws for s in cache.get(w, ())]
+            if len(t) > _LONG_TEXT:
+                if len(long) >= _LONG_TEXTS_MAX:
+                    long.clear()
+                long[t] = stems
+                stems = list(stems)
+            out.append(stems)
+        return out
 
     def turns_at(self, namespace: str, positions: Sequence[tuple[str, int]]) -> list[SearchHit]:
         by_session: dict[str, list[int]] = {}
