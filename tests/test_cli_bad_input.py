@@ -70,7 +70,8 @@ BAD = [
 ]
 
 READ_COMMANDS = ["search helix", "sessions", "memories", "context --window {f:window.jsonl}", "expand t_0",
-                 "export {missing}.graphml", "subagents", "stats", "extract s1"]
+                 "export {missing}.graphml", "subagents", "stats", "extract s1", "flush",
+                 "flush --session s1 --model openai/gpt-4o-mini"]
 
 
 @pytest.fixture

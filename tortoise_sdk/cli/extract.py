@@ -72,7 +72,8 @@ def _jobs_exit(mem: object, jobs: list[JobInfo]) -> int:
 
 
 def _cmd_flush(args: argparse.Namespace) -> int:
-    with open_memory(args, **model_options(args)) as mem:
+    # Nothing can be pending in a database that does not exist: a mistyped --db is refused, not created empty.
+    with open_memory(args, create=False, **model_options(args)) as mem:
         jobs = mem.flush(args.session)
         if args.json:
             emit_json(jobs)
