@@ -138,6 +138,8 @@ def test_auth_error_is_fatal(vcr: Any, model_endpoint: ModelEndpoint) -> None:
 
     assert (caught.value.error_class, caught.value.status_code) == ("auth", 401)
     assert "api_key" in str(caught.value)  # the message says what to do
+    # The server checked the key it was sent: a dummy key for a keyless server is not the advice.
+    assert "refused the key it was sent" in str(caught.value) and "--api-key x" not in str(caught.value)
     assert len(wire(vcr, model_endpoint)) == 1
     assert stage_stats(client, "s1")["errors"] == {"auth": 1}
     assert stage_stats(client, "s1")["retries"] == 0
@@ -413,7 +415,7 @@ def test_missing_key_is_auth_naming_the_variable(monkeypatch: pytest.MonkeyPatch
 
     assert (caught.value.error_class, caught.value.status_code) == ("auth", None)
     assert "OPENAI_API_KEY" in str(caught.value) and "api_key=" in str(caught.value)
-    assert "--api-key" in str(caught.value)
+    assert "--api-key" in str(caught.value) and "refused the key it was sent" not in str(caught.value)
     assert client.stats["s1"].errors == {"auth": 1} and client.stats["s1"].retries == 0
 
 

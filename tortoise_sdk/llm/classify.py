@@ -66,6 +66,8 @@ _AUTH_WORDS = (
     "invalid_api_key",
     "api key not valid",
 )
+# The client had no key to send (these never come from a server that checked one).
+_MISSING_KEY_WORDS = ("missing credentials", "api_key client option must be set", "no api key provided")
 _NOT_FOUND_WORDS = ("model_not_found", "does not exist", "no such model", "unknown model", "model not found")
 
 _UNREACHABLE_NAMES = frozenset(
@@ -109,7 +111,7 @@ def map_error(exc: BaseException, *, model: str | None = None, api_base: str | N
             detail = f"{detail.rstrip('. ')} ({root})"
     message = f"{model or 'model'} call failed ({error_class}"
     message += f", HTTP {status})" if status else ")"
-    message += f": {detail}. {_hint(error_class, model, api_base)}".rstrip()
+    message += f": {detail}. {_hint(error_class, model, api_base, key_sent=_key_sent(exc, status))}".rstrip()
     kind = ModelTimeout if error_class == "timeout" else ModelError
     return kind(message, model=model, status_code=status, error_class=error_class, body=_body(exc))
 
@@ -129,9 +131,19 @@ def key_variables(model: str | None) -> list[str]:
     return [f"{provider.upper()}_API_KEY"] if provider else []
 
 
-def _hint(error_class: str, model: str | None, api_base: str | None) -> str:
+def _key_sent(exc: BaseException, status: int | None) -> bool:
+    """Whether the server answered a key it was sent (401/403), not the client finding none to send."""
+    text = str(exc).lower()
+    return status is not None and not any(w in text for w in _MISSING_KEY_WORDS)
+
+
+def _hint(error_class: str, model: str | None, api_base: str | None, *, key_sent: bool = False) -> str:
     if error_class == "auth":
         names = key_variables(model)
+        if key_sent:  # a dummy key for a keyless local server would not help: this server checks keys
+            where = f"{' or '.join(names)} if no key is passed" if names else "the provider's key variable"
+            return (f"the server refused the key it was sent: check the key given by api_key= "
+                    f"(CLI: --api-key or TORTOISE_API_KEY), else {where}, and that it may use this model")
         where = f"set {' or '.join(names)}" if names else "set the provider's key variable"
         local = " (a local server that takes any key still needs one: --api-key x)" if api_base else ""
         return (f"the key is missing or was refused: {where}, or pass api_key= "
