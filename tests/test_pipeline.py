@@ -136,6 +136,7 @@ def test_rate_limit_then_success(tmp_path: Any, model_endpoint: ModelEndpoint) -
         assert (report.stages["s2"].calls, report.stages["s2"].retries) == (1, 1)
         assert report.stages["s2"].errors == {"rate_limit": 1}
         assert report.stages["total"].retries == 1
+        assert report.stages["total"].errors == {"rate_limit": 1}  # the run's census sums the stages'
         assert report.outcomes == {"ADD": 7}
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -157,7 +158,8 @@ async def aextract_session(store: Store, namespace: str, session_id: str, *, llm
                                      retries=sum(s.retries for s in stages.values()),
                                      prompt_tokens=_sum(s.prompt_tokens for s in stages.values()),
                                      completion_tokens=_sum(s.completion_tokens for s in stages.values()),
-                                     cost_usd=_sum(s.cost_usd for s in stages.values()))
+                                     cost_usd=_sum(s.cost_usd for s in stages.values()),
+                                     errors=dict(sum((Counter(s.errors) for s in stages.values()), Counter())))
         counts = dict(result.counts) if result else {}
         if rejected:
             counts["rejected"] = rejected
