@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -157,13 +158,17 @@ def test_cli_capture_extract_memories_worker(tmp_path: Path, stub_model: Any, ca
     model = ["--model", "openai/stub-model", "--api-base", stub.base_url]
     assert main(["--db", db, "capture", str(turns), "--session", "demo-1", "--date", DEMO["demo-1"]["date"],
                  "--extract", "background", *model]) == 0
-    assert "queued" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "queued" in out and "`tortoise flush`" in out  # what to run, in the command line's terms
     assert main(["--db", db, "worker", "--once", *model]) == 0  # 7 evidence turns of 20: not due yet
-    assert capsys.readouterr().out == ""
+    assert re.fullmatch(r"no job due \(1 pending, the next due at \S+; `tortoise flush` runs them now\)\n",
+                        capsys.readouterr().out)
     assert main(["--db", db, "flush", "--session", "demo-1", *model]) == 0
     assert " demo-1: done (attempt 1)" in capsys.readouterr().out
     assert main(["--db", db, "flush", *model]) == 0
     assert capsys.readouterr().out == "nothing pending\n"
+    assert main(["--db", db, "worker", "--once", *model]) == 0
+    assert capsys.readouterr().out == "no job queued\n"
     assert main(["--db", db, "memories", "--json"]) == 0
     records = json.loads(capsys.readouterr().out)
     assert len(records) == 7 and records[0]["sources"][0]["external_id"] == "d1-1"

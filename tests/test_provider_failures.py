@@ -220,7 +220,7 @@ def test_cli_exit_3_when_turns_are_stored_and_extraction_failed(tmp_path: Path, 
         mem.capture("demo-3", DEMO["demo-1"]["turns"], extract="background")
     code, out, err = run_cli(capsys, "--db", db, "worker", "--once", *model)
     assert code == 3
-    assert "demo-3: pending (attempt 1)" in out and ", due again at " in out
+    assert "demo-3: pending (attempt 1)" in out and ", due again at " in out and "`tortoise flush` runs it now" in out
     assert "tortoise: extraction of demo-3 failed" in err and "unreachable" in err
     assert "extraction skipped, no model was called" in err  # the breaker: no further job was leased
     with Memory(db) as mem:

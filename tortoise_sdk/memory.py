@@ -766,7 +766,7 @@ class Memory:
                 status="queued", job_id=job.job_id,
                 reason=f"due {due} ({job.waiting_turns} of {self.extract_every} evidence turns waiting, or "
                        f"{self.idle_s:g} s without a capture); run by `tortoise worker` or mem.process_pending(), "
-                       "now by mem.flush()"))
+                       "now by mem.flush() or `tortoise flush`"))
         report = self._extract(receipt.session_id, receipt)
         return receipt.model_copy(update={"extraction": report})
 

@@ -55,7 +55,7 @@ def _register_extract(sub: argparse._SubParsersAction) -> None:
 def _print_job(job: JobInfo) -> None:
     print(f"job {job.job_id} {job.session_id}: {job.status} (attempt {job.attempts})"
           + (f" - {job.errors[-1]}" if job.errors and job.status != "done" else "")
-          + (f", due again at {job.due_at.isoformat(timespec='seconds')}"
+          + (f", due again at {job.due_at.isoformat(timespec='seconds')} (`tortoise flush` runs it now)"
              if job.status == "pending" and job.due_at is not None else ""), flush=True)
     if job.status != "done" and job.errors:
         print(f"tortoise: extraction of {job.session_id} failed (job {job.job_id}, attempt {job.attempts}): "
@@ -104,7 +104,18 @@ def _cmd_worker(args: argparse.Namespace) -> int:
 
     with open_memory(args, **model_options(args)) as mem:
         mem.run_worker(poll_s=args.poll, once=args.once, max_jobs=args.max_jobs, on_job=on_job)
+        if args.once and not ran:
+            print(_nothing_due(mem.store.jobs(mem.namespace, status="pending")), flush=True)
         return _jobs_exit(mem, ran)
+
+
+def _nothing_due(pending: list[JobInfo]) -> str:
+    """What ``worker --once`` says when no job ran: none queued, or when the next one is due."""
+    if not pending:
+        return "no job queued"
+    due = [j.due_at for j in pending if j.due_at is not None]
+    when = f", the next due at {min(due).isoformat(timespec='seconds')}" if due else ""
+    return f"no job due ({len(pending)} pending{when}; `tortoise flush` runs them now)"
 
 
 def _register_worker(sub: argparse._SubParsersAction) -> None:
