@@ -5,9 +5,11 @@ Three bounds, each for a way a call can wait:
 - the server's own ``statement_timeout``, set to the call's remaining budget (``store.deadline``)
   before a statement when the connection's setting is not already close to it, so a slow query or
   a lock wait is cancelled by the server and the connection stays usable;
-- a watchdog thread that shuts the socket of a connection whose call is past its deadline: a
-  frozen server (SIGSTOP, a paused VM) cancels nothing and answers nothing, and only the client
-  can stop waiting; the connection is then closed, never handed out again;
+- a watchdog thread that shuts the socket of a connection whose call is ``GRACE_S`` past its
+  deadline: a frozen server (SIGSTOP, a paused VM) cancels nothing and answers nothing, and only the
+  client can stop waiting; the connection is then closed, never handed out again. The grace lets
+  a live server's own cancellation arrive first, so a call that merely ran long keeps its
+  connection (a reconnect would cost the next call more than the grace);
 - the pool wait, bounded by the same budget by the store (``getconn(timeout=...)``).
 
 ``Health`` remembers whether the latest connection attempt failed, so a pool wait that ran out
@@ -29,7 +31,11 @@ from psycopg import errors as pg_errors
 
 from ..deadline import remaining
 
-__all__ = ("Health", "TimedConnection", "bound_statements", "connection_class", "is_statement_timeout", "watchdog")
+__all__ = ("GRACE_S", "Health", "TimedConnection", "bound_statements", "connection_class", "is_statement_timeout",
+           "watchdog")
+
+#: How long past a call's deadline the watchdog waits for the server's own statement_timeout.
+GRACE_S = 0.1
 
 
 class Health:
@@ -111,13 +117,13 @@ class _Watchdog:
         self._thread: threading.Thread | None = None
 
     def arm(self, conn: psycopg.Connection, at: float | None) -> int | None:
-        """Watch ``conn`` until ``disarm``; past ``at`` its socket is shut. None when there is no deadline."""
+        """Watch ``conn`` until ``disarm``; ``GRACE_S`` past ``at`` its socket is shut. None when there is no deadline."""
         if at is None:
             return None
         with self._cond:
             token = next(self._ids)
             self._armed[token] = conn
-            heapq.heappush(self._heap, (at, token))
+            heapq.heappush(self._heap, (at + GRACE_S, token))
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="tortoise-pg-watchdog", daemon=True)
                 self._thread.start()
