@@ -192,6 +192,30 @@ def test_migrate_store_refuses_a_destination_that_holds_data(tmp_path, pg_url, c
         copy_store(str(tmp_path / "missing.db"), pg_url)
 
 
+def test_the_copy_leaves_planner_statistics_behind(tmp_path, pg_url):
+    """Without ANALYZE the reflex's reads on a fresh copy were planned blind until autovacuum came by
+    (context() p50 134 ms instead of 44 ms on a 20,000-item copy)."""
+    import time
+
+    import psycopg
+
+    src = str(tmp_path / "memory.db")
+    lite = open_store(src)
+    lite.capture("ns", _req("s1", ["I rented a kayak in Lisbon", "the kayak was red"]))
+    lite.close()
+    copy_store(src, pg_url)
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        stop = time.monotonic() + 10
+        while True:
+            unanalyzed = [r[0] for r in conn.execute(
+                "SELECT relname FROM pg_stat_user_tables WHERE relname IN ('turns', 'sessions', 'rank_terms')"
+                " AND last_analyze IS NULL ORDER BY relname")]
+            if not unanalyzed or time.monotonic() > stop:
+                break
+            time.sleep(0.1)
+    assert unanalyzed == []
+
+
 def test_a_turn_of_megabytes_is_copied_whole_and_ranks_the_same(tmp_path, pg_url):
     src = str(tmp_path / "memory.db")
     paste = "\n".join(f"line {i}: kayak rental log, paddle returned late" for i in range(40_000))  # ~1.7 MB
