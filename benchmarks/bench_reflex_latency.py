@@ -14,17 +14,23 @@ run, not runs.
 pasted 5 MB logs (each line full of the names, pets, places and activities the questions use),
 and each query is timed on both stores in turn, so the two columns share the machine's load.
 Goal: the same p95 with the pastes as without, and no block degraded at the default 50 ms budget.
+With ``--engine postgres`` both stores are copied (``migrate-store``) into two fresh databases on
+``$TORTOISE_TEST_PG_URL``'s server (dropped afterwards) and timed there.
 
 Usage::
 
     .venv/bin/python benchmarks/bench_reflex_latency.py [--sizes 10000 100000] [--queries 300]
-    .venv/bin/python benchmarks/bench_reflex_latency.py --sizes 100000 --pastes 3
+    .venv/bin/python benchmarks/bench_reflex_latency.py --sizes 100000 --pastes 3 [--engine postgres]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import random
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 import shutil
 import statistics
 import sys
@@ -196,7 +202,28 @@ def paste(rng: random.Random) -> str:
     return "\n".join(lines)
 
 
-def run_pastes(sizes: list[int], n_queries: int, n_pastes: int) -> int:
+@contextmanager
+def _postgres_copy(sqlite_path: Path) -> Iterator[str]:
+    """A fresh database on the test server holding a copy of ``sqlite_path``; dropped afterwards."""
+    import psycopg
+
+    from tortoise_sdk.store.copy import copy_store
+
+    base = os.environ.get("TORTOISE_TEST_PG_URL") or "postgresql://postgres@127.0.0.1:5432/postgres"
+    name = f"tortoise_bench_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    url = base.rsplit("/", 1)[0] + f"/{name}"
+    try:
+        copy_store(str(sqlite_path), url)
+        yield url
+    finally:
+        with psycopg.connect(base, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def run_pastes(sizes: list[int], n_queries: int, n_pastes: int, engine: str = "sqlite") -> int:
+    print(f"engine: {engine}")
     print(f"{'items':>8} {'pastes':>6} | {'without: p50':>12} {'p95':>7} {'max':>7} {'degraded@50ms':>13} | "
           f"{'with: p50':>9} {'p95':>7} {'max':>7} {'degraded@50ms':>13} | {'same pointers':>13} "
           f"{'paste pointed':>13}")
@@ -205,40 +232,50 @@ def run_pastes(sizes: list[int], n_queries: int, n_pastes: int) -> int:
             plain_path, pasted_path = Path(tmp) / "plain.db", Path(tmp) / "pasted.db"
             build(plain_path, size).close()
             shutil.copyfile(plain_path, pasted_path)
-            plain, pasted = Memory(str(plain_path), namespace="bench"), Memory(str(pasted_path), namespace="bench")
-            rng = random.Random(5)
-            for i in range(n_pastes):
-                pasted.capture(f"paste-{i}", [{"role": "user", "content": paste(rng)},
-                                              {"role": "assistant", "content": "that log shows retries"}],
-                               extract=False)
-            qs = queries(n_queries)
-            for q in qs[:20]:
-                for mem in (plain, pasted):
-                    mem.context([{"role": "user", "content": q}], budget=5, time_budget_ms=None)
-            lat: dict[str, list[float]] = {"plain": [], "pasted": []}
-            degraded = {"plain": 0, "pasted": 0}
-            same = pointed = 0
-            for i, q in enumerate(qs):
-                window = [{"role": "user", "content": q}]
-                ids = {}
-                pair = [("plain", plain), ("pasted", pasted)]
-                for name, mem in pair if i % 2 else pair[::-1]:  # alternate which store goes first
-                    t = time.perf_counter()
-                    block = mem.context(window, budget=5, time_budget_ms=None)
-                    lat[name].append((time.perf_counter() - t) * 1000)
-                    ids[name] = [p.id for p in block.pointers]
-                    degraded[name] += mem.context(window, budget=5).degraded_reason is not None  # 50 ms default
-                same += ids["plain"] == ids["pasted"]
-                pointed += any(p.session_id.startswith("paste-") for p in pasted.context(window, budget=5,
-                               time_budget_ms=None).pointers if p.session_id)
-            row = [f"{size:>8} {n_pastes:>6}"]
-            for name in ("plain", "pasted"):
-                row.append(f"{pct(lat[name], 50):>10.2f}ms {pct(lat[name], 95):>5.2f}ms {max(lat[name]):>5.1f}ms "
-                           f"{degraded[name]:>13}")
-            print(" | ".join(row) + f" | {same:>9}/{len(qs)} {pointed:>13}")
-            plain.close()
-            pasted.close()
+            if engine == "postgres":
+                with _postgres_copy(plain_path) as plain_url, _postgres_copy(pasted_path) as pasted_url:
+                    _time_pastes(size, Memory(plain_url, namespace="bench"), Memory(pasted_url, namespace="bench"),
+                                 n_queries, n_pastes)
+            else:
+                _time_pastes(size, Memory(str(plain_path), namespace="bench"),
+                             Memory(str(pasted_path), namespace="bench"), n_queries, n_pastes)
     return 0
+
+
+def _time_pastes(size: int, plain: Memory, pasted: Memory, n_queries: int, n_pastes: int) -> None:
+    """Add the pastes to ``pasted``, then time each query on both stores in turn and print the row."""
+    rng = random.Random(5)
+    for i in range(n_pastes):
+        pasted.capture(f"paste-{i}", [{"role": "user", "content": paste(rng)},
+                                      {"role": "assistant", "content": "that log shows retries"}],
+                       extract=False)
+    qs = queries(n_queries)
+    for q in qs[:20]:
+        for mem in (plain, pasted):
+            mem.context([{"role": "user", "content": q}], budget=5, time_budget_ms=None)
+    lat: dict[str, list[float]] = {"plain": [], "pasted": []}
+    degraded = {"plain": 0, "pasted": 0}
+    same = pointed = 0
+    for i, q in enumerate(qs):
+        window = [{"role": "user", "content": q}]
+        ids = {}
+        pair = [("plain", plain), ("pasted", pasted)]
+        for name, mem in pair if i % 2 else pair[::-1]:  # alternate which store goes first
+            t = time.perf_counter()
+            block = mem.context(window, budget=5, time_budget_ms=None)
+            lat[name].append((time.perf_counter() - t) * 1000)
+            ids[name] = [p.id for p in block.pointers]
+            degraded[name] += mem.context(window, budget=5).degraded_reason is not None  # 50 ms default
+        same += ids["plain"] == ids["pasted"]
+        pointed += any(p.session_id.startswith("paste-") for p in pasted.context(window, budget=5,
+                       time_budget_ms=None).pointers if p.session_id)
+    row = [f"{size:>8} {n_pastes:>6}"]
+    for name in ("plain", "pasted"):
+        row.append(f"{pct(lat[name], 50):>10.2f}ms {pct(lat[name], 95):>5.2f}ms {max(lat[name]):>5.1f}ms "
+                   f"{degraded[name]:>13}")
+    print(" | ".join(row) + f" | {same:>9}/{len(qs)} {pointed:>13}")
+    plain.close()
+    pasted.close()
 
 
 if __name__ == "__main__":
@@ -246,5 +283,7 @@ if __name__ == "__main__":
     ap.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
     ap.add_argument("--queries", type=int, default=300)
     ap.add_argument("--pastes", type=int, default=0, help="compare with a copy holding this many 5 MB pastes")
+    ap.add_argument("--engine", choices=["sqlite", "postgres"], default="sqlite", help="for --pastes")
     args = ap.parse_args()
-    sys.exit(run_pastes(args.sizes, args.queries, args.pastes) if args.pastes else run(args.sizes, args.queries))
+    sys.exit(run_pastes(args.sizes, args.queries, args.pastes, args.engine) if args.pastes
+             else run(args.sizes, args.queries))
