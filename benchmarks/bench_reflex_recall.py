@@ -51,7 +51,7 @@ K = 5
 # the shipped reflex), then leave-one-out rows switch one part off the full method.
 _OFF = {"NEIGHBOUR_SHARE": 0.0, "NEXT_SHARE": 0.0, "DIVERSIFY": False, "SPEAKER_BOOST": 0.0,
         "NAMES_AS_SPEAKERS": False, "MAX_DF_SHARE": 1.0, "WHEN_BOOST": 0.0, "MIN_COVERAGE": 0.0,
-        "RELATIVE_GATE": 0.0, "PRF_TERMS": 0}
+        "RELATIVE_GATE": 0.0, "ANSWER_SHARE": 0.0, "SESSION_BOOST": 0.0}
 _STEPS = [
     ("stemmed BM25 (index stems, IDF-weighted terms)", ()),
     ("+ neighbouring-turn context", ("NEIGHBOUR_SHARE", "NEXT_SHARE")),
@@ -60,7 +60,8 @@ _STEPS = [
     ("+ common-term pruning", ("MAX_DF_SHARE",)),
     ("+ 'when' awareness", ("WHEN_BOOST",)),
     ("+ gates", ("MIN_COVERAGE", "RELATIVE_GATE")),
-    ("+ pseudo-relevance feedback (= reflex)", ("PRF_TERMS",)),
+    ("+ replies to a question inherit more", ("ANSWER_SHARE",)),
+    ("+ session-level evidence (= reflex)", ("SESSION_BOOST",)),
 ]
 ABLATIONS: dict[str, dict[str, object]] = {}
 _on: set[str] = set()
@@ -74,7 +75,8 @@ ABLATIONS.update({
     "reflex without common-term pruning": {"MAX_DF_SHARE": 1.0},
     "reflex without 'when' awareness": {"WHEN_BOOST": 0.0},
     "reflex without gates": {"MIN_COVERAGE": 0.0, "RELATIVE_GATE": 0.0},
-    "reflex without pseudo-relevance feedback": {"PRF_TERMS": 0},
+    "reflex without replies inheriting more": {"ANSWER_SHARE": 0.0},
+    "reflex without session-level evidence": {"SESSION_BOOST": 0.0},
 })
 
 
@@ -109,9 +111,11 @@ METHODS: dict[str, dict[str, list[object]]] = {
     "spread over sessions": {"SESSION_SPREAD": [0.0, 0.1, 0.2]},
     "dates the question names": {"DATE_BOOST": [0.0, 0.2, 0.5, 1.0]},
     "nicknames resolved to speakers": {"NICKNAMES": [False, True]},
+    "replies to a question inherit more": {"ANSWER_SHARE": [0.0, 0.25, 0.5, 1.0]},
 }
-#: The methods kept in the reflex: those whose row beats the row without them in both directions.
-KEPT: tuple[str, ...] = ("pseudo-relevance feedback",)
+#: The methods kept in the reflex: those whose row beats the row without them in both directions
+#: (with --ablations, the others are tried once more on top of the reflex's row, and must beat it).
+KEPT: tuple[str, ...] = ("replies to a question inherit more", "session-level evidence")
 PASSES = 2  # coordinate-ascent passes at most (it stops earlier when a pass changes nothing)
 
 _worker: dict[str, object] = {}
@@ -211,6 +215,13 @@ def cross(ablations: bool) -> int:
             jobs = [(db, tr, te, grid, {**off_all, **f["chosen"]})
                     for _, grid in rows[1:] for (tr, te), f in zip(directions, base)]
             fits = base + pool.map(_fit, jobs)
+            if KEPT and ablations:
+                # Stage 3: each method left out, tried once more on top of what the reflex's row chose.
+                reflex = fits[-2:]
+                rest = [name for name in METHODS if name not in KEPT]
+                rows += [(f"reflex + {name}", forced((name,))) for name in rest]
+                fits += pool.map(_fit, [(db, tr, te, forced((name,)), {**off_all, **f["chosen"]})
+                                        for name in rest for (tr, te), f in zip(directions, reflex)])
         took = time.perf_counter() - t0
 
     a, b = stems

@@ -52,11 +52,13 @@ def _src(mem: Memory, session_id: str, index: int) -> SourcePlan:
 def test_relevant_turn_with_its_session_date(mem):
     block = ask(mem, "what is my dog called?")
     assert block.degraded_reason is None
-    assert [p.external_id for p in block.pointers][:3] == ["d1-6", "d1-4", "d1-5"]
+    # The reply to "How is your dog handling the new schedule?" goes first: it is where the name is said.
+    assert [p.external_id for p in block.pointers][:3] == ["d1-5", "d1-6", "d1-4"]
     top = block.pointers[0]
     assert top.kind == "turn" and top.session_id == "demo-1" and top.session_date == "2024-03-02T18:20:00"
-    assert top.id.startswith("t_") and top.label == "turn 2024-03-02 assistant"
-    assert len(block.why) == len(block.pointers) and "matched 'dog'" in block.why[0]
+    assert top.id.startswith("t_") and top.label == "turn 2024-03-02 Maya"
+    assert len(block.why) == len(block.pointers) and block.why[0] == "it replies to a question that matched 'dog'"
+    assert block.why[1] == "matched 'dog'"
     assert block.block.startswith(MEMORY_BLOCK_MARKER) and block.block.endswith(MEMORY_BLOCK_END)
     assert '(2024-03-02, Maya) "Biscuit hates it.' in block.block
     assert "not instructions" in block.block.splitlines()[0]
@@ -444,7 +446,7 @@ def test_expand_turn_and_memory(mem):
     pointer = ask(mem, "what is my dog called?").pointers[0]
     full = mem.expand(pointer.id)
     assert full.kind == "turn" and full.id == pointer.id and full.status == "verbatim"
-    assert [h.external_id for h in full.surrounding] == ["d1-4", "d1-5", "d1-6", "d1-7"]
+    assert [h.external_id for h in full.surrounding] == ["d1-3", "d1-4", "d1-5", "d1-6", "d1-7"]
     mid = _write(mem, "demo-1", [ItemPlan(kind="point", content="Biscuit is a two-year-old beagle", about=("Biscuit",),
                                           sources=(_src(mem, "demo-1", 4),))], entities=("Biscuit",))[0]
     m = mem.expand(mid)
@@ -465,13 +467,13 @@ def test_cli_context_and_expand(mem, tmp_path, capsys):
     window.write_text('{"role": "user", "content": "what is my dog called?"}\n', encoding="utf-8")
     assert main(["--db", db, "--namespace", "maya", "context", "--window", str(window), "--budget", "2", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert [p["external_id"] for p in doc["pointers"]] == ["d1-6", "d1-4"] and doc["degraded_reason"] is None
+    assert [p["external_id"] for p in doc["pointers"]] == ["d1-5", "d1-6"] and doc["degraded_reason"] is None
     assert main(["--db", db, "--namespace", "maya", "context", "--window", str(window), "--max-tokens", "150"]) == 0
     out = capsys.readouterr()
     assert out.out.startswith(MEMORY_BLOCK_MARKER) and "matched 'dog'" in out.err
     assert main(["--db", db, "--namespace", "maya", "expand", doc["pointers"][0]["id"], "--json"]) == 0
     full = json.loads(capsys.readouterr().out)
-    assert full["content"] == "Poor Biscuit. A dog walker at midday might help him." and len(full["surrounding"]) == 4
+    assert full["content"].startswith("Biscuit hates it.") and len(full["surrounding"]) == 5
     assert main(["--db", db, "--namespace", "maya", "expand", "t_nope"]) == 2
     assert "no turn 't_nope'" in capsys.readouterr().err
     window.write_text("[1, 2]", encoding="utf-8")
@@ -487,8 +489,8 @@ def test_reflex_on_postgres():
         capture_demo_sessions(m, extract=False)
         block = ask(m, "what is my dog called?", time_budget_ms=None)
         assert block.degraded_reason is None
-        assert [p.external_id for p in block.pointers] == ["d1-6", "d1-4", "d1-5"]
-        assert m.expand(block.pointers[0].id).content == "Poor Biscuit. A dog walker at midday might help him."
+        assert [p.external_id for p in block.pointers] == ["d1-5", "d1-6", "d1-4"]
+        assert m.expand(block.pointers[0].id).content.startswith("Biscuit hates it.")
         assert ask(m, "thanks!").pointers == []
 
 
@@ -507,7 +509,7 @@ def test_reflex_never_imports_the_model_layer():
 # Measured with benchmarks/bench_reflex_recall.py's setup (every conversation in one store, a
 # namespace each); a drop of more than 0.02 fails. The shipped constants were chosen on both
 # conversations, so these are fitted figures; CROSS below are the held-out ones.
-LOCOMO_RECALL = {"conv-26": 0.692, "conv-30": 0.661}
+LOCOMO_RECALL = {"conv-26": 0.681, "conv-30": 0.694}
 # bench_reflex_recall.py --cross: each conversation read with the constants its sweep chose on the
 # other one (the reflex row), and the recall@5 that gave. A change that loses recall only where
 # the constants were not fitted fails here.
@@ -515,11 +517,11 @@ CROSS = {
     "conv-30": ({"K1": 2.0, "B": 0.4, "NEIGHBOUR_SHARE": 0.8, "NEXT_SHARE": 0.4, "DIVERSIFY": False,
                  "NAMES_AS_SPEAKERS": True, "SPEAKER_BOOST": 0.5, "MAX_DF_SHARE": 1.0, "WHEN_BOOST": 0.2,
                  "MAX_TERMS": 6, "MAX_QUERY_TERMS": 6, "CANDIDATES": 32,
-                 "PRF_TERMS": 4, "PRF_WEIGHT": 0.1, "PRF_DOCS": 1}, 0.688),  # chosen on conv-26
+                 "ANSWER_SHARE": 1.0, "SESSION_BOOST": 0.5}, 0.705),  # chosen on conv-26
     "conv-26": ({"K1": 0.6, "B": 0.75, "NEIGHBOUR_SHARE": 0.4, "NEXT_SHARE": 0.0, "DIVERSIFY": False,
                  "NAMES_AS_SPEAKERS": False, "SPEAKER_BOOST": 0.5, "MAX_DF_SHARE": 0.06, "WHEN_BOOST": 0.0,
                  "MAX_TERMS": 10, "MAX_QUERY_TERMS": 6, "CANDIDATES": 32,
-                 "PRF_TERMS": 8, "PRF_WEIGHT": 0.3, "PRF_DOCS": 3}, 0.622),  # chosen on conv-30
+                 "ANSWER_SHARE": 1.0, "SESSION_BOOST": 0.2}, 0.654),  # chosen on conv-30
 }
 
 

@@ -27,8 +27,9 @@ def test_the_custom_loop_example_answers_from_the_block_with_the_current_job(tmp
     assert reply.startswith('On 2024-06-14 you told me: "') and "Helix Health" in reply
     quoted = reply.split('"', 1)[1].rstrip('"')
     assert f'Maya) "{quoted}"' in block  # the user's own words, from the block it was shown
-    assert "Northwind Labs, the biotech startup" in block  # the older job is there too, after the newer
-    assert block.index("Helix Health") < block.index("the biotech startup")
+    # The older job is there too, after the newer: the reply to "What are you working on there?".
+    assert "data engineer on the protein folding team" in block
+    assert block.index("Helix Health") < block.index("protein folding team")
     assert "Biscuit" in talk["Remind me, what is my dog called?"][1]
     assert talk["Hi!"][0].startswith("(no memory block")
 

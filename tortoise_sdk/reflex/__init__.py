@@ -14,13 +14,14 @@ Pipeline, each step one batched store read:
    every candidate in one read; memories (when the store has them) by full text, by entity
    and by one hop through the entities of the matched memories.
 4. **Scoring**: BM25 with the weights above, plus a share of the best neighbouring turn's
-   score (an answer often sits in the reply to the turn that names the topic) and a boost
-   for turns spoken by a person the query names; lists fused by reciprocal rank.
-   Identical texts keep one slot. **Pseudo-relevance feedback**: a few distinctive words of
-   the best-matching turn join the query at a small weight (one more full-text read), and the
-   widened pool is scored again; they never count toward the coverage gate. A present-tense
-   question ("now", "these days", "still") puts later turns that follow up the top turns, and
-   say what changed, before them.
+   score (an answer often sits in the reply to the turn that names the topic; a reply to a
+   turn that asks takes a larger share), a boost for turns spoken by a person the query
+   names and a lift for turns of sessions whose turns between them cover more of the query;
+   lists fused by reciprocal rank. Identical texts keep one slot. Pseudo-relevance feedback
+   (``feedback``: the best turns' distinctive words join the query) is there but off: it did
+   not hold on a conversation its constants were not chosen on. A present-tense question
+   ("now", "these days", "still") puts the later turns that follow up the top turns, and say
+   what changed, before them.
 5. **Gate** on the share of the query's weight a candidate (with its neighbour) covers, the
    **prior-mention rule**, then the **budget** (pointers and tokens) and the **frame**.
 

@@ -57,7 +57,8 @@ def _reasons(r: Reading, c: Candidate) -> list[str]:
     if c.matched & fed:
         reasons.append("shares " + said(c.matched & fed) + " with the best-matching turn")
     if c.nb_only:
-        reasons.append("its neighbouring turn matched " + said(c.nb_only))
+        reasons.append(("it replies to a question that matched " if c.answers else "its neighbouring turn matched ")
+                       + said(c.nb_only))
     if c.says_when:
         reasons.append("says when")
     if c.spoken and c.hit is not None:

@@ -110,6 +110,9 @@ def _steps(r: Reading, window: Sequence[Any], prior: Any, budget: int, max_token
             turns = score_turns(r, terms, content_terms, query, pool)
             r.tick()
     ranked = distinct(fuse([turns, *memory_candidates(r, terms, query, wants_change)]))
+    # What the window already shows goes before the present-tense step reads the top turns: this
+    # session's own question and reply must not take the places of the turns whose follow-ups it seeks.
+    ranked = not_in_window(ranked, msgs, session_id)
     r.tick()
     if tuning.PRESENT_TENSE and NOW.search(query):
         ranked = latest_first(ranked, later_on_topic(r, ranked, terms, pool))

@@ -71,16 +71,19 @@ def score_turns(r: Reading, terms: list[Term], content_terms: list[Term], query:
             said[sid] |= matched - fed
         session_share = {sid: min(1.0, sum(weights[s] for s in st) / total) for sid, st in said.items()}
     days = named_days(query) if tuning.DATE_BOOST else []
+    asks = frozenset(pos for pos, h in by_pos.items() if "?" in h.content) if tuning.ANSWER_SHARE else frozenset()
     cands = []
     for key, h in by_pos.items():
         score, matched = own[key]
         best_nb, nb_matched = 0.0, set()
-        for d, share in ((-1, tuning.NEIGHBOUR_SHARE), (1, tuning.NEXT_SHARE)):
+        for d, share in _shares(key, asks):
             nb = own.get((h.session_id, h.index + d))
             if nb:
                 nb_matched = nb_matched | nb[1]
                 best_nb = max(best_nb, share * nb[0])
         ctx = score + best_nb
+        prev = own.get((h.session_id, h.index - 1))
+        answers = bool(asks and prev and prev[0] and (h.session_id, h.index - 1) in asks)
         mult = 1.0
         says_when = when_q and bool(_TIME_WORDS.search(h.content))
         if says_when:
@@ -98,13 +101,22 @@ def score_turns(r: Reading, terms: list[Term], content_terms: list[Term], query:
             continue
         # Reasons are worded only for the few candidates that reach the block (see render.reasons).
         cands.append(Candidate(key=h.turn_id, kind="turn", text=h.content, hit=h, score=ctx, own=score,
-                               matched=matched, mult=mult, nb_only=(nb_matched - matched) if best_nb else set(),
+                               matched=matched, mult=mult, nb_only=(nb_matched - matched) if best_nb else set(), answers=answers,
                                says_when=says_when, spoken=spoken))
     cands.sort(key=lambda c: (-c.score, c.hit.session_id if c.hit else "", c.hit.index if c.hit else 0))
     if cands and tuning.RELATIVE_GATE:
         floor = cands[0].score * tuning.RELATIVE_GATE
         cands = [c for c in cands if c.score >= floor]
-    return diversify(cands, own) if tuning.DIVERSIFY or tuning.SESSION_SPREAD else cands
+    return diversify(cands, own, asks) if tuning.DIVERSIFY or tuning.SESSION_SPREAD else cands
+
+
+def _shares(pos: tuple[str, int], asks: frozenset[tuple[str, int]]) -> tuple[tuple[int, float], tuple[int, float]]:
+    """What a turn inherits of its previous and next turns' scores: more of a previous turn that asks
+    (``ANSWER_SHARE``), since a reply is where a question's answer is said."""
+    prev = tuning.NEIGHBOUR_SHARE
+    if asks and (pos[0], pos[1] - 1) in asks:
+        prev *= 1 + tuning.ANSWER_SHARE
+    return (-1, prev), (1, tuning.NEXT_SHARE)
 
 
 def _nicknames(query: str, content_terms: list[Term],
@@ -143,7 +155,8 @@ def _on_named_day(session_date: str | None, days: list[tuple[int | None, date, d
     return False
 
 
-def diversify(cands: list[Candidate], own: Mapping[tuple[str, int], tuple[float, set[str]]]) -> list[Candidate]:
+def diversify(cands: list[Candidate], own: Mapping[tuple[str, int], tuple[float, set[str]]],
+              asks: frozenset[tuple[str, int]] = frozenset()) -> list[Candidate]:
     """Greedy order in which a turn keeps only the neighbour share of neighbours not chosen yet
     (``DIVERSIFY``) and loses ``SESSION_SPREAD`` of its score per turn of its session chosen.
 
@@ -156,7 +169,7 @@ def diversify(cands: list[Candidate], own: Mapping[tuple[str, int], tuple[float,
         h = c.hit
         assert h is not None
         nbs.append([((h.session_id, h.index + d), share * own.get((h.session_id, h.index + d), (0.0, set()))[0])
-                    for d, share in ((-1, tuning.NEIGHBOUR_SHARE), (1, tuning.NEXT_SHARE))])
+                    for d, share in _shares((h.session_id, h.index), asks)])
     chosen: list[Candidate] = []
     taken: set[tuple[str, int]] = set()
     per_session: Counter[str] = Counter()
@@ -234,18 +247,20 @@ def distinct(ranked: list[Candidate]) -> list[Candidate]:
 
 
 def latest_first(ranked: list[Candidate], follow: Mapping[str, list[Candidate]]) -> list[Candidate]:
-    """A present-tense question's order: each top turn is preceded by the later turns that follow it up,
-    the latest first (at most ``RECENCY_PER_ANCHOR`` each); the earlier turn stays, after them."""
-    out: list[Candidate] = []
-    placed: set[str] = set()
+    """A present-tense question's order: the later turns that follow up the top turns go before all
+    of them, the latest first (at most ``RECENCY_PER_ANCHOR`` for each top turn); the earlier turns
+    stay, after them. Before any top turn, not just the one followed: which of the top turns an
+    answer's reply or its question ranks first must not decide whether what changed is seen."""
+    ups: list[Candidate] = []
+    seen: set[str] = set()
+    best = ranked[0].score if ranked else 0.0
     for c in ranked:
-        later = sorted((f for f in follow.get(c.key, ()) if f.key not in placed),
+        later = sorted((f for f in follow.get(c.key, ()) if f.key not in seen),
                        key=lambda f: session_day(f.hit), reverse=True)
         for f in later[: tuning.RECENCY_PER_ANCHOR]:
-            f.score = max(f.score, c.score)
-            out.append(f)
-            placed.add(f.key)
-        if c.key not in placed:
-            out.append(c)
-            placed.add(c.key)
-    return out
+            ups.append(f)
+            seen.add(f.key)
+    ups.sort(key=lambda f: session_day(f.hit), reverse=True)
+    for f in ups:
+        f.score = max(f.score, best)
+    return ups + [c for c in ranked if c.key not in seen]

@@ -7,6 +7,7 @@ one part off by setting an attribute of this module.
 from __future__ import annotations
 
 __all__ = (
+    "ANSWER_SHARE",
     "B",
     "CANDIDATES",
     "COMMON_DF_FLOOR",
@@ -75,12 +76,13 @@ RECENCY_PER_TERM = 50    # newest matches read per word in that search
 RECENCY_MIN_SHARED = 2   # words a later turn must share with a top turn to follow it up
 RECENCY_PER_ANCHOR = 2   # follow-ups placed before each top turn
 # Issue 16: methods tried with benchmarks/bench_reflex_recall.py --cross --ablations; only those that
-# improved both cross directions are on (see the README's ablation table). The others stay
-# switchable, at off, so the table can be re-measured.
-PRF_TERMS = 4            # pseudo-relevance feedback: words of the top turns added to the query (0 = off)
+# improved both cross directions are on (ANSWER_SHARE, SESSION_BOOST; see the README's ablation
+# table). The others stay switchable, at off, so the table can be re-measured.
+PRF_TERMS = 0            # off: pseudo-relevance feedback, words of the top turns added to the query
 PRF_DOCS = 1             # ... taken from this many top-ranked turns
 PRF_WEIGHT = 0.1         # ... the heaviest at this share of the weight of the query's strongest term
-SESSION_BOOST = 0.0      # off: relative lift for a turn by the share of the query's weight its session covers
+SESSION_BOOST = 0.2      # relative lift for a turn by the share of the query's weight its session's turns cover
 SESSION_SPREAD = 0.0     # off: a turn loses this share of its score per turn of its session already chosen
 DATE_BOOST = 0.0         # off: a question naming a date lifts turns of sessions held on (or just after) it
 NICKNAMES = False        # off: a query word that starts one speaker's name ("Mel") is that speaker
+ANSWER_SHARE = 1.0       # a turn inherits this much more of its previous turn's score when that turn asks a question
