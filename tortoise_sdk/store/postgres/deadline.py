@@ -127,7 +127,8 @@ class _Watchdog:
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="tortoise-pg-watchdog", daemon=True)
                 self._thread.start()
-            self._cond.notify()
+            if self._heap[0][1] == token:  # the earliest now: the thread must wake sooner than it planned
+                self._cond.notify()
         return token
 
     def disarm(self, token: int | None) -> bool:
