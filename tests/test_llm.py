@@ -419,6 +419,34 @@ def test_missing_key_is_auth_naming_the_variable(monkeypatch: pytest.MonkeyPatch
     assert client.stats["s1"].errors == {"auth": 1} and client.stats["s1"].retries == 0
 
 
+def test_a_model_name_without_its_provider_is_model_not_found_and_fatal() -> None:
+    # `--model llama3` for a local server (not openai/llama3): litellm refuses before sending anything,
+    # and every later stage would be refused the same way, so it is fatal, not a bad_request S2 and S4 repeat.
+    client = LLMClient(LLMConfig(model="llama3-local", api_base="http://127.0.0.1:9/v1", api_key="x", max_attempts=4))
+    with pytest.raises(ModelError) as caught:
+        client.complete("s1", prompt("Narrate."), chunk=0)
+
+    assert (caught.value.error_class, caught.value.status_code) == ("model_not_found", None)
+    assert "provider/model" in str(caught.value) and client.fatal is caught.value
+    assert client.stats["s1"].errors == {"model_not_found": 1} and client.stats["s1"].retries == 0
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_an_api_base_that_is_not_http_is_unreachable(mode: str) -> None:
+    # httpx (sync) and aiohttp (async, the pipeline's path) refuse the scheme before connecting: no request
+    # can ever be sent there (it was `network`, retried 4x in each of S1, S2 and S4: 20 s a capture).
+    client = LLMClient(LLMConfig(model="openai/gpt-4o-mini", api_base="ftp://127.0.0.1:9/v1", api_key="x",
+                                 max_attempts=4, backoff_base_s=0.01))
+    with pytest.raises(ModelError) as caught:
+        if mode == "sync":
+            client.complete("s1", prompt("Narrate."), chunk=0)
+        else:
+            asyncio.run(client.acomplete("s1", prompt("Narrate."), chunk=0))
+
+    assert caught.value.error_class == "unreachable" and "ftp://127.0.0.1:9/v1" in str(caught.value)
+    assert client.fatal is caught.value and client.stats["s1"].retries <= 1
+
+
 @LOOPBACK
 def test_stats_are_thread_safe(stub_model: Any) -> None:
     stub = stub_model(
@@ -500,6 +528,8 @@ def _tally(**kwargs: Any) -> Any:
         (404, "The model does not exist", "model_not_found"),
         (400, "The model `gpt-5o` does not exist or you do not have access to it.", "model_not_found"),
         (500, "Missing credentials. Please pass an `api_key`", "auth"),
+        (400, "LLM Provider NOT provided. Pass in the LLM provider you are trying to call. You passed "
+              "model=llama3", "model_not_found"),
         (429, "Rate limit reached", "rate_limit"),
         (429, "You exceeded your current quota, please check your plan and billing details", "billing"),
         (500, "The server had an error", "server"),
@@ -513,7 +543,7 @@ def test_map_error_classifies_statuses(status: int, message: str, expected: str)
     error = map_error(exc, model="openai/gpt-4o-mini")
 
     assert (error.error_class, error.model) == (expected, "openai/gpt-4o-mini")
-    assert error.status_code == (None if "Missing credentials" in message else status)
+    assert error.status_code == (None if "Missing credentials" in message or "NOT provided" in message else status)
 
 
 def test_map_error_classifies_transport_failures() -> None:

@@ -69,6 +69,9 @@ _AUTH_WORDS = (
 # The client had no key to send (these never come from a server that checked one).
 _MISSING_KEY_WORDS = ("missing credentials", "api_key client option must be set", "no api key provided")
 _NOT_FOUND_WORDS = ("model_not_found", "does not exist", "no such model", "unknown model", "model not found")
+# litellm cannot tell the provider from the model name (``llama3`` instead of ``openai/llama3``): raised
+# before any request, and every later call would be refused the same way.
+_NO_PROVIDER_WORDS = ("llm provider not provided",)
 
 _UNREACHABLE_NAMES = frozenset(
     {
@@ -82,6 +85,11 @@ _UNREACHABLE_NAMES = frozenset(
         "ClientConnectorDNSError",
         "ClientConnectorCertificateError",
         "ClientSSLError",
+        # An api_base that is not an http(s) URL: nothing can connect there (httpx; aiohttp).
+        "UnsupportedProtocol",
+        "InvalidURL",
+        "InvalidUrlClientError",
+        "NonHttpUrlClientError",
     }
 )
 _TIMEOUT_NAMES = frozenset({"APITimeoutError", "TimeoutException", "TimeoutError", "ServerTimeoutError"})
@@ -182,6 +190,8 @@ def _classify(exc: BaseException) -> tuple[str, int | None]:
         return "auth", status
     if status == 404 or isinstance(exc, litellm.NotFoundError):
         return "model_not_found", status
+    if status in (None, 400) and any(w in text for w in _NO_PROVIDER_WORDS):
+        return "model_not_found", None  # never sent
     if status == 400 and any(w in text for w in _NOT_FOUND_WORDS) and "model" in text:
         return "model_not_found", status
     if status == 429 or isinstance(exc, litellm.RateLimitError):
