@@ -9,7 +9,9 @@ nothing leaves the machine.
 from __future__ import annotations
 
 import json
+import logging
 import socket
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -155,6 +157,32 @@ def test_an_open_breaker_leases_no_job_so_waiting_jobs_keep_their_attempts(tmp_p
         mem.reset_breaker()
         again = mem.process_pending()
         assert [(j.session_id, j.attempts) for j in again] == [("demo-1", 2)]
+
+
+@LOOPBACK
+def test_a_running_worker_says_once_why_the_breaker_holds_its_queue(tmp_path: Path, refused_base: str,
+                                                                    caplog: pytest.LogCaptureFixture) -> None:
+    # Without it `tortoise worker` printed the failed job, then nothing for the breaker's minute.
+    with Memory(str(tmp_path / "m.db"), namespace="t", model="openai/stub-model", api_base=refused_base,
+                api_key="k", extract_every=1) as mem:
+        for sid in ("demo-1", "demo-2"):
+            mem.capture(sid, DEMO[sid]["turns"], session_date=DEMO[sid]["date"], extract="background")
+        stop = threading.Event()
+        polls: list[int] = []
+        caplog.set_level(logging.WARNING, logger="tortoise_sdk")
+        real = mem.process_pending
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            polls.append(1)
+            if len(polls) >= 5:
+                stop.set()
+            return real(*args, **kwargs)
+
+        mem.process_pending = counted  # type: ignore[method-assign]
+        ran = mem.run_worker(poll_s=0.01, stop=stop)
+        said = [r.getMessage() for r in caplog.records if "no job is leased until" in r.getMessage()]
+        assert ran == 1 and len(polls) >= 5
+        assert len(said) == 1 and "unreachable" in said[0] and "calls resume after" in said[0]
 
 
 def test_the_breaker_closes_after_its_time_or_for_another_configuration() -> None:

@@ -715,21 +715,36 @@ class Memory:
             raise ConfigError(NO_MODEL_REASON, field="model")
         from .pipeline.jobs import run_worker
 
-        return run_worker(lambda limit: self.process_pending(max_jobs=limit), poll_s=poll_s, once=once,
-                          max_jobs=max_jobs, on_job=on_job, stop=stop)
+        told: set[datetime] = set()
+
+        def process(limit: int | None) -> list[JobInfo]:
+            # A long-running worker says once per trip why it leases nothing, at the first pass the breaker
+            # holds (after the failed job was reported); with ``once`` the caller reports it.
+            trip = None if once else self._breaker_trip()
+            if trip is not None and trip.opened_at not in told:
+                told.add(trip.opened_at)
+                _log.warning("worker: no job is leased until %s: %s", trip.closes_at.isoformat(timespec="seconds"),
+                             trip.reason())
+            return self.process_pending(max_jobs=limit)
+
+        return run_worker(process, poll_s=poll_s, once=once, max_jobs=max_jobs, on_job=on_job, stop=stop)
 
     def extraction_paused(self) -> str | None:
         """Why no model is called now (the circuit breaker is open after a fatal failure), or None.
 
         Captures still store their turns; queued jobs wait (their attempts are kept).
         """
+        trip = self._breaker_trip()
+        return trip.reason() if trip is not None else None
+
+    def _breaker_trip(self) -> Any:
+        """The breaker's open trip for this configuration (``llm.breaker.Trip``), or None."""
         if not self.model or self._breaker is None:
             return None
         try:
-            trip = self._breaker.check(self._llm_config())
+            return self._breaker.check(self._llm_config())
         except ConfigError:
             return None
-        return trip.reason() if trip is not None else None
 
     def reset_breaker(self) -> None:
         """Call the model again at once, after a fatal failure opened the breaker (e.g. once the key is fixed)."""
