@@ -201,7 +201,9 @@ def explain_extraction(session_id: str, report: Any) -> None:
     shown = {reason}
     for d in report.errors:
         line = f"  {d.stage} {d.code}: {d.message}"
-        if d.message not in reason and line not in shown:
+        # "chunk 0 (turns 0-6) failed: <the model's error>" says nothing more when the reason quotes that error.
+        said = d.message in reason or d.message.split(": ", 1)[-1] in reason
+        if not said and line not in shown:
             shown.add(line)
             print(line, file=sys.stderr)
 
