@@ -48,11 +48,8 @@ def sent(endpoint: ModelEndpoint, vcr: Any) -> list[str]:
 @pytest.mark.vcr
 @pytest.mark.stub_only
 def test_401_stops_the_run_and_opens_the_breaker(tmp_path: Path, model_endpoint: ModelEndpoint, vcr: Any) -> None:
-    load_litellm()  # the one-off import is not the provider's time
     with memory(tmp_path, model_endpoint, chunk_turns=3, concurrency=1) as mem:
-        started = time.perf_counter()
         receipt = capture_demo(mem, "demo-1")
-        took = time.perf_counter() - started
         report = receipt.extraction
         assert report.status == "failed"
         assert report.reason.startswith("s1: auth: ") and "no later stage was called" in report.reason
@@ -62,7 +59,7 @@ def test_401_stops_the_run_and_opens_the_breaker(tmp_path: Path, model_endpoint:
         assert stages_asked(report) == ["s1"]
         assert {d.code for d in report.errors} == {"auth"}
         assert sum("not sent" in d.message for d in report.errors) == 2
-        assert took < 1.0
+        # (how fast that is, 0.46 s against 16 s before, is benchmarks/bench_provider_failures.py's figure)
         # The turns stay stored, and the receipt keeps the report.
         assert len(mem.turns("demo-1")) == 7 and mem.memories() == []
         assert mem.receipts("demo-1")[0].extraction == report
@@ -137,7 +134,9 @@ def test_refused_connection_is_tried_twice_then_stops_the_run(tmp_path: Path, re
         assert refused_base in report.reason
         assert report.stages["s1"].errors == {"unreachable": 2}  # at most one quick retry, then nothing more
         assert stages_asked(report) == ["s1"]
-        assert took < 2.0
+        # The quick retry does not wait the 5 s backoff of a transient failure (a bound on what the client
+        # waited, far from the measured 0.55 s, so a loaded machine cannot fail it; speed is the benchmark's).
+        assert took < 4.5
         assert "unreachable" in (mem.extraction_paused() or "")
 
 
