@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from conftest import run_cli
+from needs import TRANSCRIPTS, needs_transcripts
 from test_store_conformance import ns, pg_url, store, store_url  # noqa: F401 - the two-engine fixtures
 from tortoise_sdk import Memory
 from tortoise_sdk.store import Store
@@ -16,11 +17,6 @@ from tortoise_sdk.store.sqlite import SQLiteStore
 from tortoise_sdk.streams import SubagentFrame
 
 EXCERPT = Path(__file__).parent / "data" / "claude_code_subagent_excerpt.jsonl"
-TRANSCRIPTS = Path(__file__).resolve().parents[2] / "shared" / "data" / "claude-transcripts"
-needs_shared = pytest.mark.skipif(
-    not TRANSCRIPTS.is_dir(),
-    reason=f"the shared real-transcript data set is not present at {TRANSCRIPTS} (it is not part of a clone)",
-)
 
 
 def _delete_row(store: Store, ns: str, tool_call_id: str) -> None:
@@ -73,7 +69,7 @@ def test_health_lists_on_the_excerpt(store: Store, ns):
     check_health_lists(store, ns, [EXCERPT])
 
 
-@needs_shared
+@needs_transcripts
 def test_health_lists_on_the_real_claude_code_transcripts(store: Store, ns):
     check_health_lists(store, ns, sorted(TRANSCRIPTS.glob("*.jsonl")))
 
