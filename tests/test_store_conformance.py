@@ -832,6 +832,16 @@ def test_analyze_of_a_long_text_is_the_same_every_time(store: Store):
     assert again[1] == store.analyze([paste[:INDEX_CHARS]])[0] != [] and again[0] == ["short", "cafe"]
 
 
+def test_analyze_of_a_repeated_text_is_the_same_every_time(store: Store):
+    """Stems are cached per text (PostgreSQL) or per word (SQLite): the same text twice in a call, or
+    again in a later call, gets the same stems, and changing a returned list changes no later answer."""
+    first = store.analyze(["the cafés of Lyon", "", "the cafés of Lyon"])
+    assert first == [["the", "cafe", "of", "lyon"], [], ["the", "cafe", "of", "lyon"]]
+    first[0].append("x")
+    first[2].clear()
+    assert store.analyze(["the cafés of Lyon", "cafés"]) == [["the", "cafe", "of", "lyon"], ["cafe"]]
+
+
 def test_term_stats_count_content_and_speaker_name_separately(store: Store, ns):
     word = f"quokka{uuid.uuid4().hex[:6]}"
     store.capture(ns, req("s1", [f"a {word} here", {"role": "user", "name": word, "content": f"{word} again"},

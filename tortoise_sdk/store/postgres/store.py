@@ -47,6 +47,7 @@ from .fts import (
     turn_bm25_sql,
     usable_terms,
 )
+from .lexemes import LexemeCache
 from .migrations import POSTGRES_MIGRATIONS, migrate_postgres
 from .subagents import PostgresSubagentMixin, fill_subagent_turns
 
@@ -110,6 +111,7 @@ class PostgresStore(PostgresExtractionMixin, PostgresSubagentMixin, PostgresForg
         self.url = redact_url(url)
         self.timeout_s = timeout_s
         self._health = Health()
+        self._lexemes = LexemeCache()
         given = conninfo_to_dict(url) if url else {}
         options: dict[str, Any] = {k: v for k, v in _KEEPALIVES.items() if k not in given}
         options["connect_timeout"] = max(int(connect_timeout), 2)
@@ -424,19 +426,30 @@ class PostgresStore(PostgresExtractionMixin, PostgresSubagentMixin, PostgresForg
     # -- reflex reads: tokens as the index sees them, term statistics, batched neighbours -------
 
     def analyze(self, texts: Sequence[str]) -> list[list[str]]:
-        """Each text's lexemes in order, from the same ``tortoise_english`` configuration the index uses."""
+        """Each text's lexemes in order, from the same ``tortoise_english`` configuration the index uses.
+
+        A text analysed before comes from a bounded cache (``to_tsvector`` is immutable for a given
+        text and configuration); only texts not held go to the server, in one statement.
+        """
         if not texts:
             return []
-        rows = self._rows(
-            "SELECT d.ord, w.lexeme FROM unnest(%s::text[]) WITH ORDINALITY AS d(txt, ord)"
-            " CROSS JOIN LATERAL (SELECT u.lexeme, p FROM unnest(to_tsvector(%s::regconfig, d.txt)) AS u,"
-            " unnest(u.positions) AS p) AS w ORDER BY d.ord, w.p",
-            ([indexed_text(t).replace("\x00", " ") for t in texts], FTS_CONFIG),
-        )
-        out: list[list[str]] = [[] for _ in texts]
-        for ord_, lexeme in rows:
-            out[ord_ - 1].append(lexeme)
-        return out
+        sent = [indexed_text(t).replace("\x00", " ") for t in texts]
+        known = self._lexemes.get_many(sent)
+        unknown = list(dict.fromkeys(s for s, k in zip(sent, known) if k is None))
+        fresh: dict[str, list[str]] = {}
+        if unknown:
+            rows = self._rows(
+                "SELECT d.ord, w.lexeme FROM unnest(%s::text[]) WITH ORDINALITY AS d(txt, ord)"
+                " CROSS JOIN LATERAL (SELECT u.lexeme, p FROM unnest(to_tsvector(%s::regconfig, d.txt)) AS u,"
+                " unnest(u.positions) AS p) AS w ORDER BY d.ord, w.p",
+                (unknown, FTS_CONFIG),
+            )
+            fresh = {s: [] for s in unknown}
+            for ord_, lexeme in rows:
+                fresh[unknown[ord_ - 1]].append(lexeme)
+            for s, lexemes in fresh.items():
+                self._lexemes.put(s, lexemes)
+        return [list(k) if k is not None else list(fresh[s]) for s, k in zip(sent, known)]
 
     def term_stats(self, namespace: str, terms: Sequence[str]) -> tuple[int, dict[str, tuple[int, int]]]:
         """The namespace's turn count, and per lexeme its turns (content, speaker name), from ``rank_terms``."""
