@@ -29,7 +29,8 @@ from ...search import query_terms
 from ..extraction_core import ExtractionCore
 from ..plan import EntityPlan, ExtractionPlan, ItemPlan, SourcePlan
 from ..rows import add_graph, and_equal, entity_dicts, job_info, memory_records, norm_keys, state_info
-from .fts import bm25_search_sql, index_memories_sql, newest_matches_sql, terms_from_fts5, usable_terms
+from .fts import (bm25_search_sql, index_memories_sql, newest_matches_sql, terms_from_fts5, top_matches_sql,
+                  usable_terms)
 
 if TYPE_CHECKING:
     import networkx
@@ -126,19 +127,14 @@ class PostgresExtractionMixin(ExtractionCore):
         if k < 1 or not terms:
             return []
         statuses = ["live", "superseded"] if include_superseded else ["live"]
-        scores: dict[int, float] = {}
-        sql = newest_matches_sql(table="memories", alias="m", where="m.namespace = %s AND m.status = ANY(%s)",
-                                 content_only=False)
+        sql = top_matches_sql(newest_matches_sql(table="memories", alias="m",
+                                                 where="m.namespace = %s AND m.status = ANY(%s)", content_only=False),
+                              alias="m", select=_MEMORY_COLUMNS, from_="memories m", where="TRUE")
         with self.read() as c:
-            for ord_, rid in c.execute(sql, (terms, namespace, statuses, per_term)).fetchall():
-                scores[rid] = scores.get(rid, 0.0) + weighted_terms[terms[ord_ - 1]]
-            top = sorted(scores, key=lambda r: (-scores[r], -r))[:k]
-            if not top:
-                return []
-            rows = _dicts(c, f"SELECT {_MEMORY_COLUMNS} FROM memories m WHERE m.id = ANY(%s)", (top,))
-            rows.sort(key=lambda r: (-scores[r["id"]], -r["id"]))
+            rows = _dicts(c, sql, (terms, namespace, statuses, per_term, [weighted_terms[t] for t in terms], k))
+            rows.sort(key=lambda r: (-r["score"], -r["id"]))
             records = self._records(c, rows)
-        return [(rec, scores[r["id"]]) for rec, r in zip(records, rows)]
+        return [(rec, r["score"]) for rec, r in zip(records, rows)]
 
     def memories_about(self, namespace: str, entity_names: Sequence[str], *, k: int) -> list[MemoryRecord]:
         """Live memories linked to any of the entities (by normalised name), most links first."""

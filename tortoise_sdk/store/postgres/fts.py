@@ -21,8 +21,8 @@ from collections.abc import Mapping, Sequence
 from ...search import BM25_B, BM25_K1, NAME_WEIGHT, TF_CAP, terms_from_fts5
 
 __all__ = ("FTS_CONFIG", "STAT_SHARDS", "bm25_search_sql", "count_turns_sql", "index_memories_sql",
-           "newest_matches_sql", "rebuild_stats_sql", "term_dfs_sql", "terms_from_fts5", "turn_bm25_sql",
-           "usable_terms")
+           "newest_matches_sql", "rebuild_stats_sql", "term_dfs_sql", "terms_from_fts5", "top_matches_sql",
+           "turn_bm25_sql", "usable_terms")
 
 FTS_CONFIG = "tortoise_english"
 STAT_SHARDS = 16
@@ -110,6 +110,29 @@ def newest_matches_sql(*, table: str, alias: str, where: str, content_only: bool
             WHERE numnode(x.query) > 0 AND {alias}.fts @@ x.query{label} AND {where}
             ORDER BY {alias}.id DESC LIMIT %s
         ) AS hit
+    """
+
+
+def top_matches_sql(matches: str, *, alias: str, select: str, from_: str, where: str) -> str:
+    """The ``%s`` best rows of ``matches`` (a ``newest_matches_sql``), scored and fetched in one statement.
+
+    A row's score is the sum of its terms' weights, added in term order (as a Python loop over the
+    matches adds them, so scores and ties are the same to the bit); the best come first, the newest
+    first among equals. ``select`` is evaluated over ``from_`` joined on ``id``; the result is
+    ``(score, *select)`` in no particular order; ``alias`` names the table of ``from_`` whose ``id`` the
+    matches are. Parameters, in order: ``matches``' own, the terms'
+    weights (``float8[]``, in term order), the limit, then ``where``'s own.
+    """
+    return f"""
+        WITH hits AS ({matches}),
+        scored AS (
+            SELECT hits.id, SUM(w.weight ORDER BY hits.ord) AS score
+            FROM hits JOIN unnest(%s::float8[]) WITH ORDINALITY AS w(weight, ord) ON w.ord = hits.ord
+            GROUP BY hits.id
+            ORDER BY score DESC, hits.id DESC
+            LIMIT %s
+        )
+        SELECT scored.score, {select} FROM scored JOIN {from_} ON {alias}.id = scored.id WHERE {where}
     """
 
 

@@ -44,6 +44,7 @@ from .fts import (
     newest_matches_sql,
     term_dfs_sql,
     terms_from_fts5,
+    top_matches_sql,
     turn_bm25_sql,
     usable_terms,
 )
@@ -470,17 +471,13 @@ class PostgresStore(PostgresExtractionMixin, PostgresSubagentMixin, PostgresForg
         terms = [t for t in weighted_terms if t and "\x00" not in t]
         if k < 1 or not terms:
             return []
-        scores: dict[int, float] = {}
-        sql = newest_matches_sql(table="turns", alias="t", where="t.namespace = %s", content_only=True)
-        for ord_, rid in self._rows(sql, (terms, namespace, per_term)):
-            scores[rid] = scores.get(rid, 0.0) + weighted_terms[terms[ord_ - 1]]
-        top = sorted(scores, key=lambda r: (-scores[r], -r))[:k]
-        if not top:
-            return []
-        rows = self._rows(f"SELECT t.id, {_INDEXED_COLUMNS} FROM turns t {_JOIN_SESSION}"
-                          " WHERE t.namespace = %s AND t.id = ANY(%s)", (namespace, top))
-        rows.sort(key=lambda r: (-scores[r[0]], -r[0]))
-        return [_hit(r[1:], scores[r[0]]) for r in rows]
+        sql = top_matches_sql(newest_matches_sql(table="turns", alias="t", where="t.namespace = %s",
+                                                 content_only=True),
+                              alias="t", select=f"t.id, {_INDEXED_COLUMNS}",
+                              from_=f"turns t {_JOIN_SESSION}", where="t.namespace = %s")
+        rows = self._rows(sql, (terms, namespace, per_term, [weighted_terms[t] for t in terms], k, namespace))
+        rows.sort(key=lambda r: (-r[0], -r[1]))
+        return [_hit(r[2:], r[0]) for r in rows]
 
     def turns_at(self, namespace: str, positions: Sequence[tuple[str, int]]) -> list[SearchHit]:
         keys = list(dict.fromkeys(positions))
