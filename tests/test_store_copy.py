@@ -216,6 +216,28 @@ def test_the_copy_leaves_planner_statistics_behind(tmp_path, pg_url):
     assert unanalyzed == []
 
 
+def test_the_copy_leaves_no_full_text_index_entries_pending(tmp_path, pg_url):
+    """Bulk-inserted rows wait in a GIN index's pending list until a VACUUM, and every full-text
+    search scans that list: the copy vacuums, so nothing is pending (gin_clean_pending_list finds
+    no page to merge)."""
+    import psycopg
+
+    src = str(tmp_path / "memory.db")
+    lite = open_store(src)
+    lite.capture("ns", _req("s1", [f"I rented kayak number {i} in Lisbon" for i in range(200)]))
+    lite.close()
+    copy_store(src, pg_url)
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        gin = [r[0] for r in conn.execute(
+            "SELECT i.indexrelid::regclass::text FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid"
+            " JOIN pg_am a ON a.oid = c.relam WHERE a.amname = 'gin'"
+            " AND c.relnamespace = current_schema()::regnamespace ORDER BY 1")]
+        assert "turns_fts" in gin and "memories_fts" in gin
+        pending = {name: conn.execute("SELECT gin_clean_pending_list(%s::regclass)", (name,)).fetchone()[0]
+                   for name in gin}
+    assert pending == dict.fromkeys(gin, 0)
+
+
 def test_a_turn_of_megabytes_is_copied_whole_and_ranks_the_same(tmp_path, pg_url):
     src = str(tmp_path / "memory.db")
     paste = "\n".join(f"line {i}: kayak rental log, paddle returned late" for i in range(40_000))  # ~1.7 MB
