@@ -895,6 +895,38 @@ def _rank_alike(lite: Store, pg: Store, ns: str, sessions) -> None:
         pg.close()
 
 
+def test_both_engines_rank_memories_alike_with_bm25_scores_within_five_percent(tmp_path, ns):
+    require_postgres()
+    with temp_database("tortoise_rank_mem") as url:
+        lite, pg = open_store(str(tmp_path / "rank.db")), open_store(url)
+        try:
+            for store in (lite, pg):
+                r = store.capture(ns, req("s1", ["my dog Biscuit howls at the BART station", "I bike to work"]))
+                store.capture(ns + "_other", req("s1", ["dog dog dog"]))
+                plan = _plan("s1", entities=[EntityPlan("Biscuit", "pet", "a beagle")], items=[
+                    ItemPlan("point", text, about=about, search_keys=keys, sources=(SourcePlan(r.turn_ids[0], None),))
+                    for text, about, keys in [
+                        ("Biscuit is a beagle who howls at sirens", ("Biscuit",), ("dog", "beagle")),
+                        ("The user bikes to the BART station every morning", (), ("commute", "bike")),
+                        ("The user's dog Biscuit howls at the BART station", ("Biscuit",), ("dog",)),
+                        ("The user works on the data platform team", (), ("job",)),
+                        ("The user walks the dog after work", (), ("dog", "walk")),
+                        ("The user drinks tea", (), ()),
+                    ]])
+                store.write_extraction(ns, plan, finalize=_finalize)
+                store.write_extraction(ns + "_other", _plan("s1", items=[
+                    ItemPlan("point", f"dog {i} howls at the station", sources=(SourcePlan(r.turn_ids[0], None),))
+                    for i in range(40)]), finalize=_finalize)
+            for query in ("dog beagle howls", "bike commute to the BART station", "Biscuit walks", "data platform"):
+                a = lite.search_memories(ns, fts5_query(query), k=5)
+                b = pg.search_memories(ns, fts5_query(query), k=5)
+                assert a and [m.content for m, _ in a] == [m.content for m, _ in b], query
+                assert all(abs(x - y) <= 0.05 * max(x, 1e-3) for (_, x), (_, y) in zip(a, b)), (query, a, b)
+        finally:
+            lite.close()
+            pg.close()
+
+
 # -- sub-agent merge rules: the one-statement upsert equals the pure merge -------------------------
 
 _texts = st.sampled_from([None, "", "  ", "a", "b"])
@@ -1224,6 +1256,43 @@ def test_another_namespace_never_moves_this_ones_results_or_scores(store: Store,
         store.capture(ns + "_a", req("a-last", [f"kayak trip note {j}" for j in range(i + 1)]))
     assert store.term_stats(ns + "_a", [s for st in store.analyze(["kayak"]) for s in st])[0] == 3_000
     assert _b_observes(store, ns) == before
+
+
+def _b_memory_ranking(store: Store, ns: str):
+    """What namespace ``ns`` learns about "kayak trip" from its memories: ranked ids and scores (live, then with
+    superseded ones), and the retraction candidates of a "kayak trip" retraction."""
+    ranked = [[(m.id, s) for m, s in store.search_memories(ns, fts5_query("kayak trip"), k=10, include_superseded=sup)]
+              for sup in (False, True)]
+    with store.read() as c:
+        candidates = [tuple(r) for r in store._retraction_candidates(c, ns, "kayak trip")]
+    return ranked, candidates
+
+
+def test_another_namespace_never_moves_this_ones_memory_ranking(store: Store, ns):
+    r = store.capture(ns, req("b1", ["we planned a kayak trip to the lake", "my kayak is red"]))
+    t0, t1 = r.turn_ids
+    first = store.write_extraction(ns, _plan("b1", entities=[EntityPlan("Maya", "person", "the user")], items=[
+        ItemPlan("point", "Maya planned a kayak trip to the lake", about=("Maya",), search_keys=("kayak", "trip"),
+                 sources=(SourcePlan(t0, "kayak trip"),)),
+        ItemPlan("event", "The trip got cancelled by rain", about=("Maya",), sources=(SourcePlan(t0, None),)),
+        ItemPlan("point", "Maya owns a red kayak", about=("Maya", "Kayak"), sources=(SourcePlan(t1, None),)),
+        *(ItemPlan("point", f"Maya likes {food}", sources=(SourcePlan(t1, None),))
+          for food in ("pasta", "miso soup", "tea", "figs", "rye bread", "plums")),
+    ]), finalize=_finalize)
+    store.write_extraction(ns, _plan("b1", items=[ItemPlan("point", "Maya owns a blue kayak for the trip",
+                                                          supersedes=first.memory_ids[2])]), finalize=_finalize)
+    before = _b_memory_ranking(store, ns)
+    assert len(before[0][0]) == 3 and len(before[0][1]) == 4 and before[1]
+    assert all(s > 0.5 for _, s in before[0][1])  # not FTS5's 1e-6 floor: kayaks are rare in B
+    # Tenant A: 300 memories about kayak trips, their entity named Kayak Trip too.
+    a = store.capture(ns + "_a", req("a1", ["kayak trip"]))
+    for part in range(3):
+        store.write_extraction(ns + "_a", _plan("a1", entities=[EntityPlan("Kayak Trip", "event", None)], items=[
+            ItemPlan("point", f"kayak trip {part}-{i}: paddled the kayak on the trip", about=("Kayak Trip",),
+                     search_keys=("kayak trip",), sources=(SourcePlan(a.turn_ids[0], None),))
+            for i in range(100)]), finalize=_finalize)
+    assert len(store.search_memories(ns + "_a", fts5_query("kayak trip"), k=500)) == 300
+    assert _b_memory_ranking(store, ns) == before
 
 
 def test_a_store_of_one_turn_answers_about_it(store: Store, ns):

@@ -106,7 +106,7 @@ class PostgresExtractionMixin(ExtractionCore):
                               where="m.namespace = %s AND m.status = ANY(%s)", output=_MEMORY_OUTPUT,
                               order_tail="matched.id", weights=_MEMORY_WEIGHTS)
         with self.read() as c:
-            rows = _dicts(c, sql, [terms, namespace, statuses, k])
+            rows = _dicts(c, sql, [terms, namespace, namespace, statuses, k])
             records = self._records(c, rows)
         return [(rec, float(row["score"])) for rec, row in zip(records, rows)]
 
@@ -288,7 +288,7 @@ class PostgresExtractionMixin(ExtractionCore):
         sql = bm25_search_sql(table="memories", alias="m", select="m.id, m.memory_id, m.content", from_="memories m",
                               where="m.namespace = %s AND m.status = 'live'", output="memory_id, content",
                               order_tail="matched.id", weights=_PLAIN_WEIGHTS)
-        return [(mid, text) for mid, text, _score in c.execute(sql, [terms, namespace, 20]).fetchall()]
+        return [(mid, text) for mid, text, _score in c.execute(sql, [terms, namespace, namespace, 20]).fetchall()]
 
     def _insert_extraction(self, c: psycopg.Connection, namespace: str, plan: ExtractionPlan,
                            report: ExtractionReport, job_id: str | None, now: datetime) -> None:

@@ -4,11 +4,13 @@ FTS5 scores a row for an OR of phrases as ``sum_i idf_i * f_i (k1 + 1) / (f_i + 
 with ``k1 = 1.2``, ``b = 0.75``; ``f_i`` is the phrase's hits in the row, each weighted by its
 column's weight; ``D`` is the row's length in tokens; ``idf_i = ln((N - n_i + 0.5) / (n_i + 0.5))``
 (at least 1e-6). Here the columns are tsvector weight labels (A, B, C) and ``D`` is the row's
-``fts_len``. For turns, ``N``, the total tokens and ``n_i`` are the namespace's own
-(``rank_namespaces``, ``rank_terms``, as SQLite's ``ranking`` keeps them) and ``f_i`` counts at most
-``search.TF_CAP``; for memories they span the database (the sharded ``fts_stats`` counters, ``n_i``
-counted with the GIN index), as FTS5's ``bm25()`` does. Scores therefore match SQLite's to within
-tokenizer differences, and so do rankings and any code that mixes scores with other signals.
+``fts_len``. ``N``, the total tokens and ``n_i`` are always the namespace's own, so another
+namespace never changes a score. For turns they are kept counters (``rank_namespaces``,
+``rank_terms``, as SQLite's ``ranking`` keeps them) and ``f_i`` counts at most ``search.TF_CAP``; for
+memories (thousands in a namespace, not millions) they are counted at query time over the
+namespace's indexed memories (the ``namespace`` index, and the GIN index for ``n_i``), as SQLite's
+``ranking.memory_bm25`` counts them. Scores therefore match SQLite's to within tokenizer
+differences, and so do rankings and any code that mixes scores with other signals.
 
 Each term is a phrase, as a quoted FTS5 string is, and always a bound parameter
 through ``phraseto_tsquery``: user text never reaches tsquery syntax.
@@ -47,8 +49,10 @@ def bm25_search_sql(
     """A query returning the ``output`` columns of ``select`` and a ``score``, for rows matching any term.
 
     ``select`` is evaluated over ``from_`` (where ``alias`` is ``table``); ``output`` and
-    ``order_tail`` name its result columns. Parameters, in order: the terms (``text[]``),
-    then ``where``'s own, then the limit.
+    ``order_tail`` name its result columns. ``N``, the average length and each ``n_i`` are
+    counted at query time over the namespace's rows of ``table`` (its index on ``namespace`` and
+    the GIN index): ``where`` must keep to that namespace. Parameters, in order: the terms
+    (``text[]``), the namespace, then ``where``'s own, then the limit.
     """
     case = " ".join(f"WHEN '{label}' THEN {float(w)!r}" for label, w in weights.items())
     weight = f"CASE w {case} ELSE 0.0 END"
@@ -60,16 +64,19 @@ def bm25_search_sql(
             WHERE numnode(q.query) > 0
         ),
         stats AS (
-            SELECT GREATEST(COALESCE(SUM(n_rows), 0), 1)::float8 AS n,
-                   GREATEST(COALESCE(SUM(n_tokens), 0), 1)::float8
-                       / GREATEST(COALESCE(SUM(n_rows), 0), 1)::float8 AS avgdl
-            FROM fts_stats WHERE tbl = '{table}'
+            SELECT s.ns, GREATEST(COUNT(x.*), 1)::float8 AS n,
+                   GREATEST(COALESCE(SUM(x.fts_len), 0), 1)::float8 / GREATEST(COUNT(x.*), 1)::float8 AS avgdl
+            FROM (SELECT %s::text AS ns) AS s
+            LEFT JOIN {table} x ON x.namespace = s.ns AND x.fts_len IS NOT NULL
+            GROUP BY s.ns
         ),
         idf AS MATERIALIZED (
             SELECT terms.ord, terms.query, terms.lexemes,
                    GREATEST(ln((stats.n - h.hits + 0.5) / (h.hits + 0.5)), 1e-6) AS idf
             FROM terms CROSS JOIN stats
-            CROSS JOIN LATERAL (SELECT COUNT(*)::float8 AS hits FROM {table} x WHERE x.fts @@ terms.query) AS h
+            CROSS JOIN LATERAL (
+                SELECT COUNT(*)::float8 AS hits FROM {table} x WHERE x.namespace = stats.ns AND x.fts @@ terms.query
+            ) AS h
         ),
         matched AS (
             SELECT {select}, {alias}.fts AS _fts, COALESCE({alias}.fts_len, 0) AS _len

@@ -18,10 +18,11 @@ from typing import TYPE_CHECKING, Any
 
 from ...errors import NotFoundError
 from ...models import ExtractionReport, ExtractionState, JobInfo, MemoryRecord, utc_now
-from ...search import fts5_query
+from ...search import query_terms, terms_from_fts5
 from ..extraction_core import ExtractionCore
 from ..plan import EntityPlan, ExtractionPlan, ItemPlan, SourcePlan
 from ..rows import add_graph, and_equal, entity_dicts, iso_dt, job_info, memory_records, norm_keys, state_info
+from .ranking import memory_bm25
 
 if TYPE_CHECKING:
     import networkx
@@ -67,19 +68,14 @@ class SQLiteExtractionMixin(ExtractionCore):
     def search_memories(
         self, namespace: str, match: str, *, k: int, include_superseded: bool = False
     ) -> list[tuple[MemoryRecord, float]]:
-        """BM25 over memory content, search keys and entity names; best first (higher is better)."""
+        """BM25 over memory content, search keys and entity names with the namespace's statistics;
+        best first (higher is better), ties oldest first."""
         statuses = ("live", "superseded") if include_superseded else ("live",)
-        marks = ", ".join("?" for _ in statuses)
         with self.read() as c:
-            rows = c.execute(
-                "SELECT m.*, bm25(memories_fts, 1.0, 0.8, 0.6) AS rank FROM memories_fts"
-                " JOIN memories m ON m.rowid = memories_fts.rowid"
-                f" WHERE memories_fts MATCH ? AND m.namespace = ? AND m.status IN ({marks})"
-                " ORDER BY rank, m.rowid LIMIT ?",
-                [match, namespace, *statuses, k],
-            ).fetchall()
+            ranked = memory_bm25(c, namespace, terms_from_fts5(match), statuses, k=k)
+            rows = _rows_by_rowid(c, [rid for rid, _ in ranked])
             records = self._records(c, rows)
-        return [(rec, -row["rank"]) for rec, row in zip(records, rows)]
+        return [(rec, score) for rec, (_, score) in zip(records, ranked)]
 
     def memories_about(self, namespace: str, entity_names: Sequence[str], *, k: int) -> list[MemoryRecord]:
         """Live memories linked to any of the entities (by normalised name), most links first."""
@@ -228,14 +224,8 @@ class SQLiteExtractionMixin(ExtractionCore):
                   (row[0], row[1], " ".join(json.loads(row[2])), " ".join(names)))
 
     def _retraction_candidates(self, c: sqlite3.Connection, namespace: str, content: str) -> Iterable[tuple[str, str]]:
-        match = fts5_query(content)
-        if match is None:
-            return []
-        return c.execute(
-            "SELECT m.memory_id, m.content FROM memories_fts JOIN memories m ON m.rowid = memories_fts.rowid"
-            " WHERE memories_fts MATCH ? AND m.namespace = ? AND m.status = 'live' ORDER BY bm25(memories_fts) LIMIT 20",
-            (match, namespace),
-        ).fetchall()
+        ranked = memory_bm25(c, namespace, query_terms(content), ("live",), k=20, weights=(1.0, 1.0, 1.0))
+        return [(r["memory_id"], r["content"]) for r in _rows_by_rowid(c, [rid for rid, _ in ranked])]
 
     def _insert_extraction(self, c: sqlite3.Connection, namespace: str, plan: ExtractionPlan,
                            report: ExtractionReport, job_id: str | None, now: datetime) -> None:
@@ -343,3 +333,12 @@ class SQLiteExtractionMixin(ExtractionCore):
 
     def _fenced_job_row(self, c: sqlite3.Connection, job_id: str) -> sqlite3.Row | None:
         return c.execute("SELECT * FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
+
+
+def _rows_by_rowid(c: sqlite3.Connection, rowids: Sequence[int]) -> list[sqlite3.Row]:
+    """The memories rows of ``rowids``, in that order."""
+    if not rowids:
+        return []
+    rows = {r["rowid"]: r for r in c.execute(
+        f"SELECT m.rowid AS rowid, m.* FROM memories m WHERE m.rowid IN ({', '.join('?' * len(rowids))})", rowids)}
+    return [rows[r] for r in rowids]

@@ -5,7 +5,8 @@ tenant's turns would move another's scores and results. Here the index only find
 that hold a term (a walk of the term's postings through ``fts5vocab``); the ranking reads the
 namespace's statistics (``rank_namespaces``, ``rank_terms``, ``rank_turns``; see migration 6),
 which the capture transaction keeps exact. Scores use FTS5's formula (``search.index_idf``,
-``search.saturation``), so they stay comparable with PostgreSQL's.
+``search.saturation``), so they stay comparable with PostgreSQL's. Memories are ranked the same
+way (``memory_bm25``: FTS5's ``bm25()`` with the namespace's counts, taken at query time).
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from typing import Any
 
 from ...models import SearchHit
 from ...search import (
+    BM25_B,
+    BM25_K1,
     INDEX_CHARS,
     NAME_INDEX_CHARS,
     NAME_WEIGHT,
@@ -30,7 +33,7 @@ from ...search import (
 )
 from ..rows import turn_hit
 
-__all__ = ("INDEXED_TURN_COLUMNS", "SQLiteRankingMixin", "TURN_COLUMNS", "with_heads")
+__all__ = ("INDEXED_TURN_COLUMNS", "MEMORY_WEIGHTS", "SQLiteRankingMixin", "TURN_COLUMNS", "memory_bm25", "with_heads")
 
 TURN_COLUMNS = "t.turn_id, t.external_id, t.session_id, s.session_date, t.idx, t.role, t.name, t.content"
 #: The same with the content cut to what is indexed: what the reflex's reads return.
@@ -262,3 +265,85 @@ def _top(c: sqlite3.Connection, scores: Mapping[int, float], k: int) -> list[Sea
         ).fetchall()
     rows.sort(key=lambda r: (-scores[r["rid"]], r["session_id"], r["idx"]))
     return [turn_hit(tuple(r)[1:], scores[r["rid"]]) for r in rows[:k]]
+
+
+# -- memories: FTS5's bm25() with the namespace's statistics -----------------------------------------
+
+#: Column weights of ``memories_fts`` (content, search keys, entity names) in ``search_memories``.
+MEMORY_WEIGHTS = (1.0, 0.8, 0.6)
+_MARK = "\ue000"  # opens each phrase instance highlight() marks; counted net of the stored text's own
+
+
+def memory_bm25(
+    c: sqlite3.Connection, namespace: str, phrases: Sequence[str], statuses: Sequence[str], *, k: int,
+    weights: Sequence[float] = MEMORY_WEIGHTS,
+) -> list[tuple[int, float]]:
+    """``(rowid, score)`` of the ``k`` best memories of ``namespace`` matching any phrase, best first (ties oldest first).
+
+    The score is FTS5's ``bm25()`` for the OR of the quoted phrases, with ``N``, the average row
+    length and each phrase's row count taken from the namespace's indexed memories instead of the
+    whole index, so another namespace's memories never change it. Each phrase is one indexed
+    query (its matches in the namespace); ``highlight()`` gives its hits per column and
+    ``memories_fts_docsize`` each row's length.
+    """
+    if k < 1 or not phrases:
+        return []
+    n_rows, n_tokens = 0, 0
+    for (sz,) in c.execute("SELECT d.sz FROM memories m JOIN memories_fts_docsize d ON d.id = m.rowid"
+                           " WHERE m.namespace = ?", (namespace,)):
+        n_rows += 1
+        n_tokens += sum(_varints(sz))
+    if n_rows == 0:
+        return []
+    avgdl = max(n_tokens, 1) / n_rows
+    wanted = set(statuses)
+    per_phrase: dict[str, tuple[int, dict[int, float]]] = {}
+    for phrase in dict.fromkeys(phrases):
+        rows = c.execute(
+            "SELECT f.rowid, m.status, highlight(memories_fts, 0, ?1, ''), highlight(memories_fts, 1, ?1, ''),"
+            " highlight(memories_fts, 2, ?1, ''), f.content, f.search_keys, f.entities"
+            " FROM memories_fts f JOIN memories m ON m.rowid = f.rowid WHERE memories_fts MATCH ?2 AND m.namespace = ?3",
+            (_MARK, '"' + phrase.replace('"', '""') + '"', namespace),
+        ).fetchall()
+        freqs = {}
+        for rid, status, h0, h1, h2, t0, t1, t2 in rows:
+            if status in wanted:
+                freqs[rid] = sum(w * ((h or "").count(_MARK) - (t or "").count(_MARK))
+                                 for w, h, t in zip(weights, (h0, h1, h2), (t0, t1, t2)))
+        per_phrase[phrase] = (len(rows), freqs)
+    matched = sorted({rid for _, freqs in per_phrase.values() for rid in freqs})
+    if not matched:
+        return []
+    lengths: dict[int, int] = {}
+    for i in range(0, len(matched), 500):
+        part = matched[i:i + 500]
+        for rid, sz in c.execute(f"SELECT id, sz FROM memories_fts_docsize WHERE id IN ({', '.join('?' * len(part))})",
+                                 part):
+            lengths[rid] = sum(_varints(sz))
+    scores = dict.fromkeys(matched, 0.0)
+    for phrase in phrases:
+        hits, freqs = per_phrase[phrase]
+        weight = index_idf(n_rows, hits)
+        for rid, f in freqs.items():
+            norm = BM25_K1 * (1.0 - BM25_B + BM25_B * lengths.get(rid, 0) / avgdl)
+            scores[rid] += weight * f * (BM25_K1 + 1.0) / (f + norm)
+    return sorted(scores.items(), key=lambda x: (-x[1], x[0]))[:k]
+
+
+def _varints(blob: bytes) -> list[int]:
+    """The integers of an FTS5 ``docsize`` record (SQLite varints: 7 bits a byte, high bit = more; a 9th byte is whole)."""
+    out = []
+    i = 0
+    while i < len(blob):
+        v = 0
+        for j in range(9):
+            b = blob[i]
+            i += 1
+            if j == 8:
+                v = (v << 8) | b
+                break
+            v = (v << 7) | (b & 0x7F)
+            if b < 0x80:
+                break
+        out.append(v)
+    return out
