@@ -11,6 +11,9 @@ import sys
 import textwrap
 import time
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from tortoise_sdk import Memory
 from tortoise_sdk.store.sqlite.migrations import SQLITE_MIGRATIONS, migrate_sqlite
 from tortoise_sdk.store.sqlite import SQLiteStore
@@ -138,3 +141,38 @@ def test_receipt_body_round_trips(tmp_path):
         with m.store.read() as c:
             body = json.loads(c.execute("SELECT body FROM receipts").fetchone()[0])
         assert body["receipt_id"] == r.receipt_id and body["turns_stored"] == 1
+
+
+# -- memory ranking: FTS5's bm25() with the namespace's counts ------------------------------------
+
+_MEM_WORDS = ["kayak", "kayaking", "trip", "lake", "Café", "cafe", "new", "york", "ha", "\ue000", "x"]
+_mem_texts = st.lists(st.sampled_from(_MEM_WORDS), max_size=12).map(" ".join)
+
+
+@settings(max_examples=40, deadline=None)
+@given(rows=st.lists(st.tuples(_mem_texts, _mem_texts, _mem_texts, st.sampled_from(["live", "superseded"])),
+                     min_size=1, max_size=12),
+       long_row=st.booleans(),
+       phrases=st.lists(st.sampled_from(["kayak", "Kayaking", "trip", "new york", "cafe", "\ue000", "zzz", "x"]),
+                        min_size=1, max_size=4))
+def test_memory_bm25_of_a_lone_namespace_equals_fts5_bm25(rows, long_row, phrases):
+    from tortoise_sdk.store.sqlite.ranking import memory_bm25
+
+    c = sqlite3.connect(":memory:")
+    c.execute("CREATE TABLE memories (namespace TEXT, status TEXT)")
+    c.execute("CREATE VIRTUAL TABLE memories_fts USING fts5 (content, search_keys, entities,"
+              " tokenize='porter unicode61 remove_diacritics 2')")
+    if long_row:  # sizes of 128 tokens and more are multi-byte varints in memories_fts_docsize
+        rows = [*rows, ("kayak " * 150 + "trip", "lake " * 130, "new york", "live")]
+    for content, keys, names, status in rows:
+        rid = c.execute("INSERT INTO memories VALUES ('b', ?)", (status,)).lastrowid
+        c.execute("INSERT INTO memories_fts (rowid, content, search_keys, entities) VALUES (?, ?, ?, ?)",
+                  (rid, content, keys, names))
+    match = " OR ".join('"' + p + '"' for p in phrases)
+    expected = c.execute(
+        "SELECT m.rowid, -bm25(memories_fts, 1.0, 0.8, 0.6) AS s FROM memories_fts JOIN memories m"
+        " ON m.rowid = memories_fts.rowid WHERE memories_fts MATCH ? AND m.status = 'live' ORDER BY s DESC, m.rowid",
+        (match,)).fetchall()
+    got = dict(memory_bm25(c, "b", phrases, ("live",), k=100))
+    assert set(got) == {r for r, _ in expected}
+    assert all(abs(got[r] - s) <= 1e-9 * max(1.0, abs(s)) for r, s in expected)

@@ -78,6 +78,10 @@ _TEMP_TABLES = (
     "CREATE VIRTUAL TABLE IF NOT EXISTS temp.tortoise_batch_col USING fts5vocab(temp, tortoise_batch, 'col')",
     "CREATE VIRTUAL TABLE IF NOT EXISTS temp.tortoise_batch_inst USING fts5vocab(temp, tortoise_batch, 'instance')",
     "CREATE VIRTUAL TABLE IF NOT EXISTS temp.tortoise_turns_inst USING fts5vocab(main, turns_fts, 'instance')",
+    # Memory search: its phrases tokenized as memories_fts does, and that index's postings.
+    f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.tortoise_phrases USING fts5(x, {_TOKENIZE})",
+    "CREATE VIRTUAL TABLE IF NOT EXISTS temp.tortoise_phrases_inst USING fts5vocab(temp, tortoise_phrases, 'instance')",
+    "CREATE VIRTUAL TABLE IF NOT EXISTS temp.tortoise_memories_inst USING fts5vocab(main, memories_fts, 'instance')",
 )
 
 
@@ -281,57 +285,79 @@ def memory_bm25(
     """``(rowid, score)`` of the ``k`` best memories of ``namespace`` matching any phrase, best first (ties oldest first).
 
     The score is FTS5's ``bm25()`` for the OR of the quoted phrases, with ``N``, the average row
-    length and each phrase's row count taken from the namespace's indexed memories instead of the
-    whole index, so another namespace's memories never change it. Each phrase is one indexed
-    query (its matches in the namespace); ``highlight()`` gives its hits per column and
-    ``memories_fts_docsize`` each row's length.
+    length and each phrase's row count taken from the namespace's indexed memories (one read of
+    its rows' sizes in ``memories_fts_docsize``) instead of the whole index, so another
+    namespace's memories never change it. A one-token phrase's hits per row and column are its
+    postings (``fts5vocab``); a longer phrase is matched by the index and ``highlight()`` counts
+    its hits per column (overlapping hits, ``"ha ha"`` in "ha ha ha", count once there, twice
+    in ``bm25()``).
     """
     if k < 1 or not phrases:
         return []
-    n_rows, n_tokens = 0, 0
-    for (sz,) in c.execute("SELECT d.sz FROM memories m JOIN memories_fts_docsize d ON d.id = m.rowid"
-                           " WHERE m.namespace = ?", (namespace,)):
-        n_rows += 1
-        n_tokens += sum(_varints(sz))
-    if n_rows == 0:
-        return []
-    avgdl = max(n_tokens, 1) / n_rows
+    rows: dict[int, tuple[bool, int]] = {}  # rowid -> (status wanted, length in tokens)
     wanted = set(statuses)
-    per_phrase: dict[str, tuple[int, dict[int, float]]] = {}
-    for phrase in dict.fromkeys(phrases):
-        rows = c.execute(
-            "SELECT f.rowid, m.status, highlight(memories_fts, 0, ?1, ''), highlight(memories_fts, 1, ?1, ''),"
-            " highlight(memories_fts, 2, ?1, ''), f.content, f.search_keys, f.entities"
-            " FROM memories_fts f JOIN memories m ON m.rowid = f.rowid WHERE memories_fts MATCH ?2 AND m.namespace = ?3",
-            (_MARK, '"' + phrase.replace('"', '""') + '"', namespace),
-        ).fetchall()
-        freqs = {}
-        for rid, status, h0, h1, h2, t0, t1, t2 in rows:
-            if status in wanted:
-                freqs[rid] = sum(w * ((h or "").count(_MARK) - (t or "").count(_MARK))
-                                 for w, h, t in zip(weights, (h0, h1, h2), (t0, t1, t2)))
-        per_phrase[phrase] = (len(rows), freqs)
-    matched = sorted({rid for _, freqs in per_phrase.values() for rid in freqs})
-    if not matched:
+    n_tokens = 0
+    for rid, status, sz in c.execute("SELECT m.rowid, m.status, d.sz FROM memories m"
+                                     " JOIN memories_fts_docsize d ON d.id = m.rowid WHERE m.namespace = ?",
+                                     (namespace,)):
+        length = sum(_varints(sz))
+        rows[rid] = (status in wanted, length)
+        n_tokens += length
+    if not rows:
         return []
-    lengths: dict[int, int] = {}
-    for i in range(0, len(matched), 500):
-        part = matched[i:i + 500]
-        for rid, sz in c.execute(f"SELECT id, sz FROM memories_fts_docsize WHERE id IN ({', '.join('?' * len(part))})",
-                                 part):
-            lengths[rid] = sum(_varints(sz))
-    scores = dict.fromkeys(matched, 0.0)
+    avgdl = max(n_tokens, 1) / len(rows)
+    tokens = _phrase_tokens(c, list(dict.fromkeys(phrases)))
+    column = dict(zip(("content", "search_keys", "entities"), weights))
+    per_phrase: dict[str, tuple[int, dict[int, float]]] = {}
+    for phrase, toks in tokens.items():
+        hits: set[int] = set()
+        freqs: dict[int, float] = {}
+        if len(toks) == 1:
+            for rid, col in c.execute("SELECT doc, col FROM temp.tortoise_memories_inst WHERE term = ?", (toks[0],)):
+                row = rows.get(rid)
+                if row is not None:
+                    hits.add(rid)
+                    if row[0]:
+                        freqs[rid] = freqs.get(rid, 0.0) + column[col]
+        elif toks:
+            for rid, h0, h1, h2, t0, t1, t2 in c.execute(
+                "SELECT f.rowid, highlight(memories_fts, 0, ?1, ''), highlight(memories_fts, 1, ?1, ''),"
+                " highlight(memories_fts, 2, ?1, ''), f.content, f.search_keys, f.entities"
+                " FROM memories_fts f JOIN memories m ON m.rowid = f.rowid WHERE memories_fts MATCH ?2 AND m.namespace = ?3",
+                (_MARK, '"' + phrase.replace('"', '""') + '"', namespace),
+            ):
+                hits.add(rid)
+                if rows[rid][0]:
+                    freqs[rid] = sum(w * ((h or "").count(_MARK) - (t or "").count(_MARK))
+                                     for w, h, t in zip(weights, (h0, h1, h2), (t0, t1, t2)))
+        per_phrase[phrase] = (len(hits), freqs)
+    scores: dict[int, float] = {}
     for phrase in phrases:
-        hits, freqs = per_phrase[phrase]
-        weight = index_idf(n_rows, hits)
+        n_hits, freqs = per_phrase[phrase]
+        weight = index_idf(len(rows), n_hits)
         for rid, f in freqs.items():
-            norm = BM25_K1 * (1.0 - BM25_B + BM25_B * lengths.get(rid, 0) / avgdl)
-            scores[rid] += weight * f * (BM25_K1 + 1.0) / (f + norm)
+            norm = BM25_K1 * (1.0 - BM25_B + BM25_B * rows[rid][1] / avgdl)
+            scores[rid] = scores.get(rid, 0.0) + weight * f * (BM25_K1 + 1.0) / (f + norm)
     return sorted(scores.items(), key=lambda x: (-x[1], x[0]))[:k]
+
+
+def _phrase_tokens(c: sqlite3.Connection, phrases: Sequence[str]) -> dict[str, list[str]]:
+    """Each phrase's tokens as ``memories_fts`` indexes them (the same tokenizer, in a TEMP table)."""
+    ensure_temp(c)
+    c.execute("DELETE FROM temp.tortoise_phrases")
+    c.executemany("INSERT INTO temp.tortoise_phrases (rowid, x) VALUES (?, ?)",
+                  [(i + 1, p) for i, p in enumerate(phrases)])
+    out: dict[str, list[str]] = {p: [] for p in phrases}
+    for doc, term in c.execute("SELECT doc, term FROM temp.tortoise_phrases_inst ORDER BY doc, offset"):
+        out[phrases[doc - 1]].append(term)
+    c.execute("DELETE FROM temp.tortoise_phrases")
+    return out
 
 
 def _varints(blob: bytes) -> list[int]:
     """The integers of an FTS5 ``docsize`` record (SQLite varints: 7 bits a byte, high bit = more; a 9th byte is whole)."""
+    if not blob or max(blob) < 0x80:  # every count below 128: one byte each
+        return list(blob)
     out = []
     i = 0
     while i < len(blob):
