@@ -2,7 +2,8 @@
 
 A turn's or a memory's tsvector lives in its row and goes with it; the turns leave their
 namespace's ranking statistics (``PostgresStore.unindex_turns``) and the memories the
-engine-wide totals BM25 reads for them (``fts_stats``), in the same transaction. Deleted
+engine-wide memory totals (``fts_stats``; kept exact, though memory BM25 now counts the
+namespace's own memories at query time), in the same transaction. Deleted
 rows stay in the table files as dead tuples until VACUUM (see ``vacuum``).
 """
 
