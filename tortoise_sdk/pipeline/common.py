@@ -56,12 +56,10 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        running = False
+        pass  # no loop running: run it here, below
     else:
-        running = True
-    if not running:
-        # Outside the except block: raised inside it, every model error would chain this RuntimeError
-        # as its context instead of its transport cause (a refused connection then reads as a 500).
-        return asyncio.run(coro)
-    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(asyncio.run, coro).result()
+        with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+            return pool.submit(asyncio.run, coro).result()
+    # Outside the except block: raised inside it, every model error would chain this RuntimeError
+    # as its context instead of its transport cause (a refused connection then reads as a 500).
+    return asyncio.run(coro)
