@@ -687,7 +687,7 @@ class Memory:
 
         return process_pending(self.store, self.namespace, run, max_jobs=max_jobs, session_id=session_id,
                                due_only=due_only, retry_backoff_s=self.job_retry_s,
-                               paused=lambda: self.extraction_paused() is not None)
+                               paused=lambda: self._breaker_trip() is not None)
 
     def flush(self, session_id: str | None = None) -> list[JobInfo]:
         """Extract now what background captures left pending (of one session, or of all), without waiting for the batch.
