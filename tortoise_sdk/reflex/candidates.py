@@ -51,10 +51,10 @@ def widen_pool(r: Reading, content_terms: list[Term], extra: list[Term],
     return _with_neighbours(r, searched_terms(r, content_terms) + extra, dict(pool))
 
 
-def _with_neighbours(r: Reading, searched: list[Term], by_pos: dict[tuple[str, int], SearchHit],
-                     k: int | None = None, per_term: int | None = None) -> dict[tuple[str, int], SearchHit]:
+def _with_neighbours(r: Reading, searched: list[Term],
+                     by_pos: dict[tuple[str, int], SearchHit]) -> dict[tuple[str, int], SearchHit]:
     hits = _said(r.store.candidate_turns(r.ns, {t.surface: t.weight for t in searched},
-                                        k=k or tuning.CANDIDATES, per_term=per_term or tuning.PER_TERM))
+                                        k=tuning.CANDIDATES, per_term=tuning.PER_TERM))
     r.tick()
     if not hits:
         return by_pos
