@@ -63,6 +63,7 @@ def copy_store(src: str, dst: str, *, progress: Callable[[str, int], None] | Non
         StoreError: a database failed; nothing was committed to the destination.
     """
     from .postgres.extraction import index_memory
+    from .postgres.forget import vacuum_schema
     from .postgres.fts import rebuild_stats_sql
     from .postgres.store import PostgresStore, redact_url
     from .sqlite.store import SQLiteStore
@@ -112,9 +113,7 @@ def copy_store(src: str, dst: str, *, progress: Callable[[str, int], None] | Non
                 # only VACUUM or autovacuum merge), and every full-text search reads those lists
                 # through; a 20,000-item copy left 376 pending pages in turns_fts, and a rare
                 # term's newest matches took 5.7 ms (a scan of every turn) instead of 0.05 ms.
-                analyzed = [r[0] for r in pg.execute(
-                    "SELECT tablename FROM pg_tables WHERE schemaname = current_schema() ORDER BY tablename")]
-                pg.execute("VACUUM (ANALYZE) " + ", ".join(f'"{t}"' for t in analyzed))
+                vacuum_schema(pg, "ANALYZE")
             report.namespaces = [r[0] for r in s.execute("SELECT DISTINCT namespace FROM sessions ORDER BY 1")]
         return report
     finally:

@@ -18,7 +18,7 @@ from ..forget import ForgetMixin
 from .deadline import bound_statements
 from .fts import STAT_SHARDS
 
-__all__ = ("PostgresForgetMixin",)
+__all__ = ("PostgresForgetMixin", "vacuum_schema")
 
 _UNINDEX_MEMORY = (
     "INSERT INTO fts_stats (tbl, shard, n_rows, n_tokens)"
@@ -27,6 +27,14 @@ _UNINDEX_MEMORY = (
     " ON CONFLICT (tbl, shard) DO UPDATE"
     " SET n_rows = fts_stats.n_rows + excluded.n_rows, n_tokens = fts_stats.n_tokens + excluded.n_tokens"
 )
+
+
+def vacuum_schema(conn: psycopg.Connection, options: str) -> None:
+    """``VACUUM (options)`` of every table of the connection's schema, and of no other schema's
+    (a bare ``VACUUM`` would take every table of the database); outside a transaction."""
+    tables = [r[0] for r in conn.execute(
+        "SELECT tablename FROM pg_tables WHERE schemaname = current_schema() ORDER BY tablename")]
+    conn.execute(f"VACUUM ({options}) " + ", ".join(f'"{t}"' for t in tables))
 
 
 class PostgresForgetMixin(ForgetMixin):
@@ -47,9 +55,7 @@ class PostgresForgetMixin(ForgetMixin):
         try:
             with self._connection(None, "a PostgreSQL vacuum") as conn:
                 bound_statements(conn, None)  # a rewrite of every table takes what it takes
-                tables = [r[0] for r in conn.execute(
-                    "SELECT tablename FROM pg_tables WHERE schemaname = current_schema() ORDER BY tablename")]
-                conn.execute("VACUUM (FULL, ANALYZE) " + ", ".join(f'"{t}"' for t in tables))
+                vacuum_schema(conn, "FULL, ANALYZE")
         except psycopg.Error as exc:
             raise StoreError(f"PostgreSQL vacuum failed: {str(exc).strip()}") from exc
 
