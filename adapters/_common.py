@@ -12,13 +12,12 @@ after that many host turns.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import AdapterError
-from ..models import CaptureReceipt, JobInfo, MemoryBlock, utc_now
+from ..models import CaptureReceipt, JobInfo, MemoryBlock, tool_use_text, utc_now
 
 if TYPE_CHECKING:
     from ..memory import ExtractMode, Memory
@@ -147,18 +146,3 @@ class MemoryAdapter:
     def _log(self) -> logging.Logger:
         # The adapter's own module logger, as before the steps were shared.
         return logging.getLogger(type(self).__module__)
-
-
-def tool_use_text(name: Any, args: Any) -> str:
-    """A tool call as transcript ingestion keeps it: ``[tool_use name arg=value …]``, each value cut to 80
-    characters and the whole to 300 (the call itself goes whole into the turn's metadata)."""
-    parts = []
-    for key, value in (args if isinstance(args, dict) else {}).items():
-        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
-        parts.append(f"{key}={_cut(' '.join(text.split()), 80)}")
-    joined = _cut(" ".join(parts), 300)
-    return f"[tool_use {name or '?'}{' ' + joined if joined else ''}]"
-
-
-def _cut(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[:limit - 1] + "…"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timezone
 from typing import Any, Literal
 
@@ -34,6 +35,7 @@ __all__ = (
     "SubagentKey",
     "Tombstone",
     "Turn",
+    "tool_use_text",
     "utc_now",
 )
 
@@ -50,6 +52,21 @@ ROLES: tuple[str, ...] = ("user", "assistant", "system", "tool")
 def utc_now() -> datetime:
     """The current time, timezone-aware UTC."""
     return datetime.now(timezone.utc)
+
+
+def tool_use_text(name: Any, args: Any) -> str:
+    """A tool call as a turn's text keeps it: ``[tool_use name arg=value …]``, each value cut to 80
+    characters and the whole to 300 (transcript parsers and adapters write it the same way)."""
+    parts = []
+    for key, value in (args if isinstance(args, dict) else {}).items():
+        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+        parts.append(f"{key}={_cut(' '.join(text.split()), 80)}")
+    joined = _cut(" ".join(parts), 300)
+    return f"[tool_use {name or '?'}{' ' + joined if joined else ''}]"
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
 class Turn(BaseModel):

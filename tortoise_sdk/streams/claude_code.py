@@ -29,11 +29,10 @@ Sidechain lines (a sub-agent's own file) go to the session ``<sessionId>:agent-<
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any, ClassVar, NamedTuple
 
-from tortoise_sdk.models import Role, Turn
+from tortoise_sdk.models import Role, Turn, tool_use_text
 from tortoise_sdk.streams.base import (
     AGENT_TOOL_NAMES,
     Event,
@@ -98,13 +97,7 @@ def _looks_like_agent_result(payload: Any) -> bool:
 
 def summarize_tool_use(block: dict[str, Any]) -> str:
     """``[tool_use Read file_path=/x]``: the call with each argument cut short."""
-    name = as_str(block.get("name")) or "?"
-    args = []
-    for key, value in as_dict(block.get("input")).items():
-        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
-        args.append(f"{key}={shorten(text, 80)}")
-    joined = shorten(" ".join(args), 300)
-    return f"[tool_use {name}{' ' + joined if joined else ''}]"
+    return tool_use_text(as_str(block.get("name")), as_dict(block.get("input")))
 
 
 def tool_result_text(content: Any) -> str:
