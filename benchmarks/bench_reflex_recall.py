@@ -112,10 +112,11 @@ METHODS: dict[str, dict[str, list[object]]] = {
     "dates the question names": {"DATE_BOOST": [0.0, 0.2, 0.5, 1.0]},
     "nicknames resolved to speakers": {"NICKNAMES": [False, True]},
     "replies to a question inherit more": {"ANSWER_SHARE": [0.0, 0.25, 0.5, 1.0]},
+    "the subject speaks": {"SUBJECT_SPEAKER": [False, True]},
 }
 #: The methods kept in the reflex: those whose row beats the row without them in both directions
 #: (with --ablations, the others are tried once more on top of the reflex's row, and must beat it).
-KEPT: tuple[str, ...] = ("replies to a question inherit more", "session-level evidence")
+KEPT: tuple[str, ...] = ("replies to a question inherit more", "session-level evidence", "dates the question names")
 PASSES = 2  # coordinate-ascent passes at most (it stops earlier when a pass changes nothing)
 
 _worker: dict[str, object] = {}

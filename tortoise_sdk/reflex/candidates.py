@@ -32,7 +32,7 @@ def turn_pool(r: Reading, terms: list[Term]) -> tuple[list[Term], dict[tuple[str
     Empty when no term is worth a full-text query or it finds nothing.
     """
     content_terms = [t for t in terms
-                     if (t.df > 0 or not r.n_docs) and not (tuning.NAMES_AS_SPEAKERS and t.is_name)]
+                     if (t.df > 0 or not r.n_docs) and not (tuning.NAMES_AS_SPEAKERS and t.is_name) and not t.date]
     if not content_terms:
         return content_terms, {}
     return content_terms, _with_neighbours(r, searched_terms(r, content_terms), {})

@@ -21,11 +21,13 @@ __all__ = (
     "SPACE",
     "WHEN",
     "as_list",
+    "date_words",
     "entity_names",
     "message",
     "named_days",
     "query_text",
     "question_part",
+    "speaking",
     "surface_of",
     "text_of",
     "weigh_terms",
@@ -54,6 +56,10 @@ _DATE = re.compile(rf"\b(?:(\d{{1,2}})(?:st|nd|rd|th)?\s+(?:of\s+)?)?({_MONTH})\
 #: Days after a named month that still count as it: "last week" said early next month is about it.
 MONTH_SPILL_DAYS = 7
 CAPITALISED = re.compile(r"\b[A-Z][\w'-]+")
+# A name after one of these is whom something is said to or about, not who says it.
+_OBJECT_BEFORE = re.compile(r"\b(to|with|about|from|for|at|by|of|on|than|like|toward|towards|between)\s+$", re.I)
+_SAYS_AFTER = re.compile(r"\baccording to\s+$", re.I)
+_TOGETHER = re.compile(r"\b(both|together|each other|one another|and|&)\b", re.I)
 QUESTION_CHARS = 2_048
 SPACE = re.compile(r"\s+")
 
@@ -125,6 +131,7 @@ def weigh_terms(r: Reading, query: str, earlier: str = "") -> list[Term]:
     surfaces = own + more
     if not surfaces:
         return []
+    dated = date_words(query) if tuning.DATE_BOOST else frozenset()
     stems = r.store.analyze(surfaces)
     seen: dict[str, tuple[str, bool]] = {}
     for i, (surface, st) in enumerate(zip(surfaces, stems)):
@@ -138,7 +145,7 @@ def weigh_terms(r: Reading, query: str, earlier: str = "") -> list[Term]:
         df_content, df_name = stats.get(stem, (0, 0))
         weight = math.log(1 + (sized - df_content + 0.5) / (df_content + 0.5)) if n else 1.0
         terms.append(Term(surface, stem, weight * (tuning.CONTEXT_WEIGHT if context else 1.0), df_content,
-                          is_name=df_name > 0, context=context))
+                          is_name=df_name > 0, context=context, date=surface in dated))
     terms.sort(key=lambda t: (t.context, -t.weight))
     return terms[: tuning.MAX_TERMS]
 
@@ -146,7 +153,17 @@ def weigh_terms(r: Reading, query: str, earlier: str = "") -> list[Term]:
 def named_days(query: str) -> list[tuple[int | None, date, date]]:
     """The dates a question names ("in June", "on October 13, 2023", "1 February, 2023") as
     ``(year or None, first day, last day)`` windows: a day +-1, a month and its first days after."""
-    out: list[tuple[int | None, date, date]] = []
+    return [window for _, window in _named_dates(query)]
+
+
+def date_words(query: str) -> frozenset[str]:
+    """The words of the dates a question names ("may", "23", "2023" of "on May 23, 2023"): the
+    session's date matches them, not a turn's text."""
+    return frozenset(w for said, _ in _named_dates(query) for w in query_terms(said))
+
+
+def _named_dates(query: str) -> list[tuple[str, tuple[int | None, date, date]]]:
+    out: list[tuple[str, tuple[int | None, date, date]]] = []
     for m in _DATE.finditer(query):
         day_s, month_s, day2_s, year_s = m.groups()
         month = _MONTHS.index(month_s.lower()) + 1
@@ -164,7 +181,7 @@ def named_days(query: str) -> list[tuple[int | None, date, date]]:
                 last = (first + timedelta(days=32)).replace(day=1) + timedelta(days=MONTH_SPILL_DAYS - 1)
         except ValueError:
             continue
-        out.append((year, first, last))
+        out.append((m.group(0), (year, first, last)))
     return out
 
 
@@ -173,6 +190,38 @@ def entity_names(query: str, terms: list[Term]) -> list[str]:
     names = [w for w in words if w.lower() not in STOP_WORDS and w.lower() not in _COURTESY]
     names += [t.surface.capitalize() for t in terms if t.is_name]
     return list(dict.fromkeys(n for n in names if n))[:8]
+
+
+def speaking(query: str, names: list[Term]) -> list[Term]:
+    """Of the speakers a question names, those it asks as speakers.
+
+    With two or more named, the subject speaks: "What did Jon tell Gina about Gina's store?" asks
+    what Jon said; a name after a preposition or with a possessive ("to Gina", "Gina's") is whom it
+    is said to or about. Names joined ("Jon and Gina", "both") all speak, and "according to Gina"
+    names the speaker. When no name reads as the subject, all of them stay.
+    """
+    if len(names) < 2:
+        return names
+    found = []
+    for t in names:
+        m = re.search(rf"\b{re.escape(t.surface)}\b", query, re.I)
+        if m is not None:
+            found.append((m.start(), m.end(), t))
+    found.sort(key=lambda f: f[0])
+    if len(found) < 2:
+        return names
+    between = query[found[0][1]:found[-1][0]]
+    if _TOGETHER.search(between) or re.search(r"\bboth\b", query, re.I):
+        return names
+    for start, end, t in found:
+        before, after = query[:start], query[end:]
+        if _SAYS_AFTER.search(before):
+            return [t]
+    for start, end, t in found:
+        before, after = query[:start], query[end:]
+        if not _OBJECT_BEFORE.search(before) and not re.match(r"['\u2019]s?\b", after):
+            return [t]
+    return names
 
 
 def surface_of(terms: list[Term], stem: str) -> str:

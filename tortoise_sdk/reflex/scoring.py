@@ -11,7 +11,7 @@ from datetime import date
 from ..models import SearchHit
 from ..search import TF_CAP
 from . import tuning
-from .query import CAPITALISED, WHEN, named_days
+from .query import CAPITALISED, WHEN, named_days, speaking
 from .shapes import Candidate, Reading, Term, session_day
 
 __all__ = ("distinct", "diversify", "fuse", "latest_first", "score_turns", "without_stale_turns")
@@ -35,7 +35,8 @@ def score_turns(r: Reading, terms: list[Term], content_terms: list[Term], query:
     r.tokens.update((h.turn_id, (Counter(toks), len(toks))) for h, toks in zip(fresh, got))
     name_stems = {name: set(toks) for name, toks in zip(names, got[len(fresh):])}
     weights = {t.stem: t.weight for t in content_terms}
-    speakers = {t.stem for t in terms if t.is_name}
+    named = [t for t in terms if t.is_name]
+    speakers = {t.stem for t in (speaking(query, named) if tuning.SUBJECT_SPEAKER else named)}
     nicknamed = _nicknames(query, content_terms, name_stems) if tuning.NICKNAMES else {}
     for stem, speaker_stems in nicknamed.items():
         weights.pop(stem, None)
@@ -59,9 +60,11 @@ def score_turns(r: Reading, terms: list[Term], content_terms: list[Term], query:
         (h.session_id, h.index): (sc, {s for s in weights if tf[s]}) for h, tf, sc in zip(pool, tfs, scores)
     }
     # Terms the index has never seen count too: a query mostly about unknown things is unrelated.
-    total = sum(t.weight for t in terms
-                if not (tuning.NAMES_AS_SPEAKERS and t.is_name) and not t.context and t.stem not in nicknamed) or 1.0
+    total = sum(t.weight for t in terms if not (tuning.NAMES_AS_SPEAKERS and t.is_name) and not t.context
+                and not t.date and t.stem not in nicknamed) or 1.0
     speaker_weight = sum(t.weight for t in terms if t.is_name or t.stem in nicknamed)
+    # A date the question names is matched by when a turn was said (DATE_BOOST), not by its words.
+    date_weight = sum(t.weight for t in terms if t.date and not t.context)
     fed = {t.stem for t in content_terms if t.feedback}
     session_share: dict[str, float] = {}
     if tuning.SESSION_BOOST:
@@ -93,11 +96,13 @@ def score_turns(r: Reading, terms: list[Term], content_terms: list[Term], query:
             mult *= 1 + tuning.SPEAKER_BOOST
         if session_share:
             mult *= 1 + tuning.SESSION_BOOST * session_share.get(h.session_id, 0.0)
-        if days and _on_named_day(h.session_date, days):
+        on_day = bool(days and _on_named_day(h.session_date, days))
+        if on_day:
             mult *= 1 + tuning.DATE_BOOST
         ctx *= mult
-        covered = sum(weights[s] for s in (matched | nb_matched) - fed) + (speaker_weight if spoken else 0.0)
-        if ctx <= 0 or covered / (total + (speaker_weight if spoken else 0.0)) < tuning.MIN_COVERAGE:
+        bonus = (speaker_weight if spoken else 0.0) + (date_weight if on_day else 0.0)
+        covered = sum(weights[s] for s in (matched | nb_matched) - fed) + bonus
+        if ctx <= 0 or covered / (total + bonus) < tuning.MIN_COVERAGE:
             continue
         # Reasons are worded only for the few candidates that reach the block (see render.reasons).
         cands.append(Candidate(key=h.turn_id, kind="turn", text=h.content, hit=h, score=ctx, own=score,

@@ -41,6 +41,7 @@ __all__ = (
     "SESSION_BOOST",
     "SESSION_SPREAD",
     "SPEAKER_BOOST",
+    "SUBJECT_SPEAKER",
     "SYNOPSIS_CHARS",
     "TOPIC_WORDS",
     "WHEN_BOOST",
@@ -76,13 +77,15 @@ RECENCY_PER_TERM = 50    # newest matches read per word in that search
 RECENCY_MIN_SHARED = 2   # words a later turn must share with a top turn to follow it up
 RECENCY_PER_ANCHOR = 2   # follow-ups placed before each top turn
 # Issue 16: methods tried with benchmarks/bench_reflex_recall.py --cross --ablations; only those that
-# improved both cross directions are on (ANSWER_SHARE, SESSION_BOOST; see the README's ablation
+# improved both cross directions are on (ANSWER_SHARE, SESSION_BOOST, DATE_BOOST; see the README's ablation
 # table). The others stay switchable, at off, so the table can be re-measured.
 PRF_TERMS = 0            # off: pseudo-relevance feedback, words of the top turns added to the query
 PRF_DOCS = 1             # ... taken from this many top-ranked turns
 PRF_WEIGHT = 0.1         # ... the heaviest at this share of the weight of the query's strongest term
 SESSION_BOOST = 0.2      # relative lift for a turn by the share of the query's weight its session's turns cover
 SESSION_SPREAD = 0.0     # off: a turn loses this share of its score per turn of its session already chosen
-DATE_BOOST = 0.0         # off: a question naming a date lifts turns of sessions held on (or just after) it
+DATE_BOOST = 1.0         # a question naming a date lifts turns of sessions held on (or just after) it,
+                         # and those sessions match the date's words (query.date_words)
 NICKNAMES = False        # off: a query word that starts one speaker's name ("Mel") is that speaker
 ANSWER_SHARE = 1.0       # a turn inherits this much more of its previous turn's score when that turn asks a question
+SUBJECT_SPEAKER = False  # off: of two speakers a question names, only its subject ("what did Jon tell Gina") speaks
