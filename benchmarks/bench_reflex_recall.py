@@ -113,6 +113,8 @@ METHODS: dict[str, dict[str, list[object]]] = {
     "nicknames resolved to speakers": {"NICKNAMES": [False, True]},
     "replies to a question inherit more": {"ANSWER_SHARE": [0.0, 0.25, 0.5, 1.0]},
     "the subject speaks": {"SUBJECT_SPEAKER": [False, True]},
+    "an asking turn brings its reply": {"EXCHANGE_REPLIES": [False, True]},
+    "a short block filled with its turns' neighbours": {"EXCHANGE_FILL": [False, True]},
 }
 #: The methods kept in the reflex: those whose row beats the row without them in both directions
 #: (with --ablations, the others are tried once more on top of the reflex's row, and must beat it).

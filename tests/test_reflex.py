@@ -279,6 +279,56 @@ def test_feedback_terms_widen_the_pool_but_not_the_gate(tmp_path, monkeypatch):
         assert "s2" not in {p.session_id for p in ask(m, "Where did we go camping?").pointers}
 
 
+def test_an_asking_turn_brings_the_reply_that_answers_it(tmp_path, monkeypatch):
+    with Memory(str(tmp_path / "x.db"), namespace="x") as m:
+        # The question matches the query; its reply asks back; the answer wanted is the reply to that.
+        m.capture("s1", [{"role": "user", "content": "Morning! Long week at work.", "name": "Maya"},
+                         {"role": "user", "content": "Got any favourite pottery glaze?", "name": "Jon"},
+                         {"role": "user", "content": "I love them all, celadon is my top pick. What's yours?",
+                          "name": "Maya"},
+                         {"role": "user", "content": "Same here! Tenmoku speaks to me.", "name": "Jon"},
+                         {"role": "user", "content": "Nice.", "name": "Maya"}], session_date="2023-07-01T10:00:00")
+        for i, said in enumerate(["The pottery glaze kit arrived today", "I spilled pottery glaze on the floor",
+                                  "My pottery glaze cracked in the kiln"]):
+            m.capture(f"s{i + 2}", [{"role": "user", "content": said, "name": "Maya"},
+                                    {"role": "user", "content": "Oh no, rain again", "name": "Jon"}],
+                      session_date=f"2023-07-0{i + 2}T10:00:00")
+        m.capture("pad", [{"role": "user", "content": f"unrelated chatter number {i} about work"} for i in range(50)],
+                  session_date="2023-07-09T10:00:00")
+        question = "Which pottery glaze is the favourite?"
+        monkeypatch.setattr(tuning, "EXCHANGE_REPLIES", False)
+        plain = [p.synopsis for p in ask(m, question, budget=4).pointers]
+        assert "Got any favourite pottery glaze?" in plain and "Same here! Tenmoku speaks to me." not in plain
+        monkeypatch.setattr(tuning, "EXCHANGE_REPLIES", True)
+        block = ask(m, question, budget=4)
+        said = [p.synopsis for p in block.pointers]
+        assert "Same here! Tenmoku speaks to me." in said and len(said) == 4
+        assert "replies to a question about what is asked" in block.why[said.index("Same here! Tenmoku speaks to me.")]
+        # Only a question in the block's top half brings its reply; an unrelated question still gets nothing.
+        assert "Same here! Tenmoku speaks to me." not in [p.synopsis for p in ask(m, question, budget=1).pointers]
+        assert ask(m, "what is the capital of Peru?").pointers == []
+
+
+def test_a_short_block_is_filled_with_the_exchange_around_its_turns(tmp_path, monkeypatch):
+    with Memory(str(tmp_path / "f.db"), namespace="f") as m:
+        m.capture("s1", [{"role": "user", "content": "How was the weekend?", "name": "Jon"},
+                         {"role": "user", "content": "Busy, we finally went to the aquarium", "name": "Maya"},
+                         {"role": "user", "content": "Fun! What did the kids like?", "name": "Jon"},
+                         {"role": "user", "content": "The jellyfish, they glowed in the dark", "name": "Maya"},
+                         {"role": "user", "content": "Lovely.", "name": "Jon"}], session_date="2023-07-01T10:00:00")
+        m.capture("pad", [{"role": "user", "content": f"unrelated chatter number {i} about work"} for i in range(50)],
+                  session_date="2023-07-09T10:00:00")
+        monkeypatch.setattr(tuning, "EXCHANGE_FILL", False)
+        plain = [p.synopsis for p in ask(m, "When did we go to the aquarium?", budget=5).pointers]
+        assert len(plain) < 5 and "The jellyfish, they glowed in the dark" not in plain
+        monkeypatch.setattr(tuning, "EXCHANGE_FILL", True)
+        block = ask(m, "When did we go to the aquarium?", budget=5)
+        said = [p.synopsis for p in block.pointers]
+        assert said[: len(plain)] == plain and "The jellyfish, they glowed in the dark" in said
+        assert "next to a turn that matched" in block.why[said.index("The jellyfish, they glowed in the dark")]
+        assert ask(m, "what is the capital of Peru?").pointers == []
+
+
 def test_a_compaction_summary_is_never_a_pointer(tmp_path):
     """Claude Code retells a compacted session in a user-role line: the block points at what was said."""
     line = {"sessionId": "cc-1", "timestamp": "2026-02-10T22:00:00.000Z"}

@@ -13,6 +13,7 @@ from ..models import MemoryBlock
 from ..store.base import Store
 from ..store.deadline import within
 from .candidates import later_on_topic, memory_candidates, turn_pool, widen_pool
+from .exchange import filled, with_replies
 from .feedback import feedback_terms
 from .prior import drop_prior, not_in_window
 from .query import CHANGE, NOW, as_list, message, query_text, weigh_terms
@@ -109,6 +110,7 @@ def _steps(r: Reading, window: Sequence[Any], prior: Any, budget: int, max_token
             pool = widen_pool(r, content_terms, extra, pool)
             turns = score_turns(r, terms, content_terms, query, pool)
             r.tick()
+    turns = filled(r, with_replies(r, turns, pool, budget), pool, budget)
     ranked = distinct(fuse([turns, *memory_candidates(r, terms, query, wants_change)]))
     # What the window already shows goes before the present-tense step reads the top turns: this
     # session's own question and reply must not take the places of the turns whose follow-ups it seeks.

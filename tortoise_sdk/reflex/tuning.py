@@ -14,6 +14,8 @@ __all__ = (
     "CONTEXT_WEIGHT",
     "DATE_BOOST",
     "DIVERSIFY",
+    "EXCHANGE_FILL",
+    "EXCHANGE_REPLIES",
     "FUSE_DEPTH",
     "HOP_WEIGHT",
     "K1",
@@ -89,3 +91,5 @@ DATE_BOOST = 1.0         # a question naming a date lifts turns of sessions held
 NICKNAMES = False        # off: a query word that starts one speaker's name ("Mel") is that speaker
 ANSWER_SHARE = 1.0       # a turn inherits this much more of its previous turn's score when that turn asks a question
 SUBJECT_SPEAKER = False  # off: of two speakers a question names, only its subject ("what did Jon tell Gina") speaks
+EXCHANGE_REPLIES = False  # off: in the block's top half, a turn that asks about the query's words brings its reply
+EXCHANGE_FILL = False     # off: a block shorter than its places is filled with the turns next to its turns
