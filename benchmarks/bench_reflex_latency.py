@@ -72,7 +72,7 @@ QUESTIONS = [
 UNRELATED = ["what is the capital of Peru?", "explain quantum chromodynamics", "how do I invert a matrix in numpy?"]
 COURTESY = ["thanks!", "hi", "ok cool", "good morning"]
 # The reflex as it was before the methods these switches control (tuning attributes).
-BEFORE: dict[str, object] = {"ANSWER_SHARE": 0.0, "SESSION_BOOST": 0.0}
+BEFORE: dict[str, object] = {"ANSWER_SHARE": 0.0, "SESSION_BOOST": 0.0, "DATE_BOOST": 0.0, "EXCHANGE_REPLIES": False}
 
 
 def _filler(rng: random.Random, vocab: list[str], n: int) -> str:

@@ -51,7 +51,8 @@ K = 5
 # the shipped reflex), then leave-one-out rows switch one part off the full method.
 _OFF = {"NEIGHBOUR_SHARE": 0.0, "NEXT_SHARE": 0.0, "DIVERSIFY": False, "SPEAKER_BOOST": 0.0,
         "NAMES_AS_SPEAKERS": False, "MAX_DF_SHARE": 1.0, "WHEN_BOOST": 0.0, "MIN_COVERAGE": 0.0,
-        "RELATIVE_GATE": 0.0, "ANSWER_SHARE": 0.0, "SESSION_BOOST": 0.0}
+        "RELATIVE_GATE": 0.0, "ANSWER_SHARE": 0.0, "SESSION_BOOST": 0.0, "DATE_BOOST": 0.0,
+        "EXCHANGE_REPLIES": False}
 _STEPS = [
     ("stemmed BM25 (index stems, IDF-weighted terms)", ()),
     ("+ neighbouring-turn context", ("NEIGHBOUR_SHARE", "NEXT_SHARE")),
@@ -61,7 +62,9 @@ _STEPS = [
     ("+ 'when' awareness", ("WHEN_BOOST",)),
     ("+ gates", ("MIN_COVERAGE", "RELATIVE_GATE")),
     ("+ replies to a question inherit more", ("ANSWER_SHARE",)),
-    ("+ session-level evidence (= reflex)", ("SESSION_BOOST",)),
+    ("+ session-level evidence", ("SESSION_BOOST",)),
+    ("+ dates the question names", ("DATE_BOOST",)),
+    ("+ an asking turn brings its reply (= reflex)", ("EXCHANGE_REPLIES",)),
 ]
 ABLATIONS: dict[str, dict[str, object]] = {}
 _on: set[str] = set()
@@ -77,6 +80,8 @@ ABLATIONS.update({
     "reflex without gates": {"MIN_COVERAGE": 0.0, "RELATIVE_GATE": 0.0},
     "reflex without replies inheriting more": {"ANSWER_SHARE": 0.0},
     "reflex without session-level evidence": {"SESSION_BOOST": 0.0},
+    "reflex without dates the question names": {"DATE_BOOST": 0.0},
+    "reflex without asking turns bringing their replies": {"EXCHANGE_REPLIES": False},
 })
 
 
@@ -116,9 +121,10 @@ METHODS: dict[str, dict[str, list[object]]] = {
     "an asking turn brings its reply": {"EXCHANGE_REPLIES": [False, True]},
     "a short block filled with its turns' neighbours": {"EXCHANGE_FILL": [False, True]},
 }
-#: The methods kept in the reflex: those whose row beats the row without them in both directions
-#: (with --ablations, the others are tried once more on top of the reflex's row, and must beat it).
-KEPT: tuple[str, ...] = ("replies to a question inherit more", "session-level evidence", "dates the question names")
+#: The methods kept in the reflex, in the order they were admitted: each one's row beats the row
+#: before it in both directions (with --ablations, the others are tried once more on top of the
+#: reflex's row, and must beat it to join).
+KEPT: tuple[str, ...] = ("replies to a question inherit more", "session-level evidence", "dates the question names", "an asking turn brings its reply")
 PASSES = 2  # coordinate-ascent passes at most (it stops earlier when a pass changes nothing)
 
 _worker: dict[str, object] = {}
@@ -213,11 +219,19 @@ def cross(ablations: bool) -> int:
             # chosen there too, so a row differs from the first only by the method.
             if ablations:
                 rows += [(f"+ {name}", forced((name,))) for name in METHODS]
-            if KEPT:
-                rows.append(("+ " + " + ".join(KEPT) + " (= the reflex)", forced(KEPT)))
             jobs = [(db, tr, te, grid, {**off_all, **f["chosen"]})
                     for _, grid in rows[1:] for (tr, te), f in zip(directions, base)]
             fits = base + pool.map(_fit, jobs)
+            # The reflex's row: the kept methods added one at a time, in KEPT's order, each one's
+            # strength chosen on the train side on top of what the rows before it chose there (those
+            # stay fixed), so each step is the stage-3 test below that admitted the method.
+            chain = base
+            for i, name in enumerate(KEPT):
+                chain = pool.map(_fit, [(db, tr, te, forced((name,)), {**off_all, **f["chosen"]})
+                                        for (tr, te), f in zip(directions, chain)])
+                rows.append(("kept: " + ("then " if i else "") + f"+ {name}" + (" (= the reflex)" if i == len(KEPT) - 1 else ""),
+                             forced((name,))))
+                fits += chain
             if KEPT and ablations:
                 # Stage 3: each method left out, tried once more on top of what the reflex's row chose.
                 reflex = fits[-2:]

@@ -79,7 +79,7 @@ RECENCY_PER_TERM = 50    # newest matches read per word in that search
 RECENCY_MIN_SHARED = 2   # words a later turn must share with a top turn to follow it up
 RECENCY_PER_ANCHOR = 2   # follow-ups placed before each top turn
 # Issue 16: methods tried with benchmarks/bench_reflex_recall.py --cross --ablations; only those that
-# improved both cross directions are on (ANSWER_SHARE, SESSION_BOOST, DATE_BOOST; see the README's ablation
+# improved both cross directions are on (ANSWER_SHARE, SESSION_BOOST, DATE_BOOST, EXCHANGE_REPLIES; see the README's ablation
 # table). The others stay switchable, at off, so the table can be re-measured.
 PRF_TERMS = 0            # off: pseudo-relevance feedback, words of the top turns added to the query
 PRF_DOCS = 1             # ... taken from this many top-ranked turns
@@ -91,5 +91,5 @@ DATE_BOOST = 1.0         # a question naming a date lifts turns of sessions held
 NICKNAMES = False        # off: a query word that starts one speaker's name ("Mel") is that speaker
 ANSWER_SHARE = 1.0       # a turn inherits this much more of its previous turn's score when that turn asks a question
 SUBJECT_SPEAKER = False  # off: of two speakers a question names, only its subject ("what did Jon tell Gina") speaks
-EXCHANGE_REPLIES = False  # off: in the block's top half, a turn that asks about the query's words brings its reply
+EXCHANGE_REPLIES = True   # in the block's top half, a turn that asks about the query's words brings its reply
 EXCHANGE_FILL = False     # off: a block shorter than its places is filled with the turns next to its turns
