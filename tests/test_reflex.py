@@ -395,6 +395,35 @@ _WORDS = st.sampled_from("dog beagle Biscuit walk commute team data Helix Northw
                          "café 🐢 naïve [x] <y> \n".split(" "))
 
 
+_RUNS = re.compile(r"[A-Za-z]+|[0-9]+|[^\S\n]+|\n+|[\x21-\x7e]|[^\x00-\x7f]")
+
+
+def _tokens_by_run(text: str) -> int:
+    """approx_tokens' rule read run by run, as its docstring states it: the specification."""
+    n = 0
+    for run in _RUNS.findall(text):
+        c = run[0]
+        if c.isascii() and c.isalpha():
+            n += -(-len(run) // 4)
+        elif c.isdigit():
+            n += -(-len(run) // 3)
+        elif c == "\n":
+            n += len(run)
+        elif c.isspace():
+            n += len(run) > 1
+        elif c.isascii():
+            n += 1
+        else:
+            n += len(c.encode("utf-8"))
+    return n
+
+
+@given(st.text(alphabet=st.one_of(st.sampled_from("aZ09 \n\t\r\x00!~[`{é中😀٣\u00a0\u3000\u2028"), st.characters()),
+               max_size=60))
+def test_approx_tokens_counts_by_its_runs(text):
+    assert approx_tokens(text) == _tokens_by_run(text)
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     contents=st.lists(st.lists(_WORDS, min_size=1, max_size=60).map(" ".join), min_size=1, max_size=25),

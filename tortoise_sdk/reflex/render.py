@@ -29,8 +29,9 @@ def render(r: Reading, ranked: list[Candidate], budget: int, max_tokens: int) ->
     for c in ranked:
         if len(pointers) >= budget:
             break
-        fair = (max_tokens - r.count(frame(lines))) // max(1, min(budget, len(ranked)) - len(pointers))
-        line, synopsis = _fit(r, c, len(pointers) + 1, lines, frame, max_tokens, fair)
+        used = r.count(frame(lines))
+        fair = (max_tokens - used) // max(1, min(budget, len(ranked)) - len(pointers))
+        line, synopsis = _fit(r, c, len(pointers) + 1, lines, frame, max_tokens, used, fair)
         if line is None:
             continue
         lines.append(line)
@@ -67,15 +68,15 @@ def _reasons(r: Reading, c: Candidate) -> list[str]:
 
 
 def _fit(r: Reading, c: Candidate, n: int, lines: list[str], frame: Callable[[list[str]], str],
-         max_tokens: int, fair: int) -> tuple[str | None, str]:
-    """The longest line (synopsis shortened at need) within this pointer's fair share of the tokens left.
+         max_tokens: int, base: int, fair: int) -> tuple[str | None, str]:
+    """The longest line (synopsis shortened at need) within this pointer's fair share of the tokens left
+    (``base``: the block's tokens without it).
 
     The share keeps the first pointers from starving the rest; the last one may use what is left.
     """
     full = escape(c.text, tuning.SYNOPSIS_CHARS)
     limit = len(full)
     floor = min(limit, 40)
-    base = r.count(frame(lines))
     while True:
         synopsis = full if limit >= len(full) else full[: max(limit - 1, 0)].rstrip() + "…"
         line = _line(c, n, synopsis)
