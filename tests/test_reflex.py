@@ -184,6 +184,9 @@ def test_named_days_reads_the_dates_a_question_names():
     assert named_days("What did Gina find on 1 February, 2023?") == [(2023, date(2023, 1, 31), date(2023, 2, 2))]
     assert named_days("What did Jon do in May 2023?") == [(2023, date(2023, 5, 1), date(2023, 6, 7))]
     assert named_days("What may Jon do next?") == [] and named_days("on 31 February") == []
+    # A month alone is a date only capitalised after a preposition: not a verb, not a name.
+    assert named_days("Did Maya march in the parade?") == [] and named_days("What did June say?") == []
+    assert named_days("May I ask what happened in May?") == [(None, date(2000, 5, 1), date(2000, 6, 7))]
 
 
 def _dated_bakes(m: Memory) -> None:
@@ -226,6 +229,7 @@ def test_the_words_of_a_named_date_are_matched_by_the_session_date(tmp_path, mon
 def test_date_words_are_the_words_of_the_dates_named():
     assert date_words("What did Gina get on May 23, 2023?") == {"may", "23", "2023"}
     assert date_words("What may Jon do in 2023?") == frozenset()  # "may" alone is a verb, a year alone no date
+    assert date_words("What about the 23 paintings on May 23, 2023?") == {"may", "2023"}  # "23" is said apart too
 
 
 def test_of_two_speakers_named_the_subject_speaks():
@@ -309,6 +313,23 @@ def test_an_asking_turn_brings_the_reply_that_answers_it(tmp_path, monkeypatch):
         # Only a question in the block's top half brings its reply; an unrelated question still gets nothing.
         assert "Same here! Tenmoku speaks to me." not in [p.synopsis for p in ask(m, question, budget=1).pointers]
         assert ask(m, "what is the capital of Peru?").pointers == []
+
+
+def test_an_asking_turn_brings_two_replies_at_most_and_none_from_the_window(tmp_path, monkeypatch):
+    monkeypatch.setattr(tuning, "EXCHANGE_REPLIES", True)
+    with Memory(str(tmp_path / "c.db"), namespace="c") as m:
+        chain = ["Got any favourite pottery glaze?", "Celadon. What's yours?", "Tenmoku. What kiln do you use?",
+                 "A gas kiln. What clay do you use?", "Stoneware. Any tips?", "Wedge it well."]
+        m.capture("s1", [{"role": "user", "content": said, "name": "Jon" if i % 2 == 0 else "Maya"}
+                         for i, said in enumerate(chain)], session_date="2023-07-01T10:00:00")
+        m.capture("pad", [{"role": "user", "content": f"unrelated chatter number {i} about work"} for i in range(50)],
+                  session_date="2023-07-09T10:00:00")
+        said = [p.synopsis for p in ask(m, "Which pottery glaze is the favourite?", budget=5).pointers]
+        assert set(said) == set(chain[:3])  # the question, its reply, and the reply to the reply that asks back
+        assert not set(chain[3:]) & set(said)  # and no further down a chain of questions
+        window = [{"role": "assistant", "content": chain[0]}, {"role": "user", "content": "Which pottery glaze?"}]
+        shown = [p.synopsis for p in m.context(window, session_id="s1", budget=5, time_budget_ms=None).pointers]
+        assert chain[0] not in shown and chain[2] not in shown  # the window's question brings no reply
 
 
 def test_a_short_block_is_filled_with_the_exchange_around_its_turns(tmp_path, monkeypatch):

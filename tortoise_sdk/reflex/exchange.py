@@ -12,6 +12,7 @@ from .shapes import Candidate, Reading
 __all__ = ("asks", "filled", "with_replies")
 
 Pos = tuple[str, int]
+_HOPS = 2  # the reply, and the reply to it when the reply asks back: no longer chain
 _SENTENCES = re.compile(r"(?<=[.!?])\s+")
 
 
@@ -66,7 +67,9 @@ def with_replies(r: Reading, turns: list[Candidate], pool: Mapping[Pos, SearchHi
         out.append(c)
         placed.add(c.key)
         asker = c if c.key in starts else None
-        while asker is not None and asker.hit is not None and len(out) < places and asks(asker.text):
+        for _ in range(_HOPS):
+            if asker is None or asker.hit is None or len(out) >= places or not asks(asker.text):
+                break
             h = hits.get(_pos(asker.hit, 1))
             if h is None or (h.name or h.role) == (asker.hit.name or asker.hit.role):
                 break

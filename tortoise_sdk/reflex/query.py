@@ -53,13 +53,17 @@ _MONTHS = ("january february march april may june july august september october 
 _MONTH = "|".join(_MONTHS)
 _DATE = re.compile(rf"\b(?:(\d{{1,2}})(?:st|nd|rd|th)?\s+(?:of\s+)?)?({_MONTH})\b(?:\s+(\d{{1,2}})(?:st|nd|rd|th)?\b)?"
                    rf"(?:,?\s+((?:19|20)\d\d)\b)?", re.I)
+# A month named alone ("in June") is a date only capitalised and after one of these; otherwise it is
+# more often a verb ("may", "march": "I want to march") or a name ("What did June say?").
+_BEFORE_MONTH = re.compile(r"\b(in|during|since|until|till|through|throughout|by|before|after|early|late|mid|"
+                           r"last|this|next|of|from|to|between|around|about)\s+$", re.I)
 #: Days after a named month that still count as it: "last week" said early next month is about it.
 MONTH_SPILL_DAYS = 7
 CAPITALISED = re.compile(r"\b[A-Z][\w'-]+")
 # A name after one of these is whom something is said to or about, not who says it.
 _OBJECT_BEFORE = re.compile(r"\b(to|with|about|from|for|at|by|of|on|than|like|toward|towards|between)\s+$", re.I)
 _SAYS_AFTER = re.compile(r"\baccording to\s+$", re.I)
-_TOGETHER = re.compile(r"\b(both|together|each other|one another|and|&)\b", re.I)
+_TOGETHER = re.compile(r"\b(both|together|each other|one another|and|or|nor|&)\b", re.I)
 QUESTION_CHARS = 2_048
 SPACE = re.compile(r"\s+")
 
@@ -158,19 +162,23 @@ def named_days(query: str) -> list[tuple[int | None, date, date]]:
 
 def date_words(query: str) -> frozenset[str]:
     """The words of the dates a question names ("may", "23", "2023" of "on May 23, 2023"): the
-    session's date matches them, not a turn's text."""
-    return frozenset(w for said, _ in _named_dates(query) for w in query_terms(said))
+    session's date matches them, not a turn's text. A word the question also says outside its
+    dates ("the 23 paintings on May 23, 2023") stays a word to match."""
+    spans = [span for span, _ in _named_dates(query)]
+    said = [query[a:b] for a, b in spans]
+    rest = " ".join(query[a:b] for a, b in zip([0, *(e for _, e in spans)], [*(s for s, _ in spans), len(query)]))
+    return frozenset(w for text in said for w in query_terms(text)) - set(query_terms(rest))
 
 
-def _named_dates(query: str) -> list[tuple[str, tuple[int | None, date, date]]]:
-    out: list[tuple[str, tuple[int | None, date, date]]] = []
+def _named_dates(query: str) -> list[tuple[tuple[int, int], tuple[int | None, date, date]]]:
+    out: list[tuple[tuple[int, int], tuple[int | None, date, date]]] = []
     for m in _DATE.finditer(query):
         day_s, month_s, day2_s, year_s = m.groups()
         month = _MONTHS.index(month_s.lower()) + 1
         year = int(year_s) if year_s else None
         day = int(day_s or day2_s or 0)
-        if month == 5 and not (day or year):  # "may" is a verb far more often than a month
-            continue
+        if not (day or year) and not (month_s[0].isupper() and _BEFORE_MONTH.search(query[: m.start()])):
+            continue  # a month alone is a date only capitalised, after a preposition (_BEFORE_MONTH)
         base = year or 2000  # a leap year, so 29 February parses; the year is compared apart
         try:
             if day:
@@ -181,7 +189,7 @@ def _named_dates(query: str) -> list[tuple[str, tuple[int | None, date, date]]]:
                 last = (first + timedelta(days=32)).replace(day=1) + timedelta(days=MONTH_SPILL_DAYS - 1)
         except ValueError:
             continue
-        out.append((m.group(0), (year, first, last)))
+        out.append((m.span(), (year, first, last)))
     return out
 
 

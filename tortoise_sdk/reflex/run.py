@@ -110,7 +110,8 @@ def _steps(r: Reading, window: Sequence[Any], prior: Any, budget: int, max_token
             pool = widen_pool(r, content_terms, extra, pool)
             turns = score_turns(r, terms, content_terms, query, pool)
             r.tick()
-    turns = filled(r, with_replies(r, turns, pool, budget), pool, budget)
+    # A question the host's window already shows brings no reply: the window is dropped first.
+    turns = filled(r, with_replies(r, not_in_window(turns, msgs, session_id), pool, budget), pool, budget)
     ranked = distinct(fuse([turns, *memory_candidates(r, terms, query, wants_change)]))
     # What the window already shows goes before the present-tense step reads the top turns: this
     # session's own question and reply must not take the places of the turns whose follow-ups it seeks.
