@@ -435,7 +435,7 @@ def _tokens_by_run(text: str) -> int:
         elif c.isascii():
             n += 1
         else:
-            n += len(c.encode("utf-8"))
+            n += len(c.encode("utf-8", "surrogatepass"))
     return n
 
 
@@ -443,6 +443,10 @@ def _tokens_by_run(text: str) -> int:
                max_size=60))
 def test_approx_tokens_counts_by_its_runs(text):
     assert approx_tokens(text) == _tokens_by_run(text)
+
+
+def test_a_lone_surrogate_is_counted_not_raised():
+    assert approx_tokens("a\ud800b") == 5  # "a", "b" and the surrogate's three bytes
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
