@@ -29,6 +29,16 @@ def _pos(h: SearchHit, d: int = 0) -> Pos:
     return h.session_id, h.index + d
 
 
+def _read_missing(r: Reading, pool: Mapping[Pos, SearchHit], positions: list[Pos]) -> dict[Pos, SearchHit]:
+    """The pool's turns by position, with those of ``positions`` it lacks read in one call (never a system turn)."""
+    hits: dict[Pos, SearchHit] = dict(pool)
+    missing = list(dict.fromkeys(p for p in positions if p not in hits and p[1] >= 0))
+    if missing:
+        hits.update((_pos(h), h) for h in r.store.turns_at(r.ns, missing) if h.role != "system")
+        r.tick()
+    return hits
+
+
 def with_replies(r: Reading, turns: list[Candidate], pool: Mapping[Pos, SearchHit], places: int) -> list[Candidate]:
     """The turn ranking with the reply to each asking turn of the top half of the block (``places // 2``)
     right after it (``EXCHANGE_REPLIES``): a block that points at a question without its answer spends
@@ -37,7 +47,7 @@ def with_replies(r: Reading, turns: list[Candidate], pool: Mapping[Pos, SearchHi
 
     Only a question about what the query asks brings its reply: its last sentence names one of
     the query's words. A reply that asks back ("What's yours?") brings its own reply, within those
-    places too. The reply is the session's next turn, by another speaker, from the pool (the
+    places too; no chain goes further (``_HOPS``). The reply is the session's next turn, by another speaker, from the pool (the
     neighbours of what the full-text query found) or one read of the few positions it lacks.
     Only turns the ranking already holds are followed, so an empty ranking (an unrelated
     question) stays empty.
@@ -51,12 +61,8 @@ def with_replies(r: Reading, turns: list[Candidate], pool: Mapping[Pos, SearchHi
         top = [c for c, st in zip(top, said) if words & set(st)]
     if not top:
         return turns
-    hits: dict[Pos, SearchHit] = dict(pool)
     # The reply, and the reply to it (when the reply asks back): both positions in one read.
-    missing = [p for c in top for d in (1, 2) if c.hit is not None and (p := _pos(c.hit, d)) not in hits]
-    if missing:
-        hits.update((_pos(h), h) for h in r.store.turns_at(r.ns, missing) if h.role != "system")
-        r.tick()
+    hits = _read_missing(r, pool, [_pos(c.hit, d) for c in top if c.hit is not None for d in (1, 2)])
     by_pos = {_pos(c.hit): c for c in turns if c.hit is not None}
     starts = {c.key for c in top}
     out: list[Candidate] = []
@@ -93,11 +99,7 @@ def filled(r: Reading, turns: list[Candidate], pool: Mapping[Pos, SearchHit], pl
         return turns
     keys = {c.key for c in turns}
     wanted = [_pos(c.hit, d) for c in turns if c.hit is not None for d in (1, -1)]
-    hits: dict[Pos, SearchHit] = dict(pool)
-    missing = [p for p in dict.fromkeys(wanted) if p not in hits and p[1] >= 0]
-    if missing:
-        hits.update((_pos(h), h) for h in r.store.turns_at(r.ns, missing) if h.role != "system")
-        r.tick()
+    hits = _read_missing(r, pool, wanted)
     out = list(turns)
     for p in wanted:
         h = hits.get(p)

@@ -221,13 +221,11 @@ def speaking(query: str, names: list[Term]) -> list[Term]:
     between = query[found[0][1]:found[-1][0]]
     if _TOGETHER.search(between) or re.search(r"\bboth\b", query, re.I):
         return names
-    for start, end, t in found:
-        before, after = query[:start], query[end:]
-        if _SAYS_AFTER.search(before):
+    for start, _, t in found:
+        if _SAYS_AFTER.search(query[:start]):
             return [t]
     for start, end, t in found:
-        before, after = query[:start], query[end:]
-        if not _OBJECT_BEFORE.search(before) and not re.match(r"['\u2019]s?\b", after):
+        if not _OBJECT_BEFORE.search(query[:start]) and not re.match(r"['\u2019]s?\b", query[end:]):
             return [t]
     return names
 
