@@ -27,7 +27,7 @@ __all__ = ("LLMClient", "LLMResult")
 
 #: ``unreachable`` is retried at most once, after at most this wait: nothing listening seldom starts to.
 UNREACHABLE_RETRY_WAIT_S = 0.5
-#: Timed-out attempts a call makes at most: a provider that hung twice in a row seldom answers the third.
+#: Timed-out attempts a call makes at most: a provider that hung twice seldom answers a third time.
 MAX_TIMEOUTS = 2
 
 class LLMResult(BaseModel):
