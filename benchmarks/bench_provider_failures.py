@@ -1,14 +1,18 @@
-"""A provider that refuses: how long a capture takes and how many calls it makes, beside a baseline checkout.
+"""A provider that refuses or hangs: how long a capture takes and how many calls it makes, beside a baseline checkout.
 
 Two captures of demo sessions into one Memory at the default settings (max_attempts=4,
 1 s backoff base), the second right after the first, for:
 
 - a missing key: ``openai/gpt-4o-mini`` with no ``OPENAI_API_KEY`` (litellm refuses
   before connecting: nothing leaves the machine);
-- a refused connection: ``api_base`` on a loopback port that is bound and never listens.
+- a refused connection: ``api_base`` on a loopback port that is bound and never listens;
+- a hanging provider: ``api_base`` on a loopback port that listens (the kernel accepts each
+  connection) and never answers, with a 1 s request timeout on both sides
+  (``model_settings={"timeout_s": 1}``, which the baseline reads too; ``request_timeout_s=1`` here).
 
 Goal: the first capture well under a second with one call (at most two attempts),
-the second making no call. The baseline is the same script run against another
+the second making no call; with a hanging provider, the first capture about two
+timeouts (one retry), the second no call. The baseline is the same script run against another
 revision's code (``--baseline REF``, default ``main``; extracted with ``git archive``
 into a temporary directory and put first on ``PYTHONPATH``), in the same run.
 
@@ -42,11 +46,16 @@ def measure() -> list[dict[str, object]]:
 
     demo = {s["session_id"]: s for s in load_demo_sessions()}
     rows = []
-    with socket.socket() as probe, tempfile.TemporaryDirectory() as d:
+    with socket.socket() as probe, socket.socket() as silent, tempfile.TemporaryDirectory() as d:
         probe.bind(("127.0.0.1", 0))
         refused = f"http://127.0.0.1:{probe.getsockname()[1]}/v1"
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(512)  # never accepted: each request is sent and never answered
+        hanging = f"http://127.0.0.1:{silent.getsockname()[1]}/v1"
         cases = [("missing key", {"model": "openai/gpt-4o-mini"}),
-                 ("refused connection", {"model": "openai/stub-model", "api_base": refused, "api_key": "k"})]
+                 ("refused connection", {"model": "openai/stub-model", "api_base": refused, "api_key": "k"}),
+                 ("hanging, 1 s timeout", {"model": "openai/stub-model", "api_base": hanging, "api_key": "k",
+                                           "model_settings": {"timeout_s": 1.0}})]
         for n, (case, settings) in enumerate(cases):
             with Memory(str(Path(d) / f"{n}.db"), namespace="bench", **settings) as mem:
                 for sid in ("demo-1", "demo-2"):

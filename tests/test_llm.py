@@ -351,6 +351,26 @@ def test_timeouts_exhaust_attempts(stub_model: Any) -> None:
     assert client.stats["s4"].errors == {"timeout": 2}
 
 
+@LOOPBACK
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_timed_out_request_is_retried_once_then_the_client_sends_nothing_more(stub_model: Any, mode: str) -> None:
+    # Timeouts are counted, not attempts: a server error between them does not use up the one retry.
+    stub = stub_model([{"delay": 3600, "content": "late"}, {"status": 500}, {"delay": 3600, "content": "late"},
+                       {"content": "never asked"}])
+    client = LLMClient(LLMConfig(model="openai/stub-model", api_base=stub.base_url, api_key="sk-test",
+                                 timeout_s=0.3, max_attempts=4, **FAST_RETRY))
+    story = prompt("Story?")
+    with pytest.raises(ModelTimeout) as caught:
+        client.complete("s1", story) if mode == "sync" else asyncio.run(client.acomplete("s1", story))
+    assert caught.value.error_class == "timeout"
+    assert client.stats["s1"].errors == {"timeout": 2, "server": 1} and client.stats["s1"].retries == 2
+    # Fatal: a provider that hung twice is not asked again by this client.
+    assert client.fatal is caught.value
+    with pytest.raises(ModelTimeout, match="not sent"):
+        client.complete("s2", prompt("Events?"))
+    assert "s2" not in client.stats
+
+
 def _refused_base() -> tuple[socket.socket, str]:
     """A loopback port that is bound and never listens: every connection to it is refused."""
     probe = socket.socket()

@@ -3,7 +3,9 @@
 Cassette tests replay ``cassettes/test_provider_failures/<test>.yaml``, recorded from
 the stub script beside each (HTTP 401, 402, 404). A refused connection needs no
 cassette: a bound, never listening loopback port refuses every connection, and
-nothing leaves the machine.
+nothing leaves the machine. Nor can a cassette hang: a hanging provider is a live
+loopback stub that accepts each request and never answers (issue 22). These tests
+count attempts and check the breaker; how long a hang costs is the benchmark's figure.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from pipeline_scenarios import (
     memory,
     whole_cassette_played,  # noqa: F401 - autouse: every recorded exchange is played
 )
-from tortoise_sdk import Memory
+from tortoise_sdk import ConfigError, Memory
 from tortoise_sdk.llm import LLMConfig
 from tortoise_sdk.llm.breaker import CircuitBreaker
 from tortoise_sdk.llm.lazy import load_litellm
@@ -184,6 +186,83 @@ def test_a_running_worker_says_once_why_the_breaker_holds_its_queue(tmp_path: Pa
         assert len(said) == 1 and "unreachable" in said[0] and "calls resume after" in said[0]
 
 
+@pytest.fixture
+def hanging(stub_model: Any) -> Any:
+    """A loopback model server that accepts every request and never answers (it sleeps until the test ends)."""
+    return stub_model({"routes": [{"replies": [{"delay": 3600, "content": "never sent"}], "cycle": True}]})
+
+
+def queue_demo(mem: Memory, *names: str) -> None:
+    for sid in names:
+        mem.capture(sid, DEMO[sid]["turns"], session_date=DEMO[sid]["date"], extract="background")
+
+
+@LOOPBACK
+def test_a_hanging_provider_costs_a_job_two_timed_out_attempts_then_the_breaker_holds_the_queue(
+        tmp_path: Path, hanging: Any) -> None:
+    # Before, S1's three chunks, S2 and S4 each waited out four attempts: 20 timeouts a job, and the next job
+    # the same (at the default 60 s, twelve minutes a job).
+    with Memory(str(tmp_path / "m.db"), namespace="t", model="openai/stub-model", api_base=hanging.base_url,
+                api_key="k", chunk_turns=3, concurrency=1, extract_every=1, job_retry_s=0,
+                model_settings={"timeout_s": 0.3, "backoff_base_s": 0}) as mem:
+        load_litellm()
+        queue_demo(mem, "demo-1", "demo-2")
+        ran = mem.flush()
+        assert [(j.session_id, j.status, j.attempts) for j in ran] == [("demo-1", "pending", 1)]
+        report = mem.receipts("demo-1")[0].extraction
+        assert report.status == "failed" and report.reason.startswith("s1: timeout: ")
+        assert "no later stage was called" in report.reason and "request_timeout_s" in report.reason
+        # One retry of the timed-out request, then nothing more: the other chunks, S2 and S4 were not sent.
+        s1 = report.stages["s1"]
+        assert (s1.calls, s1.retries, s1.errors) == (1, 1, {"timeout": 2})
+        assert stages_asked(report) == ["s1"]
+        assert sum("not sent" in d.message for d in report.errors) == 2
+        assert {r.stage for r in hanging.requests} <= {"s1"}
+        # The breaker opened: the second job was not leased, so it keeps its attempts.
+        assert "failed with timeout" in (mem.extraction_paused() or "")
+        assert [(j.session_id, j.attempts) for j in mem.store.jobs("t", status="pending")] == [
+            ("demo-1", 1), ("demo-2", 0)]
+        assert mem.flush() == []
+
+
+@LOOPBACK
+def test_request_timeout_s_sets_the_deadline_and_concurrent_chunks_each_retry_at_most_once(
+        tmp_path: Path, hanging: Any) -> None:
+    with Memory(str(tmp_path / "m.db"), namespace="t", model="openai/stub-model", api_base=hanging.base_url,
+                api_key="k", chunk_turns=3, concurrency=4, request_timeout_s=0.3,
+                model_settings={"backoff_base_s": 0}) as mem:
+        assert mem.request_timeout_s == 0.3 and mem._llm_config().timeout_s == 0.3
+        load_litellm()
+        report = capture_demo(mem, "demo-1").extraction
+        assert report.status == "failed" and report.reason.startswith("s1: timeout: ")
+        assert stages_asked(report) == ["s1"]
+        s1 = report.stages["s1"]
+        # The three chunks were in flight together: each timed out, and was retried at most once.
+        assert set(s1.errors) == {"timeout"} and s1.errors["timeout"] == s1.calls + s1.retries
+        assert 1 <= s1.calls <= 3 and s1.retries <= s1.calls
+        second = capture_demo(mem, "demo-2").extraction
+        assert second.status == "skipped" and second.stages == {}
+        assert [(d.code, d.detail["breaker"]) for d in second.errors] == [("timeout", "open")]
+
+
+@pytest.mark.parametrize("bad", ["5", None, float("nan"), -1, 0, float("inf"), True])
+def test_request_timeout_s_is_a_positive_number_of_seconds(tmp_path: Path, bad: Any) -> None:
+    with pytest.raises(ConfigError) as raised:
+        Memory(str(tmp_path / "m.db"), request_timeout_s=bad)
+    assert raised.value.field == "request_timeout_s" and "request_timeout_s=20" in str(raised.value)
+    assert not (tmp_path / "m.db").exists()
+
+
+def test_request_timeout_s_and_model_settings_timeout_s_must_agree(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as raised:
+        Memory(str(tmp_path / "m.db"), request_timeout_s=5, model_settings={"timeout_s": 3})
+    assert raised.value.field == "request_timeout_s" and "disagree" in str(raised.value)
+    with Memory(str(tmp_path / "m.db"), model="openai/x", model_settings={"timeout_s": 3}) as mem:
+        assert mem.request_timeout_s == 3.0 and mem._llm_config().timeout_s == 3.0
+    with Memory(str(tmp_path / "m.db"), model="openai/x") as mem:
+        assert mem.request_timeout_s == 60.0 and mem._llm_config().timeout_s == 60.0
+
+
 def test_the_breaker_closes_after_its_time_or_for_another_configuration() -> None:
     now = [100.0]
     breaker = CircuitBreaker(60.0, clock=lambda: now[0])
@@ -286,3 +365,31 @@ def test_cli_api_key_reaches_the_provider(how: str, tmp_path: Path, stub_model: 
                            "--session", "demo-1", "--model", "openai/stub-model", "--api-base", stub.base_url, *key)
     assert code == 3 and "s1: auth: " in err
     assert [r.headers.get("authorization") for r in stub.requests] == ["Bearer sk-from-cli"]
+
+
+@LOOPBACK
+def test_cli_timeout_bounds_each_request_of_flush(tmp_path: Path, hanging: Any,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    db = str(tmp_path / "cli.db")
+    with Memory(db, model="openai/stub-model", extract_every=1) as mem:
+        queue_demo(mem, "demo-1", "demo-2")
+    model = ["--model", "openai/stub-model", "--api-base", hanging.base_url, "--api-key", "k"]
+    code, _, err = run_cli(capsys, "--db", db, "flush", "--timeout", "0.3", *model)
+    assert code == 3 and "s1: timeout: " in err and "extraction skipped, no model was called" in err
+    with Memory(db) as mem:
+        s1 = mem.receipts("demo-1")[0].extraction.stages["s1"]
+        assert (s1.calls, s1.retries, s1.errors) == (1, 1, {"timeout": 2})
+        assert [(j.session_id, j.attempts) for j in mem.store.jobs(mem.namespace, status="pending")] == [
+            ("demo-1", 1), ("demo-2", 0)]
+    for bad in ("0", "-1", "nan", "soon"):
+        code, _, err = run_cli(capsys, "--db", db, "flush", "--timeout", bad, *model)
+        assert code == 2 and "--timeout: must be a number of seconds above 0" in err
+
+
+def test_cli_timeout_is_on_every_command_that_calls_a_model() -> None:
+    from tortoise_sdk.cli import build_parser
+
+    parser = build_parser()
+    for argv in (["capture", "f.jsonl"], ["extract", "s"], ["flush"], ["worker"], ["eval", "locomo", "f.json"]):
+        assert parser.parse_args([*argv, "--timeout", "2.5"]).request_timeout_s == 2.5, argv
+    assert parser.parse_args(["hook", "--timeout", "3"]).timeout == 3.0  # the hook's own limit; it calls no model

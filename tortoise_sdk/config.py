@@ -14,6 +14,7 @@ __all__ = (
     "DEFAULT_JOB_RETRY_S",
     "DEFAULT_MAX_TURNS_PER_CAPTURE",
     "DEFAULT_NAMESPACE",
+    "DEFAULT_REQUEST_TIMEOUT_S",
     "default_db_path",
     "ensure_litellm_env",
     "env_api_key",
@@ -29,8 +30,11 @@ DEFAULT_EXTRACT_EVERY = 20
 #: ... or once the session has had no capture for this many seconds.
 DEFAULT_IDLE_S = 300.0
 DEFAULT_BUSY_TIMEOUT_MS = 30_000
-#: After a fatal model failure (auth, billing, model_not_found, unreachable) a Memory calls no model this long.
+#: After a fatal model failure (auth, billing, model_not_found, unreachable, timeout) a Memory calls no model
+#: this long.
 DEFAULT_BREAKER_S = 60.0
+#: The deadline of one model request (one HTTP attempt), in seconds.
+DEFAULT_REQUEST_TIMEOUT_S = 60.0
 #: A failed background job is due again this long after its first failed attempt (doubling after each).
 DEFAULT_JOB_RETRY_S = 30.0
 

@@ -145,8 +145,8 @@ class ModelError(TortoiseError):
     Attributes:
         model: the litellm model name.
         status_code: the HTTP status, or None when there was no response.
-        error_class: one of auth, billing, model_not_found, unreachable (fatal:
-            an extraction run stops), rate_limit, server, timeout, network
+        error_class: one of auth, billing, model_not_found, unreachable, timeout
+            (fatal: an extraction run stops), rate_limit, server, network
             (retried), parse, truncation, bad_request, unknown.
         body: the provider's error text, when there was one.
     """

@@ -19,6 +19,7 @@ from .config import (
     DEFAULT_JOB_RETRY_S,
     DEFAULT_MAX_TURNS_PER_CAPTURE,
     DEFAULT_NAMESPACE,
+    DEFAULT_REQUEST_TIMEOUT_S,
     default_db_path,
     env_api_key,
     env_model,
@@ -95,7 +96,7 @@ class Memory:
         prompts_dir: a directory whose ``<stage>.md`` files replace the shipped prompts.
         chunk_turns, concurrency: S1 chunk size and how many chunks run at once.
         vet: run the optional VET gate between S2 and S4.
-        model_settings: more ``LLMConfig`` fields (``timeout_s``, ``max_attempts``, ``max_tokens`` ...).
+        model_settings: more ``LLMConfig`` fields (``max_attempts``, ``max_tokens`` ...).
         create: make the SQLite file (and its directory) when missing; with False a missing file
             raises ``NotFoundError`` and nothing is created (for read-only callers).
         store_timeout_s: the bound, in seconds, on each store call (a capture's transaction, a
@@ -106,11 +107,15 @@ class Memory:
             ``extract="background"`` fold into one pending job per session, due once
             ``extract_every`` new evidence turns wait or after ``idle_s`` seconds without a
             capture; ``flush()`` runs it now.
-        breaker_s: after a fatal model failure (auth, billing, model_not_found, unreachable) no
+        breaker_s: after a fatal model failure (auth, billing, model_not_found, unreachable, timeout) no
             model is called for this many seconds, unless the model settings change; captures
             store their turns and their receipts say why extraction was skipped. 0 disables it.
         job_retry_s: a failed background job is due again this long after its first failed
             attempt, twice as long after the second, and so on (at most 10 minutes).
+        request_timeout_s: the deadline of one model request, in seconds (default 60). A request
+            that times out is retried once; a second timeout fails the call for good, stops the
+            extraction run and opens the breaker, so a hanging provider costs a run about two
+            timeouts.
 
     Raises:
         ConfigError: a bad argument, named by its ``field``.
@@ -142,6 +147,7 @@ class Memory:
         breaker_s: float = DEFAULT_BREAKER_S,
         job_retry_s: float = DEFAULT_JOB_RETRY_S,
         store_timeout_s: float | None = None,
+        request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
     ) -> None:
         if not isinstance(namespace, str) or not namespace.strip() or "\x00" in namespace:
             raise ConfigError("namespace must be a non-blank string without NUL characters, "
@@ -182,6 +188,8 @@ class Memory:
             raise ConfigError(f"store_timeout_s must be a number of seconds above 0, got {store_timeout_s!r}, "
                               "e.g. Memory(store_timeout_s=5)", field="store_timeout_s")
         bound = DEFAULT_STORE_TIMEOUT_S if store_timeout_s is None else float(store_timeout_s)
+        self.request_timeout_s = _request_timeout(request_timeout_s, self._model_settings)
+        self._model_settings["timeout_s"] = self.request_timeout_s
         if store is None:
             store = open_store(db or default_db_path(), create=create, timeout_s=bound)
         elif store_timeout_s is not None:
@@ -898,6 +906,18 @@ def _prepare_sessions(sessions: Sequence[Mapping[str, Any]], max_turns: int) -> 
         except InvalidInput as exc:
             raise type(exc)(str(exc), field=f"sessions[{i}]") from None
     return requests
+
+
+def _request_timeout(value: object, settings: Mapping[str, Any]) -> float:
+    """``request_timeout_s``, or ``model_settings["timeout_s"]`` when only that is given: seconds above 0."""
+    given = settings.get("timeout_s", value)
+    if "timeout_s" in settings and value != DEFAULT_REQUEST_TIMEOUT_S and given != value:
+        raise ConfigError(f"request_timeout_s={value!r} and model_settings['timeout_s']={given!r} disagree: "
+                          "pass request_timeout_s only", field="request_timeout_s")
+    if isinstance(given, bool) or not isinstance(given, (int, float)) or not 0 < given < float("inf"):
+        raise ConfigError(f"request_timeout_s must be a number of seconds above 0, got {given!r}, "
+                          "e.g. Memory(request_timeout_s=20)", field="request_timeout_s")
+    return float(given)
 
 
 def _evidence_count(request: Any, stored: int) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -15,6 +16,7 @@ from ..errors import InvalidInput, NotFoundError
 __all__ = (
     "EXIT_EXTRACTION_FAILED",
     "NO_MODEL_HINT",
+    "TIMEOUT_HELP",
     "Handler",
     "add_model_options",
     "bounded_int",
@@ -30,11 +32,16 @@ __all__ = (
     "read_json_records",
     "report_line",
     "run_and_print",
+    "seconds",
 )
 
 #: The exit code of capture, extract, flush and worker when the turns are stored but an extraction failed
 #: (or was skipped after a fatal provider failure); 2 is bad input, 1 an unexpected failure.
 EXIT_EXTRACTION_FAILED = 3
+
+#: What ``--timeout`` does, on every command that calls a model.
+TIMEOUT_HELP = ("seconds one model request may take (default: 60); a request that times out is retried once, a "
+                "second timeout stops the extraction and pauses model calls for a minute")
 
 #: The no-model message in the command line's terms.
 NO_MODEL_HINT = "no model configured: pass --model (e.g. --model openai/gpt-4o-mini) or set TORTOISE_MODEL"
@@ -160,6 +167,17 @@ def bounded_int(low: int, high: int) -> Callable[[str], int]:
     return parse
 
 
+def seconds(text: str) -> float:
+    """An argparse ``type``: a finite number of seconds above 0, else a one-line usage error."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 < value < math.inf:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds above 0, got {text!r}")
+    return value
+
+
 @contextmanager
 def progress(total: int, label: str) -> Iterator[Callable[[int, int], None]]:
     """A ``progress(done, total)`` callback drawing a bar on a terminal for long imports."""
@@ -174,17 +192,19 @@ def progress(total: int, label: str) -> Iterator[Callable[[int, int], None]]:
 
 
 def model_options(args: argparse.Namespace) -> dict[str, Any]:
-    """``model``, ``api_base`` and ``api_key`` for ``Memory``, those given on the command line."""
-    return {k: v for k in ("model", "api_base", "api_key") if (v := getattr(args, k, None))}
+    """``model``, ``api_base``, ``api_key`` and ``request_timeout_s``, those given on the command line."""
+    return {k: v for k in ("model", "api_base", "api_key", "request_timeout_s") if (v := getattr(args, k, None))}
 
 
-def add_model_options(p: argparse.ArgumentParser, *, model_help: str | None = None) -> None:
-    """``--model``, ``--api-base`` and ``--api-key``."""
+def add_model_options(p: argparse.ArgumentParser, *, model_help: str | None = None, timeout: bool = True) -> None:
+    """``--model``, ``--api-base``, ``--api-key`` and, for commands that call the model (``timeout``), ``--timeout``."""
     p.add_argument("--model", help=model_help or "litellm model for extraction (default: $TORTOISE_MODEL)")
     p.add_argument("--api-base", help="model endpoint URL, e.g. http://localhost:8000/v1")
     p.add_argument("--api-key", help="the model provider's key (default: $TORTOISE_API_KEY, else the provider's "
                                      "own variable, e.g. OPENAI_API_KEY); a local server that takes any key still "
                                      "needs one, e.g. --api-key x")
+    if timeout:
+        p.add_argument("--timeout", dest="request_timeout_s", type=seconds, metavar="S", help=TIMEOUT_HELP)
 
 
 def extraction_failed(report: Any) -> bool:

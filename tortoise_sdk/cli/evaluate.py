@@ -8,6 +8,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from ._common import seconds
+
 
 __all__ = ("register",)
 
@@ -45,6 +47,9 @@ def _register_locomo(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--judge-model", help="model that labels each answer CORRECT or WRONG (default: --model)")
     p.add_argument("--api-base", help="model endpoint URL, e.g. http://localhost:8000/v1")
     p.add_argument("--api-key", help="provider key (default: the provider's environment variable)")
+    p.add_argument("--timeout", dest="request_timeout_s", type=seconds, metavar="S",
+                   help="seconds one model request may take (default: 60); a request that times out is retried "
+                        "once, a second timeout stops the run (the same command resumes it)")
     p.add_argument("--mode", choices=("verbatim", "memories", "both"), default="verbatim",
                    help="verbatim: captured turns only, no extraction; memories: extract with --model first; "
                         "both: one after the other, each in its own store (default: %(default)s)")
@@ -84,6 +89,7 @@ def _cmd_locomo(args: argparse.Namespace) -> int:
         files=args.files, out=args.out, modes=("verbatim", "memories") if args.mode == "both" else (args.mode,),
         budget=args.budget, max_tokens=args.max_tokens, judge=args.judge, answer_from_block=args.answer_from_block,
         api_base=args.api_base, api_key=args.api_key, temperature=args.temperature, concurrency=args.concurrency,
+        model_settings={"timeout_s": args.request_timeout_s} if args.request_timeout_s else {},
     )
     try:
         with _progress() as progress:

@@ -122,7 +122,7 @@ def _register_worker(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("worker", help="run queued background extractions",
                        description="Runs jobs queued by `capture --extract background` once they are due; waits out "
                                    "a database outage (logged, with backoff). A failed job is due again after a "
-                                   "backoff; after a fatal provider failure (auth, billing, model_not_found, "
+                                   "backoff; after a fatal provider failure (auth, billing, model_not_found, timeout, "
                                    "unreachable) no job runs for a minute. Exit 3: a job that ran failed. "
                                    "Example: tortoise worker --once")
     p.add_argument("--once", action="store_true", help="run what is queued now, then exit")

@@ -61,7 +61,7 @@ def _register_mcp(sub: argparse._SubParsersAction) -> None:
                                    "Example: claude mcp add tortoise -- tortoise mcp --namespace alice")
     add_model_options(p, model_help="litellm model whose extraction jobs memory_capture queues for `tortoise "
                                     "worker` (default: $TORTOISE_MODEL; with neither, turns are stored and not "
-                                    "extracted)")
+                                    "extracted)", timeout=False)
     p.set_defaults(handler=_cmd_mcp)
 
 
@@ -192,7 +192,8 @@ def _register_hook(sub: argparse._SubParsersAction) -> None:
                    help="hard limit in seconds (default: %(default)s)")
     p.add_argument("--budget", type=int, default=3, help="at most this many pointers (default: %(default)s)")
     p.add_argument("--max-tokens", type=int, default=400, help="token cap of the block (default: %(default)s)")
-    add_model_options(p, model_help="litellm model whose extraction jobs are queued (default: $TORTOISE_MODEL)")
+    add_model_options(p, model_help="litellm model whose extraction jobs are queued (default: $TORTOISE_MODEL)",
+                      timeout=False)
     p.set_defaults(handler=_cmd_hook)
 
 

@@ -7,9 +7,9 @@ model calls. Each call:
 - carries ``X-Tortoise-Stage: <stage>`` and, for chunked stages,
   ``X-Tortoise-Chunk: <n>`` on the wire;
 - has a per-attempt deadline and is retried with jittered exponential
-  backoff (honouring ``Retry-After`` up to the backoff cap) on 429, 5xx,
-  timeouts and dropped connections; a refused connection is retried once,
-  quickly; 400/401/402/403/404 fail at once; after a fatal class
+  backoff (honouring ``Retry-After`` up to the backoff cap) on 429, 5xx and
+  dropped connections; a refused connection is retried once, quickly, a
+  timeout once; 400/401/402/403/404 fail at once; after a fatal class
   (``FATAL_CLASSES``) the client sends nothing more (``LLMClient.fatal``);
 - when the reply is cut by the output cap (``finish_reason == "length"``) is
   asked once more with a larger cap, then accepted and marked ``partial``;

@@ -6,7 +6,9 @@ Classes, and what the client does with each:
   ``model_not_found`` (404): fatal, never retried;
 - ``unreachable`` (connection refused, DNS, TLS: no connection at all): retried
   once, quickly, then fatal;
-- ``rate_limit`` (429), ``server`` (5xx), ``timeout``, ``network`` (a connection
+- ``timeout`` (no answer within the request timeout): retried once, then fatal
+  (a hanging provider would otherwise cost every attempt of every stage its full wait);
+- ``rate_limit`` (429), ``server`` (5xx), ``network`` (a connection
   dropped mid-request): retried with backoff;
 - ``bad_request``, ``parse``, ``truncation``, ``unknown``: not retried, not fatal.
 
@@ -40,16 +42,17 @@ ERROR_CLASSES: tuple[str, ...] = (
     "bad_request",
     "unknown",
 )
-#: Retried with backoff (``unreachable``: once, quickly).
+#: Retried with backoff (``unreachable``: once, quickly; ``timeout``: once).
 RETRYABLE_CLASSES: frozenset[str] = frozenset({"rate_limit", "server", "timeout", "network", "unreachable"})
 #: Stop the extraction run (no later stage is called) and open the Memory's circuit breaker.
-FATAL_CLASSES: frozenset[str] = frozenset({"auth", "billing", "model_not_found", "unreachable"})
+FATAL_CLASSES: frozenset[str] = frozenset({"auth", "billing", "model_not_found", "unreachable", "timeout"})
 
 _HINTS = {
     "billing": "the provider refused for quota or billing; add credit or raise the limit, then extract again",
     "rate_limit": "still rate limited after retries; lower concurrency or try again later",
     "server": "the provider kept failing; try again later",
-    "timeout": "no answer within timeout_s; raise it or check the endpoint",
+    "timeout": ("no answer within the request timeout: check the endpoint, or raise the timeout "
+                "(Memory(request_timeout_s=...), CLI --timeout)"),
     "network": "the connection dropped during the request; check the network and try again",
     "bad_request": "the provider rejected the request; check the model name and parameters",
     "unknown": "see the chained exception",

@@ -27,6 +27,8 @@ __all__ = ("LLMClient", "LLMResult")
 
 #: ``unreachable`` is retried at most once, after at most this wait: nothing listening seldom starts to.
 UNREACHABLE_RETRY_WAIT_S = 0.5
+#: Timed-out attempts a call makes at most: a provider that hung twice seldom answers a third time.
+MAX_TIMEOUTS = 2
 
 class LLMResult(BaseModel):
     """One completed model call."""
@@ -72,7 +74,7 @@ class LLMClient:
 
     @property
     def fatal(self) -> ModelError | None:
-        """The first call failure of a fatal class (auth, billing, model_not_found, unreachable), if any.
+        """The first call failure of a fatal class (auth, billing, model_not_found, unreachable, timeout), if any.
 
         Once set, every later call of this client raises it again without sending
         anything: the same provider, key and model would refuse it the same way.
@@ -234,7 +236,7 @@ class LLMClient:
             return response
 
         with self._latching():
-            return tenacity.Retrying(**self._retry_policy())(attempt)
+            return tenacity.Retrying(**self._retry_policy(tally))(attempt)
 
     async def _retrying_async(self, tally: Tally, request: dict[str, Any]) -> Any:
         async def attempt() -> Any:
@@ -244,7 +246,7 @@ class LLMClient:
             return response
 
         with self._latching():
-            return await tenacity.AsyncRetrying(**self._retry_policy())(attempt)
+            return await tenacity.AsyncRetrying(**self._retry_policy(tally))(attempt)
 
     @contextmanager
     def _latching(self) -> Iterator[None]:
@@ -265,17 +267,19 @@ class LLMClient:
         except Exception as exc:
             raise self._failed(tally, exc) from exc
 
-    def _retry_policy(self) -> dict[str, Any]:
+    def _retry_policy(self, tally: Tally) -> dict[str, Any]:
         return {
-            "stop": self._stop,
+            "stop": lambda state: self._stop(state, tally),
             "wait": self._wait,
             "retry": tenacity.retry_if_exception(_retryable),
             "reraise": True,
         }
 
-    def _stop(self, state: tenacity.RetryCallState) -> bool:
-        if state.attempt_number >= self._config.max_attempts:
-            return True
+    def _stop(self, state: tenacity.RetryCallState, tally: Tally) -> bool:
+        if state.attempt_number >= self._config.max_attempts or self._fatal is not None:
+            return True  # after another call's fatal failure a retry would only meet it again
+        if _error_class(state) == "timeout":
+            return tally.errors["timeout"] >= MAX_TIMEOUTS
         return _error_class(state) == "unreachable" and state.attempt_number >= 2
 
     def _wait(self, state: tenacity.RetryCallState) -> float:

@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from tortoise_sdk.config import env_model
+from tortoise_sdk.config import DEFAULT_REQUEST_TIMEOUT_S, env_model
 from tortoise_sdk.errors import ConfigError
 
 __all__ = (
@@ -24,7 +24,7 @@ __all__ = (
     "Message",
 )
 
-DEFAULT_TIMEOUT_S = 60.0
+DEFAULT_TIMEOUT_S = DEFAULT_REQUEST_TIMEOUT_S
 DEFAULT_MAX_ATTEMPTS = 4
 DEFAULT_MAX_TOKENS = 4096
 DEFAULT_BACKOFF_BASE_S = 1.0
