@@ -552,7 +552,7 @@ class Memory:
                 report.receipts.append(receipt)
                 report.turns_stored += receipt.turns_stored
         report.counters = SubagentRecorder(self.store, self.namespace).record_all(parsed.frames)
-        report.frames_recorded = report.counters.upserted
+        report.frames_recorded = report.counters.persisted
         return report
 
     # -- forgetting --------------------------------------------------------------------------
