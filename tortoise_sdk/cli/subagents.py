@@ -119,7 +119,8 @@ def _stats(mem: Any) -> dict[str, Any]:
 def _print_stats(doc: dict[str, Any]) -> None:
     print(f"namespace {doc['namespace']}: {doc['sessions']} session(s), {doc['turns']} turn(s), "
           f"{doc['subagents']} sub-agent invocation(s)")
-    print("sub-agent frames: " + ", ".join(f"{k} {v}" for k, v in doc["subagent_counters"].items()))
+    print("sub-agent frames: " + ", ".join(f"{k} {v}" for k, v in doc["subagent_counters"].items()
+                                           if k != "upserted"))  # the deprecated name of persisted
 
 
 def _register_stats(sub: argparse._SubParsersAction) -> None:
