@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import uuid
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from conftest import run_cli
 from needs import TRANSCRIPTS, needs_transcripts
@@ -201,3 +204,50 @@ def test_a_window_with_expected_calls_and_no_rows_is_a_shortfall(store: Store, n
     assert [c.tool_call_id for c in health.shortfall] == ["toolu_1", "toolu_2"]
     assert (health.expected, health.observed, health.last_observed_at, health.ok) == (2, 0, None, False)
     assert [c.tool_call_id for c in mem.subagent_health().shortfall] == ["toolu_2"]  # all time: toolu_1 has its row
+
+
+# -- hypothesis: any launches, rows and window keep the check's invariants ----------------------------------
+
+SESSIONS = ("a", "a:agent-x", "b")
+CALLS = ("t1", "t2", "t3")
+MOMENTS = tuple(T0 + timedelta(hours=h) for h in range(4))
+launches_st = st.lists(st.tuples(st.sampled_from(SESSIONS), st.sampled_from(CALLS), st.sampled_from(MOMENTS)),
+                       max_size=4, unique_by=lambda x: (x[0], x[1]))
+rows_st = st.lists(st.tuples(st.sampled_from(("a", "b", "c")), st.sampled_from(CALLS),
+                             st.sampled_from(("e1", "e2")), st.sampled_from(MOMENTS)),
+                   max_size=5, unique_by=lambda x: x[:3])
+
+
+def _derives(launch_session: str, row_session: str) -> bool:
+    return launch_session == row_session or launch_session.startswith(row_session + ":agent-")
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(launches=launches_st, rows=rows_st, since=st.sampled_from((None, *MOMENTS)))
+def test_health_invariants_for_any_launches_rows_and_window(store: Store, launches, rows, since):
+    """The two anti-joins against a plain oracle; only a shortfall fails; more rows never make it fail."""
+    mem = Memory(store=store, namespace=f"h_{uuid.uuid4().hex[:10]}")
+    for session, call, moment in launches:
+        _launch(mem, session, call, moment)
+    for session, call, execution, moment in rows:
+        _row(mem, session, call, moment, execution=execution)
+    health = mem.subagent_health(since=since)
+
+    def in_window(moment: datetime) -> bool:
+        return since is None or moment >= since
+
+    window_rows = [r for r in rows if in_window(r[3])]
+    shortfall = sorted((s, c) for s, c, m in launches if in_window(m) and not any(
+        rc == c and _derives(s, rs) for rs, rc, _, _ in window_rows))
+    unmatched = [r for r in window_rows if not any(c == r[1] and _derives(s, r[0]) for s, c, _ in launches)]
+    comparable = {r[:3] for r in unmatched if any(_derives(s, r[0]) for s, _, _ in launches)}
+    assert sorted((c.session_id, c.tool_call_id) for c in health.shortfall) == shortfall
+    assert {(k.session_id, k.tool_call_id, k.agent_execution_id) for k in health.excess} == comparable
+    assert {(k.session_id, k.tool_call_id, k.agent_execution_id) for k in health.no_launch_expected} == {
+        r[:3] for r in unmatched} - comparable
+    assert (health.ok, health.expected, health.observed) == (
+        not shortfall, sum(in_window(m) for _, _, m in launches), len(window_rows))
+    assert health.last_observed_at == max((r[3] for r in window_rows), default=None)
+    # excess never alarms: a stray row of any session leaves ok as it was
+    _row(mem, "b", "t_stray", MOMENTS[-1], execution="e9")
+    assert mem.subagent_health(since=since).ok is health.ok

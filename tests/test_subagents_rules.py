@@ -403,3 +403,20 @@ def test_two_keys_never_merge_and_counters_count_exactly(frames: list[SubagentFr
         own = [(f, n) for f, n in identified if (f.session_id, f.agent_execution_id or "unknown", f.tool_call_id) == key]
         alone, _ = replay([f for f, _ in own], [n for _, n in own])
         assert alone[key] == row
+
+
+two_executions = frames_for(st.just("s1"), st.just("toolu_1"), st.sampled_from(["run-1", "run-2"]))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(two_executions, min_size=1, max_size=10), st.data())
+def test_one_execution_never_touches_another_s_row_in_any_order_or_duplication(frames, data) -> None:
+    """AC-32: two runs reusing a tool call id keep two rows; each is its own frames merged alone, whatever
+    the interleaving and duplication, so a late frame of one never lands on the other's settled row."""
+    order = data.draw(st.permutations(frames + data.draw(st.lists(st.sampled_from(frames), max_size=4))))
+    rows, _ = replay(order, [at(i + 1) for i in range(len(order))])
+    assert set(rows) == {("s1", f.agent_execution_id, "toolu_1") for f in order}
+    for key, row in rows.items():
+        own = [(f, at(i + 1)) for i, f in enumerate(order) if f.agent_execution_id == key[1]]
+        alone, _ = replay([f for f, _ in own], [n for _, n in own])
+        assert alone[key] == row
