@@ -12,7 +12,9 @@ Rules, one per column (see ``COLUMN_RULES`` for the code):
 
 - key columns, ``observed_at``: write-once (the first committed frame's).
 - ``source``: ``live`` once any live frame merged (a backfilled row a live frame
-  reaches becomes live); ``backfill`` only while every frame was a backfill's.
+  reaches becomes live, which from then on shields it from backfills); ``backfill`` only
+  while every frame was a backfill's. (The README's "Deviations from the sub-agent spec"
+  says why this and the backfill rule below differ from the spec's AC-1/AC-22.)
 - ``turn_id``: first non-empty wins; a stored NULL is filled by a later frame.
   This is the frame's raw reference (a message id); a store keeps it as
   ``turn_ref`` and stores in ``turn_id`` the turn it resolves to, filled forward
@@ -42,7 +44,8 @@ id is stored as ``'unknown'`` and counts as ``unknown_execution`` for a live
 frame (a live path that should carry one and did not) or
 ``backfill_unknown_execution`` for a backfill one (no transcript carries one); a
 frame without session or tool call id writes nothing and counts as
-``skipped_no_identity`` (and nothing else).
+``skipped_no_identity``. Every frame counts once in ``attempted`` and ends in exactly
+one of ``persisted`` (the recorder's), ``skipped_no_identity`` or ``failed``.
 """
 
 from __future__ import annotations
