@@ -22,8 +22,8 @@ Usage::
   the session's items, so it is never captured back.
 - ``session.hooks`` (``RunHooks``) records each agent used as a tool (``Agent.as_tool``) as
   one sub-agent row: launched at the tool call, settled when it returns. Its execution id is
-  the run's trace id; with tracing disabled the SDK gives a run no identity, so the row is kept
-  under ``'unknown'`` and counted in ``unknown_execution``.
+  the id of the call's span in the run's trace; with tracing disabled the SDK gives the call no
+  identity, so the row is kept under ``'unknown'`` and counted in ``unknown_execution``.
 
 Nothing here lets a memory failure reach the run: it is logged and the run goes on.
 """
@@ -43,8 +43,8 @@ try:
     from agents import RunConfig, RunHooks
     from agents.run import CallModelData, ModelInputData
     from agents.tool import FunctionTool, ToolOriginType, get_function_tool_origin
-    from agents.tracing import get_current_trace
-    from agents.tracing.traces import NoOpTrace
+    from agents.tracing import get_current_span
+    from agents.tracing.spans import NoOpSpan
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError(
         "tortoise_sdk.adapters.openai_agents needs the OpenAI Agents SDK: pip install 'tortoise-sdk[openai-agents]'"
@@ -236,9 +236,9 @@ class MemoryRunHooks(RunHooks[Any]):
     """Records each agent used as a tool (``Agent.as_tool``) as one sub-agent row of ``session_id``.
 
     A launch frame at the tool call, a completed frame (with its duration) when it returns;
-    both carry the tool call's id and the run's trace id (the execution id), so they merge into
-    one row, and two runs that reuse a call id keep two. Structure only: neither the tool's
-    input nor its output is recorded.
+    both carry the tool call's id and its span id in the run's trace (the execution id, as a
+    LangChain tool run's id is), so they merge into one row, and two runs that reuse a call id
+    keep two. Structure only: neither the tool's input nor its output is recorded.
     """
 
     def __init__(self, mem: Memory, session_id: str) -> None:
@@ -291,11 +291,12 @@ def _plain(item: Any) -> dict[str, Any]:
 
 
 def _run_id() -> str | None:
-    """The current run's trace id (its execution id); None when tracing is disabled (a no-op trace has no id)."""
-    trace = get_current_trace()
-    if trace is None or isinstance(trace, NoOpTrace):
+    """The span id of the tool call being run (the SDK's function span, current in the tool hooks); None when
+    tracing is disabled (a no-op span has no id). Unlike the trace id, it differs between two runs in one trace."""
+    span = get_current_span()
+    if span is None or isinstance(span, NoOpSpan):
         return None
-    return getattr(trace, "trace_id", None) or None
+    return getattr(span, "span_id", None) or None
 
 
 def _call_turn_id(call_id: str) -> str:

@@ -115,20 +115,22 @@ def _delegating_lead() -> Agent:
     )
 
 
-def test_the_execution_id_is_the_run_trace_id_so_two_runs_never_share_a_row(
+def test_the_execution_id_is_the_call_span_so_two_runs_never_share_a_row(
     mem: Memory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """AC-30/31/32: each run's frames carry its trace id; a second run reusing the call id keeps its own row."""
+    """AC-30/31/32: both frames of a call carry its span id; another run reusing the call id keeps its own row,
+    even inside the same trace."""
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)  # the SDK's exporter then skips the upload
     traced = RunConfig(tracing_disabled=False)
     session = MemorySession(mem, "chat-traced")
-    for trace_id in ("trace_" + "a" * 32, "trace_" + "b" * 32):
-        with trace("delegation", trace_id=trace_id):
+    with trace("one conversation"):
+        for _ in range(2):
             run(Runner.run(_delegating_lead(), "Ask the researcher.", session=session,
                            run_config=session.run_config(traced), hooks=session.hooks))
     rows = mem.subagents(session_id="chat-traced")
-    assert sorted((r.agent_execution_id, r.tool_call_id, r.tool_status) for r in rows) == [
-        ("trace_" + "a" * 32, "call_research_1", "completed"), ("trace_" + "b" * 32, "call_research_1", "completed")]
+    assert [(r.tool_call_id, r.tool_status) for r in rows] == [("call_research_1", "completed")] * 2
+    assert len({r.agent_execution_id for r in rows}) == 2
+    assert all(r.agent_execution_id.startswith("span_") for r in rows)
     counters = mem.subagent_counters()
     assert (counters.unknown_execution, counters.persisted) == (0, 4)  # two frames per sub-agent, none unknown
 
