@@ -179,6 +179,15 @@ def test_cli_health_exits_0_on_excess_alone_and_1_on_shortfall(capsys, store_url
         _launch(mem, "cc", "toolu_2", T0 + timedelta(seconds=6))
     code, out, _ = run_cli(capsys, "--db", store_url, "--namespace", ns, "subagents", "--health")
     assert code == 1 and "not recorded: Task call toolu_2" in out
+    # AC-29 through the CLI: the window's own last row, and its launches against its rows
+    window = ("--db", store_url, "--namespace", ns, "subagents", "--health", "--json", "--since")
+    code, out, _ = run_cli(capsys, *window, (T0 + timedelta(seconds=5)).isoformat())
+    doc = json.loads(out)
+    assert (code, [c["tool_call_id"] for c in doc["shortfall"]], doc["observed"]) == (1, ["toolu_2"], 1)
+    assert doc["last_observed_at"].startswith("2026-03-01T12:00:05")
+    code, out, _ = run_cli(capsys, *window, "2026-04-01")
+    doc = json.loads(out)
+    assert (code, doc["last_observed_at"], doc["observed"], doc["expected"]) == (0, None, 0, 0)
 
 
 def test_last_observed_at_honours_since(store: Store, ns):
