@@ -12,8 +12,8 @@ Usage::
     session.close()                                        # at the end: extract what is still pending
 
 In a tool loop, ``record_tool_call(message)`` captures the assistant message that calls tools,
-and ``record_subagent(tool_call_id, ...)`` records a tool call that ran an agent (at its start,
-then with its status and usage when it ends) as a sub-agent row of the session.
+and ``record_subagent(tool_call_id, execution_id=run_id, ...)`` records a tool call that ran an
+agent (at its start, then with its status and usage when it ends) as a sub-agent row of the session.
 """
 
 from __future__ import annotations
@@ -120,6 +120,7 @@ class MemorySession(MemoryAdapter):
         self,
         tool_call_id: str,
         *,
+        execution_id: str | None = None,
         status: str = "running",
         subagent_type: str | None = None,
         description: str | None = None,
@@ -135,8 +136,13 @@ class MemorySession(MemoryAdapter):
         ``"error"`` ...) with what it used; the calls merge into one row under the sub-agent
         rules (a value not given never blanks a stored one; usage not reported stays None). The
         row points at the message ``record_tool_call`` captured for that call, when there was one.
+
+        ``execution_id`` is your loop's id for the run that made the call (give the same one at
+        start and end): two runs that reuse a tool call id then keep two rows, and a late frame
+        of one never lands on the other's settled row. Without it the row is kept under
+        ``'unknown'`` and counted in ``unknown_execution``.
         """
-        frame = {"session_id": self.session_id, "tool_call_id": tool_call_id, "agent_execution_id": tool_call_id,
+        frame = {"session_id": self.session_id, "tool_call_id": tool_call_id, "agent_execution_id": execution_id,
                  "turn_external_id": self._callers.get(tool_call_id), "tool_status": status,
                  "subagent_type": subagent_type, "description": description, "total_tokens": total_tokens,
                  "tool_use_count": tool_use_count, "duration_ms": duration_ms, "model": model, "agent_id": agent_id}

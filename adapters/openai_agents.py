@@ -21,7 +21,9 @@ Usage::
   appends the memory block to the instructions of every model call; the block never enters
   the session's items, so it is never captured back.
 - ``session.hooks`` (``RunHooks``) records each agent used as a tool (``Agent.as_tool``) as
-  one sub-agent row: launched at the tool call, settled when it returns.
+  one sub-agent row: launched at the tool call, settled when it returns. Its execution id is
+  the id of the call's span in the run's trace; with tracing disabled the SDK gives the call no
+  identity, so the row is kept under ``'unknown'`` and counted in ``unknown_execution``.
 
 Nothing here lets a memory failure reach the run: it is logged and the run goes on.
 """
@@ -41,6 +43,8 @@ try:
     from agents import RunConfig, RunHooks
     from agents.run import CallModelData, ModelInputData
     from agents.tool import FunctionTool, ToolOriginType, get_function_tool_origin
+    from agents.tracing import get_current_span
+    from agents.tracing.spans import NoOpSpan
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError(
         "tortoise_sdk.adapters.openai_agents needs the OpenAI Agents SDK: pip install 'tortoise-sdk[openai-agents]'"
@@ -232,8 +236,9 @@ class MemoryRunHooks(RunHooks[Any]):
     """Records each agent used as a tool (``Agent.as_tool``) as one sub-agent row of ``session_id``.
 
     A launch frame at the tool call, a completed frame (with its duration) when it returns;
-    both carry the tool call's id, so they merge into one row. Structure only: neither the
-    tool's input nor its output is recorded.
+    both carry the tool call's id and its span id in the run's trace (the execution id, as a
+    LangChain tool run's id is), so they merge into one row, and two runs that reuse a call id
+    keep two. Structure only: neither the tool's input nor its output is recorded.
     """
 
     def __init__(self, mem: Memory, session_id: str) -> None:
@@ -262,9 +267,9 @@ class MemoryRunHooks(RunHooks[Any]):
         call_id = getattr(context, "tool_call_id", None)
         if origin is None or origin.type != ToolOriginType.AGENT_AS_TOOL or not call_id:
             return None
-        return {"session_id": self.session_id, "tool_call_id": call_id, "turn_external_id": _call_turn_id(call_id),
-                "subagent_type": origin.agent_name, "description": origin.agent_tool_name or tool.name,
-                "source": "live", "observed_at": utc_now()}
+        return {"session_id": self.session_id, "tool_call_id": call_id, "agent_execution_id": _run_id(),
+                "turn_external_id": _call_turn_id(call_id), "subagent_type": origin.agent_name,
+                "description": origin.agent_tool_name or tool.name, "source": "live", "observed_at": utc_now()}
 
     def _record(self, frame: dict[str, Any]) -> None:
         try:
@@ -283,6 +288,15 @@ def _plain(item: Any) -> dict[str, Any]:
     if not isinstance(item, Mapping):
         raise TypeError(f"not a session item: {type(item).__name__}")
     return json.loads(json.dumps(item, default=str))
+
+
+def _run_id() -> str | None:
+    """The span id of the tool call being run (the SDK's function span, current in the tool hooks); None when
+    tracing is disabled (a no-op span has no id). Unlike the trace id, it differs between two runs in one trace."""
+    span = get_current_span()
+    if span is None or isinstance(span, NoOpSpan):
+        return None
+    return getattr(span, "span_id", None) or None
 
 
 def _call_turn_id(call_id: str) -> str:

@@ -352,3 +352,18 @@ def test_a_custom_loop_records_tool_calls_and_sub_agents_through_its_session(mem
                                     "tool_calls": [{"id": "call_10", "name": "clock", "args": {"zone": "PST"}}]})
     assert mid == "msg-2" and mem.turns("loop-sub")[-1].content == "Checking.\n[tool_use clock zone=PST]"
     assert session.record_tool_call("not a message") is None  # logged, never raised
+
+
+def test_a_custom_loop_keys_sub_agents_by_the_run_it_names_never_by_the_tool_call(mem):
+    """AC-30/31/32: a late frame of one run never lands on another run's settled row that reused the call id."""
+    session = MemorySession(mem, "loop-runs", extract=False)
+    session.record_subagent("call_1", execution_id="run-1", subagent_type="researcher")
+    settled = session.record_subagent("call_1", execution_id="run-1", status="success", total_tokens=120)
+    late = session.record_subagent("call_1", execution_id="run-2", status="running", total_tokens=7)
+    assert (settled.agent_execution_id, late.agent_execution_id) == ("run-1", "run-2")
+    first = next(r for r in mem.subagents("loop-runs") if r.agent_execution_id == "run-1")
+    assert (first.tool_status, first.total_tokens, first.settled_at) == ("success", 120, settled.settled_at)
+    assert mem.subagent_counters().unknown_execution == 0
+    anonymous = session.record_subagent("call_2")
+    assert anonymous.agent_execution_id == "unknown"  # no run named: 'unknown', never the tool call id
+    assert mem.subagent_counters().unknown_execution == 1

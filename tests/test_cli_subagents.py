@@ -23,7 +23,7 @@ def test_capture_a_transcript_then_list_subagents_and_stats(capsys, db, fmt):
     report = json.loads(out)
     assert (report["format"], report["sessions"], report["turns_stored"], report["frames_recorded"]) == (
         "claude-code", 2, 5, 3)  # the sub-agent's progress message is a turn of "<session>:agent-afb92ff"
-    assert report["counters"] == {"upserted": 3, "skipped_no_identity": 0, "unknown_execution": 0,
+    assert report["counters"] == {"attempted": 3, "persisted": 3, "upserted": 3, "skipped_no_identity": 0, "unknown_execution": 0,
                                   "backfill_unknown_execution": 3, "anomalous_value": 0, "failed": 0}
     assert report["parse"]["lines"] == 5
 
@@ -39,7 +39,8 @@ def test_capture_a_transcript_then_list_subagents_and_stats(capsys, db, fmt):
 
     code, out, _ = run(capsys, "--db", db, "stats", "--json")
     assert json.loads(out) == {"namespace": "default", "sessions": 2, "turns": 5, "subagents": 1,
-                               "subagent_counters": {"upserted": 3, "skipped_no_identity": 0,
+                               "subagent_counters": {"attempted": 3, "persisted": 3, "upserted": 3,
+                                                     "skipped_no_identity": 0,
                                                      "unknown_execution": 0, "backfill_unknown_execution": 3,
                                                      "anomalous_value": 0, "failed": 0}}
 
@@ -53,7 +54,8 @@ def test_recapture_stores_nothing_new_and_text_output(capsys, db):
     code, out, _ = run(capsys, "--db", db, "subagents")
     assert code == 0 and TASK_ID in out and "33,894" in out and "38.8s" in out and "Plan" in out
     code, out, _ = run(capsys, "--db", db, "stats")
-    assert "2 session(s), 5 turn(s), 1 sub-agent invocation(s)" in out and "upserted 6" in out
+    assert "2 session(s), 5 turn(s), 1 sub-agent invocation(s)" in out and "attempted 6, persisted 6," in out
+    assert "upserted" not in out
 
 
 def test_capture_a_transcript_from_stdin(monkeypatch, capsys, db):

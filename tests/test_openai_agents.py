@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("agents", reason="the openai-agents extra is not installed (pip install -e '.[dev]' installs it)")
 
-from agents import Agent, RunConfig, Runner  # noqa: E402
+from agents import Agent, RunConfig, Runner, trace  # noqa: E402
 from agents.memory import Session  # noqa: E402
 from agents.testing import ScriptedModel, assistant_message, function_call  # noqa: E402
 
@@ -100,6 +100,39 @@ def test_an_agent_used_as_a_tool_yields_one_sub_agent_row(mem: Memory) -> None:
     assert launching.external_id == "fc-call_research_1" and launching.content.startswith("[tool_use research ")
     kinds = [i.get("type", "message") for i in run(session.get_items())]
     assert kinds == ["message", "function_call", "function_call_output", "message"]
+
+
+def _delegating_lead() -> Agent:
+    researcher = Agent(name="Researcher", instructions="Find facts.",
+                       model=ScriptedModel([[assistant_message("Salmon kibble.", item_id="msg_r")]]))
+    return Agent(
+        name="Lead", instructions="Delegate research.",
+        tools=[researcher.as_tool(tool_name="research", tool_description="Look something up.")],
+        model=ScriptedModel([
+            [function_call("research", {"input": "What does Biscuit eat?"}, call_id="call_research_1")],
+            [assistant_message("Salmon kibble.", item_id="msg_l")],
+        ]),
+    )
+
+
+def test_the_execution_id_is_the_call_span_so_two_runs_never_share_a_row(
+    mem: Memory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """AC-30/31/32: both frames of a call carry its span id; another run reusing the call id keeps its own row,
+    even inside the same trace."""
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)  # the SDK's exporter then skips the upload
+    traced = RunConfig(tracing_disabled=False)
+    session = MemorySession(mem, "chat-traced")
+    with trace("one conversation"):
+        for _ in range(2):
+            run(Runner.run(_delegating_lead(), "Ask the researcher.", session=session,
+                           run_config=session.run_config(traced), hooks=session.hooks))
+    rows = mem.subagents(session_id="chat-traced")
+    assert [(r.tool_call_id, r.tool_status) for r in rows] == [("call_research_1", "completed")] * 2
+    assert len({r.agent_execution_id for r in rows}) == 2
+    assert all(r.agent_execution_id.startswith("span_") for r in rows)
+    counters = mem.subagent_counters()
+    assert (counters.unknown_execution, counters.persisted) == (0, 4)  # two frames per sub-agent, none unknown
 
 
 def test_pop_clear_and_restore_change_the_view_not_the_memory(mem: Memory, tmp_path: Path) -> None:

@@ -1042,7 +1042,7 @@ def test_an_oversized_metric_is_anomalous_and_the_rest_of_the_frame_is_stored(st
     assert (row.total_tokens, row.tool_use_count, row.duration_ms) == (None, 2**63 - 1, None)
     assert (row.description, row.tool_status, row.settled_at) == ("kept", "completed", T0)
     counters = store.subagent_counters(ns)
-    assert (counters.upserted, counters.anomalous_value, counters.failed) == (1, 2, 0)
+    assert (counters.attempted, counters.persisted, counters.anomalous_value, counters.failed) == (1, 1, 2, 0)
 
 
 def _raw_subagent_rows(store: Store, ns: str) -> list[tuple]:
@@ -1103,7 +1103,55 @@ def test_a_replayed_backfill_is_a_no_op_and_settled_at_is_the_terminal_frame_tim
     before = _raw_subagent_rows(store, ns)
     rec.record_all(frames)
     assert _raw_subagent_rows(store, ns) == before
-    assert store.subagent_counters(ns).upserted == 1 + 3 + 3
+    assert store.subagent_counters(ns).persisted == 1 + 3 + 3
+
+
+def test_counters_count_every_frame_attempted_and_persisted(store: Store, ns):
+    """AC-26: every frame is attempted once and ends persisted, skipped or failed; upserted stays as an alias."""
+    rec = _recorder(store, ns)
+    rec.record_all([SubagentFrame(session_id="s1", tool_call_id="t1", agent_execution_id="e1", observed_at=T0),
+                    SubagentFrame(session_id="s1", tool_call_id=" ", observed_at=T0),
+                    SubagentFrame(session_id="s1", tool_call_id="t2", source="backfill", observed_at=T0),
+                    SubagentFrame(session_id="s1", tool_call_id="t2", source="backfill", tool_status="completed",
+                                  observed_at=T0)])
+    counters = store.subagent_counters(ns)
+    assert (counters.attempted, counters.persisted, counters.skipped_no_identity, counters.failed) == (4, 3, 1, 0)
+    assert rec.counts == counters
+    doc = counters.model_dump(mode="json")
+    assert (doc["attempted"], doc["persisted"], doc["upserted"]) == (4, 3, 3)  # the old name, kept for scripts
+
+
+def test_counters_written_before_the_rename_read_as_persisted(store: Store, ns):
+    """AC-26: a namespace whose counters say ``upserted`` (the old name) reads it as persisted, and attempted too."""
+    mark = "?" if isinstance(store, SQLiteStore) else "%s"
+    store.transaction(lambda c: c.execute(
+        f"INSERT INTO subagent_counters (namespace, name, value) VALUES ({mark}, 'upserted', 5),"
+        f" ({mark}, 'skipped_no_identity', 1)", (ns, ns)))
+    _recorder(store, ns).record(SubagentFrame(session_id="s1", tool_call_id="t1", agent_execution_id="e1",
+                                              observed_at=T0))
+    counters = store.subagent_counters(ns)
+    assert (counters.attempted, counters.persisted, counters.skipped_no_identity) == (7, 6, 1)
+
+
+def test_live_over_backfill_relabels_and_a_grown_backfill_completes_its_row(store: Store, ns):
+    """AC-1/AC-22 as kept (README, deviations): a live frame on a backfilled row merges and makes it live, after
+    which no backfill changes it; a backfill over a backfilled row merges what it adds."""
+    rec = _recorder(store, ns)
+    rec.record_all([SubagentFrame(session_id="s1", tool_call_id="t1", model="haiku", source="backfill",
+                                  observed_at=T0)])
+    rec.record_all([SubagentFrame(session_id="s1", tool_call_id="t1", source="backfill", observed_at=T0),
+                    SubagentFrame(session_id="s1", tool_call_id="t1", source="backfill", total_tokens=9,
+                                  observed_at=T0 + timedelta(seconds=1))])
+    (row,) = store.subagents(ns)
+    assert (row.source, row.model, row.total_tokens) == ("backfill", "haiku", 9)
+    rec.record(SubagentFrame(session_id="s1", tool_call_id="t1", tool_status="completed", source="live",
+                             observed_at=T0 + timedelta(seconds=2)))
+    (row,) = store.subagents(ns)
+    assert (row.source, row.model, row.total_tokens, row.tool_status) == ("live", "haiku", 9, "completed")
+    before = _raw_subagent_rows(store, ns)
+    rec.record_all([SubagentFrame(session_id="s1", tool_call_id="t1", source="backfill", total_tokens=11,
+                                  observed_at=T0 + timedelta(seconds=3))])
+    assert _raw_subagent_rows(store, ns) == before
 
 
 _KILLED_WORKER = """

@@ -153,7 +153,7 @@ def test_the_copied_memory_reads_and_behaves_the_same(tmp_path, pg_url):
             assert a.extraction_state(ns, "s1") == b.extraction_state(ns, "s1") is not None
             assert a.subagents(ns) == b.subagents(ns) and len(a.subagents(ns)) == 2
             assert a.subagent_counters(ns) == b.subagent_counters(ns)
-            assert a.subagent_counters(ns).upserted == 3
+            assert a.subagent_counters(ns).persisted == 3
             assert a.get_cursor(ns, "claude-code:/tmp/s.jsonl") == b.get_cursor(ns, "claude-code:/tmp/s.jsonl")
             assert b.get_cursor(ns, "claude-code:/tmp/s.jsonl").value == {"offset": 240, "tail": "cd"}
             assert a.find_entities(ns, ["maya", "acme"]) == b.find_entities(ns, ["maya", "acme"])

@@ -51,12 +51,12 @@ def run(*frames: SubagentFrame) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("ident", [{"tool_call_id": None}, {"tool_call_id": ""}, {"session_id": "  "}, {"session_id": None}])
-def test_frame_without_identity_writes_nothing_and_counts_only_that(ident: dict[str, Any]) -> None:
+def test_frame_without_identity_writes_nothing_and_counts_only_that_it_was_attempted_and_skipped(ident: dict[str, Any]) -> None:
     f = frame(**ident, agent_execution_id=None, total_tokens=-3)
     normalized, counts = normalize_frame(f)
     assert normalized is None
-    assert counts == {"skipped_no_identity": 1, "unknown_execution": 0, "backfill_unknown_execution": 0,
-                      "anomalous_value": 0}
+    assert counts == {"attempted": 1, "skipped_no_identity": 1, "unknown_execution": 0,
+                      "backfill_unknown_execution": 0, "anomalous_value": 0}
     assert merge(None, f, at(1)) is None
     stored = run(frame(model="m"))
     assert merge(stored, f, at(9)) == stored
@@ -212,7 +212,8 @@ def test_replay_counts_what_it_writes() -> None:
         [at(1), at(2), at(3), at(4)],
     )
     assert set(rows) == {("s1", "unknown", "toolu_1"), ("s1", "e", "toolu_1")}
-    assert (counters.upserted, counters.skipped_no_identity, counters.unknown_execution, counters.anomalous_value) == (3, 1, 2, 1)
+    assert (counters.attempted, counters.persisted, counters.skipped_no_identity, counters.unknown_execution,
+            counters.anomalous_value) == (4, 3, 1, 2, 1)
 
 
 # -- hypothesis invariants --------------------------------------------------------------------------
@@ -389,7 +390,7 @@ def test_two_keys_never_merge_and_counters_count_exactly(frames: list[SubagentFr
 
     identified = [(f, n) for f, n in zip(frames, nows) if not blank(f.session_id) and not blank(f.tool_call_id)]
     assert counters.skipped_no_identity == len(frames) - len(identified)
-    assert counters.upserted == len(identified)
+    assert (counters.attempted, counters.persisted) == (len(frames), len(identified))
     assert counters.unknown_execution == sum(blank(f.agent_execution_id) and f.source == "live" for f, _ in identified)
     assert counters.backfill_unknown_execution == sum(
         blank(f.agent_execution_id) and f.source == "backfill" for f, _ in identified)
@@ -400,5 +401,22 @@ def test_two_keys_never_merge_and_counters_count_exactly(frames: list[SubagentFr
     assert set(rows) == keys
     for key, row in rows.items():
         own = [(f, n) for f, n in identified if (f.session_id, f.agent_execution_id or "unknown", f.tool_call_id) == key]
+        alone, _ = replay([f for f, _ in own], [n for _, n in own])
+        assert alone[key] == row
+
+
+two_executions = frames_for(st.just("s1"), st.just("toolu_1"), st.sampled_from(["run-1", "run-2"]))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(two_executions, min_size=1, max_size=10), st.data())
+def test_one_execution_never_touches_another_s_row_in_any_order_or_duplication(frames, data) -> None:
+    """AC-32: two runs reusing a tool call id keep two rows; each is its own frames merged alone, whatever
+    the interleaving and duplication, so a late frame of one never lands on the other's settled row."""
+    order = data.draw(st.permutations(frames + data.draw(st.lists(st.sampled_from(frames), max_size=4))))
+    rows, _ = replay(order, [at(i + 1) for i in range(len(order))])
+    assert set(rows) == {("s1", f.agent_execution_id, "toolu_1") for f in order}
+    for key, row in rows.items():
+        own = [(f, at(i + 1)) for i, f in enumerate(order) if f.agent_execution_id == key[1]]
         alone, _ = replay([f for f, _ in own], [n for _, n in own])
         assert alone[key] == row

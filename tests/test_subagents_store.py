@@ -173,7 +173,7 @@ def test_counters_count_exactly_what_they_claim(world, frames) -> None:
     kept = [f for f in frames if (f.session_id or "").strip() and (f.tool_call_id or "").strip()]
     negatives = sum(1 for f in kept for m in METRICS if (getattr(f, m) or 0) < 0)
     assert store.subagent_counters(NS) == SubagentCounters(
-        upserted=len(kept), skipped_no_identity=len(frames) - len(kept),
+        attempted=len(frames), persisted=len(kept), skipped_no_identity=len(frames) - len(kept),
         unknown_execution=sum(1 for f in kept if not (f.agent_execution_id or "").strip() and f.source == "live"),
         backfill_unknown_execution=sum(1 for f in kept if not (f.agent_execution_id or "").strip()
                                        and f.source == "backfill"),
@@ -235,7 +235,8 @@ def test_an_oversized_metric_is_anomalous_and_the_frame_is_kept(tmp_path) -> Non
                                                 duration_ms=2**63 - 1, description="kept"))
         assert row is not None
         assert (row.total_tokens, row.duration_ms, row.description) == (None, 2**63 - 1, "kept")
-        assert mem.subagent_counters() == SubagentCounters(upserted=1, unknown_execution=1, anomalous_value=1)
+        assert mem.subagent_counters() == SubagentCounters(attempted=1, persisted=1, unknown_execution=1,
+                                                                anomalous_value=1)
 
 
 # -- THE regression: an async launch reports no usage, and the row says NULL, never 0 -----------
@@ -259,7 +260,7 @@ def test_async_launch_stores_null_metrics_not_zero(tmp_path) -> None:
     with Memory(str(db), namespace=NS) as mem:
         report = mem.ingest(async_launch_lines())
         (row,) = mem.subagents()
-    assert report.counters.upserted == 2 and report.counters.failed == 0
+    assert report.counters.persisted == 2 and report.counters.failed == 0
     # the launch call itself returned: settled by its tool status, whatever the agent status says
     assert (row.agent_status, row.is_async, row.tool_status) == ("async_launched", True, "completed")
     assert (row.total_tokens, row.tool_use_count, row.duration_ms) == (None, None, None)
@@ -317,7 +318,7 @@ def test_real_subagent_transcript_ingests_one_settled_row(tmp_path) -> None:
         report = mem.ingest(TRANSCRIPTS / "subagent.jsonl")
         assert (report.turns_stored, report.frames_recorded, report.counters.failed) == (62, 4, 0)  # 43 + 19 child
         check_settled_task(mem)
-        assert mem.subagent_counters() == SubagentCounters(upserted=4, backfill_unknown_execution=4)
+        assert mem.subagent_counters() == SubagentCounters(attempted=4, persisted=4, backfill_unknown_execution=4)
 
 
 @needs_transcripts
@@ -341,18 +342,18 @@ def test_a_failing_upsert_warns_counts_failed_and_the_capture_succeeds(tmp_path,
         with caplog.at_level(logging.WARNING, logger="tortoise_sdk.subagents"):
             report = mem.ingest(EXCERPT)
         assert report.turns_stored == 5 and report.ok
-        assert report.counters == SubagentCounters(failed=3)
-        assert mem.subagent_counters() == SubagentCounters(failed=3)
+        assert report.counters == SubagentCounters(attempted=3, failed=3)
+        assert mem.subagent_counters() == SubagentCounters(attempted=3, failed=3)
         assert "subagent upsert failed" in caplog.text
         assert mem.record_subagent(SubagentFrame(session_id="s", tool_call_id="t")) is None
-        assert mem.subagent_counters().failed == 4
+        assert (mem.subagent_counters().attempted, mem.subagent_counters().failed) == (4, 4)
 
 
 def test_a_frame_without_identity_only_counts(tmp_path) -> None:
     with Memory(str(tmp_path / "m.db"), namespace=NS) as mem:
         assert mem.record_subagent(SubagentFrame(session_id="s1", tool_call_id="  ", total_tokens=-1)) is None
         assert mem.subagents() == []
-        assert mem.subagent_counters() == SubagentCounters(skipped_no_identity=1)
+        assert mem.subagent_counters() == SubagentCounters(attempted=1, skipped_no_identity=1)
         with Memory(str(tmp_path / "m.db"), namespace="other") as other:
             assert other.subagent_counters() == SubagentCounters()
 

@@ -379,14 +379,17 @@ class Memory:
         """Were all sub-agent launches recorded? Answered from the database alone.
 
         ``shortfall``: launching tool calls in the captured turns (a Claude Code ``Task``/``Agent``
-        tool_use) with no sub-agent row, each with its turn and tool call id. ``excess``: rows
-        whose launching call is in no captured turn, each by its key. The two lists are never
-        netted: one missing row and one stray row are two findings, not zero.
-        ``last_observed_at`` is the latest row's observation (when recording last saw a
-        sub-agent). ``since`` (a datetime or ISO 8601 text) keeps what was observed from then on;
-        ``session_id`` keeps that session and its derived ``:agent-``/``:task-`` sessions.
-        Rows of hosts whose launching calls are not captured as turns (ACP, live adapters)
-        have no launch to match and show as excess.
+        tool_use) with no sub-agent row, each with its turn and tool call id; only a shortfall
+        makes ``ok`` False. Rows with no launching call are reported, never alarmed: ``excess``
+        when their session holds launching calls (the same kind of stream), ``no_launch_expected``
+        when it holds none (ACP streams and the LangChain, OpenAI Agents and loop adapters
+        capture no launching call). The lists are never netted: one missing row and one stray
+        row are two findings, not zero. ``since`` (a datetime or ISO 8601 text) keeps the
+        launches and rows observed from then on and matches one against the other, so a window
+        with launches but no rows is a shortfall; ``last_observed_at`` is the latest row in it
+        (None when there is none). ``session_id`` keeps that session and its derived
+        ``:agent-``/``:task-`` sessions. Before recording started, no row does not mean no
+        sub-agent: launches are only known from the turns that were captured.
 
         Raises:
             InvalidInput: ``since`` is not a time.
@@ -560,7 +563,7 @@ class Memory:
                 report.receipts.append(receipt)
                 report.turns_stored += receipt.turns_stored
         report.counters = SubagentRecorder(self.store, self.namespace).record_all(parsed.frames)
-        report.frames_recorded = report.counters.upserted
+        report.frames_recorded = report.counters.persisted
         return report
 
     # -- forgetting --------------------------------------------------------------------------

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import warnings
+from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictStr, computed_field
+from pydantic import BaseModel, ConfigDict, Field, StrictStr, computed_field, model_serializer, model_validator
 
 __all__ = (
     "CaptureReceipt",
@@ -271,9 +273,15 @@ class SubagentContext(BaseModel):
 
 
 class SubagentCounters(BaseModel):
-    """Persistent counters of the subagent recorder."""
+    """Persistent counters of the subagent recorder.
 
-    upserted: int = Field(default=0, description="Frames merged into a row.")
+    Every frame handed to the recorder counts once in ``attempted`` and once in exactly one of
+    ``persisted``, ``skipped_no_identity`` or ``failed``.
+    """
+
+    attempted: int = Field(default=0, description="Frames handed to the recorder. Namespaces written before it "
+                           "was counted get persisted + skipped_no_identity + failed, which is the same sum.")
+    persisted: int = Field(default=0, description="Frames merged into a row (formerly upserted).")
     skipped_no_identity: int = Field(default=0, description="Frames without a session or tool call id: not stored.")
     unknown_execution: int = Field(default=0, description="Live frames without an execution id (stored under "
                                    "'unknown'): a live path that should carry one; should stay flat.")
@@ -281,6 +289,26 @@ class SubagentCounters(BaseModel):
                                             "(no transcript carries one): expected, counted apart.")
     anomalous_value: int = Field(default=0, description="Metrics that were negative or too large: stored as NULL.")
     failed: int = Field(default=0, description="Frames whose write failed (logged; the capture went on).")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _legacy_upserted(cls, data: Any) -> Any:
+        """``upserted`` (the old name) sets ``persisted`` when that is not given; a dump holds both, equal."""
+        if isinstance(data, Mapping) and "upserted" in data:
+            data = dict(data)
+            legacy = data.pop("upserted")
+            data.setdefault("persisted", legacy)
+        return data
+
+    @model_serializer(mode="wrap")
+    def _dump_legacy_upserted(self, handler: Any) -> dict[str, Any]:
+        return {**handler(self), "upserted": self.persisted}  # the deprecated name, for scripts that read it
+
+    @property
+    def upserted(self) -> int:
+        """Deprecated alias of ``persisted`` (also in the JSON); read ``persisted``."""
+        warnings.warn("SubagentCounters.upserted is deprecated; read persisted", DeprecationWarning, stacklevel=2)
+        return self.persisted
 
 
 class LaunchingCall(BaseModel):
@@ -305,22 +333,32 @@ class SubagentKey(BaseModel):
 
 
 class SubagentHealth(BaseModel):
-    """Expected versus observed sub-agent launches: two directed anti-joins, never netted against each other."""
+    """Expected versus observed sub-agent launches: two directed anti-joins, never netted against each other.
+
+    Only a shortfall fails the check (``ok``): a row nobody expected is reported, never alarmed. No
+    row does not mean no sub-agent before recording started (or in a session never captured).
+    """
 
     shortfall: list[LaunchingCall] = Field(default_factory=list, description="Launching calls in the captured "
-                                           "turns with no sub-agent row: launches that were not recorded.")
-    excess: list[SubagentKey] = Field(default_factory=list, description="Sub-agent rows with no launching call "
-                                      "in the captured turns.")
+                                           "turns with no sub-agent row (in the window): launches that were "
+                                           "not recorded.")
+    excess: list[SubagentKey] = Field(default_factory=list, description="Rows with no launching call, in "
+                                      "sessions whose turns do hold launching calls: reported, never alarmed.")
+    no_launch_expected: list[SubagentKey] = Field(
+        default_factory=list, description="Rows of sessions whose captured turns hold no launching call at all "
+        "(ACP streams, the LangChain, OpenAI Agents and loop adapters capture none): nothing to compare them with.")
+    expected: int = Field(default=0, description="Launching calls in scope and window.")
+    observed: int = Field(default=0, description="Sub-agent rows in scope and window.")
     last_observed_at: datetime | None = Field(default=None, description="The latest row's observed_at in scope "
-                                              "(since aside): when recording last saw a sub-agent.")
+                                              "and window; None when there is no such row.")
     since: datetime | None = Field(default=None, description="Only launches and rows observed from then on.")
     session_id: str | None = Field(default=None, description="Only this session and its derived sessions.")
 
     @computed_field  # type: ignore[prop-decorator]
     @property
     def ok(self) -> bool:
-        """Both lists are empty."""
-        return not self.shortfall and not self.excess
+        """No launch went unrecorded (excess is reported, never a failure)."""
+        return not self.shortfall
 
 
 class ForgetReport(BaseModel):

@@ -12,7 +12,9 @@ Rules, one per column (see ``COLUMN_RULES`` for the code):
 
 - key columns, ``observed_at``: write-once (the first committed frame's).
 - ``source``: ``live`` once any live frame merged (a backfilled row a live frame
-  reaches becomes live); ``backfill`` only while every frame was a backfill's.
+  reaches becomes live, which from then on shields it from backfills); ``backfill`` only
+  while every frame was a backfill's. (The README's "Deviations from the sub-agent spec"
+  says why this and the backfill rule below differ from the spec's AC-1/AC-22.)
 - ``turn_id``: first non-empty wins; a stored NULL is filled by a later frame.
   This is the frame's raw reference (a message id); a store keeps it as
   ``turn_ref`` and stores in ``turn_id`` the turn it resolves to, filled forward
@@ -42,7 +44,8 @@ id is stored as ``'unknown'`` and counts as ``unknown_execution`` for a live
 frame (a live path that should carry one and did not) or
 ``backfill_unknown_execution`` for a backfill one (no transcript carries one); a
 frame without session or tool call id writes nothing and counts as
-``skipped_no_identity`` (and nothing else).
+``skipped_no_identity``. Every frame counts once in ``attempted`` and ends in exactly
+one of ``persisted`` (the recorder's), ``skipped_no_identity`` or ``failed``.
 """
 
 from __future__ import annotations
@@ -83,9 +86,9 @@ __all__ = (
 )
 
 UNKNOWN_EXECUTION = "unknown"
-#: Counters ``normalize_frame`` may increment (``upserted``/``failed`` are the recorder's).
+#: Counters ``normalize_frame`` increments (``persisted``/``failed`` are the recorder's): ``attempted`` always.
 COUNTER_NAMES: tuple[str, ...] = (
-    "skipped_no_identity", "unknown_execution", "backfill_unknown_execution", "anomalous_value",
+    "attempted", "skipped_no_identity", "unknown_execution", "backfill_unknown_execution", "anomalous_value",
 )
 
 
@@ -115,6 +118,7 @@ def _metric(value: int | None, zero_is_unreported: bool, counts: dict[str, int])
 def normalize_frame(frame: SubagentFrame) -> tuple[NormalizedFrame | None, dict[str, int]]:
     """Normalize a frame; None when it has no identity. Returns the counter increments too."""
     counts = dict.fromkeys(COUNTER_NAMES, 0)
+    counts["attempted"] = 1
     session_id, tool_call_id = _text(frame.session_id), _text(frame.tool_call_id)
     if session_id is None or tool_call_id is None:
         counts["skipped_no_identity"] += 1
@@ -278,7 +282,7 @@ def replay(
         if normalized is None:
             continue
         rows[normalized.key] = merge(rows.get(normalized.key), normalized, now)  # type: ignore[assignment]
-        counters.upserted += 1
+        counters.persisted += 1
     return rows, counters
 
 
@@ -341,7 +345,7 @@ class SubagentRecorder:
             for name, n in counts.items():
                 total[name] += n
         for folded, n in fold(backfill):
-            self._write(folded, {**increments[folded.key], "upserted": n - 1})
+            self._write(folded, {**increments[folded.key], "persisted": n - 1})
         return SubagentCounters(**{name: getattr(self.counts, name) - getattr(before, name)
                                    for name in SubagentCounters.model_fields})
 
@@ -350,18 +354,18 @@ class SubagentRecorder:
             return normalize_frame(frame)
         except Exception:  # noqa: BLE001 - a malformed frame must not break the capture or the agent run
             logger.warning("subagent frame could not be normalized; counted as failed", exc_info=True)
-            return None, {"failed": 1}
+            return None, {"attempted": 1, "failed": 1}
 
     def _write(self, normalized: NormalizedFrame, increments: Mapping[str, int]) -> SubagentContext | None:
-        """One upsert; ``increments`` (with ``upserted`` beyond the one this write adds) commit with it."""
+        """One upsert; ``increments`` (with ``persisted`` beyond the one this write adds) commit with it."""
         try:
             row = self.store.upsert_subagent(self.namespace, normalized, self._clock(), increments)
         except Exception as exc:  # noqa: BLE001 - see the class docstring
             logger.warning("subagent upsert failed for %s (tool call %s): %s; counted as failed",
                            normalized.session_id, normalized.tool_call_id, exc)
-            self._bump({"failed": 1 + increments.get("upserted", 0)})
+            self._bump({"attempted": increments.get("attempted", 0), "failed": 1 + increments.get("persisted", 0)})
             return None
-        self._tally({**increments, "upserted": increments.get("upserted", 0) + 1})
+        self._tally({**increments, "persisted": increments.get("persisted", 0) + 1})
         return row
 
     __call__ = record

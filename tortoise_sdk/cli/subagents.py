@@ -27,7 +27,7 @@ def _cmd_subagents(args: argparse.Namespace) -> int:
 
 
 def _cmd_health(args: argparse.Namespace) -> int:
-    """Exit 0 when every launch has its row and every row its launch, 1 when not (so it can alarm)."""
+    """Exit 1 when a launch has no row (so it can alarm), else 0: rows with no launch are reported, never alarmed."""
     with open_memory(args, create=False) as mem:
         health = mem.subagent_health(since=args.since, session_id=args.session)
     if args.json:
@@ -39,13 +39,15 @@ def _cmd_health(args: argparse.Namespace) -> int:
 
 def _print_health(health: Any) -> None:
     last = health.last_observed_at.strftime("%Y-%m-%d %H:%M:%S") if health.last_observed_at else "never"
-    print(f"shortfall {len(health.shortfall)}, excess {len(health.excess)}; last sub-agent observed {last}")
+    print(f"shortfall {len(health.shortfall)}, excess {len(health.excess)}, no launch expected "
+          f"{len(health.no_launch_expected)}; {health.expected} launch(es) expected, {health.observed} row(s) "
+          f"observed; last sub-agent observed {last}")
     for call in health.shortfall:
         print(f"  not recorded: {call.tool_name} call {call.tool_call_id} in turn {call.turn_id} "
               f"(session {call.session_id})")
-    for key in health.excess:
-        print(f"  no launching call: row ({key.session_id}, {key.agent_execution_id}, {key.tool_call_id}), "
-              f"{key.source}")
+    for label, keys in (("no launching call", health.excess), ("no launch expected", health.no_launch_expected)):
+        for key in keys:
+            print(f"  {label}: row ({key.session_id}, {key.agent_execution_id}, {key.tool_call_id}), {key.source}")
 
 
 def _print_subagents(rows: list[Any]) -> None:
@@ -92,8 +94,8 @@ def _register_subagents(sub: argparse._SubParsersAction) -> None:
                                    "tortoise subagents --health --since 2026-02-01")
     p.add_argument("--session", help="only this session (and, with --health, its derived sessions)")
     p.add_argument("--health", action="store_true",
-                   help="compare launching calls in the captured turns with the recorded rows: exit 0 when both "
-                        "the shortfall and the excess are empty, 1 when not")
+                   help="compare launching calls in the captured turns with the recorded rows: exit 1 when a "
+                        "launch was not recorded (shortfall), else 0; rows with no launch are listed, not alarmed")
     p.add_argument("--since", help="with --health: only what was observed from this ISO 8601 time on")
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=_cmd_subagents)
@@ -117,7 +119,8 @@ def _stats(mem: Any) -> dict[str, Any]:
 def _print_stats(doc: dict[str, Any]) -> None:
     print(f"namespace {doc['namespace']}: {doc['sessions']} session(s), {doc['turns']} turn(s), "
           f"{doc['subagents']} sub-agent invocation(s)")
-    print("sub-agent frames: " + ", ".join(f"{k} {v}" for k, v in doc["subagent_counters"].items()))
+    print("sub-agent frames: " + ", ".join(f"{k} {v}" for k, v in doc["subagent_counters"].items()
+                                           if k != "upserted"))  # the deprecated name of persisted
 
 
 def _register_stats(sub: argparse._SubParsersAction) -> None:

@@ -207,7 +207,7 @@ class Store(ABC):
         ``frame.turn_id`` is the source's message id, kept as the row's ``turn_ref`` (first
         non-empty wins): ``turn_id`` is the stored turn it names in the frame's session (or
         a derived ``:agent-``/``:task-`` session), else NULL until a capture stores that turn.
-        ``upserted`` and ``increments`` are added to the counters in the same transaction.
+        ``persisted`` and ``increments`` are added to the counters in the same transaction.
         """
 
     @abstractmethod

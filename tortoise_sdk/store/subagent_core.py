@@ -74,31 +74,41 @@ def _same_or_derived(session: str, owner: str) -> str:
 
 
 def health_sql(launches: str, *, param: Callable[[str], str], names_in: str) -> tuple[str, str, str]:
-    """The health check's statements: (shortfall, excess, last observed), for ``SubagentCore.subagent_health``.
+    """The health check's statements: (launches, unmatched rows, row stats), for ``SubagentCore.subagent_health``.
 
     ``launches`` selects every tool call found in the namespace's turns as ``turn_id,
     session_id, idx, timestamp, created_at, tool_call_id, tool_name``; ``param`` spells a
-    named parameter (``namespace``, ``session_id``, ``names``) and ``names_in`` tests
-    ``tool_name`` against the launching tool names. A launch in a turn of a derived session
-    (``s:agent-x``) is matched by a row of that session or of the one it derives from.
+    named parameter (``namespace``, ``session_id``, ``names``, ``since``: NULL or the window's
+    start as the engine stores ``observed_at``) and ``names_in`` tests ``tool_name`` against the
+    launching tool names. A launch in a turn of a derived session (``s:agent-x``) is matched by a
+    row of that session or of the one it derives from.
+
+    - launches: every launching call in scope, with whether a row *in the window* records it
+      (the caller keeps the launches in the window: their time is turn text, parsed in Python);
+    - unmatched rows: the rows in scope and window whose call is in no launch, each with whether
+      its session (or one derived from it) holds any launching call at all;
+    - row stats: how many rows are in scope and window, and the latest ``observed_at`` among them.
     """
     sid = param("session_id")
     in_scope = f"({sid} IS NULL OR {_same_or_derived('{col}', sid)})"
+    in_window = f"({param('since')} IS NULL OR s.observed_at >= {param('since')})"
+    rows = (f"subagent_contexts s WHERE s.namespace = {param('namespace')}"
+            f" AND {in_scope.format(col='s.session_id')} AND {in_window}")
     calls = (f"WITH calls AS ({launches}), launched AS (SELECT * FROM calls WHERE tool_call_id IS NOT NULL"
              f" AND tool_name {names_in} AND {in_scope.format(col='session_id')})")
-    shortfall = (f"{calls} SELECT l.turn_id, l.session_id, l.tool_call_id, l.tool_name, l.timestamp, l.created_at"
-                 " FROM launched l WHERE NOT EXISTS (SELECT 1 FROM subagent_contexts s"
-                 f" WHERE s.namespace = {param('namespace')} AND s.tool_call_id = l.tool_call_id"
-                 f" AND {_same_or_derived('l.session_id', 's.session_id')})"
-                 " ORDER BY l.session_id, l.idx, l.tool_call_id")
-    excess = (f"{calls} SELECT s.session_id, s.agent_execution_id, s.tool_call_id, s.source, s.observed_at"
-              f" FROM subagent_contexts s WHERE s.namespace = {param('namespace')}"
-              f" AND {in_scope.format(col='s.session_id')} AND NOT EXISTS (SELECT 1 FROM launched l"
-              f" WHERE l.tool_call_id = s.tool_call_id AND {_same_or_derived('l.session_id', 's.session_id')})"
-              " ORDER BY s.observed_at, s.session_id, s.tool_call_id, s.agent_execution_id")
-    last = (f"SELECT MAX(s.observed_at) FROM subagent_contexts s WHERE s.namespace = {param('namespace')}"
-            f" AND {in_scope.format(col='s.session_id')}")
-    return shortfall, excess, last
+    recorded = (f"EXISTS (SELECT 1 FROM {rows} AND s.tool_call_id = l.tool_call_id"
+                f" AND {_same_or_derived('l.session_id', 's.session_id')})")
+    launch_list = (f"{calls} SELECT l.turn_id, l.session_id, l.tool_call_id, l.tool_name, l.timestamp, l.created_at,"
+                   f" CASE WHEN {recorded} THEN 1 ELSE 0 END FROM launched l"
+                   " ORDER BY l.session_id, l.idx, l.tool_call_id")
+    unmatched = (f"{calls} SELECT s.session_id, s.agent_execution_id, s.tool_call_id, s.source, s.observed_at,"
+                 " CASE WHEN EXISTS (SELECT 1 FROM launched l"
+                 f" WHERE {_same_or_derived('l.session_id', 's.session_id')}) THEN 1 ELSE 0 END"
+                 f" FROM {rows} AND NOT EXISTS (SELECT 1 FROM launched l"
+                 f" WHERE l.tool_call_id = s.tool_call_id AND {_same_or_derived('l.session_id', 's.session_id')})"
+                 " ORDER BY s.observed_at, s.session_id, s.tool_call_id, s.agent_execution_id")
+    stats = f"SELECT COUNT(*), MAX(s.observed_at) FROM {rows}"
+    return launch_list, unmatched, stats
 
 
 def _instant(value: Any) -> datetime | None:
@@ -122,7 +132,7 @@ class SubagentCore:
         self, namespace: str, frame: NormalizedFrame, now: datetime,
         increments: Mapping[str, int] | None = None,
     ) -> SubagentContext:
-        """Merge one normalized frame into its row in one statement; bump ``upserted`` and ``increments`` with it."""
+        """Merge one normalized frame into its row in one statement; bump ``persisted`` and ``increments`` with it."""
         params = self._upsert_params(namespace, frame, now)
 
         def write(c: Conn) -> SubagentContext:
@@ -130,7 +140,7 @@ class SubagentCore:
             if row is None:  # a backfill that left the row untouched
                 row = self._subagent_row(c, params)
             counts = dict(increments or {})
-            counts["upserted"] = counts.get("upserted", 0) + 1
+            counts["persisted"] = counts.get("persisted", 0) + 1
             self._add_counters(c, counter_rows(namespace, counts))
             return subagent_context(row)
 
@@ -142,40 +152,55 @@ class SubagentCore:
             self.transaction(lambda c: self._add_counters(c, counter_rows(namespace, increments)))
 
     def subagent_counters(self, namespace: str) -> SubagentCounters:
-        """The namespace's counters (zero when never bumped)."""
-        return SubagentCounters(**{name: value for name, value in self._counter_values(namespace)
-                                   if name in COUNTER_NAMES})
+        """The namespace's counters (zero when never bumped).
+
+        A namespace written before ``attempted`` and ``persisted`` existed holds ``upserted``: it is
+        read as ``persisted``, and ``attempted`` is never less than the outcomes it stands for
+        (``persisted + skipped_no_identity + failed``: every frame has exactly one).
+        """
+        values = dict.fromkeys(COUNTER_NAMES, 0)
+        for name, value in self._counter_values(namespace):
+            name = "persisted" if name == "upserted" else name
+            if name in values:
+                values[name] += value
+        values["attempted"] = max(values["attempted"],
+                                  values["persisted"] + values["skipped_no_identity"] + values["failed"])
+        return SubagentCounters(**values)
 
     def subagent_health(
         self, namespace: str, *, tool_names: Collection[str], since: datetime | None = None,
         session_id: str | None = None,
     ) -> SubagentHealth:
-        """Launching calls in the turns with no row (shortfall) and rows with no launching call (excess).
+        """Expected launches against observed rows: launches with no row (shortfall), rows with no launch.
 
         A launching call is an entry of a turn's ``metadata["tool_uses"]`` (``{"id", "name"}``, as
         the transcript parsers store them) whose name is in ``tool_names``. ``since`` keeps the
-        launches whose turn was observed from then on (its own timestamp, else its capture
-        time) and the rows observed from then on; ``session_id`` keeps that session and the
-        sessions derived from it.
+        launches whose turn was observed from then on (its own timestamp, else its capture time)
+        and the rows observed from then on, and matches the one against the other; ``session_id``
+        keeps that session and the sessions derived from it. A row with no launch is ``excess``
+        when its session holds launching calls (the same kind of stream, compared like with like),
+        else ``no_launch_expected`` (a host that captures no launching call).
         """
         since = _instant(since) if since is not None else None
-        params = {"namespace": namespace, "session_id": session_id, "names": sorted(tool_names)}
-        launches, rows, last = self._health_rows(params)
-        shortfall = [
-            LaunchingCall(turn_id=r[0], session_id=r[1], tool_call_id=r[2], tool_name=r[3],
-                          observed_at=_instant(r[4]) or _instant(r[5]))
+        params = {"namespace": namespace, "session_id": session_id, "names": sorted(tool_names), "since": since}
+        launches, unmatched, (observed, last) = self._health_rows(params)
+        expected = [
+            (LaunchingCall(turn_id=r[0], session_id=r[1], tool_call_id=r[2], tool_name=r[3],
+                           observed_at=_instant(r[4]) or _instant(r[5])), bool(r[6]))
             for r in launches
         ]
-        excess = [SubagentKey(session_id=r[0], agent_execution_id=r[1], tool_call_id=r[2], source=r[3],
-                              observed_at=_instant(r[4])) for r in rows]
         if since is not None:
-            shortfall = [c for c in shortfall if c.observed_at is None or c.observed_at >= since]
-            excess = [k for k in excess if k.observed_at >= since]
-        return SubagentHealth(shortfall=shortfall, excess=excess, last_observed_at=_instant(last),
-                              since=since, session_id=session_id)
+            expected = [(c, hit) for c, hit in expected if c.observed_at is None or c.observed_at >= since]
+        keys = [(SubagentKey(session_id=r[0], agent_execution_id=r[1], tool_call_id=r[2], source=r[3],
+                             observed_at=_instant(r[4])), bool(r[5])) for r in unmatched]
+        return SubagentHealth(
+            shortfall=[c for c, hit in expected if not hit], excess=[k for k, comparable in keys if comparable],
+            no_launch_expected=[k for k, comparable in keys if not comparable], expected=len(expected),
+            observed=int(observed), last_observed_at=_instant(last), since=since, session_id=session_id,
+        )
 
-    def _health_rows(self, params: dict[str, Any]) -> tuple[list[Any], list[Any], Any]:
-        """Run ``health_sql``'s statements in one read: shortfall rows, excess rows, the last observed_at."""
+    def _health_rows(self, params: dict[str, Any]) -> tuple[list[Any], list[Any], tuple[Any, Any]]:
+        """Run ``health_sql``'s statements in one read: launches, unmatched rows, (row count, last observed_at)."""
         raise NotImplementedError
 
     def _upsert_params(self, namespace: str, frame: NormalizedFrame, now: datetime) -> dict[str, Any]:

@@ -67,13 +67,16 @@ UPDATE subagent_contexts AS s
  WHERE s.namespace = %(namespace)s AND s.session_id = %(session_id)s AND s.turn_id IS NULL AND s.turn_ref IS NOT NULL
 """
 
+# Parameters that may be NULL need a type for ``IS NULL``.
+_TYPED = {"session_id": "%(session_id)s::text", "since": "%(since)s::timestamptz"}
+
 # See sqlite.subagents._HEALTH; ``metadata`` is JSON text (``json``, not ``jsonb``: any string it holds casts).
 _HEALTH = health_sql(
     "SELECT t.turn_id, t.session_id, t.idx, t.timestamp, t.created_at, u ->> 'id' AS tool_call_id,"
     " u ->> 'name' AS tool_name FROM turns t CROSS JOIN LATERAL json_array_elements(CASE"
     " WHEN json_typeof(t.metadata::json -> 'tool_uses') = 'array' THEN t.metadata::json -> 'tool_uses'"
     " ELSE '[]'::json END) AS u WHERE t.namespace = %(namespace)s AND t.metadata LIKE '%%\"tool_uses\"%%'",
-    param=lambda name: f"%({name})s::text" if name == "session_id" else f"%({name})s",
+    param=lambda name: _TYPED.get(name, f"%({name})s"),
     names_in="= ANY(%(names)s::text[])",
 )
 
@@ -133,11 +136,11 @@ class PostgresSubagentMixin(SubagentCore):
         assert row is not None  # the upsert found this row in conflict
         return row
 
-    def _health_rows(self, params: dict[str, Any]) -> tuple[list[Any], list[Any], Any]:
-        shortfall, excess, last = _HEALTH
+    def _health_rows(self, params: dict[str, Any]) -> tuple[list[Any], list[Any], tuple[Any, Any]]:
+        launches, unmatched, stats = _HEALTH
         with self.read() as c:
-            return (c.execute(shortfall, params).fetchall(), c.execute(excess, params).fetchall(),
-                    c.execute(last, params).fetchone()[0])
+            return (c.execute(launches, params).fetchall(), c.execute(unmatched, params).fetchall(),
+                    tuple(c.execute(stats, params).fetchone()))
 
     def _add_counters(self, c: psycopg.Connection, rows: list[tuple[str, str, int]]) -> None:
         if rows:

@@ -139,12 +139,14 @@ class SQLiteSubagentMixin(SubagentCore):
                          " AND agent_execution_id = :agent_execution_id AND tool_call_id = :tool_call_id",
                          params).fetchone()
 
-    def _health_rows(self, params: dict[str, Any]) -> tuple[list[Any], list[Any], Any]:
-        shortfall, excess, last = _HEALTH
-        args = {**params, "names": json.dumps(params["names"])}
+    def _health_rows(self, params: dict[str, Any]) -> tuple[list[Any], list[Any], tuple[Any, Any]]:
+        launches, unmatched, stats = _HEALTH
+        since = params["since"]
+        args = {**params, "names": json.dumps(params["names"]),
+                "since": None if since is None else subagent_time(since)}
         with self.read() as c:
-            return (c.execute(shortfall, args).fetchall(), c.execute(excess, args).fetchall(),
-                    c.execute(last, args).fetchone()[0])
+            return (c.execute(launches, args).fetchall(), c.execute(unmatched, args).fetchall(),
+                    tuple(c.execute(stats, args).fetchone()))
 
     def _add_counters(self, c: sqlite3.Connection, rows: list[tuple[str, str, int]]) -> None:
         c.executemany(_BUMP, rows)
