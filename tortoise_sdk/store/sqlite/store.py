@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import queue
 import re
 import sqlite3
@@ -19,6 +20,7 @@ from tenacity import retry, retry_if_exception, wait_random_exponential
 from ...capture import CaptureRequest
 from ...config import DEFAULT_BUSY_TIMEOUT_MS
 from ...errors import (
+    DatabaseReplaced,
     MigrationError,
     NotADatabase,
     NotFoundError,
@@ -38,7 +40,7 @@ from ..rows import turn_hit as _hit
 from .extraction import SQLiteExtractionMixin
 from .forget import SQLiteForgetMixin
 from .migrations import SQLITE_MIGRATIONS, migrate_sqlite
-from .opening import damaged, inspect_file, read_only_uri, refused_as_read_only
+from .opening import damaged, file_identity, inspect_file, read_only_uri, refused_as_read_only
 from .ranking import INDEXED_TURN_COLUMNS as _INDEXED_COLUMNS
 from .ranking import TURN_COLUMNS as _TURN_COLUMNS
 from .ranking import SQLiteRankingMixin, with_heads
@@ -114,6 +116,7 @@ class SQLiteStore(SQLiteRankingMixin, SQLiteExtractionMixin, SQLiteSubagentMixin
         self._readers_lock = threading.Lock()
         self._closed = False
         self._retry_window_s = max(busy_timeout_ms / 1000, 1.0) * 2
+        self._identity: tuple[int, int] | None = None  # the opened file's (device, inode): see _check_file
         # Nothing is written before the file is known to be a tortoise memory this code can run.
         state = inspect_file(self.path, SQLITE_MIGRATIONS[-1].version)
         self._uri = state.uri
@@ -124,6 +127,9 @@ class SQLiteStore(SQLiteRankingMixin, SQLiteExtractionMixin, SQLiteSubagentMixin
         try:
             self._pragmas(busy_timeout_ms, synchronous)
             self.migrate()
+            if self.path != ":memory:":
+                self._abs_path = os.path.abspath(self.path)  # as SQLite resolved it, whatever chdir follows
+                self._identity = file_identity(self._abs_path)
         except sqlite3.DatabaseError as exc:
             self._conn.close()
             if damaged(exc):
@@ -220,6 +226,7 @@ class SQLiteStore(SQLiteRankingMixin, SQLiteExtractionMixin, SQLiteSubagentMixin
                     self._local.in_tx = True
                     try:
                         result = fn(c)
+                        self._check_file()
                         c.execute("COMMIT")
                         return result
                     except BaseException:
@@ -243,6 +250,17 @@ class SQLiteStore(SQLiteRankingMixin, SQLiteExtractionMixin, SQLiteSubagentMixin
                 raise ReadOnlyStore(f"{self.path} cannot be written ({exc}): searches and reads work; to write, "
                                     "give this process write access to the file and its folder") from exc
             raise StoreError(f"SQLite write failed: {exc}") from exc
+
+    def _check_file(self) -> None:
+        """Refuse to commit into a file that is no longer at the path (``os.stat``: a microsecond, opens nothing).
+
+        Deleted, moved or replaced (a restore, another memory renamed over it), the file this
+        process holds would take commits that no other process could ever see.
+        """
+        if self._identity is not None and file_identity(self._abs_path) != self._identity:
+            raise DatabaseReplaced(f"{self.path} is no longer the file this process opened (it was deleted, moved or "
+                                   "replaced while open); nothing was written: close this Memory and open it again "
+                                   "to use the file now at the path")
 
     @contextmanager
     def read(self) -> Iterator[sqlite3.Connection]:
