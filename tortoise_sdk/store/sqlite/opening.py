@@ -202,4 +202,6 @@ def _names_our_migrations(conn: sqlite3.Connection, tables: set[str]) -> bool:
     if not _OUR_VERSIONS_COLUMNS <= columns:
         return False
     rows = conn.execute("SELECT version, name FROM schema_migrations").fetchall()
+    if not rows:  # a first open that stopped before migration 1 (the table is created outside it)
+        return tables == {"schema_migrations"}
     return names_our_migrations(rows, SQLITE_MIGRATIONS)
