@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tortoise_sdk import DatabaseReplaced, Memory, StoreError
+from tortoise_sdk import DatabaseReplaced, Memory, StoreError, StreamParseError
 
 OTHER_PROCESS = """
 import json, sys
@@ -158,3 +158,17 @@ def test_a_reopened_memory_writes_to_the_new_file(tmp_path):
     with Memory(str(path), namespace="n") as m:
         acked = capture(m, "s", 2, "after")
     assert stored(path) == (set(acked), "ok")
+
+
+@pytest.mark.parametrize(("call", "side"), [("follow", ""), ("follow", "-wal"), ("ingest", "-shm"), ("ingest", "")])
+def test_the_open_database_given_as_a_transcript_is_not_read(tmp_path, call, side):
+    path = tmp_path / "memory.db"
+    with Memory(str(path), namespace="n") as m:
+        acked = capture(m, "s", 3, "before")
+        with pytest.raises(StreamParseError, match="that this process has open, not a transcript; nothing was read"):
+            getattr(m, call)(f"{path}{side}")
+        acked += other_process(path, "other")  # would delete the WAL had the read dropped the locks
+        acked += capture(m, "s2", 3, "after")
+        acked += other_process(path, "other2")
+    ids, check = stored(path)
+    assert check == "ok" and set(acked) <= ids

@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import stat
+import threading
 from dataclasses import dataclass
 from urllib.parse import quote
 
@@ -27,9 +28,13 @@ from ...errors import ForeignDatabase, NotADatabase, SchemaTooNew, StoreError
 from ..schema import names_our_migrations
 from .migrations import APPLICATION_ID, SQLITE_MIGRATIONS
 
-__all__ = ("FileState", "damaged", "file_identity", "inspect_file", "read_only_uri", "refused_as_read_only")
+__all__ = ("FileState", "damaged", "file_identity", "held_database", "holding", "inspect_file", "read_only_uri",
+           "refused_as_read_only")
 
 _OUR_VERSIONS_COLUMNS = {"version", "name", "applied_at"}
+_SIDE_FILES = ("", "-wal", "-shm", "-journal")
+_held: dict[str, int] = {}  # absolute path of each database this process's stores have open: how many stores
+_held_lock = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -87,6 +92,29 @@ def file_identity(path: str) -> tuple[int, int] | None:
     """The (device, inode) of the file at ``path`` now, or None when there is none (``os.stat`` opens nothing)."""
     found = _stat(path)
     return None if found is None else (found.st_dev, found.st_ino)
+
+
+def holding(path: str, *, opened: bool) -> None:
+    """Count a store of this process opening (``opened``) or closing the database at ``path``."""
+    path = os.path.abspath(path)
+    with _held_lock:
+        _held[path] = _held.get(path, 0) + (1 if opened else -1)
+        if _held[path] <= 0:
+            del _held[path]
+
+
+def held_database(path: str | os.PathLike[str]) -> str | None:
+    """The database open in this process that ``path`` is, or is beside (its -wal, -shm, -journal); else None.
+
+    Code that reads a file the caller names (a transcript) asks first: a plain read of any of
+    these files would drop this process's SQLite locks when it closes (see the module docstring).
+    """
+    found = file_identity(os.fspath(path))
+    if found is None:
+        return None
+    with _held_lock:
+        held = list(_held)
+    return next((db for db in held for side in _SIDE_FILES if file_identity(db + side) == found), None)
 
 
 def read_only_uri(path: str, *, immutable: bool) -> str:

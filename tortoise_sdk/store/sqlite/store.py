@@ -40,7 +40,7 @@ from ..rows import turn_hit as _hit
 from .extraction import SQLiteExtractionMixin
 from .forget import SQLiteForgetMixin
 from .migrations import SQLITE_MIGRATIONS, migrate_sqlite
-from .opening import damaged, file_identity, inspect_file, read_only_uri, refused_as_read_only
+from .opening import damaged, file_identity, holding, inspect_file, read_only_uri, refused_as_read_only
 from .ranking import INDEXED_TURN_COLUMNS as _INDEXED_COLUMNS
 from .ranking import TURN_COLUMNS as _TURN_COLUMNS
 from .ranking import SQLiteRankingMixin, with_heads
@@ -117,18 +117,24 @@ class SQLiteStore(SQLiteRankingMixin, SQLiteExtractionMixin, SQLiteSubagentMixin
         self._closed = False
         self._retry_window_s = max(busy_timeout_ms / 1000, 1.0) * 2
         self._identity: tuple[int, int] | None = None  # the opened file's (device, inode): see _check_file
+        # As SQLite resolves it when it opens the file, whatever chdir follows.
+        self._abs_path = self.path if self.path == ":memory:" else os.path.abspath(self.path)
         # Nothing is written before the file is known to be a tortoise memory this code can run.
         state = inspect_file(self.path, SQLITE_MIGRATIONS[-1].version)
         self._uri = state.uri
-        if not state.writable:
+        if state.writable:
+            self._open_writable(state.version, busy_timeout_ms, synchronous)
+        else:
             self._open_read_only(state.version)
-            return
+        if self.path != ":memory:":
+            holding(self._abs_path, opened=True)
+
+    def _open_writable(self, version: int, busy_timeout_ms: int, synchronous: str) -> None:
         self._conn = self._open()
         try:
             self._pragmas(busy_timeout_ms, synchronous)
             self.migrate()
             if self.path != ":memory:":
-                self._abs_path = os.path.abspath(self.path)  # as SQLite resolved it, whatever chdir follows
                 self._identity = file_identity(self._abs_path)
         except sqlite3.DatabaseError as exc:
             self._conn.close()
@@ -139,13 +145,13 @@ class SQLiteStore(SQLiteRankingMixin, SQLiteExtractionMixin, SQLiteSubagentMixin
                 raise
             # Writable by its mode, refused by the system (an immutable file, a read-only mount): read-only.
             self._uri = read_only_uri(self.path, immutable=False)
-            self._open_read_only(state.version)
+            self._open_read_only(version)
         except MigrationError as exc:
             self._conn.close()
             if not refused_as_read_only(exc.__cause__ or exc):
                 raise
             self._uri = read_only_uri(self.path, immutable=False)
-            self._open_read_only(state.version)
+            self._open_read_only(version)
 
     @property
     def read_only(self) -> bool:
@@ -342,6 +348,8 @@ class SQLiteStore(SQLiteRankingMixin, SQLiteExtractionMixin, SQLiteSubagentMixin
 
     def close(self) -> None:
         with self._lock:
+            if not self._closed and self.path != ":memory:":
+                holding(self._abs_path, opened=False)
             self._closed = True
             self._conn.close()
             while self._readers is not None:
