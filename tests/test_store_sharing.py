@@ -172,3 +172,36 @@ def test_the_open_database_given_as_a_transcript_is_not_read(tmp_path, call, sid
         acked += other_process(path, "other2")
     ids, check = stored(path)
     assert check == "ok" and set(acked) <= ids
+
+
+def test_vacuum_of_a_replaced_file_says_so(tmp_path):
+    path = tmp_path / "memory.db"
+    with Memory(str(path), namespace="n") as m:
+        capture(m, "s", 2, "before")
+        _replace(path, "deleted")
+        with pytest.raises(DatabaseReplaced):
+            m.vacuum()
+
+
+def test_memories_opened_at_once_by_many_threads_on_a_new_file_all_work(tmp_path):
+    path = tmp_path / "memory.db"
+    acked: list[str] = []
+    errors: list[BaseException] = []
+    start = threading.Barrier(20)
+
+    def open_and_write(i: int) -> None:
+        try:
+            start.wait()
+            with Memory(str(path), namespace=f"n{i}") as m:
+                acked.extend(capture(m, "s", 2, f"thread {i}"))
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=open_and_write, args=(i,)) for i in range(20)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    ids, check = stored(path)
+    assert check == "ok" and set(acked) == ids and len(ids) == 40
