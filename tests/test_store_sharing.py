@@ -140,11 +140,16 @@ def test_a_database_file_replaced_under_a_running_process_is_refused_not_acknowl
         capture(m, "s", 3, "before")
         m.search("weather")  # a read connection exists too
         _replace(path, how)
-        with pytest.raises(DatabaseReplaced, match="no longer the file this process opened.*open it again") as raised:
+        with pytest.raises(DatabaseReplaced, match="no longer the file this process opened.*nothing was read or "
+                                                   "written: close this Memory and open it again") as raised:
             m.capture("s2", [{"role": "user", "content": "after the file went"}], extract=False)
         assert isinstance(raised.value, StoreError)
         with pytest.raises(DatabaseReplaced):  # every later write too, not only the first
             m.capture("s3", [{"role": "user", "content": "again"}], extract=False)
+        with pytest.raises(DatabaseReplaced):  # and reads, which would mix the old file with the new
+            m.search("weather")
+        block = m.context([{"role": "user", "content": "how was the weather?"}], time_budget_ms=None)
+        assert block.block == "" and block.degraded_reason == "store_error"  # context() never raises
     if path.exists():  # what is at the path now never got the refused turns
         ids, check = stored(path)
         assert check == "ok" and len(ids) <= 3

@@ -12,7 +12,7 @@ The tree::
     │   ├── MigrationError                     the schema could not be brought up to date
     │   │   └── SchemaTooNew                   written by a newer tortoise-sdk: upgrade it
     │   ├── NotADatabase                       the file is not a SQLite database (or is damaged)
-    │   │   └── ForeignDatabase                a SQLite database of another application
+    │   │   └── ForeignDatabase                another application's SQLite file or PostgreSQL schema
     │   ├── ReadOnlyStore                      a write to a database opened read-only
     │   ├── DatabaseReplaced                   the file was deleted, moved or replaced while open
     │   ├── NotFoundError                      no such database, session, memory, turn or job

@@ -127,6 +127,7 @@ class SQLiteStore(SQLiteRankingMixin, SQLiteExtractionMixin, SQLiteSubagentMixin
         else:
             self._open_read_only(state.version)
         if self.path != ":memory:":
+            self._identity = file_identity(self._abs_path)
             holding(self._abs_path, opened=True)
 
     def _open_writable(self, version: int, busy_timeout_ms: int, synchronous: str) -> None:
@@ -134,8 +135,6 @@ class SQLiteStore(SQLiteRankingMixin, SQLiteExtractionMixin, SQLiteSubagentMixin
         try:
             self._pragmas(busy_timeout_ms, synchronous)
             self.migrate()
-            if self.path != ":memory:":
-                self._identity = file_identity(self._abs_path)
         except sqlite3.DatabaseError as exc:
             self._conn.close()
             if damaged(exc):
@@ -258,15 +257,16 @@ class SQLiteStore(SQLiteRankingMixin, SQLiteExtractionMixin, SQLiteSubagentMixin
             raise StoreError(f"SQLite write failed: {exc}") from exc
 
     def _check_file(self) -> None:
-        """Refuse to commit into a file that is no longer at the path (``os.stat``: a microsecond, opens nothing).
+        """Refuse to use a file that is no longer at the path (``os.stat``: microseconds, opens nothing).
 
         Deleted, moved or replaced (a restore, another memory renamed over it), the file this
-        process holds would take commits that no other process could ever see.
+        process holds would take commits that no other process could ever see, and answer reads
+        that no longer hold (new read connections would open the new file: a mix of both).
         """
         if self._identity is not None and file_identity(self._abs_path) != self._identity:
             raise DatabaseReplaced(f"{self.path} is no longer the file this process opened (it was deleted, moved or "
-                                   "replaced while open); nothing was written: close this Memory and open it again "
-                                   "to use the file now at the path")
+                                   "replaced while open); nothing was read or written: close this Memory and open "
+                                   "it again to use the file now at the path")
 
     @contextmanager
     def read(self) -> Iterator[sqlite3.Connection]:
@@ -274,6 +274,8 @@ class SQLiteStore(SQLiteRankingMixin, SQLiteExtractionMixin, SQLiteSubagentMixin
         inside this thread's transaction (so it sees its own writes)."""
         at = deadline(self.timeout_s)
         own_tx = getattr(self._local, "in_tx", False)
+        if not own_tx:
+            self._check_file()
         shared = self._readers is None or own_tx
         if shared:
             left = remaining(at)
