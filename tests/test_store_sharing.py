@@ -210,3 +210,20 @@ def test_memories_opened_at_once_by_many_threads_on_a_new_file_all_work(tmp_path
     assert errors == []
     ids, check = stored(path)
     assert check == "ok" and set(acked) == ids and len(ids) == 40
+
+
+@pytest.mark.parametrize("side", ["", "-wal", "-shm"])
+def test_export_over_the_database_is_refused_and_the_memory_kept(tmp_path, capsys, side):
+    from tortoise_sdk.cli import main
+
+    path = tmp_path / "memory.db"
+    with Memory(str(path), namespace="n") as m:
+        acked = capture(m, "s", 3, "kept")
+        other = Memory(str(path), namespace="n")  # holds the -wal and -shm open while export runs
+        try:  # (no read of the file here to compare bytes: this process holds it; stored() checks below)
+            assert main(["--db", str(path), "--namespace", "n", "export", "--format", "json", f"{path}{side}"]) == 2
+            assert "would destroy it; choose another output file" in capsys.readouterr().err
+            acked += capture(m, "s2", 2, "after")
+        finally:
+            other.close()
+    assert stored(path) == (set(acked), "ok")
