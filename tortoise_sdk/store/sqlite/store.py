@@ -94,7 +94,9 @@ class SQLiteStore(SQLiteRankingMixin, SQLiteExtractionMixin, SQLiteSubagentMixin
     "database is locked". Reads use connections of their own (WAL lets them run beside a
     write), so a long capture on one thread never holds up ``context()`` on another. Every
     call ends within ``timeout_s`` (or an enclosing ``deadline.within`` scope), else raises
-    ``StoreTimeout``.
+    ``StoreTimeout``. Any number of stores may share one file in one process (nothing opens it
+    outside SQLite); once the file at the path is no longer the one opened (deleted, moved,
+    replaced), every call raises ``DatabaseReplaced``.
     """
 
     def __init__(self, path: str | Path, *, busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
