@@ -87,10 +87,24 @@ def test_conflict_exits_2(capsys, db, tmp_path):
     assert code == 2 and "position 0" in err
 
 
-def test_unexpected_failure_exits_1(capsys, tmp_path):
+def test_unexpected_failure_exits_1(capsys, db, tmp_path, monkeypatch):
+    from tortoise_sdk import Memory, StoreError
+
+    run(capsys, "--db", db, "capture", write_jsonl(tmp_path / "t.jsonl", [{"role": "user", "content": "one"}]),
+        "--session", "s")
+
+    def fail(self, *args, **kwargs):
+        raise StoreError("SQLite read failed: disk I/O error")
+
+    monkeypatch.setattr(Memory, "sessions", fail)
+    code, _, err = run(capsys, "--db", db, "sessions")
+    assert code == 1 and err.startswith("tortoise: ")
+
+
+def test_a_directory_as_the_database_is_refused_like_other_unusable_files(capsys, tmp_path):
     (tmp_path / "dir.db").mkdir()  # a directory where the database should be
     code, _, err = run(capsys, "--db", str(tmp_path / "dir.db"), "sessions")
-    assert code == 1 and err.startswith("tortoise: ")
+    assert code == 2 and "is a directory, not a database file" in err
 
 
 def test_export_graphml_and_json(capsys, db, tmp_path):

@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import sqlite3
+import stat
 import subprocess
 import sys
 import tempfile
@@ -28,6 +29,7 @@ from tortoise_sdk import (
     NotADatabase,
     ReadOnlyStore,
     SchemaTooNew,
+    StoreError,
 )
 from tortoise_sdk.cli import main
 from tortoise_sdk.store.sqlite.migrations import SQLITE_MIGRATIONS
@@ -84,7 +86,7 @@ def test_a_truncated_database_is_refused_untouched(tmp_path_factory, real_db, cu
 def test_a_database_cut_at_a_page_boundary_is_refused(tmp_path, real_db, pages):
     path = tmp_path / "memory.db"
     path.write_bytes(real_db[: pages * 4096])
-    refused_untouched(path, NotADatabase, r"damaged SQLite database: \d+ bytes, where its header gives")
+    refused_untouched(path, NotADatabase, r"damaged SQLite database \(.*; \d+ bytes: truncated")
 
 
 def test_a_damaged_database_is_refused_untouched(tmp_path, real_db):
@@ -278,3 +280,143 @@ def test_the_cli_says_so_in_one_line_with_exit_2(tmp_path, capsys, real_db):
         assert main(["--db", str(db), "sessions"]) == 2
         err = capsys.readouterr().err
         assert said in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+# -- files that are not ours (issue 24): the mark, and what carries no mark ------------------------
+
+OUR_ID = 0x546F7274
+FOSSIL_ID = 0x0F055112  # another application's registered application_id
+THEIR_MIGRATIONS = ["CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT, applied_at TEXT)",
+                    "INSERT INTO schema_migrations VALUES (1, 'create users', '2024-01-01')",
+                    "CREATE TABLE users (id, name)"]
+
+
+def _application_id(path: Path) -> int:
+    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as conn:
+        return conn.execute("PRAGMA application_id").fetchone()[0]
+
+
+def _set_application_id(path: Path, value: int) -> None:
+    conn = sqlite3.connect(path)
+    conn.execute(f"PRAGMA application_id = {value}")
+    conn.commit()
+    conn.close()
+
+
+def _ours_marked_by(real_db: bytes, application_id: int) -> Callable[[Path], None]:
+    def make(path: Path) -> None:
+        path.write_bytes(real_db)
+        _set_application_id(path, application_id)
+    return make
+
+
+FOREIGN_FILES: dict[str, Callable[[Path], None]] = {
+    "their-schema_migrations": lambda p: _foreign(p, "DELETE", THEIR_MIGRATIONS),
+    "their-schema_migrations-wal": lambda p: _foreign(p, "WAL", THEIR_MIGRATIONS),
+    "their-empty-schema_migrations": lambda p: _foreign(p, "DELETE", THEIR_MIGRATIONS[:1] + THEIR_MIGRATIONS[2:]),
+    "only-their-schema_migrations": lambda p: _foreign(p, "DELETE", THEIR_MIGRATIONS[:2]),
+    "their-mark-no-tables": lambda p: _foreign(p, "DELETE", [f"PRAGMA application_id = {FOSSIL_ID}"]),
+    "their-mark-on-our-tables": lambda p: None,  # filled in by the test (needs real_db)
+}
+
+
+@pytest.mark.parametrize("case", sorted(FOREIGN_FILES))
+def test_a_sqlite_file_without_our_mark_or_our_migrations_is_refused_untouched(tmp_path, real_db, case):
+    path = tmp_path / "app.db"
+    (_ours_marked_by(real_db, FOSSIL_ID) if case == "their-mark-on-our-tables" else FOREIGN_FILES[case])(path)
+    refused_untouched(path, ForeignDatabase, "of another application .*not a tortoise memory.*give tortoise its own file")
+
+
+@pytest.mark.parametrize("case", ["new", "marked", "unmarked-up-to-date", "unmarked-older-schema",
+                                  "unmarked-only-an-empty-schema_migrations"])
+def test_our_databases_open_and_carry_the_mark(tmp_path, real_db, case):
+    path = tmp_path / "memory.db"
+    if case == "marked":
+        path.write_bytes(real_db)
+    elif case == "unmarked-up-to-date":  # written before the mark
+        _ours_marked_by(real_db, 0)(path)
+    elif case == "unmarked-older-schema":
+        from tortoise_sdk.store.sqlite.migrations import migrate_sqlite
+
+        conn = sqlite3.connect(path, isolation_level=None)
+        migrate_sqlite(conn, SQLITE_MIGRATIONS[:3])
+        conn.execute("PRAGMA application_id = 0")
+        conn.close()
+    elif case == "unmarked-only-an-empty-schema_migrations":  # a first open that stopped before migration 1
+        _foreign(path, "DELETE", ["CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL,"
+                                  " applied_at TEXT NOT NULL)"])
+    if path.exists() and case != "marked":
+        assert _application_id(path) == 0
+    with Memory(str(path), namespace="n") as m:
+        assert m.store.schema_version() == SQLITE_MIGRATIONS[-1].version
+        if case in ("marked", "unmarked-up-to-date"):
+            assert m.search("kayak", k=1)[0].content.startswith("My kayak is red")
+    assert _application_id(path) == OUR_ID
+
+
+@pytest.mark.parametrize("make", ["char-device", "fifo", "directory"])
+def test_a_path_that_is_not_a_regular_file_is_refused_with_nothing_created(tmp_path, make, capsys):
+    if make == "char-device":
+        path = Path("/dev/null")
+        if not path.exists() or not stat.S_ISCHR(path.stat().st_mode):
+            pytest.skip("no /dev/null character device here")
+    else:
+        path = tmp_path / "db"
+        os.mkfifo(path) if make == "fifo" else path.mkdir()
+    beside = sorted(p.name for p in path.parent.iterdir())
+    kind = {"char-device": "a character device", "fifo": "a FIFO", "directory": "a directory"}[make]
+    try:
+        with pytest.raises(NotADatabase, match=f"is {kind}, not a database file; it was left as it was"):
+            Memory(str(path))
+        assert main(["--db", str(path), "sessions"]) == 2
+        err = capsys.readouterr().err
+        assert kind in err and len(err.strip().splitlines()) == 1
+        assert sorted(p.name for p in path.parent.iterdir()) == beside  # no -journal, -wal or -shm beside it
+    finally:
+        for side in ("-journal", "-wal", "-shm"):  # what the code before this check left in /dev
+            if f"{path.name}{side}" not in beside:
+                Path(f"{path}{side}").unlink(missing_ok=True)
+
+
+def _pg_tables(url: str, schema: str = "public") -> list[str]:
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        return [r[0] for r in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = %s ORDER BY 1",
+                                           (schema,))]
+
+
+@pytest.mark.parametrize("theirs", [
+    ["CREATE TABLE users (id int, name text)"],
+    ["CREATE TABLE schema_migrations (version int PRIMARY KEY, name text, applied_at timestamptz DEFAULT now())",
+     "INSERT INTO schema_migrations (version, name) VALUES (1, 'create users')", "CREATE TABLE users (id int)"],
+    ["CREATE VIEW report AS SELECT 1 AS x"],
+], ids=["app", "their-schema_migrations", "a-view"])
+def test_a_postgres_schema_of_another_application_is_refused_and_a_schema_of_our_own_works(theirs):
+    require_postgres()
+    import psycopg
+
+    with temp_database("tortoise_foreign") as url:
+        with psycopg.connect(url, autocommit=True) as conn:
+            for sql in theirs:
+                conn.execute(sql)
+        before = _pg_tables(url)
+        with pytest.raises(ForeignDatabase, match="holds another application's tables .*CREATE SCHEMA tortoise.*"
+                                                  "search_path.* or its own database"):
+            Memory(url)
+        assert _pg_tables(url) == before
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("CREATE SCHEMA tortoise")
+        own = url + "?options=-csearch_path%3Dtortoise"
+        with Memory(own, namespace="n") as m:  # the way the message gives
+            m.capture("s", TURNS[:2], extract=False)
+        with Memory(own, namespace="n") as m:
+            assert len(m.turns("s")) == 2
+        assert _pg_tables(url) == before and "turns" in _pg_tables(url, "tortoise")
+
+
+def test_a_postgres_search_path_without_a_schema_says_how_to_create_one():
+    require_postgres()
+    with temp_database("tortoise_noschema") as url:
+        with pytest.raises(StoreError, match="no schema of the search_path exists.*CREATE SCHEMA tortoise"):
+            Memory(url + "?options=-csearch_path%3Dmissing")

@@ -12,8 +12,9 @@ The tree::
     │   ├── MigrationError                     the schema could not be brought up to date
     │   │   └── SchemaTooNew                   written by a newer tortoise-sdk: upgrade it
     │   ├── NotADatabase                       the file is not a SQLite database (or is damaged)
-    │   │   └── ForeignDatabase                a SQLite database of another application
+    │   │   └── ForeignDatabase                another application's SQLite file or PostgreSQL schema
     │   ├── ReadOnlyStore                      a write to a database opened read-only
+    │   ├── DatabaseReplaced                   the file was deleted, moved or replaced while open
     │   ├── NotFoundError                      no such database, session, memory, turn or job
     │   ├── StoreTimeout                       the database did not answer in time
     │   └── LeaseLost                          a job's lease was taken over; its result was not written
@@ -35,6 +36,7 @@ __all__ = (
     "AdapterError",
     "CaptureConflict",
     "ConfigError",
+    "DatabaseReplaced",
     "ForeignDatabase",
     "IdempotencyConflict",
     "InvalidInput",
@@ -120,11 +122,16 @@ class SchemaTooNew(MigrationError):
 
 
 class ForeignDatabase(NotADatabase):
-    """The file is a SQLite database of another application (tables, none of ours); it was left as it was."""
+    """A database (a SQLite file, a PostgreSQL schema) of another application: tables, none of ours; left as it was."""
 
 
 class ReadOnlyStore(StoreError):
     """A write to a database that is open read-only (file mode, read-only file system or server setting)."""
+
+
+class DatabaseReplaced(StoreError):
+    """The SQLite file at the store's path is no longer the one it opened (deleted, moved or replaced);
+    nothing more is written to it."""
 
 
 class NotFoundError(StoreError):

@@ -467,6 +467,8 @@ class Memory:
         """
         from .streams import parse_stream
 
+        if isinstance(path_or_lines, (str, os.PathLike)):
+            _refuse_open_database(path_or_lines)
         parsed = parse_stream(path_or_lines, format, source=source, session_id=session_id)
         return self._ingest_parsed(parsed, source, extract)
 
@@ -506,6 +508,7 @@ class Memory:
         from .streams.base import ParseReport
 
         where = Path(path).expanduser().resolve()
+        _refuse_open_database(where)
         try:
             data = where.read_bytes()
         except OSError as exc:
@@ -962,3 +965,16 @@ def state_dir(db: str | None = None) -> Path:
     if url.startswith("sqlite:///"):
         url = url[len("sqlite:///"):]
     return Path(url).expanduser().absolute().parent
+
+
+def _refuse_open_database(path: str | os.PathLike[str]) -> None:
+    """Refuse to read, as a transcript, a database file this process has open: closing the read would drop
+    the process's SQLite locks on it, and another process could then delete its WAL under live writers."""
+    from .errors import StreamParseError
+    from .store.sqlite.opening import held_database
+
+    db = held_database(path)
+    if db is not None:
+        raise StreamParseError(f"{path} is the SQLite database {db} (or a file beside it) that this process has "
+                               "open, not a transcript; nothing was read: pass the transcript's path",
+                               source=os.fspath(path))

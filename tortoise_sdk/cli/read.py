@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Any
 
@@ -176,10 +177,23 @@ def _cmd_export(args: argparse.Namespace) -> int:
     from ..graph import export_graph
 
     with open_memory(args, create=False) as mem:
+        _refuse_database_as_output(args.out, mem.store.url)
         g = mem.graph()
     export_graph(g, args.out, args.format)
     print(f"wrote {g.number_of_nodes()} nodes and {g.number_of_edges()} edges to {args.out}", file=sys.stderr)
     return 0
+
+
+def _refuse_database_as_output(out: str, db: str) -> None:
+    """Writing the export over the database (or its -wal, -shm, -journal) would destroy the memory."""
+    for side in ("", "-wal", "-shm", "-journal"):
+        try:
+            same = os.path.samefile(out, db + side)  # os.stat: opens neither file
+        except OSError:
+            continue
+        if same:
+            raise InvalidInput(f"{out} is the memory's database{' ' + side[1:] + ' file' if side else ''}: "
+                               "writing the export there would destroy it; choose another output file", field="out")
 
 
 def _register_export(sub: argparse._SubParsersAction) -> None:

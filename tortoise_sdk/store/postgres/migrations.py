@@ -14,14 +14,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from ...errors import MigrationError, SchemaTooNew
+from ...errors import ForeignDatabase, MigrationError, SchemaTooNew, StoreError
 from ...search import INDEX_CHARS, NAME_INDEX_CHARS
-from ..schema import Migration
+from ..schema import Migration, names_our_migrations
 
 if TYPE_CHECKING:
     import psycopg
 
-__all__ = ("MIGRATION_LOCK_KEY", "POSTGRES_MIGRATIONS", "REBUILD_TURN_RANKING", "migrate_postgres", "pg_applied_versions")
+__all__ = ("MIGRATION_LOCK_KEY", "POSTGRES_MIGRATIONS", "REBUILD_TURN_RANKING", "migrate_postgres", "pg_applied_versions",
+           "refuse_foreign_schema")
 
 # pg_advisory_xact_lock key: b"tortoise" read as a big-endian int64.
 MIGRATION_LOCK_KEY = 0x746F72746F697365
@@ -400,7 +401,7 @@ def migrate_postgres(conn: psycopg.Connection, migrations: Sequence[Migration] |
     ``conn`` must be in autocommit mode. Each migration runs in one transaction
     that first takes ``pg_advisory_xact_lock(MIGRATION_LOCK_KEY)`` and re-reads
     what is applied, so concurrent migrators serialize and none applies a
-    version twice.
+    version twice. A schema of another application is refused first (``refuse_foreign_schema``).
     """
     import psycopg
 
@@ -410,6 +411,7 @@ def migrate_postgres(conn: psycopg.Connection, migrations: Sequence[Migration] |
         raise MigrationError(f"migration versions must be unique and ascending, got {versions}")
     if not conn.autocommit:
         raise MigrationError("migrate_postgres needs an autocommit connection (psycopg.connect(..., autocommit=True))")
+    refuse_foreign_schema(conn)
     newest = max(pg_applied_versions(conn), default=0)
     if newest > versions[-1]:
         raise SchemaTooNew(f"the database has schema version {newest}, newer than this tortoise-sdk knows "
@@ -435,3 +437,41 @@ def migrate_postgres(conn: psycopg.Connection, migrations: Sequence[Migration] |
                 f"migration {m.version} ({m.name}) failed: {exc}; the database was left at the previous version"
             ) from exc
     return done
+
+
+_SCHEMA_ADVICE = ("give tortoise its own schema (CREATE SCHEMA tortoise; then add ?options=-csearch_path%3Dtortoise "
+                  "to the URL) or its own database (CREATE DATABASE tortoise)")
+
+
+def refuse_foreign_schema(conn: psycopg.Connection) -> None:
+    """Refuse, before anything is written, a schema that holds tables and no tortoise memory.
+
+    The tables go to ``current_schema()`` (the first schema of the ``search_path`` that exists). It
+    is tortoise's when it is empty, or when its ``schema_migrations`` rows name tortoise's migrations.
+
+    Raises:
+        ForeignDatabase: the schema holds another application's tables (listed in the message).
+        StoreError: no schema of the ``search_path`` exists.
+    """
+    import psycopg
+
+    schema, database = conn.execute("SELECT current_schema(), current_database()").fetchone()  # type: ignore[misc]
+    if schema is None:
+        raise StoreError(f"no schema of the search_path exists in database {database!r}, so tortoise has nowhere to "
+                         f"create its tables: {_SCHEMA_ADVICE}")
+    tables = [r[0] for r in conn.execute(
+        "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+        " WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p', 'v', 'm', 'f') ORDER BY c.relname")]
+    if not tables:
+        return
+    if "schema_migrations" in tables:
+        try:
+            with conn.transaction():
+                rows = conn.execute("SELECT version, name FROM schema_migrations").fetchall()
+        except psycopg.Error:
+            rows = None  # not our table's shape, or not ours to read
+        if rows is not None and names_our_migrations(rows, POSTGRES_MIGRATIONS):
+            return
+    shown = ", ".join(tables[:5]) + (", ..." if len(tables) > 5 else "")
+    raise ForeignDatabase(f"schema {schema!r} of PostgreSQL database {database!r} holds another application's tables "
+                          f"({shown}) and no tortoise memory; nothing was written to it: {_SCHEMA_ADVICE}")

@@ -27,6 +27,7 @@ class SQLiteForgetMixin(ForgetMixin):
     _conn: sqlite3.Connection
     _lock: threading.RLock
     _call_with_lock_retry: Callable[[Callable[[], Any], float | None], Any]
+    _check_file: Callable[[], None]
 
     def vacuum(self) -> None:
         """Merge the FTS5 indexes (dropping deleted terms), rewrite the file without free pages, empty the WAL.
@@ -36,6 +37,7 @@ class SQLiteForgetMixin(ForgetMixin):
         """
 
         def run() -> None:
+            self._check_file()  # a file deleted or replaced meanwhile: say so, not "vacuumed"
             for table in ("turns_fts", "memories_fts"):
                 self._conn.execute(f"INSERT INTO {table} ({table}) VALUES ('optimize')")
             self._conn.execute("VACUUM")

@@ -15,7 +15,11 @@ from ...errors import MigrationError, SchemaTooNew
 from ...search import INDEX_CHARS, NAME_INDEX_CHARS
 from ..schema import Migration
 
-__all__ = ("SQLITE_MIGRATIONS", "applied_versions", "migrate_sqlite")
+__all__ = ("APPLICATION_ID", "SQLITE_MIGRATIONS", "applied_versions", "migrate_sqlite")
+
+#: ``PRAGMA application_id`` of a tortoise memory (b"Tort"): set in every migration's transaction, and on
+#: the first writable open of a memory written before the mark, so no other file is taken for one.
+APPLICATION_ID = 0x546F7274
 
 
 M001_FOUNDATION = Migration(
@@ -381,7 +385,8 @@ def migrate_sqlite(conn: sqlite3.Connection, migrations: Sequence[Migration] | N
 
     The connection must be in autocommit mode (``isolation_level=None``). Each
     migration runs under ``BEGIN IMMEDIATE`` and re-checks what is applied, so
-    two processes opening the same new database do not both apply it.
+    two processes opening the same new database do not both apply it. The database
+    gets tortoise's ``APPLICATION_ID`` (in the first migration's transaction, or alone).
     """
     migrations = SQLITE_MIGRATIONS if migrations is None else migrations
     versions = [m.version for m in migrations]
@@ -404,6 +409,7 @@ def migrate_sqlite(conn: sqlite3.Connection, migrations: Sequence[Migration] | N
                     "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, datetime('now'))",
                     (m.version, m.name),
                 )
+                conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
                 done.append(m.version)
             conn.execute("COMMIT")
         except sqlite3.Error as exc:
@@ -412,4 +418,14 @@ def migrate_sqlite(conn: sqlite3.Connection, migrations: Sequence[Migration] | N
             raise MigrationError(
                 f"migration {m.version} ({m.name}) failed: {exc}; the database was left at the previous version"
             ) from exc
+    if conn.execute("PRAGMA application_id").fetchone()[0] != APPLICATION_ID:
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+            conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise MigrationError(f"marking the database as a tortoise memory failed: {exc}; "
+                                 "it is otherwise up to date, open it again") from exc
     return done

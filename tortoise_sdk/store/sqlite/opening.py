@@ -2,25 +2,39 @@
 
 Opening used to switch the file to WAL and create ``schema_migrations`` first and ask
 questions after, so a text file, a truncated database or another application's database
-was changed before the refusal. ``inspect_file`` reads only: the header with plain file
-I/O, then the schema through a read-only connection. It refuses what is not a tortoise
-memory, or was written by a newer tortoise-sdk, and says whether the file can be written.
+was changed before the refusal. ``inspect_file`` reads only, and only through SQLite: the
+file is never opened with plain file I/O, because closing any descriptor of a file drops
+every POSIX lock this process holds on it, those of SQLite's own connections included
+(another ``Memory`` on the same file, the host's own connection); another process closing
+the database would then take itself for the last user and delete the WAL under them.
+``os.stat`` opens nothing. It refuses what is not a file, not a tortoise memory, or was
+written by a newer tortoise-sdk, and says whether the file can be written.
+
+A tortoise memory carries ``PRAGMA application_id = APPLICATION_ID``; one written before the
+mark is recognised by its ``schema_migrations`` rows, which name tortoise's migrations (and
+gets the mark when it is next opened for writing).
 """
 
 from __future__ import annotations
 
 import os
 import sqlite3
+import stat
+import threading
 from dataclasses import dataclass
-from pathlib import Path
 from urllib.parse import quote
 
 from ...errors import ForeignDatabase, NotADatabase, SchemaTooNew, StoreError
+from ..schema import names_our_migrations
+from .migrations import APPLICATION_ID, SQLITE_MIGRATIONS
 
-__all__ = ("FileState", "damaged", "inspect_file", "read_only_uri", "refused_as_read_only")
+__all__ = ("FileState", "damaged", "file_identity", "held_database", "holding", "inspect_file", "read_only_uri",
+           "refused_as_read_only")
 
-_MAGIC = b"SQLite format 3\x00"
 _OUR_VERSIONS_COLUMNS = {"version", "name", "applied_at"}
+_SIDE_FILES = ("", "-wal", "-shm", "-journal")
+_held: dict[str, int] = {}  # absolute path of each database this process's stores have open: how many stores
+_held_lock = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -33,46 +47,101 @@ class FileState:
 
 
 def inspect_file(path: str, latest: int) -> FileState:
-    """Look at ``path`` without writing to it.
+    """Look at ``path`` without writing to it, and without opening it outside SQLite.
 
     Raises:
-        NotADatabase: not a SQLite file, or a damaged (e.g. truncated) one.
-        ForeignDatabase: a SQLite database with tables but no tortoise schema.
+        NotADatabase: not a regular file (a device, a FIFO, a directory), not a SQLite file,
+            or a damaged (e.g. truncated) one.
+        ForeignDatabase: a SQLite database of another application (its mark, or tables but no
+            tortoise schema).
         SchemaTooNew: its schema version is above ``latest``.
     """
-    if path == ":memory:" or not os.path.isfile(path):
-        return FileState(version=0, writable=True)  # new, or not a file at all: SQLite's open says which
-    size = os.path.getsize(path)
-    writable = _writable(path)
-    if size == 0:
-        return FileState(version=0, writable=writable, uri=None if writable else read_only_uri(path, immutable=False))
-    with open(path, "rb") as f:
-        header = f.read(100)
-    if len(header) < 100 or not header.startswith(_MAGIC):
-        raise NotADatabase(f"{path} is not a SQLite database, or is damaged (it does not start with SQLite's "
-                           "header); it was left as it was: check the path")
-    _check_size(path, header, size)
-    wal_without_readers = header[18] == 2 and not os.path.exists(path + "-shm")
-    # A WAL database nobody has open has no -shm; reading it "immutable" creates none.
-    uri = read_only_uri(path, immutable=wal_without_readers)
+    if path == ":memory:":
+        return FileState(version=0, writable=True)
     try:
-        version = _schema_version(path, uri)
+        found = os.stat(path)
+    except OSError:
+        return FileState(version=0, writable=True)  # new, or unreachable: SQLite's open says which
+    if not stat.S_ISREG(found.st_mode):
+        raise NotADatabase(f"{path} is {_kind(found.st_mode)}, not a database file; it was left as it was: "
+                           "pass the path of a file (a new one is created there)")
+    writable = _writable(path)
+    if found.st_size == 0:
+        return FileState(version=0, writable=writable, uri=None if writable else read_only_uri(path, immutable=False))
+    # Nobody has it open (no -shm, no -journal): read it "immutable", which locks nothing and creates
+    # no -wal or -shm beside it. In use: read it with locks, as its users expect.
+    uri = read_only_uri(path, immutable=not _in_use(path))
+    try:
+        version = _schema_version(path, uri, found.st_size)
     except ForeignDatabase:
         raise
     except NotADatabase:
-        if not (wal_without_readers and os.path.exists(path + "-shm")):
+        now = _stat(path)
+        if "mode=ro" in uri or now is None or (_changes(now) == _changes(found) and not _in_use(path)):
             raise
-        # Someone opened it meanwhile, and an immutable read may race their checkpoint: read again, properly.
-        version = _schema_version(path, read_only_uri(path, immutable=False))
+        # Written or opened meanwhile, and the unlocked read may have seen it half-written: read again.
+        uri = read_only_uri(path, immutable=not _in_use(path))
+        version = _schema_version(path, uri, now.st_size)
     if version > latest:
         raise SchemaTooNew(f"{path} has schema version {version}, newer than this tortoise-sdk knows ({latest}): "
                            "upgrade tortoise-sdk (pip install -U tortoise-sdk); nothing was written to it")
     return FileState(version=version, writable=writable, uri=None if writable else uri)
 
 
+def file_identity(path: str) -> tuple[int, int] | None:
+    """The (device, inode) of the file at ``path`` now, or None when there is none (``os.stat`` opens nothing)."""
+    found = _stat(path)
+    return None if found is None else (found.st_dev, found.st_ino)
+
+
+def holding(path: str, *, opened: bool) -> None:
+    """Count a store of this process opening (``opened``) or closing the database at ``path``."""
+    path = os.path.abspath(path)
+    with _held_lock:
+        _held[path] = _held.get(path, 0) + (1 if opened else -1)
+        if _held[path] <= 0:
+            del _held[path]
+
+
+def held_database(path: str | os.PathLike[str]) -> str | None:
+    """The database open in this process that ``path`` is, or is beside (its -wal, -shm, -journal); else None.
+
+    Code that reads a file the caller names (a transcript) asks first: a plain read of any of
+    these files would drop this process's SQLite locks when it closes (see the module docstring).
+    """
+    found = file_identity(os.fspath(path))
+    if found is None:
+        return None
+    with _held_lock:
+        held = list(_held)
+    return next((db for db in held for side in _SIDE_FILES if file_identity(db + side) == found), None)
+
+
 def read_only_uri(path: str, *, immutable: bool) -> str:
     """A ``sqlite3.connect(..., uri=True)`` URI that opens ``path`` read-only (``immutable``: with no -shm file)."""
     return f"file:{quote(os.path.abspath(path))}?{'immutable=1' if immutable else 'mode=ro'}"
+
+
+def _stat(path: str) -> os.stat_result | None:
+    try:
+        return os.stat(path)
+    except OSError:
+        return None
+
+
+def _changes(found: os.stat_result) -> tuple[int, int, int]:
+    return found.st_ino, found.st_size, found.st_mtime_ns
+
+
+def _in_use(path: str) -> bool:
+    """Whether a connection has (or had, and crashed) the database open: its -shm (WAL) or -journal exists."""
+    return os.path.exists(path + "-shm") or os.path.exists(path + "-journal")
+
+
+def _kind(mode: int) -> str:
+    kinds = ((stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+             (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"))
+    return next((name for test, name in kinds if test(mode)), "not a regular file")
 
 
 def _writable(path: str) -> bool:
@@ -86,22 +155,15 @@ def _writable(path: str) -> bool:
     return os.access(path, os.W_OK) and os.access(folder, os.W_OK | os.X_OK)
 
 
-def _check_size(path: str, header: bytes, size: int) -> None:
-    """Refuse a file shorter than its header says (a truncated copy), unless a WAL beside it may hold the rest."""
-    page_size = int.from_bytes(header[16:18], "big")
-    page_size = 65536 if page_size == 1 else page_size
-    if page_size < 512 or page_size & (page_size - 1):
-        raise NotADatabase(f"{path} is a damaged SQLite database (its header gives a page size of {page_size}); "
-                           "it was left as it was: restore it from a backup")
-    pages = int.from_bytes(header[28:32], "big")
-    counted = header[24:28] == header[92:96]  # the page count is valid only when these agree
-    wal = Path(path + "-wal")
-    if wal.exists() and wal.stat().st_size > 0:
+def _check_size(path: str, size: int, page_size: int) -> None:
+    """Refuse a file cut inside a page (SQLite itself refuses one shorter than its header's page count),
+    unless a WAL beside it may hold the rest."""
+    wal = _stat(path + "-wal")
+    if wal is not None and wal.st_size > 0:
         return  # a checkpoint may be extending the file right now
-    if size % page_size or (counted and pages and size < pages * page_size):
-        raise NotADatabase(f"{path} is a damaged SQLite database: {size} bytes, where its header gives "
-                           f"{pages} pages of {page_size} bytes (truncated?); it was left as it was: "
-                           "restore it from a backup")
+    if size % page_size:
+        raise NotADatabase(f"{path} is a damaged SQLite database: {size} bytes, not a whole number of its "
+                           f"{page_size}-byte pages (truncated?); it was left as it was: restore it from a backup")
 
 
 def damaged(exc: sqlite3.DatabaseError) -> bool:
@@ -112,6 +174,11 @@ def damaged(exc: sqlite3.DatabaseError) -> bool:
     return "not a database" in str(exc) or "malformed" in str(exc)
 
 
+def _corrupt(exc: sqlite3.DatabaseError) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)
+    return code & 0xFF == 11 if code is not None else "malformed" in str(exc)
+
+
 def refused_as_read_only(exc: BaseException) -> bool:
     """SQLITE_READONLY: the file system or the file refused a write."""
     code = getattr(exc, "sqlite_errorcode", None)
@@ -120,27 +187,49 @@ def refused_as_read_only(exc: BaseException) -> bool:
     return isinstance(exc, sqlite3.Error) and "readonly database" in str(exc)
 
 
-def _schema_version(path: str, uri: str) -> int:
+def _schema_version(path: str, uri: str, size: int) -> int:
     """The tortoise schema version recorded in the database (0: an empty database)."""
     try:
         conn = sqlite3.connect(uri, uri=True, isolation_level=None)
     except sqlite3.Error as exc:
         raise StoreError(f"cannot open SQLite database {path!r}: {exc}; check the path and permissions") from exc
     try:
+        application_id = conn.execute("PRAGMA application_id").fetchone()[0] & 0xFFFFFFFF
+        _check_size(path, size, conn.execute("PRAGMA page_size").fetchone()[0])
         tables = {name for (name,) in conn.execute(
             "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")}
+        if application_id not in (0, APPLICATION_ID):
+            raise ForeignDatabase(f"{path} is a SQLite database of another application (application_id "
+                                  f"0x{application_id:08x}), not a tortoise memory; it was left as it was: "
+                                  "give tortoise its own file")
         if not tables:
             return 0
-        columns = {row[1] for row in conn.execute("PRAGMA table_info(schema_migrations)")}
-        if not _OUR_VERSIONS_COLUMNS <= columns:
+        if application_id != APPLICATION_ID and not _names_our_migrations(conn, tables):
             shown = ", ".join(sorted(tables)[:5]) + (", ..." if len(tables) > 5 else "")
             raise ForeignDatabase(f"{path} is a SQLite database of another application (tables: {shown}), not a "
                                   "tortoise memory; it was left as it was: give tortoise its own file")
+        if "schema_migrations" not in tables:
+            return 0
         return int(conn.execute("SELECT COALESCE(MAX(version), 0) FROM schema_migrations").fetchone()[0])
     except sqlite3.DatabaseError as exc:
         if damaged(exc):
-            raise NotADatabase(f"{path} is not a SQLite database, or is damaged ({exc}); it was left as it was: "
-                               "check the path, or restore it from a backup") from None
+            what = (f"a damaged SQLite database ({exc}; {size} bytes: truncated, or overwritten?)" if _corrupt(exc)
+                    else f"not a SQLite database, or is damaged ({exc})")
+            raise NotADatabase(f"{path} is {what}; it was left as it was: check the path, or restore it from a "
+                               "backup") from None
         raise StoreError(f"cannot read SQLite database {path!r}: {exc}; check its permissions") from exc
     finally:
         conn.close()
+
+
+def _names_our_migrations(conn: sqlite3.Connection, tables: set[str]) -> bool:
+    """Whether an unmarked database is a tortoise memory written before the mark: its migrations are ours."""
+    if "schema_migrations" not in tables:
+        return False
+    columns = {row[1] for row in conn.execute("PRAGMA table_info(schema_migrations)")}
+    if not _OUR_VERSIONS_COLUMNS <= columns:
+        return False
+    rows = conn.execute("SELECT version, name FROM schema_migrations").fetchall()
+    if not rows:  # a first open that stopped before migration 1 (the table is created outside it)
+        return tables == {"schema_migrations"}
+    return names_our_migrations(rows, SQLITE_MIGRATIONS)

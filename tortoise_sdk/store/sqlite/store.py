@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import queue
 import re
 import sqlite3
@@ -19,6 +20,7 @@ from tenacity import retry, retry_if_exception, wait_random_exponential
 from ...capture import CaptureRequest
 from ...config import DEFAULT_BUSY_TIMEOUT_MS
 from ...errors import (
+    DatabaseReplaced,
     MigrationError,
     NotADatabase,
     NotFoundError,
@@ -38,7 +40,7 @@ from ..rows import turn_hit as _hit
 from .extraction import SQLiteExtractionMixin
 from .forget import SQLiteForgetMixin
 from .migrations import SQLITE_MIGRATIONS, migrate_sqlite
-from .opening import damaged, inspect_file, read_only_uri, refused_as_read_only
+from .opening import damaged, file_identity, holding, inspect_file, read_only_uri, refused_as_read_only
 from .ranking import INDEXED_TURN_COLUMNS as _INDEXED_COLUMNS
 from .ranking import TURN_COLUMNS as _TURN_COLUMNS
 from .ranking import SQLiteRankingMixin, with_heads
@@ -92,7 +94,9 @@ class SQLiteStore(SQLiteRankingMixin, SQLiteExtractionMixin, SQLiteSubagentMixin
     "database is locked". Reads use connections of their own (WAL lets them run beside a
     write), so a long capture on one thread never holds up ``context()`` on another. Every
     call ends within ``timeout_s`` (or an enclosing ``deadline.within`` scope), else raises
-    ``StoreTimeout``.
+    ``StoreTimeout``. Any number of stores may share one file in one process (nothing opens it
+    outside SQLite); once the file at the path is no longer the one opened (deleted, moved,
+    replaced), every call raises ``DatabaseReplaced``.
     """
 
     def __init__(self, path: str | Path, *, busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
@@ -114,12 +118,21 @@ class SQLiteStore(SQLiteRankingMixin, SQLiteExtractionMixin, SQLiteSubagentMixin
         self._readers_lock = threading.Lock()
         self._closed = False
         self._retry_window_s = max(busy_timeout_ms / 1000, 1.0) * 2
+        self._identity: tuple[int, int] | None = None  # the opened file's (device, inode): see _check_file
+        # As SQLite resolves it when it opens the file, whatever chdir follows.
+        self._abs_path = self.path if self.path == ":memory:" else os.path.abspath(self.path)
         # Nothing is written before the file is known to be a tortoise memory this code can run.
         state = inspect_file(self.path, SQLITE_MIGRATIONS[-1].version)
         self._uri = state.uri
-        if not state.writable:
+        if state.writable:
+            self._open_writable(state.version, busy_timeout_ms, synchronous)
+        else:
             self._open_read_only(state.version)
-            return
+        if self.path != ":memory:":
+            self._identity = file_identity(self._abs_path)
+            holding(self._abs_path, opened=True)
+
+    def _open_writable(self, version: int, busy_timeout_ms: int, synchronous: str) -> None:
         self._conn = self._open()
         try:
             self._pragmas(busy_timeout_ms, synchronous)
@@ -133,13 +146,13 @@ class SQLiteStore(SQLiteRankingMixin, SQLiteExtractionMixin, SQLiteSubagentMixin
                 raise
             # Writable by its mode, refused by the system (an immutable file, a read-only mount): read-only.
             self._uri = read_only_uri(self.path, immutable=False)
-            self._open_read_only(state.version)
+            self._open_read_only(version)
         except MigrationError as exc:
             self._conn.close()
             if not refused_as_read_only(exc.__cause__ or exc):
                 raise
             self._uri = read_only_uri(self.path, immutable=False)
-            self._open_read_only(state.version)
+            self._open_read_only(version)
 
     @property
     def read_only(self) -> bool:
@@ -220,6 +233,7 @@ class SQLiteStore(SQLiteRankingMixin, SQLiteExtractionMixin, SQLiteSubagentMixin
                     self._local.in_tx = True
                     try:
                         result = fn(c)
+                        self._check_file()
                         c.execute("COMMIT")
                         return result
                     except BaseException:
@@ -244,12 +258,26 @@ class SQLiteStore(SQLiteRankingMixin, SQLiteExtractionMixin, SQLiteSubagentMixin
                                     "give this process write access to the file and its folder") from exc
             raise StoreError(f"SQLite write failed: {exc}") from exc
 
+    def _check_file(self) -> None:
+        """Refuse to use a file that is no longer at the path (``os.stat``: microseconds, opens nothing).
+
+        Deleted, moved or replaced (a restore, another memory renamed over it), the file this
+        process holds would take commits that no other process could ever see, and answer reads
+        that no longer hold (new read connections would open the new file: a mix of both).
+        """
+        if self._identity is not None and file_identity(self._abs_path) != self._identity:
+            raise DatabaseReplaced(f"{self.path} is no longer the file this process opened (it was deleted, moved or "
+                                   "replaced while open); nothing was read or written: close this Memory and open "
+                                   "it again to use the file now at the path")
+
     @contextmanager
     def read(self) -> Iterator[sqlite3.Connection]:
         """A connection for reads: a read connection of this thread's own, or the write connection
         inside this thread's transaction (so it sees its own writes)."""
         at = deadline(self.timeout_s)
         own_tx = getattr(self._local, "in_tx", False)
+        if not own_tx:
+            self._check_file()
         shared = self._readers is None or own_tx
         if shared:
             left = remaining(at)
@@ -324,6 +352,8 @@ class SQLiteStore(SQLiteRankingMixin, SQLiteExtractionMixin, SQLiteSubagentMixin
 
     def close(self) -> None:
         with self._lock:
+            if not self._closed and self.path != ":memory:":
+                holding(self._abs_path, opened=False)
             self._closed = True
             self._conn.close()
             while self._readers is not None:
