@@ -8,6 +8,7 @@ recorded replies, with HTTP 500s in front where a stage must fail.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -170,13 +171,19 @@ def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return str(tmp_path / "jobs.db") if request.param == "sqlite" else request.getfixturevalue("pg_url")
 
 
-def test_retry_failed_requeues_or_folds_into_a_pending_job_on_both_engines(url: str) -> None:
+def test_retry_failed_requeues_or_folds_into_a_pending_job_on_both_engines(url: str,
+                                                                          caplog: pytest.LogCaptureFixture) -> None:
     ns = f"retry_{datetime.now(timezone.utc).timestamp():.0f}"
     with Memory(url, namespace=ns, model="openai/stub-model") as mem:
         for sid in ("a", "b"):
             mem.capture(sid, DEMO["demo-1"]["turns"], extract="background")
-        kill_three_workers(mem.store, ns, "a")
-        kill_three_workers(mem.store, ns, "b")
+        with caplog.at_level(logging.WARNING, logger="tortoise_sdk.store"):
+            kill_three_workers(mem.store, ns, "a")
+            kill_three_workers(mem.store, ns, "b")
+        # The worker that gives a job up says so (a running `tortoise worker` prints it on stderr).
+        said = [r.getMessage() for r in caplog.records if "failed for good" in r.getMessage()]
+        assert [m.split(" failed for good")[0].split(" of ")[1] for m in said] == ["session a", "session b"]
+        assert all(m.endswith("`tortoise flush --retry-failed` queues it again") for m in said)
         failed = mem.jobs(status="failed")
         assert [(j.session_id, j.attempts, j.turns) for j in failed] == [("a", 3, (0, 6)), ("b", 3, (0, 6))]
         assert mem.jobs(status="failed", session_id="b") == failed[1:]

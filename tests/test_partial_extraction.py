@@ -15,6 +15,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from pgtemp import require_postgres, temp_database
 
 import tortoise_sdk.pipeline.runner as runner
@@ -103,11 +105,12 @@ class Script:
         return self._write(*args, **kwargs)
 
 
-def first_waiting(failing: frozenset[str]) -> int | None:
-    """The first turn the watermark must not pass: every one when S2 or S5 failed, else the first failed chunk's."""
+def first_waiting(failing: frozenset[str], turns: int = TURNS) -> int | None:
+    """Of a window of ``turns``, the first (counted from its start) the watermark must not pass: every one when
+    S2 or S5 failed, else the first turn of the first failed chunk."""
     if failing & {"s2", "s5"}:
         return 0
-    return next((n * CHUNK for n in range(3) if f"chunk{n}" in failing), None)
+    return next((n * CHUNK for n in range(3) if f"chunk{n}" in failing and n * CHUNK < turns), None)
 
 
 def test_no_turn_is_skipped_for_good_whatever_stages_fail(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -152,3 +155,39 @@ def test_no_turn_is_skipped_for_good_whatever_stages_fail(store: Store, monkeypa
         assert store.extraction_state(ns, "s").watermark == TURNS - 1, where
         assert sorted(m.content for m in store.memories(ns)) == sorted(fact(i) for i in range(TURNS)), where
 
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(steps=st.lists(st.tuples(st.integers(0, 5), st.sets(st.sampled_from(STAGES))), min_size=1, max_size=5))
+def test_over_captures_and_retries_the_watermark_never_passes_a_failed_turn(
+        tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch,
+        steps: list[tuple[int, set[str]]]) -> None:
+    # A chat that grows between runs, each run with its own failures: after every run the watermark is
+    # before the first turn that waits, and one run with every stage answering reads everything left.
+    script = Script(monkeypatch)
+    config = LLMConfig(model="openai/unused", api_key="unused")
+    store = open_store(str(tmp_path_factory.mktemp("seq") / "m.db"))
+    total = 0
+    try:
+        for added, failing in [*steps, (0, set())]:
+            total += added
+            if total == 0:
+                continue
+            store.capture("n", prepare_capture("s", [{"role": "user", "content": turn_text(i)} for i in range(total)],
+                                               max_turns=total))
+            before = store.extraction_state("n", "s")
+            base = -1 if before is None else before.watermark
+            script.failing = frozenset(failing)
+            report = extract_session(store, "n", "s", llm_config=config, options=PipelineOptions(chunk_turns=CHUNK))
+            after = store.extraction_state("n", "s")
+            mark = -1 if after is None else after.watermark
+            if base == total - 1:
+                assert report.status == "skipped" and mark == base
+                continue
+            held = first_waiting(frozenset(failing), total - 1 - base)
+            expected = total - 1 if held is None else base + held
+            assert mark == expected, (steps, failing, base, report.waiting)
+            assert report.waiting == (None if held is None else (expected + 1, total - 1))
+        assert sorted(m.content for m in store.memories("n")) == sorted(fact(i) for i in range(total))
+    finally:
+        store.close()

@@ -90,6 +90,7 @@ async def aextract_session(store: Store, namespace: str, session_id: str, *, llm
     # The first turn whose S1 chunk or S2 failed: the watermark stops before it, and why.
     held: int | None = None
     held_why: list[str] = []
+    failed_chunks: list[str] = []
 
     reading = read_window(store, namespace, session_id, prompts, full=options.full)
     window, evidence, context = reading.window, reading.evidence, reading.context
@@ -107,7 +108,9 @@ async def aextract_session(store: Store, namespace: str, session_id: str, *, llm
         for chunk, story in zip(chunk_turns(evidence, options.chunk_turns), s1.stories):
             if story is None:
                 held = chunk[0].index if held is None else held
-                held_why.append(f"S1 failed on turns {chunk[0].index}-{chunk[-1].index}")
+                failed_chunks.append(f"{chunk[0].index}-{chunk[-1].index}")
+        if failed_chunks:
+            held_why.append(f"S1 failed on turns {', '.join(failed_chunks)}")
         # After a fatal class (client.fatal) no later stage is called: each would meet the same refusal.
         s2 = StageOutcome(None)
         if client.fatal is None:

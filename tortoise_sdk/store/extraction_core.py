@@ -281,7 +281,7 @@ class ExtractionCore:
                 lapsed = f"attempt {row['attempts']}: lease expired (worker crashed or stalled); "
                 if row["attempts"] >= max_attempts:
                     errors.append(lapsed + f"giving up after {max_attempts} attempts")
-                    self._settle_job(c, row["job_id"], "failed", at, errors)
+                    self._failed_for_good(c, row["job_id"], row["session_id"], at, errors)
                     continue
                 if row["status"] == "running":
                     errors.append(lapsed + "retried")
@@ -321,7 +321,7 @@ class ExtractionCore:
             at = self._clock(c)
             errors = json.loads(row["errors"]) + [f"attempt {row['attempts']}: {error}"]
             if row["attempts"] >= max_attempts:
-                return self._settle_job(c, fence.job_id, "failed", at, errors)
+                return self._failed_for_good(c, fence.job_id, row["session_id"], at, errors)
             due = at + timedelta(seconds=retry_in_s) if retry_in_s > 0 else None
             newer = self._pending_job(c, row["namespace"], row["session_id"])
             if newer is not None:
@@ -363,6 +363,12 @@ class ExtractionCore:
             return [self._job_in(c, j.job_id) for j in queued.values()]
 
         return self.transaction(write)
+
+    def _failed_for_good(self, c: Conn, job_id: str, session_id: str, at: datetime, errors: list[str]) -> JobInfo:
+        """Settle a job whose attempts are spent as failed, and say so (a running worker logs it on stderr)."""
+        self._log.warning("job %s of session %s failed for good after its last attempt (%s); "
+                          "`tortoise flush --retry-failed` queues it again", job_id, session_id, errors[-1])
+        return self._settle_job(c, job_id, "failed", at, errors)
 
     def finish_job(self, fence: Fence) -> None:
         """Mark a leased job done (when there was nothing to write). Raises LeaseLost."""
