@@ -42,7 +42,7 @@ def test_capture_a_transcript_then_list_subagents_and_stats(capsys, db, fmt):
                                "subagent_counters": {"attempted": 3, "persisted": 3, "upserted": 3,
                                                      "skipped_no_identity": 0,
                                                      "unknown_execution": 0, "backfill_unknown_execution": 3,
-                                                     "anomalous_value": 0, "failed": 0}}
+                                                     "anomalous_value": 0, "failed": 0}, "jobs": {}}
 
 
 def test_recapture_stores_nothing_new_and_text_output(capsys, db):

@@ -127,6 +127,7 @@ def test_failing_job_is_retried_after_a_backoff_and_keeps_its_errors(tmp_path: P
         third = mem.flush()
         assert [(j.status, j.attempts) for j in third] == [("failed", 3)]
         assert third[-1].errors == [f"attempt {n}: S2 and S4 both failed; nothing was extracted (the turns are stored)"
+                                    "; turns 0-6 wait for another run (S2 failed, S1 failed on turns 0-6)"
                                     for n in (1, 2, 3)]
         assert len(mem.turns("demo-1")) == 7
 

@@ -76,7 +76,11 @@ def test_one_s1_chunk_failing(tmp_path: Any, model_endpoint: ModelEndpoint) -> N
         assert report.status == "partial"
         assert codes(report.errors) == [("s1", "server")]
         assert report.errors[0].detail["chunk"] == 1
-        assert report.reason == "s1: server"
+        # What S2 found is written, but the watermark stops before the failed chunk: turns 3-6 wait
+        # (turn 6's own chunk succeeded, but the watermark is a prefix) for the next extraction.
+        assert report.reason == "s1: server; turns 3-6 wait for another run (S1 failed on turns 3-5)"
+        assert (report.window, report.waiting) == ((0, 6), (3, 6))
+        assert mem.store.extraction_state("t", "demo-1").watermark == 2
         assert report.outcomes == {"ADD": 7}
         assert report.stages["s1"].calls == 3
         assert report.stages["s1"].errors == {"server": 2}

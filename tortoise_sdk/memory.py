@@ -33,6 +33,7 @@ from .models import (
     ExtractionReport,
     ForgetReport,
     JobInfo,
+    JobStatus,
     MemoryBlock,
     MemoryRecord,
     SearchHit,
@@ -110,8 +111,10 @@ class Memory:
         breaker_s: after a fatal model failure (auth, billing, model_not_found, unreachable, timeout) no
             model is called for this many seconds, unless the model settings change; captures
             store their turns and their receipts say why extraction was skipped. 0 disables it.
-        job_retry_s: a failed background job is due again this long after its first failed
-            attempt, twice as long after the second, and so on (at most 10 minutes).
+        job_retry_s: a failed background job (or a partial one that left turns waiting) is due
+            again this long after its first failed attempt, twice as long after the second, and
+            so on (at most 10 minutes); after 3 attempts it is failed for good (``jobs``,
+            ``flush(retry_failed=True)``).
         request_timeout_s: the deadline of one model request, in seconds (default 60). A request
             that times out is retried once; a second timeout fails the call for good, stops the
             extraction run and opens the breaker, so a hanging provider costs a run about two
@@ -699,20 +702,53 @@ class Memory:
                             if r.receipt_id == job.receipt_id), None)
             return self._extract(job.session_id, receipt, fence=fence)
 
-        return process_pending(self.store, self.namespace, run, max_jobs=max_jobs, session_id=session_id,
-                               due_only=due_only, retry_backoff_s=self.job_retry_s,
-                               paused=lambda: self._breaker_trip() is not None)
+        ran = process_pending(self.store, self.namespace, run, max_jobs=max_jobs, session_id=session_id,
+                              due_only=due_only, retry_backoff_s=self.job_retry_s,
+                              paused=lambda: self._breaker_trip() is not None)
+        return self._with_turns(ran)
 
-    def flush(self, session_id: str | None = None) -> list[JobInfo]:
+    def flush(self, session_id: str | None = None, *, retry_failed: bool = False) -> list[JobInfo]:
         """Extract now what background captures left pending (of one session, or of all), without waiting for the batch.
 
         Adapters call it when a conversation closes. A job another worker is running is left to it.
+        ``retry_failed`` first queues the jobs that failed for good again (attempts start over).
         Returns each job's state after its run.
 
         Raises:
             ConfigError: no model is configured.
         """
+        if retry_failed:
+            if not self.model:
+                raise ConfigError(NO_MODEL_REASON, field="model")
+            self.store.retry_failed_jobs(self.namespace, check_id(session_id, "session_id", optional=True))
         return self.process_pending(session_id=session_id, due_only=False)
+
+    def jobs(self, status: JobStatus | None = None, session_id: str | None = None) -> list[JobInfo]:
+        """Background extraction jobs of this namespace, oldest first: of one ``status`` and session when given.
+
+        Each says its attempts, errors (``last_error``) and, unless done, the ``turns`` that wait
+        for it. A ``failed`` job failed for good (3 attempts); ``flush(retry_failed=True)`` queues it again.
+        """
+        if status is not None and status not in ("pending", "running", "done", "failed"):
+            raise ConfigError(f"status={status!r}: use 'pending', 'running', 'done' or 'failed'", field="status")
+        session_id = check_id(session_id, "session_id", optional=True)
+        rows = self.store.jobs(self.namespace, status=status)
+        return self._with_turns([j for j in rows if session_id is None or j.session_id == session_id])
+
+    def _with_turns(self, jobs: list[JobInfo]) -> list[JobInfo]:
+        """The jobs with ``turns``: for one not done, the session's turns after its watermark (what waits)."""
+        if all(j.status == "done" for j in jobs):
+            return jobs
+        counts = {s.session_id: s.turn_count for s in self.store.sessions(self.namespace)}
+        waiting: dict[str, tuple[int, int] | None] = {}
+        out = []
+        for job in jobs:
+            if job.status != "done" and job.session_id not in waiting:
+                state = self.store.extraction_state(self.namespace, job.session_id)
+                first, last = (-1 if state is None else state.watermark) + 1, counts.get(job.session_id, 0) - 1
+                waiting[job.session_id] = (first, last) if first <= last else None
+            out.append(job if job.status == "done" else job.model_copy(update={"turns": waiting[job.session_id]}))
+        return out
 
     def run_worker(self, *, poll_s: float = 2.0, once: bool = False, max_jobs: int | None = None,
                    on_job: Callable[[JobInfo], None] | None = None, stop: Any = None) -> int:

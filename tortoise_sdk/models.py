@@ -19,6 +19,7 @@ __all__ = (
     "ExtractionState",
     "ForgetReport",
     "JobInfo",
+    "JobStatus",
     "LaunchingCall",
     "MEMORY_BLOCK_END",
     "MEMORY_BLOCK_MARKER",
@@ -42,6 +43,8 @@ __all__ = (
 )
 
 Role = Literal["user", "assistant", "system", "tool"]
+#: A background job's state: ``failed`` is failed for good (its attempts are spent).
+JobStatus = Literal["pending", "running", "done", "failed"]
 
 #: First line of every memory block the SDK injects into a conversation. A captured turn that
 #: starts with it (or whose metadata is ``{"tortoise": "memory_block"}``) is an echo of memory,
@@ -120,6 +123,10 @@ class ExtractionReport(BaseModel):
     job_id: str | None = None
     window: tuple[int, int] | None = Field(default=None, description="First and last turn index the extraction "
                                            "read as new (turns before it were extracted already); None: none.")
+    waiting: tuple[int, int] | None = Field(
+        default=None, description="First and last turn index that wait for another run because their S1 chunk or "
+                                  "S2 failed (or nothing was written): the watermark stopped before the first, and "
+                                  "the next extraction reads them again; None: no turn waits.")
 
 
 class CaptureReceipt(BaseModel):
@@ -401,7 +408,7 @@ class JobInfo(BaseModel):
     job_id: str
     namespace: str
     session_id: str
-    status: Literal["pending", "running", "done", "failed"]
+    status: JobStatus
     attempts: int = 0
     revision: int = 0
     lease_until: datetime | None = None
@@ -409,8 +416,17 @@ class JobInfo(BaseModel):
     receipt_id: str | None = Field(default=None, description="The capture receipt the job reports into.")
     due_at: datetime | None = Field(default=None, description="When a pending job becomes runnable; None: now.")
     waiting_turns: int = Field(default=0, description="Evidence turns captured into the session while it waited.")
+    turns: tuple[int, int] | None = Field(
+        default=None, description="First and last turn index a job that is not done covers: the session's turns "
+                                  "after its watermark, which wait for it; None: a done job, or none wait.")
     created_at: datetime
     updated_at: datetime
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def last_error(self) -> str | None:
+        """The latest attempt's error, or None when no attempt failed."""
+        return self.errors[-1] if self.errors else None
 
 
 class ExtractionState(BaseModel):

@@ -1,4 +1,10 @@
-"""Extraction from the command line: ``extract`` a stored session now, ``flush`` what is queued, or run the ``worker``."""
+"""Extraction from the command line: ``extract`` a stored session now, ``flush`` what is queued, run the ``worker``,
+or list the ``jobs``.
+
+``flush`` and ``worker --once`` exit 3 while a job of the namespace is failed for good (its
+attempts spent), saying how many and that ``tortoise flush --retry-failed`` queues them again:
+a scheduled flush must not report success while turns wait that no run will read.
+"""
 
 from __future__ import annotations
 
@@ -22,10 +28,11 @@ __all__ = ("register",)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    """Add ``extract``, ``flush`` and ``worker``."""
+    """Add ``extract``, ``flush``, ``worker`` and ``jobs``."""
     _register_extract(sub)
     _register_flush(sub)
     _register_worker(sub)
+    _register_jobs(sub)
 
 
 def _cmd_extract(args: argparse.Namespace) -> int:
@@ -54,6 +61,7 @@ def _register_extract(sub: argparse._SubParsersAction) -> None:
 
 def _print_job(job: JobInfo) -> None:
     print(f"job {job.job_id} {job.session_id}: {job.status} (attempt {job.attempts})"
+          + (f", turns {job.turns[0]}-{job.turns[1]} wait" if job.turns and job.status != "done" else "")
           + (f" - {job.errors[-1]}" if job.errors and job.status != "done" else "")
           + (f", due again at {job.due_at.isoformat(timespec='seconds')} (`tortoise flush` runs it now)"
              if job.status == "pending" and job.due_at is not None else ""), flush=True)
@@ -63,18 +71,29 @@ def _print_job(job: JobInfo) -> None:
 
 
 def _jobs_exit(mem: object, jobs: list[JobInfo]) -> int:
-    """3 when a job that ran did not finish, or extraction is paused with jobs waiting; else 0."""
+    """3 when a job that ran did not finish, a job is failed for good, or extraction is paused; else 0."""
     paused = mem.extraction_paused()  # type: ignore[attr-defined]
     if paused:
         print(f"tortoise: {paused}", file=sys.stderr)
     failed = any(j.status != "done" for j in jobs)
-    return EXIT_EXTRACTION_FAILED if failed or paused else 0
+    for_good = _say_failed_for_good(mem)
+    return EXIT_EXTRACTION_FAILED if failed or paused or for_good else 0
+
+
+def _say_failed_for_good(mem: object) -> int:
+    """Say on stderr how many jobs are failed for good and how to queue them again; return how many."""
+    failed = mem.jobs(status="failed")  # type: ignore[attr-defined]
+    if failed:
+        sessions = ", ".join(dict.fromkeys(j.session_id for j in failed))
+        print(f"tortoise: {len(failed)} job(s) failed for good ({sessions}); run `tortoise flush --retry-failed` "
+              "to queue them again (`tortoise jobs --status failed` says why)", file=sys.stderr, flush=True)
+    return len(failed)
 
 
 def _cmd_flush(args: argparse.Namespace) -> int:
     # Nothing can be pending in a database that does not exist: a mistyped --db is refused, not created empty.
     with open_memory(args, create=False, **model_options(args)) as mem:
-        jobs = mem.flush(args.session)
+        jobs = mem.flush(args.session, retry_failed=args.retry_failed)
         if args.json:
             emit_json(jobs)
         else:
@@ -90,6 +109,8 @@ def _register_flush(sub: argparse._SubParsersAction) -> None:
                        description="Runs the queued extractions (of one session, or all) without waiting for their "
                                    "batch to fill. Example: tortoise flush --session chat-42")
     p.add_argument("--session", help="only this session")
+    p.add_argument("--retry-failed", action="store_true",
+                   help="first queue the jobs that failed for good again (their attempts start over)")
     p.add_argument("--json", action="store_true", help="print the jobs as JSON")
     add_model_options(p)
     p.set_defaults(handler=_cmd_flush)
@@ -101,11 +122,15 @@ def _cmd_worker(args: argparse.Namespace) -> int:
     def on_job(job: JobInfo) -> None:
         ran.append(job)
         _print_job(job)
+        if job.status == "failed" and not args.once:
+            _say_failed_for_good(mem)
 
     with open_memory(args, **model_options(args)) as mem:
+        if not args.once:
+            _say_failed_for_good(mem)  # once at the start; then whenever a job fails for good
         mem.run_worker(poll_s=args.poll, once=args.once, max_jobs=args.max_jobs, on_job=on_job)
         if args.once and not ran:
-            print(_nothing_due(mem.store.jobs(mem.namespace, status="pending")), flush=True)
+            print(_nothing_due(mem.jobs(status="pending")), flush=True)
         return _jobs_exit(mem, ran)
 
 
@@ -123,10 +148,37 @@ def _register_worker(sub: argparse._SubParsersAction) -> None:
                        description="Runs jobs queued by `capture --extract background` once they are due; waits out "
                                    "a database outage (logged, with backoff). A failed job is due again after a "
                                    "backoff; after a fatal provider failure (auth, billing, model_not_found, timeout, "
-                                   "unreachable) no job runs for a minute. Exit 3: a job that ran failed. "
-                                   "Example: tortoise worker --once")
+                                   "unreachable) no job runs for a minute. A job is failed for good after 3 "
+                                   "attempts (`tortoise jobs --status failed`). Exit 3: a job that ran failed, or "
+                                   "one is failed for good. Example: tortoise worker --once")
     p.add_argument("--once", action="store_true", help="run what is queued now, then exit")
     p.add_argument("--max-jobs", type=bounded_int(1, 10**9), help="exit after this many jobs")
     p.add_argument("--poll", type=float, default=2.0, help="seconds between polls (default: %(default)s)")
     add_model_options(p)
     p.set_defaults(handler=_cmd_worker)
+
+
+def _cmd_jobs(args: argparse.Namespace) -> int:
+    with open_memory(args, create=False) as mem:
+        jobs = mem.jobs(status=args.status, session_id=args.session)
+    if args.json:
+        emit_json(jobs)
+        return 0
+    for job in jobs:
+        turns = f"turns {job.turns[0]}-{job.turns[1]}" if job.turns else "no turn waits"
+        print(f"{job.job_id} {job.session_id}: {job.status}, {job.attempts} attempt(s), {turns}, "
+              f"updated {job.updated_at.isoformat(timespec='seconds')}"
+              + (f" - {job.last_error}" if job.last_error and job.status != "done" else ""))
+    if not jobs:
+        print("no job" + (f" {args.status}" if args.status else ""))
+    return 0
+
+
+def _register_jobs(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("jobs", help="list background extraction jobs: status, attempts, last error, waiting turns",
+                       description="A failed job is failed for good (its attempts spent); `tortoise flush "
+                                   "--retry-failed` queues it again. Example: tortoise jobs --status failed")
+    p.add_argument("--status", choices=("pending", "running", "done", "failed"), help="only jobs in this state")
+    p.add_argument("--session", help="only this session's jobs")
+    p.add_argument("--json", action="store_true", help="print the jobs as JSON")
+    p.set_defaults(handler=_cmd_jobs)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections import Counter
 from typing import Any
 
 from ..errors import InvalidInput
@@ -113,6 +114,7 @@ def _stats(mem: Any) -> dict[str, Any]:
         "turns": sum(s.turn_count for s in sessions),
         "subagents": len(mem.subagents()),
         "subagent_counters": mem.subagent_counters().model_dump(),
+        "jobs": dict(Counter(j.status for j in mem.jobs())),
     }
 
 
@@ -121,10 +123,13 @@ def _print_stats(doc: dict[str, Any]) -> None:
           f"{doc['subagents']} sub-agent invocation(s)")
     print("sub-agent frames: " + ", ".join(f"{k} {v}" for k, v in doc["subagent_counters"].items()
                                            if k != "upserted"))  # the deprecated name of persisted
+    print("jobs: " + (", ".join(f"{k} {v}" for k, v in sorted(doc["jobs"].items())) or "none")
+          + (" (`tortoise flush --retry-failed` queues the failed ones again)" if doc["jobs"].get("failed") else ""))
 
 
 def _register_stats(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("stats", help="counts of sessions, turns and sub-agent invocations, and recorder counters",
+    p = sub.add_parser("stats", help="counts of sessions, turns, sub-agent invocations and jobs by status, and "
+                                     "recorder counters",
                        description="Example: tortoise stats --json")
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=_cmd_stats)

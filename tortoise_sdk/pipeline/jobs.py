@@ -10,7 +10,11 @@ long extraction keeps its job and a worker that dies loses it within ``lease_s``
 another worker then retries it. A failed attempt puts the job back, due after a
 backoff (``retry_backoff_s``, doubling with each attempt up to ``max_retry_backoff_s``),
 so a failing provider is not asked again back to back; a pass never runs a job twice.
-After ``max_attempts`` the job is failed, keeping every attempt's error.
+A ``partial`` run that left turns waiting (their S1 chunk or S2 failed: the watermark
+stopped before them) counts as a failed attempt too, though what it found is written.
+After ``max_attempts`` (3) the job is failed for good, keeping every attempt's error:
+``jobs(status="failed")`` lists it and ``retry_failed`` puts it back (``tortoise flush
+--retry-failed``); its turns stay stored and wait after the watermark meanwhile.
 
 ``run_worker`` is the loop of ``tortoise worker``: it polls for due jobs and, when
 the store is unreachable (a database restart, a network cut), logs it, backs off
@@ -86,7 +90,7 @@ def process_pending(store: Store, namespace: str | None, run: Run, *, max_jobs: 
         with Heartbeat(store, fence, lease_s=lease_s):
             try:
                 report = run(job, fence)
-                if report.status == "failed":
+                if report.status == "failed" or report.waiting is not None:
                     store.fail_job(fence, report.reason or "extraction failed", max_attempts=max_attempts,
                                    retry_in_s=retry_in)
             except LeaseLost:

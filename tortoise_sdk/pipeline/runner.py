@@ -9,7 +9,13 @@ changed since the last extraction, re-read the whole session on purpose.
 
 No stage failure is raised: each becomes a Diagnostic on the ExtractionReport.
 The turns are already committed before the first model call, so nothing here
-can lose the session.
+can lose the session. Nor can a failed stage consume its turns: the watermark
+never passes a turn whose S1 chunk or S2 failed. It is a prefix, so it stops just
+before the first such turn (a later turn whose own chunk succeeded waits too); what
+the run found is still written (a retry finds it again as NOOP), the report is
+``partial`` and names the ``waiting`` turns, and a job is put back for a retry. A
+failed S3 (no priors), S4 (S2's list is kept) or VET (fails open) does not hold the
+watermark: S1 and S2 read every turn. A failed S5 writes nothing, so nothing moves.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -30,7 +36,7 @@ from .common import diagnostic, run_sync
 from .grounding import ground
 from .merge import Proposal, union
 from .prompts import load_prompt
-from .s1_narrate import narrate
+from .s1_narrate import chunk_turns, narrate
 from .s2_map import StageOutcome, map_session
 from .s3_priors import DEFAULT_PRIORS, find_priors
 from .s4_review import review
@@ -81,6 +87,10 @@ async def aextract_session(store: Store, namespace: str, session_id: str, *, llm
     # Elapsed time of each model stage; the client's own wall_ms sums call durations, which overlap in S1.
     elapsed: dict[str, float] = {}
     partial = False
+    # The first turn whose S1 chunk or S2 failed: the watermark stops before it, and why.
+    held: int | None = None
+    held_why: list[str] = []
+    failed_chunks: list[str] = []
 
     reading = read_window(store, namespace, session_id, prompts, full=options.full)
     window, evidence, context = reading.window, reading.evidence, reading.context
@@ -95,6 +105,12 @@ async def aextract_session(store: Store, namespace: str, session_id: str, *, llm
                            known=reading.known)
         elapsed["s1"] = (time.perf_counter() - t) * 1000
         errors += s1.errors
+        for chunk, story in zip(chunk_turns(evidence, options.chunk_turns), s1.stories):
+            if story is None:
+                held = chunk[0].index if held is None else held
+                failed_chunks.append(f"{chunk[0].index}-{chunk[-1].index}")
+        if failed_chunks:
+            held_why.append(f"S1 failed on turns {', '.join(failed_chunks)}")
         # After a fatal class (client.fatal) no later stage is called: each would meet the same refusal.
         s2 = StageOutcome(None)
         if client.fatal is None:
@@ -105,6 +121,9 @@ async def aextract_session(store: Store, namespace: str, session_id: str, *, llm
             errors += s2.errors
             warnings += s2.warnings
             partial |= s2.partial
+        if s2.proposal is None:
+            held = window.start
+            held_why.insert(0, "S2 failed" if "s2" in elapsed else "S2 was not called")
         candidates = s2.proposal or Proposal()
         if options.vet and s2.proposal is not None and client.fatal is None:
             t = time.perf_counter()
@@ -167,12 +186,26 @@ async def aextract_session(store: Store, namespace: str, session_id: str, *, llm
                                 outcomes=dict(result.outcomes) if result else {},
                                 errors=list(errors), warnings=list(warnings) + (result.warnings if result else []),
                                 stages=stages, job_id=fence.job_id if fence else None,
-                                window=(window.start, window.end))
+                                window=(window.start, window.end), waiting=waiting(status))
+
+    def waiting(status: str) -> tuple[int, int] | None:
+        if status == "failed":
+            return (window.start, window.end)
+        return None if held is None or status == "skipped" else (held, window.end)
+
+    def waits(status: str) -> str:
+        """The reason's last words: which turns wait for another run, and why."""
+        turns = waiting(status)
+        if turns is None:
+            return ""
+        why = f" ({', '.join(held_why)})" if held_why else ""
+        return f"; turns {turns[0]}-{turns[1]} wait for another run{why}"
 
     rejected = 0
     stopped = _stopped_reason(client.fatal, errors)
     if nothing:
-        failed = report("failed", None, stopped or "S2 and S4 both failed; nothing was extracted (the turns are stored)")
+        failed = report("failed", None, (stopped or "S2 and S4 both failed; nothing was extracted (the turns are "
+                                            "stored)") + waits("failed"))
         _save_receipt(store, namespace, receipt, failed)
         return failed
 
@@ -184,7 +217,10 @@ async def aextract_session(store: Store, namespace: str, session_id: str, *, llm
     plan, plan_warnings = build_plan(session_id, grounded, priors.handles, extraction_id=f"x_{uuid.uuid4().hex}",
                                      valid_at=_as_utc(session_date), receipt=receipt, window=window)
     warnings += plan_warnings
-    status = "partial" if (errors or partial or priors.degraded) else "ok"
+    status = "partial" if (errors or partial or priors.degraded or held is not None) else "ok"
+    if held is not None:
+        window = replace(window, held_from=held)
+        plan.window = window
 
     t = time.perf_counter()
 
@@ -193,7 +229,7 @@ async def aextract_session(store: Store, namespace: str, session_id: str, *, llm
         if result.already_covered:
             return report("skipped", result, f"turns {window.start}-{window.end} were extracted by another run "
                                              "while this one ran; nothing of this one was written")
-        return report(status, result, stopped or _reason(status, errors))
+        return report(status, result, (stopped or _reason(status, errors) or "") + waits(status) or None)
 
     try:
         return write_plan(store, namespace, plan, finalize=finalize, fence=fence).report  # type: ignore[return-value]
@@ -202,7 +238,8 @@ async def aextract_session(store: Store, namespace: str, session_id: str, *, llm
     except Exception as exc:  # noqa: BLE001 - an S5 failure writes nothing and is reported
         local["s5"] = StageStats(wall_ms=(time.perf_counter() - t) * 1000, errors={type(exc).__name__: 1})
         errors.append(diagnostic("s5", exc, "the write failed and was rolled back; no memory was written"))
-        failed = report("failed", None, "S5 failed; nothing of the extraction was written (the turns are stored)")
+        failed = report("failed", None, "S5 failed; nothing of the extraction was written (the turns are stored)"
+                        + waits("failed"))
         _save_receipt(store, namespace, receipt, failed)
         return failed
 

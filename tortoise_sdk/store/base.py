@@ -195,6 +195,10 @@ class Store(ABC):
     def finish_job(self, fence: Fence) -> None:
         """Mark a leased job done. Raises LeaseLost."""
 
+    @abstractmethod
+    def retry_failed_jobs(self, namespace: str, session_id: str | None = None) -> list[JobInfo]:
+        """Queue the jobs that failed for good again, due now, attempts reset; returns the pending jobs."""
+
     # -- sub-agent contexts (structure of sub-agent invocations; never memory grounding) ----------
 
     @abstractmethod

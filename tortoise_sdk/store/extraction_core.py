@@ -111,7 +111,8 @@ class ExtractionCore:
         self._insert_extraction(c, namespace, plan, report, fence.job_id if fence else None, now)
         if plan.receipt is not None:
             self._set_receipt_body(c, namespace, plan.receipt.model_copy(update={"extraction": report}))
-        if fence is not None:
+        # A run that leaves turns waiting keeps its job running: the worker then puts it back for a retry.
+        if fence is not None and (result.already_covered or plan.window is None or plan.window.held_from is None):
             self._settle_job(c, fence.job_id, "done", now)
         return result
 
@@ -124,7 +125,9 @@ class ExtractionCore:
         w = plan.window
         assert w is not None
         state = self._extraction_state_in(c, namespace, plan.session_id)
-        mark = w.end if w.full or state is None else max(state.watermark, w.end)
+        if w.mark < w.start:
+            return  # no turn is covered for good: every one waits, the state stays as it was
+        mark = w.mark if w.full or state is None else max(state.watermark, w.mark)
         self._save_extraction_state(c, namespace, ExtractionState(
             session_id=plan.session_id, watermark=mark, window_start=w.start, prompts_sha=w.prompts_sha,
             extraction_id=plan.extraction_id, updated_at=now))
@@ -278,7 +281,7 @@ class ExtractionCore:
                 lapsed = f"attempt {row['attempts']}: lease expired (worker crashed or stalled); "
                 if row["attempts"] >= max_attempts:
                     errors.append(lapsed + f"giving up after {max_attempts} attempts")
-                    self._settle_job(c, row["job_id"], "failed", at, errors)
+                    self._failed_for_good(c, row["job_id"], row["session_id"], at, errors)
                     continue
                 if row["status"] == "running":
                     errors.append(lapsed + "retried")
@@ -318,7 +321,7 @@ class ExtractionCore:
             at = self._clock(c)
             errors = json.loads(row["errors"]) + [f"attempt {row['attempts']}: {error}"]
             if row["attempts"] >= max_attempts:
-                return self._settle_job(c, fence.job_id, "failed", at, errors)
+                return self._failed_for_good(c, fence.job_id, row["session_id"], at, errors)
             due = at + timedelta(seconds=retry_in_s) if retry_in_s > 0 else None
             newer = self._pending_job(c, row["namespace"], row["session_id"])
             if newer is not None:
@@ -331,6 +334,41 @@ class ExtractionCore:
             return self._settle_job(c, fence.job_id, "pending", at, errors)
 
         return self.transaction(write)
+
+    def retry_failed_jobs(self, namespace: str, session_id: str | None = None) -> list[JobInfo]:
+        """Put the namespace's jobs that failed for good (of one session, or all) back in the queue, due now.
+
+        Each is pending again with its attempts reset (its errors are kept, with a note); a
+        session that has a pending job already keeps that one (it reads every turn after the
+        watermark, these too), and the failed job is settled ``done`` with a note naming it.
+        Returns the jobs now pending for those sessions, oldest first.
+        """
+
+        def write(c: Conn) -> list[JobInfo]:
+            at = self._clock(c)
+            queued: dict[str, JobInfo] = {}
+            for row in self._failed_job_rows(c, namespace, session_id):
+                errors = json.loads(row["errors"])
+                pending = queued.get(row["session_id"]) or self._pending_job(c, namespace, row["session_id"])
+                if pending is not None:
+                    self._settle_job(c, row["job_id"], "done", at,
+                                     errors + [f"re-queued: retried as pending job {pending.job_id} of the same "
+                                               "session"])
+                    self._set_job_due(c, pending.job_id, None)
+                    queued[row["session_id"]] = pending
+                    continue
+                queued[row["session_id"]] = self._requeue_job(
+                    c, row["job_id"], errors + [f"re-queued after {row['attempts']} attempt(s); attempts start over"],
+                    at)
+            return [self._job_in(c, j.job_id) for j in queued.values()]
+
+        return self.transaction(write)
+
+    def _failed_for_good(self, c: Conn, job_id: str, session_id: str, at: datetime, errors: list[str]) -> JobInfo:
+        """Settle a job whose attempts are spent as failed, and say so (a running worker logs it on stderr)."""
+        self._log.warning("job %s of session %s failed for good after its last attempt (%s); "
+                          "`tortoise flush --retry-failed` queues it again", job_id, session_id, errors[-1])
+        return self._settle_job(c, job_id, "failed", at, errors)
 
     def finish_job(self, fence: Fence) -> None:
         """Mark a leased job done (when there was nothing to write). Raises LeaseLost."""
@@ -467,5 +505,17 @@ class ExtractionCore:
 
     def _fenced_job_row(self, c: Conn, job_id: str) -> Row | None:
         """The job's row, locked against a concurrent lease until the transaction ends."""
+        raise NotImplementedError
+
+    def _failed_job_rows(self, c: Conn, namespace: str, session_id: str | None) -> Iterable[Row]:
+        """The namespace's failed jobs (of one session when given), oldest first, locked."""
+        raise NotImplementedError
+
+    def _requeue_job(self, c: Conn, job_id: str, errors: list[str], at: datetime) -> JobInfo:
+        """Make a failed job pending and due now, with no attempt made and ``errors``."""
+        raise NotImplementedError
+
+    def _job_in(self, c: Conn, job_id: str) -> JobInfo:
+        """One job, read inside the transaction."""
         raise NotImplementedError
 

@@ -71,8 +71,10 @@ class Fence:
 class Window:
     """The turns an extraction read as new: ``start``..``end`` (turn indexes), from the watermark ``base``.
 
-    S5 moves the session's watermark to ``end`` in its transaction. ``full``: every turn
-    was re-read on purpose (the watermark is set, not only advanced).
+    S5 moves the session's watermark to ``mark`` in its transaction: ``end``, or just before
+    ``held_from``, the first turn whose S1 chunk or S2 failed (the watermark is a prefix: a
+    turn after a failed one waits too, even when its own chunk succeeded). ``full``: every
+    turn was re-read on purpose (the watermark is set, not only advanced).
     """
 
     start: int
@@ -80,6 +82,12 @@ class Window:
     base: int
     prompts_sha: str | None = None
     full: bool = False
+    held_from: int | None = None
+
+    @property
+    def mark(self) -> int:
+        """The last turn this extraction covers for good: the watermark it leaves (``start - 1``: none)."""
+        return self.end if self.held_from is None else min(self.end, self.held_from - 1)
 
 
 @dataclass

@@ -408,6 +408,20 @@ class PostgresExtractionMixin(ExtractionCore):
         rows = _dicts(c, "SELECT * FROM jobs WHERE job_id = %s FOR UPDATE", (job_id,))
         return rows[0] if rows else None
 
+    def _failed_job_rows(self, c: psycopg.Connection, namespace: str, session_id: str | None) -> list[dict[str, Any]]:
+        args: list[Any] = [namespace]
+        sql = and_equal("SELECT * FROM jobs WHERE namespace = %s AND status = 'failed'", args,
+                        {"session_id": session_id}, "%s")
+        return _dicts(c, sql + ' ORDER BY created_at, job_id COLLATE "C" FOR UPDATE', args)
+
+    def _requeue_job(self, c: psycopg.Connection, job_id: str, errors: list[str], at: datetime) -> JobInfo:
+        rows = _dicts(c, "UPDATE jobs SET status = 'pending', attempts = 0, due_at = NULL, lease_until = NULL,"
+                         " errors = %s, updated_at = %s WHERE job_id = %s RETURNING *", (json.dumps(errors), at, job_id))
+        return job_info(rows[0])
+
+    def _job_in(self, c: psycopg.Connection, job_id: str) -> JobInfo:
+        return job_info(_dicts(c, "SELECT * FROM jobs WHERE job_id = %s", (job_id,))[0])
+
 
 def index_memory(c: psycopg.Connection, memory_id: str | None) -> None:
     """Recompute one memory's full-text vector and length (every memory's when ``memory_id`` is None)."""

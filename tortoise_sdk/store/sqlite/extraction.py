@@ -334,6 +334,20 @@ class SQLiteExtractionMixin(ExtractionCore):
     def _fenced_job_row(self, c: sqlite3.Connection, job_id: str) -> sqlite3.Row | None:
         return c.execute("SELECT * FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
 
+    def _failed_job_rows(self, c: sqlite3.Connection, namespace: str, session_id: str | None) -> list[sqlite3.Row]:
+        args: list[Any] = [namespace]
+        sql = and_equal("SELECT * FROM jobs WHERE namespace = ? AND status = 'failed'", args,
+                        {"session_id": session_id})
+        return c.execute(sql + " ORDER BY created_at, job_id", args).fetchall()
+
+    def _requeue_job(self, c: sqlite3.Connection, job_id: str, errors: list[str], at: datetime) -> JobInfo:
+        c.execute("UPDATE jobs SET status = 'pending', attempts = 0, due_at = NULL, lease_until = NULL, errors = ?,"
+                  " updated_at = ? WHERE job_id = ?", (json.dumps(errors), at.isoformat(), job_id))
+        return self._job_in(c, job_id)
+
+    def _job_in(self, c: sqlite3.Connection, job_id: str) -> JobInfo:
+        return job_info(c.execute("SELECT * FROM jobs WHERE job_id = ?", (job_id,)).fetchone(), iso_dt)
+
 
 def _rows_by_rowid(c: sqlite3.Connection, rowids: Sequence[int]) -> list[sqlite3.Row]:
     """The memories rows of ``rowids``, in that order."""
