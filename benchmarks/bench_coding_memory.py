@@ -144,9 +144,19 @@ def replay(spec: dict, name: str, work: Path) -> dict:
     def block(mem: Memory, session_id: str, transcript: Path, prompt: str) -> dict:
         out = handle_event(mem, {"hook_event_name": "UserPromptSubmit", "session_id": session_id,
                                  "transcript_path": str(transcript), "cwd": str(work), "prompt": prompt})
-        return {"block": out["hookSpecificOutput"]["additionalContext"] if out else ""}
+        why = seen[0].why if seen and out else []
+        seen.clear()
+        return {"block": out["hookSpecificOutput"]["additionalContext"] if out else "", "why": why}
 
     with Memory(db, namespace=name) as mem:
+        context = mem.context
+        seen: list[Any] = []
+
+        def keep(*a: Any, **k: Any) -> Any:  # the last block's reasons, for --show
+            seen[:] = [context(*a, **k)]
+            return seen[0]
+
+        mem.context = keep  # type: ignore[method-assign]
         for order, path in enumerate(files, start=1):
             for kind, item in before.get(order, []):
                 n_probe += 1
@@ -277,10 +287,11 @@ def env_for(code: Path | None) -> dict[str, str]:
     return env
 
 
-def run_replay(code: Path | None, name: str, work: Path) -> dict:
+def run_replay(code: Path | None, name: str, work: Path, sets: list[str]) -> dict:
     work.mkdir(parents=True, exist_ok=True)
     out = work / "result.json"
-    subprocess.run([sys.executable, __file__, "--worker", name, "--work", str(work), "--out", str(out)],
+    extra = [a for item in sets for a in ("--set", item)] if code is None else []
+    subprocess.run([sys.executable, __file__, "--worker", name, "--work", str(work), "--out", str(out), *extra],
                    check=True, env=env_for(code), cwd=str(work))
     return json.loads(out.read_text())
 
@@ -310,12 +321,20 @@ def main() -> None:
     ap.add_argument("--hook-runs", type=int, default=12, help="fresh-process hook calls per code")
     ap.add_argument("--no-main", action="store_true", help="only this checkout's code")
     ap.add_argument("--show", action="store_true", help="print each question's block (this checkout)")
+    ap.add_argument("--set", action="append", default=[], metavar="MODULE.NAME=VALUE",
+                    help="this checkout only: set a reflex constant, e.g. gate.MIN_BITS=6 (ablations)")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--work", help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
     args = ap.parse_args()
     spec = json.loads(QUESTIONS.read_text(encoding="utf-8"))
     if args.worker:
+        for item in args.set:
+            import importlib
+
+            name, value = item.split("=", 1)
+            module, attr = name.rsplit(".", 1)
+            setattr(importlib.import_module(f"tortoise_sdk.reflex.{module}"), attr, json.loads(value))
         res = replay(spec, args.worker, Path(args.work))
         Path(args.out).write_text(json.dumps(res), encoding="utf-8")
         return
@@ -334,7 +353,7 @@ def main() -> None:
             dbs: dict[str, tuple[Path | None, str, str]] = {}
             for label, code in codes.items():
                 started = time.perf_counter()
-                res = run_replay(code, name, tmp / label / name)
+                res = run_replay(code, name, tmp / label / name, args.set)
                 s = score(spec, name, res["results"])
                 s["replay_s"] = time.perf_counter() - started
                 rows.append((name + held, label, s))
@@ -343,6 +362,7 @@ def main() -> None:
                     for r in res["results"]:
                         if r["kind"] in ("question", "generic") and (r["kind"] == "question" or r["block"]):
                             print(f"--- {r['kind']} {r['id']} hit={s['per_question'].get(r['id'])}\n{r['block']}")
+                            print("\n".join(f"why {i + 1}: {w}" for i, w in enumerate(r.get("why") or [])))
             prompts = [q["question"] for q in spec["questions"] if q["project"] == name]
             t = hook_times(dbs, prompts, args.hook_runs)
             for (proj, label, s) in rows:
