@@ -28,10 +28,12 @@ from . import noise
 from .query import _COURTESY
 from .shapes import Candidate, Reading, Term
 
-__all__ = ("GENERIC_SHARE", "MIN_BITS", "MIN_TERMS", "MIN_UNIT_BITS", "specific", "unit_stems")
+__all__ = ("GENERIC_FLOOR", "GENERIC_SHARE", "MIN_BITS", "MIN_TERMS", "MIN_UNIT_BITS", "specific", "unit_stems")
 
 #: A word held by more than this share of the namespace's turns says nothing specific.
 GENERIC_SHARE = 0.05
+#: ... but in a small namespace a word in this many turns or fewer is informative.
+GENERIC_FLOOR = 3
 #: Distinct prompt words a candidate must match (with its neighbouring turn), unless it matches a code unit.
 MIN_TERMS = 2
 #: Information (sum of the matched words' IDF, natural log) those words must carry together.
@@ -80,7 +82,7 @@ def _why(r: Reading, matched: list[Term], units: set[str]) -> str | None:
     n = r.n_docs or 0
     bits = sum(t.weight for t in matched)
     unit = [t for t in matched if t.stem in units and t.weight >= MIN_UNIT_BITS]
-    informative = [t for t in matched if t.df <= GENERIC_SHARE * n]
+    informative = [t for t in matched if t.df <= max(GENERIC_FLOOR, GENERIC_SHARE * n)]
     if not unit and (len(informative) < MIN_TERMS or bits < MIN_BITS):
         return None
     said = ", ".join(f"{t.surface!r} (in {t.df} of {n} turns)" for t in sorted(matched, key=lambda t: t.df))
