@@ -297,9 +297,13 @@ def run_replay(code: Path | None, name: str, work: Path, sets: list[str]) -> dic
 
 
 def hook_times(runs: dict[str, tuple[Path | None, str, str]], prompts: list[str], n: int) -> dict[str, list[float]]:
-    """Wall ms of ``tortoise hook`` UserPromptSubmit in a fresh process, the codes alternating."""
-    times: dict[str, list[float]] = {k: [] for k in runs}
+    """Wall ms of ``tortoise hook`` UserPromptSubmit in a fresh process, the codes alternating, and of a bare
+    interpreter (``python -c pass``: what the machine's load costs any process)."""
+    times: dict[str, list[float]] = {k: [] for k in [*runs, "python"]}
     for i in range(n):
+        started = time.perf_counter()
+        subprocess.run([sys.executable, "-c", "pass"], check=True)
+        times["python"].append((time.perf_counter() - started) * 1000)
         for label, (code, db, namespace) in runs.items():
             event = {"hook_event_name": "UserPromptSubmit", "session_id": f"latency-{i}", "transcript_path": "",
                      "cwd": "/tmp", "prompt": prompts[i % len(prompts)]}
@@ -348,6 +352,7 @@ def main() -> None:
         if not args.no_main:
             codes = {"main": main_code(tmp), "this": None}
         rows = []
+        bare: dict[str, tuple[float, float]] = {}
         for name in names:
             held = " (held out)" if spec["projects"][name].get("held_out") else ""
             dbs: dict[str, tuple[Path | None, str, str]] = {}
@@ -365,6 +370,7 @@ def main() -> None:
                             print("\n".join(f"why {i + 1}: {w}" for i, w in enumerate(r.get("why") or [])))
             prompts = [q["question"] for q in spec["questions"] if q["project"] == name]
             t = hook_times(dbs, prompts, args.hook_runs)
+            bare[name + held] = (pct(t["python"], 0.5), pct(t["python"], 0.95))
             for (proj, label, s) in rows:
                 if proj == name + held:
                     s["hook_p50"], s["hook_p95"] = pct(t[label], 0.5), pct(t[label], 0.95)
@@ -374,6 +380,8 @@ def main() -> None:
             print(f"{proj:34} {label:5} {s['questions']:>3} {_f(s['hit@3']):>6} {_f(s['paraphrased_hit@3']):>5} "
                   f"{_f(s['recall']):>6} {_f(s['generic_silent']):>6} of {s['generic']:>3}    "
                   f"{s['current_session_pointers']:>8} {s['hook_p50']:>7.0f}/{s['hook_p95']:<7.0f}")
+        for proj, (p50, p95) in bare.items():
+            print(f"{proj:34} bare interpreter (python -c pass), same run: {p50:.0f}/{p95:.0f} ms")
 
 
 def _f(v: float | None) -> str:
