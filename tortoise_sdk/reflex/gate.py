@@ -36,6 +36,8 @@ __all__ = ("ASK_MIN_BITS", "GENERIC_FLOOR", "GENERIC_SHARE", "MIN_BITS", "MIN_TE
 
 #: Off only for the benchmark's ablation (``--set gate.ENABLED=false``): every candidate passes.
 ENABLED = True
+#: A tool result that dumps a file or a search (Read, Grep, Glob) matches many words by chance: it goes last.
+DUMPS_LAST = True
 #: A word held by more than this share of the namespace's turns says nothing specific.
 GENERIC_SHARE = 0.05
 #: ... but in a small namespace a word in this many turns or fewer is informative.
@@ -89,6 +91,8 @@ def specific(r: Reading, ranked: list[Candidate], query: str) -> list[Candidate]
         if why is not None:
             c.reasons.append(why)
             kept.append(c)
+    if DUMPS_LAST:
+        kept.sort(key=noise.is_dump)  # stable: a file's or a search's dump after the turns that say things
     return kept
 
 

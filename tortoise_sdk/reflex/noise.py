@@ -17,10 +17,12 @@ import re
 
 from .shapes import Candidate, Reading
 
-__all__ = ("MIN_WORDS", "cleaned_matches", "evidence_text", "is_noise")
+__all__ = ("MIN_WORDS", "cleaned_matches", "evidence_text", "is_dump", "is_noise")
 
 #: Words a turn must say (outside host text) to be evidence on its own.
 MIN_WORDS = 3
+#: Tools whose results dump a file or a search: evidence of what a file holds, but they match many words by chance.
+DUMP_TOOLS = frozenset({"Read", "Grep", "Glob", "LS", "WebFetch"})
 #: Tools whose results are the same boilerplate every time.
 BOILERPLATE_TOOLS = frozenset({"TodoWrite"})
 _WORD = re.compile(r"\w+")
@@ -37,6 +39,12 @@ _HOST_TEXT = re.compile(
 def evidence_text(text: str) -> str:
     """A turn's text without what the host, a hook or a slash-command wrapper wrote into it."""
     return _HOST_TEXT.sub(" ", text) if "<" in text or "hook" in text else text
+
+
+def is_dump(c: Candidate) -> bool:
+    """A tool result that dumps a file or a search (``DUMP_TOOLS``)."""
+    h = c.hit
+    return bool(h is not None and h.role == "tool" and h.name and set(h.name.split(",")) <= DUMP_TOOLS)
 
 
 def is_noise(c: Candidate) -> bool:
