@@ -20,8 +20,11 @@ A word is not informative when more than ``GENERIC_SHARE`` of the namespace's tu
 number, a courtesy ("thanks", "great") or the stem of a contraction ("let's", "don't").
 
 Matches inside text the host wrote into a turn (a ``<system-reminder>``, hook output) do not
-count, and turns that are only such text never pass (``noise``). Each pointer's reason names
-the words that made it specific and how many turns of the namespace hold each.
+count, and turns that are only such text never pass (``noise``). Among those that pass, a
+file's or a search's dump (a Read, Grep or Glob result) goes after the turns that say things
+(``DUMPS_LAST``). Each pointer's reason names the words that made it specific and how many
+turns of the namespace hold each. The constants were chosen on one project of
+``benchmarks/bench_coding_memory.py`` and checked on another that took no part.
 """
 
 from __future__ import annotations
@@ -32,7 +35,8 @@ from . import noise
 from .query import _COURTESY
 from .shapes import Candidate, Reading, Term
 
-__all__ = ("ASK_MIN_BITS", "GENERIC_FLOOR", "GENERIC_SHARE", "MIN_BITS", "MIN_TERMS", "MIN_UNIT_BITS", "specific", "unit_stems")
+__all__ = ("ASK_MIN_BITS", "DUMPS_LAST", "ENABLED", "GENERIC_FLOOR", "GENERIC_SHARE", "MIN_BITS", "MIN_TERMS",
+           "MIN_UNIT_BITS", "specific", "unit_stems")
 
 #: Off only for the benchmark's ablation (``--set gate.ENABLED=false``): every candidate passes.
 ENABLED = True
@@ -57,7 +61,8 @@ _ASKS_BEFORE = re.compile(
     r"\b(what|which|where|how|why|when|who)\b|\b(did|do|have|had) we\b|\blast time\b|\bearlier\b|\bprevious(ly)?\b|"
     r"\bremind\b|\bremember\b|\brecall\b", re.I)
 _CONTRACTED = re.compile(r"\b(\w+)['\u2019](?:s|t|re|ll|ve|d|m)\b", re.I)
-_UNIT = re.compile(r"`[^`\n]+`|(?<![\w/.-])(?:[\w.-]*[_/:.][\w./:-]*\w|[a-z]+[A-Z]\w*|[A-Z][a-z]+[A-Z]\w*|--?[a-z][\w-]+)")
+_UNIT = re.compile(r"`[^`\n]+`|(?<![\w/.-])(?:[\w.-]*[_/:.][\w./:-]*\w|[a-z]+[A-Z]\w*|[A-Z][a-z]+[A-Z]\w*|"
+                   r"--?[a-z][\w-]+)")
 
 
 def unit_stems(r: Reading, query: str) -> set[str]:

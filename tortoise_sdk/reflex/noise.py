@@ -62,7 +62,8 @@ def cleaned_matches(r: Reading, cands: list[Candidate], stems: set[str]) -> dict
     """
     out: dict[str, set[str]] = {}
     dirty = [c for c in cands if evidence_text(c.text) != c.text]
-    analysed = dict(zip((c.key for c in dirty), r.store.analyze([evidence_text(c.text) for c in dirty]))) if dirty else {}
+    analysed = (dict(zip((c.key for c in dirty), r.store.analyze([evidence_text(c.text) for c in dirty])))
+                if dirty else {})
     for c in cands:
         if c.kind == "turn" and is_noise(c):
             continue
