@@ -10,7 +10,9 @@ then runs ``tortoise hook`` for each event, with the event as JSON on stdin
   prompt and the session's recent turns is returned as
   ``{"hookSpecificOutput": {"hookEventName": "UserPromptSubmit", "additionalContext": block}}``,
   or None when the block is empty. Pointers already shown in the session are not repeated
-  unless the prompt asks.
+  unless the prompt asks; the session's turns Claude Code still holds (all of them, or those
+  since its last compaction summary) are never pointed to, and a pointer needs evidence
+  specific to the prompt (``reflex.gate``): generic prompts get no block.
 - ``Stop``, ``SubagentStop``, ``PreCompact``, ``SessionEnd``: what is new in the transcript
   (and a sub-agent's own transcript) is captured, turns and sub-agent rows, and extraction
   is queued (``tortoise worker`` runs it).
@@ -54,6 +56,8 @@ WINDOW_TURNS = 6
 REFLEX_TIME_BUDGET_MS = 1000.0
 #: How many pointer ids already shown in a session are remembered (prior-mention rule).
 SHOWN_KEPT = 64
+#: How Claude Code's compaction summary begins (a user-role line it writes itself, stored as a system turn).
+COMPACTION_PREFIX = "This session is being continued from a previous conversation"
 
 
 def handle_event(
@@ -97,13 +101,16 @@ def handle_event(
 def _prompt_context(
     mem: Memory, session_id: str | None, prompt: str, budget: int, max_tokens: int, time_budget_ms: float
 ) -> dict | None:
-    recent = mem.turns(session_id)[-WINDOW_TURNS:] if session_id else []
+    turns = mem.turns(session_id) if session_id else []
+    recent = turns[-WINDOW_TURNS:]
     window = [*({"role": h.role, "content": h.content} for h in recent), {"role": "user", "content": prompt}]
     shown = mem.cursor(f"claude-code:shown:{session_id}") if session_id else None
     ids = [i for i in (shown.value.get("ids") if shown else None) or [] if isinstance(i, str)]
     prior = " ".join(f"ref:{i}" for i in ids) or None
+    # Claude Code holds the session since its last compaction: those turns are not memory, and a
+    # coding session's generic prompts ("continue", "did you push?") get no block (issue 23).
     block = mem.context(window, prior, budget=budget, max_tokens=max_tokens, session_id=session_id,
-                        time_budget_ms=time_budget_ms)
+                        time_budget_ms=time_budget_ms, held_from=held_from(turns), specific_only=True)
     if block.degraded_reason:
         log.warning("no memory block: %s (%.0f ms)", block.degraded_reason, block.elapsed_ms)
     if not block.block:
@@ -112,6 +119,15 @@ def _prompt_context(
         kept = [*[i for i in ids if i not in {p.id for p in block.pointers}], *(p.id for p in block.pointers)]
         mem.save_cursor(shown.name, {"ids": kept[-SHOWN_KEPT:]}, revision=shown.revision)
     return {"hookSpecificOutput": {"hookEventName": "UserPromptSubmit", "additionalContext": block.block}}
+
+
+def held_from(turns: list[Any]) -> int:
+    """The index of the session's first turn Claude Code still holds: its last compaction summary's, else 0."""
+    held = 0
+    for t in turns:
+        if t.role == "system" and t.content.lstrip().startswith(COMPACTION_PREFIX):
+            held = t.index
+    return held
 
 
 def _text(value: Any) -> str | None:

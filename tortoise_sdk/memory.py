@@ -898,6 +898,8 @@ class Memory:
         *,
         token_counter: Callable[[str], int] | None = None,
         time_budget_ms: float | None = 50.0,
+        held_from: int | None = None,
+        specific_only: bool = False,
     ) -> MemoryBlock:
         """The memory block to show the model before its next turn; never raises.
 
@@ -908,6 +910,11 @@ class Memory:
         with ``token_counter`` (default ``reflex.approx_tokens``). A failure or a run past
         ``time_budget_ms`` gives an empty block with ``degraded_reason`` set.
 
+        A host that holds the whole session (a coding agent) passes ``held_from``: the index of
+        ``session_id``'s first turn still in its context (0, or its last compaction summary's);
+        those turns are never shown. ``specific_only`` lets a pointer through only on evidence
+        specific to the prompt in this namespace (``reflex.gate``): generic prompts stay silent.
+
         Example::
 
             block = mem.context([{"role": "user", "content": "what was my dog called?"}])
@@ -915,7 +922,7 @@ class Memory:
         """
         return reflex.context(self.store, self.namespace, window, prior_context, budget=budget,
                               max_tokens=max_tokens, session_id=session_id, token_counter=token_counter,
-                              time_budget_ms=time_budget_ms)
+                              time_budget_ms=time_budget_ms, held_from=held_from, specific_only=specific_only)
 
     def expand(self, pointer_id: str) -> ExpandResult:
         """The full turn or memory behind a pointer: content, status, supersession chain, sources, surrounding turns.

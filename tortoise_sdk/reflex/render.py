@@ -18,12 +18,16 @@ _HEADER = (
 )
 
 
-def render(r: Reading, ranked: list[Candidate], budget: int, max_tokens: int) -> MemoryBlock:
-    """The framed block of at most ``budget`` pointers and ``max_tokens`` tokens; empty when none fits."""
+def render(r: Reading, ranked: list[Candidate], budget: int, max_tokens: int,
+           header: str | None = None) -> MemoryBlock:
+    """The framed block of at most ``budget`` pointers and ``max_tokens`` tokens; empty when none fits.
+
+    ``header``: the block's first line, saying where its pointers come from (default: earlier conversations)."""
+    header = header or _HEADER
     lines: list[str] = []
     pointers: list[Pointer] = []
     why: list[str] = []
-    frame = lambda body: "\n".join([_HEADER, *body, MEMORY_BLOCK_END])  # noqa: E731
+    frame = lambda body: "\n".join([header, *body, MEMORY_BLOCK_END])  # noqa: E731
     if r.count(frame(["1. x"])) > max_tokens:
         return MemoryBlock()
     for c in ranked:

@@ -19,7 +19,7 @@ from .prior import drop_prior, not_in_window
 from .query import CHANGE, NOW, as_list, message, query_text, weigh_terms
 from .render import render
 from .scoring import distinct, fuse, latest_first, score_turns, without_stale_turns
-from . import tuning
+from . import gate, host, tuning
 from .shapes import Reading, Timeout
 from .tokens import TokenCounter, approx_tokens
 
@@ -44,6 +44,8 @@ def context(
     session_id: str | None = None,
     token_counter: TokenCounter | None = None,
     time_budget_ms: float | None = DEFAULT_TIME_BUDGET_MS,
+    held_from: int | None = None,
+    specific_only: bool = False,
 ) -> MemoryBlock:
     """The memory block for the next host turn; never raises (see the ``tortoise_sdk.reflex`` docstring).
 
@@ -54,6 +56,8 @@ def context(
         max_tokens: at most this many tokens for the whole block, counted with ``token_counter``.
         session_id: the host's session; its turns the window already shows are never surfaced.
         time_budget_ms: past this, the block is empty with ``degraded_reason="timeout"``; None disables.
+        held_from: the host holds ``session_id``'s turns from this index on: never surfaced (``host``).
+        specific_only: a pointer only on evidence specific to the prompt (``gate``).
     """
     started = time.perf_counter()
     deadline = None
@@ -69,7 +73,7 @@ def context(
         # Every store call below ends by the budget too, whatever the database does (a lock, a frozen server).
         with within(budget_s):
             block = _steps(Reading(store, namespace, token_counter or approx_tokens, deadline),
-                           window, prior_context, budget, max_tokens, session_id)
+                           window, prior_context, budget, max_tokens, session_id, held_from, specific_only)
     except (Timeout, StoreTimeout):
         block = MemoryBlock(degraded_reason="timeout")
     except (StoreError, sqlite3.Error) as exc:
@@ -85,7 +89,7 @@ def context(
 
 
 def _steps(r: Reading, window: Sequence[Any], prior: Any, budget: int, max_tokens: int,
-           session_id: str | None) -> MemoryBlock:
+           session_id: str | None, held_from: int | None = None, specific_only: bool = False) -> MemoryBlock:
     budget = min(int(budget), MAX_BUDGET)
     max_tokens = int(max_tokens)
     if budget < 1 or max_tokens < 1:
@@ -100,6 +104,7 @@ def _steps(r: Reading, window: Sequence[Any], prior: Any, budget: int, max_token
         return MemoryBlock()
     wants_change = bool(CHANGE.search(query))
     content_terms, pool = turn_pool(r, terms)
+    pool = host.pool_outside_host(pool, session_id, held_from)  # issue 23: what the host holds is no memory
     turns = score_turns(r, terms, content_terms, query, pool)
     r.tick()
     if tuning.PRF_TERMS and turns:
@@ -107,7 +112,7 @@ def _steps(r: Reading, window: Sequence[Any], prior: Any, budget: int, max_token
         if extra:
             r.terms = terms + extra
             content_terms = content_terms + extra
-            pool = widen_pool(r, content_terms, extra, pool)
+            pool = host.pool_outside_host(widen_pool(r, content_terms, extra, pool), session_id, held_from)
             turns = score_turns(r, terms, content_terms, query, pool)
             r.tick()
     # A question the host's window already shows brings no reply: the window is dropped first.
@@ -127,4 +132,8 @@ def _steps(r: Reading, window: Sequence[Any], prior: Any, budget: int, max_token
         ranked = not_in_window(ranked, msgs, session_id)
     if not ask:
         ranked = drop_prior(ranked, prior)
-    return render(r, ranked[: budget * 2], budget, max_tokens)
+    # issue 23: the host's own turns out, and (for a coding host) only evidence specific to the prompt
+    ranked = host.outside_host(ranked, session_id, held_from)
+    if specific_only:
+        ranked = gate.specific(r, ranked, query)
+    return render(r, ranked[: budget * 2], budget, max_tokens, host.header(ranked[:budget], session_id))

@@ -1,0 +1,392 @@
+"""The memory block in a coding agent's next session, on real Claude Code projects, beside main's code.
+
+Each project's sessions (``../shared/data/claude-projects``, MIT) are replayed in order through the
+hook's own code path (``adapters.claude_code.handle_event``): the transcript file grows line by
+line, a ``UserPromptSubmit`` event is handed over before every real user prompt (it captures what
+is new and builds the block) and ``Stop`` after each session. The question set
+(``tests/data/coding_memory_questions.json``) holds:
+
+- questions asked at the start of a later session (a fresh session with an empty transcript) whose
+  answer an earlier session holds, each with the uuids of the transcript lines holding it; every
+  evidence line is checked to contain the answer verbatim before anything runs;
+- generic prompts that need no memory: real ones at their place in a session ("yes", "3",
+  "sorry, continue"), and common ones at the start of a later session ("did you push?").
+
+Printed per project and code (main's code from ``git archive main``, in a subprocess, beside this
+checkout's, alternating): hit@3 (share of questions whose block holds an evidence line), evidence
+recall, silence on generic prompts, current-session pointers (a pointer to a turn of the session
+being run that the host still holds: before its last compaction summary it is fair game), and the
+wall time of ``tortoise hook`` UserPromptSubmit as a fresh process (p50/p95, alternating codes).
+One project (``held_out`` in the JSON) took no part in any tuning.
+
+Run: .venv/bin/python benchmarks/bench_coding_memory.py [--project NAME] [--hook-runs 12] [--no-main]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+QUESTIONS = ROOT / "tests" / "data" / "coding_memory_questions.json"
+DATA = Path(os.environ.get("TORTOISE_TEST_SHARED_DATA") or "/work/shared/data") / "claude-projects"
+if not DATA.is_dir():
+    DATA = ROOT.parent / "shared" / "data" / "claude-projects"
+
+
+# -- the data -----------------------------------------------------------------------------------
+
+
+def raw_lines(path: Path) -> list[tuple[str, list[dict]]]:
+    """Each raw line of a transcript with the JSON objects it holds (one line of one file holds two)."""
+    out = []
+    dec = json.JSONDecoder()
+    for line in path.read_text(encoding="utf-8").splitlines():
+        objs, i, s = [], 0, line.strip()
+        while i < len(s):
+            obj, i = dec.raw_decode(s, i)
+            objs.append(obj)
+            while i < len(s) and s[i].isspace():
+                i += 1
+        out.append((line, objs))
+    return out
+
+
+def sessions(project: dict) -> list[Path]:
+    """The project's main session files in the order they were held (first timestamp)."""
+    files = [p for p in sorted((DATA / project["dir"]).glob("*.jsonl")) if not p.name.startswith("agent-")]
+
+    def first(p: Path) -> str:
+        for _, objs in raw_lines(p):
+            for o in objs:
+                if o.get("timestamp"):
+                    return str(o["timestamp"])
+        return "~"
+
+    return [p for p in sorted(files, key=first) if first(p) != "~"]
+
+
+def line_text(obj: dict) -> str:
+    """Every string a transcript line's message holds (text, tool input, tool result), joined."""
+    found: list[str] = []
+
+    def walk(v: Any) -> None:
+        if isinstance(v, str):
+            found.append(v)
+        elif isinstance(v, dict):
+            for x in v.values():
+                walk(x)
+        elif isinstance(v, list):
+            for x in v:
+                walk(x)
+
+    walk((obj.get("message") or {}).get("content"))
+    return "\n".join(found)
+
+
+def prompt_of(obj: dict) -> str | None:
+    """The user's own prompt on a transcript line, or None (tool results, meta lines, summaries)."""
+    if obj.get("type") != "user" or obj.get("isMeta") or obj.get("isCompactSummary"):
+        return None
+    content = (obj.get("message") or {}).get("content")
+    if isinstance(content, list):
+        content = " ".join(b.get("text", "") for b in content if isinstance(b, dict) and b.get("type") == "text")
+    if not isinstance(content, str) or not content.strip() or content.lstrip().startswith("<local-command"):
+        return None
+    return content
+
+
+def check(spec: dict) -> None:
+    """Every question's evidence uuids exist in its project and each evidence line holds the answer verbatim."""
+    for name, project in spec["projects"].items():
+        texts = {o["uuid"]: line_text(o) for p in sessions(project) for _, objs in raw_lines(p) for o in objs
+                 if o.get("uuid")}
+        for q in (q for q in spec["questions"] if q["project"] == name):
+            for u in q["evidence"]:
+                if u not in texts:
+                    raise SystemExit(f"{name}: evidence {u} of {q['question']!r} is not a line of the project")
+                if q["answer"] not in texts[u]:
+                    raise SystemExit(f"{name}: evidence {u} of {q['question']!r} lacks {q['answer']!r}")
+
+
+# -- one code's replay (run in a subprocess, importing the code under test) ----------------------
+
+
+def replay(spec: dict, name: str, work: Path) -> dict:
+    """Replay one project through ``handle_event``; the blocks each probe got, as plain data."""
+    from tortoise_sdk.adapters.claude_code import handle_event
+    from tortoise_sdk.memory import Memory
+
+    project = spec["projects"][name]
+    files = sessions(project)
+    qs = [q for q in spec["questions"] if q["project"] == name]
+    generic = [g for g in spec["generic"] if g["project"] == name]
+    real_generic = {g["at"]: g for g in generic if "at" in g}
+    before: dict[int, list[tuple[str, dict]]] = {}
+    for q in qs:
+        before.setdefault(q["ask_at"], []).append(("question", q))
+    for g in generic:
+        if "ask_at" in g:
+            before.setdefault(g["ask_at"], []).append(("generic", g))
+    db = str(work / "memory.db")
+    results: list[dict] = []
+    n_probe = 0
+
+    def block(mem: Memory, session_id: str, transcript: Path, prompt: str) -> dict:
+        out = handle_event(mem, {"hook_event_name": "UserPromptSubmit", "session_id": session_id,
+                                 "transcript_path": str(transcript), "cwd": str(work), "prompt": prompt})
+        why = seen[0].why if seen and out else []
+        seen.clear()
+        return {"block": out["hookSpecificOutput"]["additionalContext"] if out else "", "why": why}
+
+    with Memory(db, namespace=name) as mem:
+        context = mem.context
+        seen: list[Any] = []
+
+        def keep(*a: Any, **k: Any) -> Any:  # the last block's reasons, for --show
+            seen[:] = [context(*a, **k)]
+            return seen[0]
+
+        mem.context = keep  # type: ignore[method-assign]
+        for order, path in enumerate(files, start=1):
+            for kind, item in before.get(order, []):
+                n_probe += 1
+                empty = work / f"probe-{n_probe}.jsonl"
+                empty.write_text("", encoding="utf-8")
+                res = block(mem, f"probe-{n_probe}", empty, item.get("question") or item["prompt"])
+                results.append({"kind": kind, "id": item["id"], "session": None, **res})
+            transcript = work / path.name
+            with transcript.open("w", encoding="utf-8") as out:
+                for line, objs in raw_lines(path):
+                    prompts = [(o, p) for o in objs if (p := prompt_of(o)) is not None]
+                    for o, p in prompts:
+                        out.flush()
+                        res = block(mem, str(o.get("sessionId")), transcript, p)
+                        g = real_generic.get(o.get("uuid", ""))
+                        results.append({"kind": "generic" if g else "prompt", "id": g["id"] if g else o["uuid"],
+                                        "session": o.get("sessionId"), **res})
+                    out.write(line + "\n")
+            handle_event(mem, {"hook_event_name": "Stop", "session_id": path.stem, "transcript_path": str(transcript),
+                               "cwd": str(work)})
+        refs = {r: None for res in results for r in _refs(res["block"])}
+        turns = _turns_by_id(mem, list(refs))
+    for res in results:
+        res["pointers"] = [turns.get(r) or {"id": r} for r in _refs(res["block"])]
+    return {"results": results, "db": db}
+
+
+def _refs(block: str) -> list[str]:
+    import re
+
+    return re.findall(r"\bref:(\S+)", block)
+
+
+def _turns_by_id(mem: Any, ids: list[str]) -> dict[str, dict]:
+    """Pointer id -> the turn's session and external id (a memory's id is left out)."""
+    out: dict[str, dict] = {}
+    for i in ids:
+        try:
+            h = mem.store.get_turn(mem.namespace, i)
+        except Exception:  # noqa: BLE001 - a memory, not a turn
+            continue
+        out[i] = {"id": i, "session_id": h.session_id, "external_id": h.external_id}
+    return out
+
+
+# -- scoring --------------------------------------------------------------------------------------
+
+
+def score(spec: dict, name: str, results: list[dict]) -> dict:
+    """hit@3, evidence recall, generic silence and current-session pointers of one replay."""
+    project = spec["projects"][name]
+    where: dict[str, tuple[str, int]] = {}
+    compacted: dict[str, int] = {}
+    prompt_line: dict[str, int] = {}
+    for path in sessions(project):
+        for n, (_, objs) in enumerate(raw_lines(path)):
+            for o in objs:
+                if o.get("uuid"):
+                    where[o["uuid"]] = (str(o.get("sessionId")), n)
+                    if prompt_of(o) is not None:
+                        prompt_line[o["uuid"]] = n
+                if o.get("isCompactSummary"):
+                    compacted.setdefault(str(o.get("sessionId")), n)
+    qs = {q["id"]: q for q in spec["questions"] if q["project"] == name}
+    hits, recalls, silent, generic_n, current, blocks = [], [], 0, 0, 0, 0
+    per_question = {}
+    last_compact: dict[str, int] = {}
+    for res in results:
+        shown = {p.get("external_id") for p in res["pointers"]} | {p["id"] for p in res["pointers"]}
+        if res["kind"] == "question":
+            q = qs[res["id"]]
+            got = [u for u in q["evidence"] if u in shown]
+            hits.append(bool(got))
+            recalls.append(len(got) / len(q["evidence"]))
+            per_question[q["id"]] = bool(got)
+        elif res["kind"] == "generic":
+            generic_n += 1
+            silent += not res["block"]
+        if res["session"]:
+            blocks += bool(res["block"])
+            at = prompt_line.get(res["id"], 1 << 30)
+            # the host holds the session from its last compaction summary before this prompt on
+            held_from = compacted.get(res["session"], -1) if compacted.get(res["session"], 1 << 30) < at else -1
+            for p in res["pointers"]:
+                sid, line = where.get(p.get("external_id") or "", (p.get("session_id"), -1))
+                if p.get("session_id") == res["session"] and line >= held_from:
+                    current += 1
+    return {
+        "questions": len(hits),
+        "hit@3": sum(hits) / len(hits) if hits else None,
+        "recall": statistics.mean(recalls) if recalls else None,
+        "paraphrased_hit@3": _share([per_question[q] for q in per_question if qs[q]["paraphrased"]]),
+        "generic": generic_n,
+        "generic_silent": silent / generic_n if generic_n else None,
+        "current_session_pointers": current,
+        "in_session_blocks": blocks,
+        "per_question": per_question,
+    }
+
+
+def _share(values: list[bool]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+# -- codes and the fresh-process hook --------------------------------------------------------------
+
+
+def main_code(tmp: Path) -> Path:
+    """main's code, unpacked as an importable tree (``tortoise_sdk.adapters`` and ``.prompts`` linked in)."""
+    dest = tmp / "main-code"
+    dest.mkdir()
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", "main"], check=True, capture_output=True).stdout
+    tar = tmp / "main.tar"
+    tar.write_bytes(archive)
+    with tarfile.open(tar) as t:
+        t.extractall(dest, filter="data")
+    for pkg, top in (("adapters", "adapters"), ("prompts", "prompts")):
+        link = dest / "tortoise_sdk" / pkg
+        if not link.exists():
+            link.symlink_to(dest / top, target_is_directory=True)
+    return dest
+
+
+def env_for(code: Path | None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("TORTOISE_MODEL", "PYTHONPATH")}
+    if code is not None:
+        env["PYTHONPATH"] = str(code)
+    return env
+
+
+def run_replay(code: Path | None, name: str, work: Path, sets: list[str]) -> dict:
+    work.mkdir(parents=True, exist_ok=True)
+    out = work / "result.json"
+    extra = [a for item in sets for a in ("--set", item)] if code is None else []
+    subprocess.run([sys.executable, __file__, "--worker", name, "--work", str(work), "--out", str(out), *extra],
+                   check=True, env=env_for(code), cwd=str(work))
+    return json.loads(out.read_text())
+
+
+def hook_times(runs: dict[str, tuple[Path | None, str, str]], prompts: list[str], n: int) -> dict[str, list[float]]:
+    """Wall ms of ``tortoise hook`` UserPromptSubmit in a fresh process, the codes alternating, and of a bare
+    interpreter (``python -c pass``: what the machine's load costs any process)."""
+    times: dict[str, list[float]] = {k: [] for k in [*runs, "python"]}
+    for i in range(n):
+        started = time.perf_counter()
+        subprocess.run([sys.executable, "-c", "pass"], check=True)
+        times["python"].append((time.perf_counter() - started) * 1000)
+        for label, (code, db, namespace) in runs.items():
+            event = {"hook_event_name": "UserPromptSubmit", "session_id": f"latency-{i}", "transcript_path": "",
+                     "cwd": "/tmp", "prompt": prompts[i % len(prompts)]}
+            started = time.perf_counter()
+            subprocess.run([sys.executable, "-m", "tortoise_sdk.cli", "--db", db, "--namespace", namespace, "hook"],
+                           input=json.dumps(event), capture_output=True, text=True, env=env_for(code), check=True)
+            times[label].append((time.perf_counter() - started) * 1000)
+    return times
+
+
+def pct(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(p * (len(ordered) - 1))))]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--project", action="append", help="only these projects (default: all in the JSON)")
+    ap.add_argument("--hook-runs", type=int, default=12, help="fresh-process hook calls per code")
+    ap.add_argument("--no-main", action="store_true", help="only this checkout's code")
+    ap.add_argument("--show", action="store_true", help="print each question's block (this checkout)")
+    ap.add_argument("--set", action="append", default=[], metavar="MODULE.NAME=VALUE",
+                    help="this checkout only: set a reflex constant, e.g. gate.MIN_BITS=6 (ablations)")
+    ap.add_argument("--worker", help=argparse.SUPPRESS)
+    ap.add_argument("--work", help=argparse.SUPPRESS)
+    ap.add_argument("--out", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    spec = json.loads(QUESTIONS.read_text(encoding="utf-8"))
+    if args.worker:
+        for item in args.set:
+            import importlib
+
+            name, value = item.split("=", 1)
+            module, attr = name.rsplit(".", 1)
+            setattr(importlib.import_module(f"tortoise_sdk.reflex.{module}"), attr, json.loads(value))
+        res = replay(spec, args.worker, Path(args.work))
+        Path(args.out).write_text(json.dumps(res), encoding="utf-8")
+        return
+    if not DATA.is_dir():
+        raise SystemExit(f"needs the real projects at {DATA} (../shared/data/claude-projects)")
+    check(spec)
+    names = args.project or list(spec["projects"])
+    with tempfile.TemporaryDirectory(prefix="bench-coding-") as tmp_s:
+        tmp = Path(tmp_s)
+        codes: dict[str, Path | None] = {"this": None}
+        if not args.no_main:
+            codes = {"main": main_code(tmp), "this": None}
+        rows = []
+        bare: dict[str, tuple[float, float]] = {}
+        for name in names:
+            held = " (held out)" if spec["projects"][name].get("held_out") else ""
+            dbs: dict[str, tuple[Path | None, str, str]] = {}
+            for label, code in codes.items():
+                started = time.perf_counter()
+                res = run_replay(code, name, tmp / label / name, args.set)
+                s = score(spec, name, res["results"])
+                s["replay_s"] = time.perf_counter() - started
+                rows.append((name + held, label, s))
+                dbs[label] = (code, res["db"], name)
+                if args.show and label == "this":
+                    for r in res["results"]:
+                        if r["kind"] in ("question", "generic") and (r["kind"] == "question" or r["block"]):
+                            print(f"--- {r['kind']} {r['id']} hit={s['per_question'].get(r['id'])}\n{r['block']}")
+                            print("\n".join(f"why {i + 1}: {w}" for i, w in enumerate(r.get("why") or [])))
+            prompts = [q["question"] for q in spec["questions"] if q["project"] == name]
+            t = hook_times(dbs, prompts, args.hook_runs)
+            bare[name + held] = (pct(t["python"], 0.5), pct(t["python"], 0.95))
+            for (proj, label, s) in rows:
+                if proj == name + held:
+                    s["hook_p50"], s["hook_p95"] = pct(t[label], 0.5), pct(t[label], 0.95)
+        print(f"{'project':34} {'code':5} {'n':>3} {'hit@3':>6} {'para':>5} {'recall':>6} {'generic silent':>15} "
+              f"{'cur.ptrs':>8} {'hook p50/p95 ms':>16}")
+        for proj, label, s in rows:
+            print(f"{proj:34} {label:5} {s['questions']:>3} {_f(s['hit@3']):>6} {_f(s['paraphrased_hit@3']):>5} "
+                  f"{_f(s['recall']):>6} {_f(s['generic_silent']):>6} of {s['generic']:>3}    "
+                  f"{s['current_session_pointers']:>8} {s['hook_p50']:>7.0f}/{s['hook_p95']:<7.0f}")
+        for proj, (p50, p95) in bare.items():
+            print(f"{proj:34} bare interpreter (python -c pass), same run: {p50:.0f}/{p95:.0f} ms")
+
+
+def _f(v: float | None) -> str:
+    return "-" if v is None else f"{v:.2f}"
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,138 @@
+"""The memory block in a coding agent's session (issue 23): the host's own turns, generic prompts, noise shapes.
+
+Transcripts are written as Claude Code writes them (one JSON object per line) and handed to the
+hook's code path (``adapters.claude_code.handle_event``), as ``tortoise hook`` does.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+from typing import Any
+
+from tortoise_sdk import Memory
+from tortoise_sdk.adapters.claude_code import handle_event
+
+
+class Transcript:
+    """A Claude Code transcript file that grows by the lines of one session."""
+
+    def __init__(self, path: Path, session_id: str) -> None:
+        self.path, self.session_id, self.last = path, session_id, None
+        path.write_text("", encoding="utf-8")
+
+    def _add(self, obj: dict[str, Any]) -> str:
+        u = str(uuid.uuid4())
+        obj = {"parentUuid": self.last, "sessionId": self.session_id, "uuid": u,
+               "timestamp": "2026-01-05T12:00:00.000Z", "cwd": "/repo", **obj}
+        with self.path.open("a", encoding="utf-8") as f:
+            f.write(json.dumps(obj) + "\n")
+        self.last = u
+        return u
+
+    def user(self, text: str, **extra: Any) -> str:
+        return self._add({"type": "user", "message": {"role": "user", "content": text}, **extra})
+
+    def assistant(self, text: str) -> str:
+        return self._add({"type": "assistant", "message": {"role": "assistant", "content": [{"type": "text",
+                                                                                              "text": text}]}})
+
+    def tool(self, name: str, args: dict[str, Any], result: str) -> tuple[str, str]:
+        tid = f"toolu_{uuid.uuid4().hex[:12]}"
+        call = self._add({"type": "assistant", "message": {"role": "assistant", "content": [
+            {"type": "tool_use", "id": tid, "name": name, "input": args}]}})
+        res = self._add({"type": "user", "message": {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": tid, "content": result}]}})
+        return call, res
+
+
+def prompt(mem: Memory, t: Transcript, text: str) -> str:
+    """The block the hook gives ``text`` in ``t``'s session ("" when silent); the prompt then joins the transcript."""
+    out = handle_event(mem, {"hook_event_name": "UserPromptSubmit", "session_id": t.session_id,
+                             "transcript_path": str(t.path), "cwd": "/repo", "prompt": text})
+    t.user(text)
+    return out["hookSpecificOutput"]["additionalContext"] if out else ""
+
+
+def stop(mem: Memory, t: Transcript) -> None:
+    handle_event(mem, {"hook_event_name": "Stop", "session_id": t.session_id, "transcript_path": str(t.path),
+                       "cwd": "/repo"})
+
+
+def earlier_sessions(mem: Memory, tmp_path: Path) -> dict[str, str]:
+    """Three earlier sessions of one project, each pushing and running the tests; one says how releases retry."""
+    ids = {}
+    for n in range(3):
+        t = Transcript(tmp_path / f"s{n}.jsonl", f"s{n}")
+        t.user(f"please refactor the parser module, part {n}")
+        t.assistant("I'll refactor it and run the tests.")
+        t.tool("Bash", {"command": "make test", "description": "Run the tests"}, "ok  all tests passed")
+        t.tool("Bash", {"command": "git push origin HEAD", "description": "Push the branch"}, "pushed to origin")
+        t.user("continue")
+        t.assistant("Continuing: the tests pass and the branch is pushed.")
+        if n == 1:
+            ids["retry"] = t.tool("Edit", {"file_path": "/repo/.github/workflows/release.yml",
+                                           "description": "Wrap goreleaser in nick-fields/retry"},
+                                  "release.yml updated: goreleaser retried twice by nick-fields/retry")[0]
+        stop(mem, t)
+    return ids
+
+
+def test_generic_prompts_stay_silent_and_a_specific_question_still_gets_its_evidence(tmp_path) -> None:
+    with Memory(str(tmp_path / "m.db"), namespace="proj") as mem:
+        ids = earlier_sessions(mem, tmp_path)
+        for i, text in enumerate(["did you push?", "continue", "run the tests again", "check again",
+                                  "push it to origin"]):
+            fresh = Transcript(tmp_path / f"g{i}.jsonl", f"g{i}")
+            assert prompt(mem, fresh, text) == "", text
+        asking = Transcript(tmp_path / "q.jsonl", "q")
+        block = prompt(mem, asking, "how do we retry the goreleaser release step?")
+        assert ids["retry"] in json.dumps(_external_ids(mem, block))
+        assert "specific:" in "".join(mem.context([{"role": "user", "content": "how do we retry the goreleaser "
+                                                    "release step?"}], specific_only=True).why)
+
+
+def _external_ids(mem: Memory, block: str) -> list[str | None]:
+    import re
+
+    return [mem.store.get_turn(mem.namespace, ref).external_id for ref in re.findall(r"\bref:(\S+)", block)]
+
+
+def test_the_current_session_is_never_shown_until_compacted_then_its_compacted_part_is(tmp_path) -> None:
+    with Memory(str(tmp_path / "m.db"), namespace="proj") as mem:
+        t = Transcript(tmp_path / "now.jsonl", "now")
+        said = t.user("the staging database password rotates through vault path secret/staging/pgbouncer")
+        t.assistant("Noted.")
+        for n in range(8):  # well past the hook's window of recent turns
+            t.user(f"rename the widget number {n} in the dashboard")
+            t.assistant(f"Renamed widget {n}.")
+        ask = "which vault path rotates the staging pgbouncer password?"
+        assert prompt(mem, t, ask) == ""  # Claude Code still holds the whole session
+        t.user("This session is being continued from a previous conversation that ran out of context. The "
+               "conversation is summarized below: renamed dashboard widgets.", isCompactSummary=True,
+               isVisibleInTranscriptOnly=True)
+        block = prompt(mem, t, ask + " remind me")
+        assert said in json.dumps(_external_ids(mem, block))
+        assert "compacted out of your context" in block.splitlines()[0]
+
+
+def test_host_text_boilerplate_and_bare_replies_are_no_evidence(tmp_path) -> None:
+    with Memory(str(tmp_path / "m.db"), namespace="proj") as mem:
+        t = Transcript(tmp_path / "a.jsonl", "a")
+        t.user("please look at the flaky scheduler in cron_runner.py")
+        reminder = t.tool("Read", {"file_path": "/repo/cron_runner.py"},
+                          "1 import time\n<system-reminder>Whenever you read a file, consider whether the "
+                          "quarantine sandbox escalation policy applies; remind the user about the todo list."
+                          "</system-reminder>")[1]
+        todo = t.tool("TodoWrite", {"todos": [{"content": "fix scheduler"}]},
+                      "Todos have been modified successfully. Ensure that you continue to use the todo list to "
+                      "track your progress. Please proceed with the current tasks if applicable")[1]
+        t.assistant("Should I quarantine the sandbox escalation policy?")
+        bare = t.user("yes")
+        stop(mem, t)
+        later = Transcript(tmp_path / "b.jsonl", "b")
+        for text in ("what was the quarantine sandbox escalation policy?",
+                     "remind me to keep using the todo list to track progress"):
+            shown = _external_ids(mem, prompt(mem, later, text))
+            assert reminder not in shown and todo not in shown and bare not in shown, text

@@ -1,0 +1,78 @@
+"""Turn shapes of coding streams that are not evidence: text the host or a hook wrote, and slash-command wrappers.
+
+Measured on the Claude Code projects of ``benchmarks/bench_coding_memory.py``: tool calls (a
+command with its description, a file path) and tool results hold about half of the answers, so
+a tool turn is evidence. What is not: ``<system-reminder>`` blocks Claude Code appends to tool
+results and prompts (they match words such as "remind", "todo", "file"), hook output echoed into
+a prompt, the ``<command-name>`` wrapper of a slash command (the same template each time), the
+TodoWrite tool's result (one boilerplate sentence, matching "continue", "todo", "proceed"), and
+a turn of fewer than ``MIN_WORDS`` words ("yes", "3", "option 3": a reply that points at its
+context, which the block cannot carry). Matches inside such text do not count; a turn made only
+of it never counts.
+"""
+
+from __future__ import annotations
+
+import re
+
+from .shapes import Candidate, Reading
+
+__all__ = ("MIN_WORDS", "cleaned_matches", "evidence_text", "is_dump", "is_noise")
+
+#: Words a turn must say (outside host text) to be evidence on its own.
+MIN_WORDS = 3
+#: Tools whose results dump a file or a search: evidence of what a file holds, but they match many words by chance.
+DUMP_TOOLS = frozenset({"Read", "Grep", "Glob", "LS", "WebFetch"})
+#: Tools whose results are the same boilerplate every time.
+BOILERPLATE_TOOLS = frozenset({"TodoWrite"})
+_WORD = re.compile(r"\w+")
+
+_HOST_TEXT = re.compile(
+    r"<system-reminder>.*?(?:</system-reminder>|\Z)"
+    r"|<(command-name|command-message|command-args|local-command-stdout|local-command-stderr|"
+    r"user-prompt-submit-hook)>.*?(?:</\1>|\Z)"
+    r"|^.*\bhook (?:error|blocking error|feedback)\b.*$"
+    r"|^Operation stopped by hook:.*$",
+    re.S | re.M)
+
+
+def evidence_text(text: str) -> str:
+    """A turn's text without what the host, a hook or a slash-command wrapper wrote into it."""
+    return _HOST_TEXT.sub(" ", text) if "<" in text or "hook" in text else text
+
+
+def is_dump(c: Candidate) -> bool:
+    """A tool result that dumps a file or a search (``DUMP_TOOLS``)."""
+    h = c.hit
+    return bool(h is not None and h.role == "tool" and h.name and set(h.name.split(",")) <= DUMP_TOOLS)
+
+
+def is_noise(c: Candidate) -> bool:
+    """A turn that is no evidence by its shape (see the module docstring)."""
+    h = c.hit
+    if h is not None and h.role == "tool" and h.name and set(h.name.split(",")) <= BOILERPLATE_TOOLS:
+        return True
+    return len(_WORD.findall(evidence_text(c.text))) < MIN_WORDS
+
+
+def cleaned_matches(r: Reading, cands: list[Candidate], stems: set[str]) -> dict[str, set[str]]:
+    """Per candidate key, the prompt's stems its own text (and its neighbour's) matches outside host text.
+
+    A candidate whose own text is only host text is left out.
+    """
+    out: dict[str, set[str]] = {}
+    dirty = [c for c in cands if evidence_text(c.text) != c.text]
+    analysed = (dict(zip((c.key for c in dirty), r.store.analyze([evidence_text(c.text) for c in dirty])))
+                if dirty else {})
+    for c in cands:
+        if c.kind == "turn" and is_noise(c):
+            continue
+        if c.key in analysed:
+            own = set(analysed[c.key])
+            if not own:
+                continue
+            matched = own & stems
+        else:
+            matched = set(c.matched) & stems
+        out[c.key] = matched | (set(c.nb_only) & stems)
+    return out
