@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
 import logging
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -468,6 +469,7 @@ class Memory:
         session_id: str | None = None,
         extract: ExtractMode = None,
         max_bytes: int | None = None,
+        only_session: str | None = None,
     ) -> IngestReport:
         """Ingest what a growing transcript gained since the last ``follow`` of the same file.
 
@@ -481,39 +483,47 @@ class Memory:
         already stored are skipped, so nothing is captured twice. With ``max_bytes``, at most
         that many bytes of new lines are read (always at least one line); the rest waits for the
         next call, so a caller with a time limit still makes progress through a long file.
-        Other arguments as for ``ingest``.
+        The file is read in pieces, never whole: its earlier lines one at a time, the new ones
+        within ``max_bytes``; a line longer than ``ingest.MAX_LINE_BYTES`` is passed over (in
+        ``report.parse.skipped``). With ``only_session``, lines of any other session (and its
+        sub-agents) are not captured: each such session is an ``other_session`` entry of
+        ``report.errors``. Other arguments as for ``ingest``.
 
         Raises:
             ConfigError: unknown ``format``.
-            StreamParseError: the file cannot be read.
+            StreamParseError: the file cannot be read, or is not a regular file (a device, a FIFO).
         """
         from pathlib import Path
 
-        from .errors import StreamParseError
-        from .ingest import IngestReport, follow_state, tail_span
+        from .ingest import MAX_LINE_BYTES, FollowedFile, IngestReport, follow_state, tail_span
         from .streams import parse_stream
-        from .streams.base import ParseReport
+        from .streams.base import ParseReport, SkippedLine
 
+        check_id(only_session, "only_session", optional=True)
         where = Path(path).expanduser().resolve()
-        try:
-            data = where.read_bytes()
-        except OSError as exc:
-            raise StreamParseError(f"cannot read {where}: {exc.strerror or exc}", source=str(where)) from exc
         name = f"follow:{where}"
         try:
             check_id(name, "name")
         except InvalidInput:  # a path too long (or not UTF-8) to be an id: its hash is one
             name = "follow:sha256:" + hashlib.sha256(os.fsencode(where)).hexdigest()
-        cursor = self.cursor(name)
-        span = tail_span(data, cursor.value, max_bytes)
-        fmt = str(cursor.value.get("format") or format) if format == "auto" and not span.restarted else format
-        if span.end > span.start:
-            parsed = parse_stream(data[:span.end].splitlines(), fmt, source=source, session_id=session_id,
-                                  skip_lines=span.skip_lines)
-            report = self._ingest_parsed(parsed, source, extract)
-            self.save_cursor(cursor.name, follow_state(data, span.end, parsed.format), revision=cursor.revision)
-        else:
+        with FollowedFile(where) as f:
+            cursor = self.cursor(name)
+            span = tail_span(f, cursor.value, max_bytes)
+            fmt = str(cursor.value.get("format") or format) if format == "auto" and not span.restarted else format
             report = IngestReport(format=fmt, source=source, parse=ParseReport(format=fmt))
+            if span.skip:
+                report.parse.skipped.append(SkippedLine(line=span.skip_lines + 1, type="unknown",
+                                                        reason=f"line longer than {MAX_LINE_BYTES} bytes"))
+                self.save_cursor(cursor.name, follow_state(f, span, fmt, 1), revision=cursor.revision)
+            elif span.end > span.start:
+                new = f.read(span.start, span.end - span.start)
+                parsed = parse_stream(itertools.chain(f.lines(span.start), new.split(b"\n")[:-1]), fmt, source=source,
+                                      session_id=session_id, skip_lines=span.skip_lines)
+                others = _other_sessions(parsed, only_session)
+                report = self._ingest_parsed(parsed, source, extract)
+                report.errors.extend(others)
+                self.save_cursor(cursor.name, follow_state(f, span, parsed.format, new.count(b"\n")),
+                                 revision=cursor.revision)
         report.start_offset, report.end_offset, report.restarted = span.start, max(span.end, span.start), span.restarted
         return report
 
@@ -907,6 +917,22 @@ def _evidence_count(request: Any, stored: int) -> int:
     from .pipeline.grounding import is_evidence
 
     return min(stored, sum(1 for t in request.turns if is_evidence(t, t.metadata)))
+
+
+def _other_sessions(parsed: ParsedStream, only: str | None) -> list[Diagnostic]:
+    """Take out of ``parsed`` every session but ``only`` and its sub-agents' (``only:…``); one diagnostic each."""
+    if only is None:
+        return []
+    ours = lambda sid: sid == only or (sid or "").startswith(f"{only}:")  # noqa: E731
+    others = sorted({sid for sid in parsed.sessions if not ours(sid)}
+                    | {f.session_id for f in parsed.frames if f.session_id and not ours(f.session_id)})
+    for sid in others:
+        parsed.sessions.pop(sid, None)
+    parsed.frames = [f for f in parsed.frames if not f.session_id or ours(f.session_id)]
+    parsed.events = [e for e in parsed.events if ours(e.session_id)]
+    return [Diagnostic(stage="capture", code="other_session", detail={"session_id": sid},
+                       message=f"lines of session {sid!r} not captured: this transcript was followed for {only!r}")
+            for sid in others]
 
 
 def _require_id(value: Any, field: str) -> None:
