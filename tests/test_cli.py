@@ -87,9 +87,16 @@ def test_conflict_exits_2(capsys, db, tmp_path):
     assert code == 2 and "position 0" in err
 
 
-def test_unexpected_failure_exits_1(capsys, tmp_path):
-    (tmp_path / "dir.db").mkdir()  # a directory where the database should be
-    code, _, err = run(capsys, "--db", str(tmp_path / "dir.db"), "sessions")
+def test_unexpected_failure_exits_1(capsys, db, monkeypatch):
+    from tortoise_sdk.errors import StoreError
+    from tortoise_sdk.memory import Memory
+
+    def broken(self, *args, **kwargs):
+        raise StoreError("disk I/O error")
+
+    Memory(db).close()
+    monkeypatch.setattr(Memory, "sessions", broken)  # the store fails under the command (a directory as
+    code, _, err = run(capsys, "--db", db, "sessions")  # --db is bad input now: exit 2, test_cli_bad_input)
     assert code == 1 and err.startswith("tortoise: ")
 
 
