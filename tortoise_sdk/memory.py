@@ -48,7 +48,17 @@ from . import reflex
 from .search import MAX_SEARCH_K, content_terms, rank_hits
 from .store import Store, open_store
 from .store.deadline import DEFAULT_STORE_TIMEOUT_S
-from .validate import check_id, check_json
+from .validate import (
+    MAX_REVISION,
+    check_callable,
+    check_count,
+    check_db,
+    check_id,
+    check_ids,
+    check_json,
+    check_lines,
+    check_number,
+)
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -151,23 +161,17 @@ class Memory:
             check_id(namespace, "namespace")
         except InvalidInput as exc:
             raise ConfigError(str(exc), field="namespace") from None
-        if max_turns_per_capture < 1:
-            raise ConfigError("max_turns_per_capture must be at least 1")
+        db = check_db(db)
+        for field, count in (("max_turns_per_capture", max_turns_per_capture), ("chunk_turns", chunk_turns),
+                             ("concurrency", concurrency), ("extract_every", extract_every)):
+            check_count(count, field, error=ConfigError)
+        for field, seconds in (("idle_s", idle_s), ("breaker_s", breaker_s), ("job_retry_s", job_retry_s)):
+            check_number(seconds, field, error=ConfigError)
         self.namespace = namespace
         self.max_turns_per_capture = max_turns_per_capture
-        if chunk_turns < 1 or concurrency < 1:
-            raise ConfigError("chunk_turns and concurrency must be at least 1")
-        if not isinstance(extract_every, int) or extract_every < 1 or not idle_s >= 0:
-            raise ConfigError("extract_every must be an integer of at least 1 and idle_s a number of seconds >= 0, "
-                              "e.g. Memory(extract_every=20, idle_s=300)",
-                              field="extract_every" if not isinstance(extract_every, int) or extract_every < 1
-                              else "idle_s")
         self.extract_every = extract_every
         self.idle_s = float(idle_s)
         self.model = model or env_model()
-        if not breaker_s >= 0 or not job_retry_s >= 0:
-            raise ConfigError("breaker_s and job_retry_s are seconds >= 0, e.g. Memory(breaker_s=60, job_retry_s=30)",
-                              field="breaker_s" if not breaker_s >= 0 else "job_retry_s")
         self.breaker_s = float(breaker_s)
         self.job_retry_s = float(job_retry_s)
         self._breaker: CircuitBreaker | None = None
@@ -178,10 +182,7 @@ class Memory:
         self.chunk_turns = chunk_turns
         self.concurrency = concurrency
         self.vet = vet
-        if store_timeout_s is not None and (isinstance(store_timeout_s, bool) or not isinstance(store_timeout_s, (int, float))
-                                            or not 0 < store_timeout_s < float("inf")):
-            raise ConfigError(f"store_timeout_s must be a number of seconds above 0, got {store_timeout_s!r}, "
-                              "e.g. Memory(store_timeout_s=5)", field="store_timeout_s")
+        check_number(store_timeout_s, "store_timeout_s", above=True, optional=True, error=ConfigError)
         bound = DEFAULT_STORE_TIMEOUT_S if store_timeout_s is None else float(store_timeout_s)
         if store is None:
             store = open_store(db or default_db_path(), create=create, timeout_s=bound)
@@ -260,6 +261,8 @@ class Memory:
             InvalidInput: a bad session, named ``sessions[i]``; nothing was written.
             CaptureConflict, IdempotencyConflict: as in ``capture``.
         """
+        check_count(chunk_size, "chunk_size", optional=True)
+        check_callable(progress, "progress")
         requests = _prepare_sessions(sessions, self.max_turns_per_capture)
         skipped = self._report_before_writing(extract)
         for request in requests:
@@ -386,6 +389,7 @@ class Memory:
         """
         from .streams.base import AGENT_TOOL_NAMES, parse_time
 
+        check_id(session_id, "session_id", optional=True)
         at = since if isinstance(since, datetime) or since is None else parse_time(since)
         if since is not None and at is None:
             raise InvalidInput(f"{since!r} is not a time; give ISO 8601, e.g. 2026-02-01T00:00:00Z", field="since")
@@ -412,6 +416,7 @@ class Memory:
             except ValidationError as exc:
                 first = exc.errors()[0]
                 raise InvalidInput(first["msg"], field=".".join(str(p) for p in first["loc"]) or "frame") from None
+        check_ids({field: getattr(frame, field) for field in _FRAME_IDS})  # what subagents() reads back by
         return self._subagent_recorder().record(frame)
 
     def subagent_handler(self, session_id: str | None = None, **options: Any) -> Any:
@@ -457,7 +462,9 @@ class Memory:
         """
         from .streams import parse_stream
 
-        parsed = parse_stream(path_or_lines, format, source=source, session_id=session_id)
+        check_id(session_id, "session_id", optional=True)
+        parsed = parse_stream(check_lines(path_or_lines, "path_or_lines"), format, source=source,
+                              session_id=session_id)
         return self._ingest_parsed(parsed, source, extract)
 
     def follow(
@@ -499,7 +506,8 @@ class Memory:
         from .streams import parse_stream
         from .streams.base import ParseReport, SkippedLine
 
-        check_id(only_session, "only_session", optional=True)
+        check_ids({"session_id": session_id, "only_session": only_session})
+        check_count(max_bytes, "max_bytes", optional=True)
         where = Path(path).expanduser().resolve()
         name = f"follow:{where}"
         try:
@@ -603,6 +611,7 @@ class Memory:
 
         A tombstone holds a hash of the forgotten id, never the id: look one up by passing the id.
         """
+        check_ids({"session_id": session_id, "memory_id": memory_id})
         if session_id is not None and memory_id is not None:
             raise InvalidInput("pass session_id or memory_id, not both", field="memory_id")
         subject, subject_id = ("session", session_id) if session_id is not None else ("memory", memory_id)
@@ -637,7 +646,7 @@ class Memory:
         if not isinstance(value, Mapping):
             raise InvalidType(f"must be a JSON object (a dict), got {type(value).__name__}", field="value")
         check_json(dict(value), "value")
-        if isinstance(revision, bool) or not isinstance(revision, int) or revision < 0:
+        if isinstance(revision, bool) or not isinstance(revision, int) or not 0 <= revision <= MAX_REVISION:
             raise InvalidInput(f"must be the revision read with cursor(name), got {revision!r}", field="revision")
         return self.store.put_cursor(self.namespace, name, value, revision)
 
@@ -919,6 +928,11 @@ def _evidence_count(request: Any, stored: int) -> int:
     return min(stored, sum(1 for t in request.turns if is_evidence(t, t.metadata)))
 
 
+#: The ids of a sub-agent frame, each kept and looked up like any id (``validate.MAX_ID_BYTES``).
+_FRAME_IDS = ("session_id", "tool_call_id", "agent_execution_id", "parent_tool_call_id", "turn_external_id",
+              "agent_id", "child_session_id")
+
+
 def _other_sessions(parsed: ParsedStream, only: str | None) -> list[Diagnostic]:
     """Take out of ``parsed`` every session but ``only`` and its sub-agents' (``only:…``); one diagnostic each."""
     if only is None:
@@ -938,6 +952,7 @@ def _other_sessions(parsed: ParsedStream, only: str | None) -> list[Diagnostic]:
 def _require_id(value: Any, field: str) -> None:
     if not isinstance(value, str) or not value.strip():
         raise InvalidInput("must be a non-empty string", field=field)
+    check_id(value, field)  # no stored id is longer: a 10 MB one is refused before the database reads it
 
 
 def migrate_store(src: str, dst: str, *, progress: Callable[[str, int], None] | None = None) -> CopyReport:
