@@ -48,6 +48,7 @@ from . import reflex
 from .search import MAX_SEARCH_K, content_terms, rank_hits
 from .store import Store, open_store
 from .store.deadline import DEFAULT_STORE_TIMEOUT_S
+from .store.forget import HASHED_FOLLOW
 from .validate import (
     MAX_REVISION,
     check_callable,
@@ -509,13 +510,15 @@ class Memory:
         check_ids({"session_id": session_id, "only_session": only_session})
         check_count(max_bytes, "max_bytes", optional=True)
         where = Path(path).expanduser().resolve()
-        name = f"follow:{where}"
+        name, hashed = f"follow:{where}", HASHED_FOLLOW + hashlib.sha256(os.fsencode(where)).hexdigest()
         try:
             check_id(name, "name")
         except InvalidInput:  # a path too long (or not UTF-8) to be an id: its hash is one
-            name = "follow:sha256:" + hashlib.sha256(os.fsencode(where)).hexdigest()
+            name = hashed
         with FollowedFile(where) as f:
             cursor = self.cursor(name)
+            if cursor.revision == 0 and name != hashed:  # forget_session took the path out of its name
+                cursor = self.cursor(hashed) if self.cursor(hashed).revision else cursor
             span = tail_span(f, cursor.value, max_bytes)
             fmt = str(cursor.value.get("format") or format) if format == "auto" and not span.restarted else format
             report = IngestReport(format=fmt, source=source, parse=ParseReport(format=fmt))
@@ -591,7 +594,10 @@ class Memory:
             InvalidInput: ``session_id`` is not a non-empty string.
         """
         _require_id(session_id, "session_id")
-        return self.store.forget_session(self.namespace, session_id)
+        report = self.store.forget_session(self.namespace, session_id)
+        if report.sessions:
+            _forget_in_hook_log(self.store.url, report.sessions)
+        return report
 
     def forget_memory(self, memory_id: str) -> ForgetReport:
         """Forget one memory: its sources, entity links and index entry; entities left with nothing go too.
@@ -964,6 +970,32 @@ def migrate_store(src: str, dst: str, *, progress: Callable[[str, int], None] | 
     from .store.copy import copy_store
 
     return copy_store(src, dst, progress=progress)
+
+
+#: The file of warnings ``tortoise hook`` keeps in ``state_dir`` (with its one rotated copy, ``.1``).
+HOOK_LOG = "hooks.log"
+
+
+def _forget_in_hook_log(url: str, sessions: list[str]) -> None:
+    """Drop from the hook log beside the database every line of a forgotten session (``session=<id>`` or
+    naming it quoted), so forgetting leaves no trace of its ids there; a log that cannot be rewritten is
+    left as it is (forgetting in the database has happened)."""
+    import re
+
+    if url in ("", ":memory:") or url.startswith("file:"):
+        return
+    ids = "|".join(re.escape(s) for s in sorted(sessions, key=len, reverse=True))
+    mentions = re.compile(rf"session=(?:{ids}) |'(?:{ids})'")
+    for path in (state_dir(url) / HOOK_LOG, state_dir(url) / f"{HOOK_LOG}.1"):
+        try:
+            lines = path.read_text(encoding="utf-8", errors="surrogateescape").splitlines(keepends=True)
+            kept = [line for line in lines if not mentions.search(line)]
+            if len(kept) < len(lines):
+                part = path.with_name(path.name + ".forget")
+                part.write_text("".join(kept), encoding="utf-8", errors="surrogateescape")
+                os.replace(part, path)
+        except OSError:
+            continue
 
 
 def state_dir(db: str | None = None) -> Path:
