@@ -88,12 +88,13 @@ class FollowedFile:
                                    source=where)
         self.size = info.st_size
         self.where = where
+        self._file = os.fdopen(self._fd, "rb", buffering=0)
 
     def read(self, offset: int, size: int) -> bytes:
         """At most ``size`` bytes from ``offset`` (fewer at the end of the file)."""
         parts, got = [], 0
         while got < size:
-            part = os.pread(self._fd, min(size - got, READ_PIECE), offset + got)
+            part = self._pread(min(size - got, READ_PIECE), offset + got)
             if not part:
                 break
             parts.append(part)
@@ -104,7 +105,7 @@ class FollowedFile:
         """The offset just past the first newline in ``[start, stop)``, or -1; read in pieces."""
         at = start
         while at < stop:
-            piece = os.pread(self._fd, min(READ_PIECE, stop - at), at)
+            piece = self._pread(min(READ_PIECE, stop - at), at)
             if not piece:
                 break
             found = piece.find(b"\n")
@@ -138,8 +139,12 @@ class FollowedFile:
                 if len(carry) > MAX_LINE_BYTES:
                     carry, dropping = b"", True
 
+    def _pread(self, size: int, offset: int) -> bytes:
+        self._file.seek(offset)  # not os.pread: Windows has none
+        return self._file.read(size) or b""
+
     def close(self) -> None:
-        os.close(self._fd)
+        self._file.close()
 
     def __enter__(self) -> FollowedFile:
         return self
