@@ -23,6 +23,7 @@ ANY_TEXT = st.text(st.characters(min_codepoint=0, max_codepoint=0x10FFFF, blackl
 HOSTILE_ALPHABET = (
     list("ref:REF()[]{}<>\"'`\n\r\t ,.-_0123456789tm") + list(_SKELETON) + list("⎡⎤⎣⎦⊏⊐⌜⌝⌞⌟˂˃ᐸᐳᚲ❨❩❲❳〔〕﴾﴿［］｢｣«»‹›“”„″〃״")
     + ["\u200b", "\u200e", "\u202e", "\u2028", "\u0301", "\u0334", "\ufe30", "\uff1a", "\u2236", "\ud800", "…", "ǝ"]
+    + ["\u3164", "\u2800", "\u115f", "\uffa0", "ƒ", "ɍ", "ɇ", "፡", "⦂", "\u2806", "ꞧ", "ᶂ"]
     + [MEMORY_BLOCK_MARKER, MEMORY_BLOCK_END, "ref:t_0123456789abcdef0123", "SYSTEM:", "SUPERSEDED", "xref:", "rеf:"]
 )
 HOSTILE_TEXT = st.lists(st.sampled_from(HOSTILE_ALPHABET), max_size=40).map("".join)
