@@ -186,7 +186,7 @@ def _isatty(stream: Any) -> bool:
 
 
 class _Escaping:
-    """A text stream writing each unprintable character (but newline and tab) as its ``\\u`` escape."""
+    """A text stream writing each unprintable character (but ``_TERMINAL_CONTROLS``) as its ``\\u`` escape."""
 
     def __init__(self, stream: Any) -> None:
         self._stream = stream
@@ -201,13 +201,16 @@ class _Escaping:
 class _UnsafeTable(dict):  # type: ignore[type-arg]
     def __missing__(self, cp: int) -> str:
         ch = chr(cp)
-        out = ch if ch in "\n\t" or unicodedata.category(ch) not in ("Cc", "Cf", "Cs", "Zl", "Zp") \
+        out = ch if ch in _TERMINAL_CONTROLS or unicodedata.category(ch) not in ("Cc", "Cf", "Cs", "Zl", "Zp") \
             else f"\\u{cp:04x}" if cp <= 0xFFFF else f"\\U{cp:08x}"
         self[cp] = out
         return out
 
 
 _UNSAFE = _UnsafeTable()
+#: Controls the command line itself writes to a terminal: line ends, tabs, and the carriage return and
+#: escape sequences of rich's tables and progress bars (a stored ESC therefore still reaches a terminal).
+_TERMINAL_CONTROLS = "\n\t\r\x1b"
 
 
 def _stdin_bytes() -> bytes:
