@@ -87,15 +87,23 @@ def handle_event(
     if name == "UserPromptSubmit":
         if transcript:
             try:
-                mem.follow(transcript, "claude-code", extract=False, max_bytes=max_bytes)
+                _follow(mem, transcript, session_id, False, max_bytes)
             except (TortoiseError, OSError) as exc:  # the block can still be built from what is stored
                 log.warning("transcript not captured: %s", exc)
         prompt = _text(event.get("prompt"))
         return _prompt_context(mem, session_id, prompt, budget, max_tokens, time_budget_ms) if prompt else None
     if name in CAPTURE_EVENTS:
         for path in dict.fromkeys(p for p in (transcript, _text(event.get("agent_transcript_path"))) if p):
-            mem.follow(path, "claude-code", extract="background", max_bytes=max_bytes)
+            _follow(mem, path, session_id, "background", max_bytes)
     return None
+
+
+def _follow(mem: Memory, path: str, session_id: str | None, extract: Any, max_bytes: int | None) -> None:
+    """What is new in ``path`` (a regular file, read in pieces), captured for the event's session only:
+    lines of another session (another transcript, another app's JSONL) are left out and logged."""
+    report = mem.follow(path, "claude-code", extract=extract, max_bytes=max_bytes, only_session=session_id)
+    for error in report.errors:
+        log.warning("%s", error.message)
 
 
 def _prompt_context(

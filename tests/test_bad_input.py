@@ -6,6 +6,8 @@ base (``TypeError`` for a wrong type, ``ValueError`` for a wrong value) it is al
 
 from __future__ import annotations
 
+import itertools
+import math
 import random
 from datetime import datetime, timezone
 
@@ -16,6 +18,7 @@ from tortoise_sdk import ConfigError, InvalidInput, InvalidType, Memory, Tortois
 from tortoise_sdk.validate import MAX_ID_BYTES, MAX_JSON_DEPTH
 
 OK = [{"role": "user", "content": "my kayak is red"}]
+SESSIONS = [{"session_id": "s", "turns": OK}]
 
 
 def turn(**fields):
@@ -118,6 +121,31 @@ ROWS = [
      "value.at", TypeError),
     ("cursor value deep", lambda m: m.save_cursor("c", nested(MAX_JSON_DEPTH + 1), revision=0), InvalidInput,
      "value", ValueError),
+    # issue 24: what the attack run found raising untyped errors, storing wrong, or writing before refusing
+    ("cursor revision 2**63", lambda m: m.save_cursor("c", {"a": 1}, revision=2**63), InvalidInput, "revision",
+     ValueError),
+    ("ingest([5, None])", lambda m: m.ingest([5, None]), InvalidType, "path_or_lines[0]", TypeError),
+    ("ingest(None)", lambda m: m.ingest(None), InvalidType, "path_or_lines", TypeError),
+    ("follow(max_bytes='x')", lambda m: m.follow("no-such-file.jsonl", max_bytes="x"), InvalidType, "max_bytes",
+     TypeError),
+    ("capture_many(chunk_size='5')", lambda m: m.capture_many(SESSIONS, chunk_size="5"), InvalidType, "chunk_size",
+     TypeError),
+    ("capture_many(chunk_size=-1)", lambda m: m.capture_many(SESSIONS, chunk_size=-1), InvalidInput, "chunk_size",
+     ValueError),
+    ("capture_many(progress=5)", lambda m: m.capture_many(SESSIONS, progress=5), InvalidType, "progress", TypeError),
+    ("subagent_health(session_id=0)", lambda m: m.subagent_health(session_id=0), InvalidType, "session_id",
+     TypeError),
+    ("surrogate tombstones()", lambda m: m.tombstones(session_id=S), InvalidInput, "session_id", ValueError),
+    ("bytes name", lambda m: m.capture("s", turn(name=b"Bob")), InvalidType, "turns[0].name", TypeError),
+    ("bytes turn id", lambda m: m.capture("s", turn(id=b"m1")), InvalidType, "turns[0].id", TypeError),
+    ("bytes timestamp", lambda m: m.capture("s", turn(timestamp=b"2024-01-01")), InvalidType, "turns[0].timestamp",
+     TypeError),
+    ("long sub-agent session id", lambda m: m.record_subagent({"session_id": TOO_LONG, "tool_call_id": "t1"}),
+     InvalidInput, "session_id", ValueError),
+    ("long sub-agent tool call id", lambda m: m.record_subagent({"session_id": "s", "tool_call_id": TOO_LONG}),
+     InvalidInput, "tool_call_id", ValueError),
+    ("endless turns", lambda m: m.capture("s", itertools.repeat(OK[0])), InvalidInput, "turns", ValueError),
+    ("forget a 10 MB id", lambda m: m.forget_session("x" * 10_000_000), InvalidInput, "session_id", ValueError),
 ]
 
 
@@ -136,7 +164,7 @@ def mem(request, tmp_path):
 
 
 def _written(m: Memory):
-    return m.sessions(), m.receipts(), m.cursor("c")
+    return m.sessions(), m.receipts(), m.cursor("c"), m.subagents()
 
 
 @pytest.mark.parametrize(("call", "error", "field", "builtin"), [r[1:] for r in ROWS], ids=[r[0] for r in ROWS])
@@ -149,6 +177,29 @@ def test_bad_input_is_a_typed_error_naming_its_field(mem, call, error, field, bu
     assert isinstance(raised.value, (TortoiseError, builtin))
     assert str(raised.value).startswith(f"{field}: ")
     assert _written(mem) == before
+
+
+CONSTRUCTOR = [(field, value) for field in ("max_turns_per_capture", "chunk_turns", "concurrency", "extract_every")
+               for value in ("5", None, math.nan, 2.5, True, 0)] + [
+    (field, value) for field in ("idle_s", "breaker_s", "job_retry_s", "store_timeout_s")
+    for value in ("5", math.nan, math.inf, -1, True)] + [("db", 5), ("db", b"m.db")]
+
+
+@pytest.mark.parametrize(("field", "value"), CONSTRUCTOR, ids=[f"{f}={v!r}" for f, v in CONSTRUCTOR])
+def test_a_bad_constructor_argument_is_a_config_error_naming_it(tmp_path, field, value):
+    """Strings, None and nan were compared (``'<' not supported``) or accepted (nan lifted the limit)."""
+    args = {"db": str(tmp_path / "m.db"), field: value}
+    with pytest.raises(ConfigError) as raised:
+        Memory(**args)
+    assert raised.value.field == field and str(raised.value).startswith(f"{field} ")
+    assert not (tmp_path / "m.db").exists()
+
+
+@pytest.mark.parametrize("args", [{"time_budget_ms": "50"}, {"time_budget_ms": math.nan}, {"session_id": 5},
+                                  {"session_id": S}, {"budget": "3"}, {"max_tokens": None}])
+def test_context_never_raises_on_bad_arguments_it_degrades(mem, args):
+    block = mem.context([{"role": "user", "content": "my kayak?"}], **args)
+    assert block.block == "" and block.degraded_reason is not None
 
 
 @pytest.mark.parametrize("namespace", [S, TOO_LONG, "a\x00"])

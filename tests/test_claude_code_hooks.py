@@ -487,3 +487,66 @@ def test_uninstall_with_nothing_of_ours_writes_nothing(tmp_path, capsys) -> None
     assert main(["hooks", "uninstall", "--project", str(tmp_path)]) == 0
     assert settings.read_text() == json.dumps(OTHER_HOOKS)
     assert "not found in" in capsys.readouterr().err
+
+
+# -- what a transcript path may point at (issue 24) -------------------------------------------------
+
+
+def _at_most_1_gb() -> None:  # a hook that read a device whole would fail here, not swap the machine
+    import resource
+    resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+@pytest.mark.parametrize("event", ["UserPromptSubmit", "Stop"])
+@pytest.mark.parametrize("target", ["/dev/zero", "/dev/urandom", "a FIFO", "a directory"])
+def test_a_transcript_path_that_is_not_a_regular_file_is_refused_unread(tmp_path, target, event) -> None:
+    """/dev/zero reached 5.7 GB before the kill; a FIFO with no writer blocked until the time limit."""
+    path = {"a FIFO": tmp_path / "fifo", "a directory": tmp_path}.get(target, Path(target))
+    if target == "a FIFO":
+        os.mkfifo(path)
+    started = time.monotonic()
+    proc = subprocess.run([TORTOISE, "--db", str(tmp_path / "m.db"), "hook"], capture_output=True, text=True,
+                          input=json.dumps(payload(event, "s", path, prompt="hello")), timeout=60,
+                          preexec_fn=_at_most_1_gb)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, "", "")
+    assert time.monotonic() - started < 8  # under the hook's own limit: nothing waited for it
+    assert "is not a regular file" in (tmp_path / "hooks.log").read_text()
+
+
+def test_follow_reads_a_large_transcript_in_pieces(tmp_path) -> None:
+    """Only the new lines are held: the earlier part of a long file is read a piece at a time (a 200 MB
+    transcript cost 262-313 MB on every hook call)."""
+    import tracemalloc
+
+    big = tmp_path / "big.jsonl"
+    with big.open("wb") as f:
+        for i in range(12_000):  # about 30 MB of earlier lines
+            f.write(json.dumps({"type": "file-history-snapshot", "messageId": f"u{i}", "snapshot": "x" * 2400})
+                    .encode() + b"\n")
+    with Memory(str(tmp_path / "m.db")) as mem:
+        mem.follow(big, "claude-code")
+        with big.open("ab") as f:
+            f.write(SHORT.read_bytes())
+        tracemalloc.start()
+        report = mem.follow(big, "claude-code", max_bytes=1 << 20)
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+    assert report.turns_stored > 0
+    assert peak < 16 << 20, f"{peak / 2**20:.0f} MiB held for a {big.stat().st_size / 2**20:.0f} MiB file"
+
+
+def test_lines_of_another_session_are_not_captured_and_are_logged(monkeypatch, capsys, tmp_path) -> None:
+    """A transcript holding another session's lines (or another app's JSONL shaped like one) is not captured
+    under that session's id: only the event's session (and its sub-agents) is."""
+    other = [json.dumps({**obj, "sessionId": "other-session", "uuid": f"o-{obj.get('uuid')}"})
+             if isinstance(obj := json.loads(line), dict) and "sessionId" in obj else line
+             for line in SHORT.read_text().splitlines()]
+    mixed = tmp_path / "mixed.jsonl"
+    mixed.write_text("\n".join(other) + "\n" + SHORT.read_text())
+    db = tmp_path / "m.db"
+    run_hook(monkeypatch, capsys, db, payload("Stop", SHORT_SESSION, mixed))
+    with Memory(str(db)) as mem, Memory(str(tmp_path / "whole.db")) as whole:
+        whole.ingest(SHORT)
+        assert stored_turns(mem) == stored_turns(whole)
+    assert "lines of session 'other-session' not captured" in (tmp_path / "hooks.log").read_text()

@@ -8,6 +8,7 @@ the exit code and a piece of the one line the user reads.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -49,8 +50,16 @@ BAD = [
     ("missing file", "capture {missing}/turns.jsonl --session s", 2, "cannot read file: No such file or directory"),
     ("a directory", "capture {tmp} --session s", 2, "cannot read file: Is a directory"),
     ("binary window", "context --window {f:binary.bin}", 2, "a binary file"),
+    # files that never end or never open (issue 24: they ran until killed)
+    ("/dev/zero", "capture /dev/zero --session s", 2, "/dev/zero: not a regular file (a device, a FIFO"),
+    ("a FIFO", "capture {fifo} --session s", 2, "fifo: not a regular file"),
+    ("a FIFO window", "context --window {fifo}", 2, "fifo: not a regular file"),
+    ("eval on a binary file", "eval locomo {f:binary.bin} --answer-from-block --judge exact", 2,
+     "binary.bin: not UTF-8 JSON (byte 0x80 at offset 138)"),
+    ("export to /proc/version", "export /proc/version", 2, "tortoise: /proc/version: "),
     # the database: not one, or not there (read commands create nothing)
     ("--db not a database", "--db {f:not-a-db.db} search helix", 2, "is not a SQLite database, or is damaged"),
+    ("--db a directory", "--db {tmp} search helix", 2, "is a directory, not a database file; give a file path"),
     ("--db not a database, capture", "capture {f:ok.jsonl} --session s --db {f:not-a-db.db}", 2,
      "is not a SQLite database"),
     # numbers and names
@@ -102,7 +111,10 @@ def argv(template: str, files: dict[str, Path], tmp_path: Path, db: str | None) 
     for word in shlex.split(template):
         for name, path in files.items():
             word = word.replace(f"{{f:{name}}}", str(path))
-        words.append(word.replace("{missing}", str(tmp_path / "nowhere" / "x")).replace("{tmp}", str(tmp_path)))
+        if "{fifo}" in word and not (tmp_path / "fifo").exists():
+            os.mkfifo(tmp_path / "fifo")
+        words.append(word.replace("{missing}", str(tmp_path / "nowhere" / "x")).replace("{tmp}", str(tmp_path))
+                     .replace("{fifo}", str(tmp_path / "fifo")))
     return words if db is None or "--db" in words else ["--db", db, *words]
 
 
@@ -188,3 +200,47 @@ def test_a_replayed_capture_says_nothing_new(capsys, tmp_path, files) -> None:
     assert (code, out.splitlines()[0]) == (0, "captured 1 session(s): 2 new turn(s) of 2 received")
     code, out, _ = run(capsys, *args)
     assert (code, out) == (0, "1 session(s) replayed, nothing new: already captured under idempotency key k1\n")
+
+
+# -- what stored text may do to the terminal (issue 24) ----------------------------------------------
+
+TORTOISE = str(Path(__import__("sys").executable).with_name("tortoise"))
+
+
+def _stored_override(tmp_path: Path) -> str:
+    db = str(tmp_path / "bidi.db")
+    with Memory(db) as mem:
+        mem.capture("s", [{"role": "user", "name": "Eve\u202e", "content": "evil \u202e text about parrots \u2066x"}])
+    return db
+
+
+@pytest.mark.parametrize("terminal", ["ascii pipe", "utf-8 terminal"])
+def test_stored_bidi_overrides_neither_crash_nor_reach_a_terminal_raw(tmp_path, terminal) -> None:
+    """``PYTHONIOENCODING=ascii tortoise search`` crashed on a stored U+202E; a terminal got it raw."""
+    import subprocess
+
+    db = _stored_override(tmp_path)
+    env = {**os.environ, "PYTHONIOENCODING": "ascii" if terminal == "ascii pipe" else "utf-8"}
+    if terminal == "ascii pipe":
+        proc = subprocess.run([TORTOISE, "--db", db, "search", "parrots"], capture_output=True, env=env, timeout=60)
+        out = proc.stdout
+    else:
+        if not hasattr(os, "openpty"):
+            pytest.skip("needs a pseudo-terminal (os.openpty)")
+        primary, tty = os.openpty()
+        try:
+            proc = subprocess.run([TORTOISE, "--db", db, "search", "parrots"], stdout=tty, stderr=subprocess.PIPE,
+                                  env=env, timeout=60)
+            out = os.read(primary, 65536)
+        finally:
+            os.close(tty)
+            os.close(primary)
+    assert proc.returncode == 0 and b"Traceback" not in proc.stderr, proc.stderr
+    assert b"\\u202e text about parrots \\u2066x" in out and "\u202e".encode() not in out
+
+
+def test_piped_output_keeps_stored_text_exactly(tmp_path, capsys) -> None:
+    """Escaping is for terminals: a pipe (a program reading --json) gets the stored characters."""
+    db = _stored_override(tmp_path)
+    got, out, _ = run(capsys, "--db", db, "search", "parrots", "--json")
+    assert got == 0 and json.loads(out)["hits"][0]["content"] == "evil \u202e text about parrots \u2066x"

@@ -379,3 +379,31 @@ def test_a_read_only_store_refuses_to_forget_or_vacuum_and_keeps_everything(tmp_
         with pytest.raises(ReadOnlyStore, match="vacuum"):
             mem.vacuum()
         assert [h.content for h in mem.turns("s1")] == ["kept"]
+
+
+def test_forgetting_a_hooked_session_leaves_its_id_nowhere_and_captures_nothing_again(tmp_path, monkeypatch, capsys):
+    """Issue 24: the ``follow:`` cursor named after the transcript path (which holds the session id) and the
+    hook log's ``session=<id>`` lines outlived ``forget_session`` and ``vacuum``."""
+    from test_claude_code_hooks import SHORT, SHORT_SESSION, payload, run_hook
+
+    db = tmp_path / "m.db"
+    transcript = tmp_path / "projects" / f"{SHORT_SESSION}.jsonl"
+    transcript.parent.mkdir()
+    transcript.write_bytes(SHORT.read_bytes())
+    run_hook(monkeypatch, capsys, db, payload("Stop", SHORT_SESSION, transcript))
+    for session, path in ((SHORT_SESSION, tmp_path / "gone.jsonl"), ("other-session", tmp_path / "gone.jsonl")):
+        run_hook(monkeypatch, capsys, db, payload("UserPromptSubmit", session, path, prompt="mix phx.server?"))
+    log = tmp_path / "hooks.log"
+    assert f"session={SHORT_SESSION} " in log.read_text()
+    with Memory(str(db)) as mem:
+        assert mem.forget_session(SHORT_SESSION).removed["cursors"] >= 1
+        mem.vacuum()
+        again = mem.follow(transcript, "claude-code")  # the hook's next call: nothing captured twice
+        assert again.turns_stored == 0 and mem.sessions() == []
+    traces = {  # where the id could stay, and what it holds afterwards
+        "database files": b"".join(p.read_bytes() for p in tmp_path.glob("m.db*")),
+        "hooks.log": log.read_bytes(),
+    }
+    for where, raw in traces.items():
+        assert SHORT_SESSION.encode() not in raw, where
+    assert b"session=other-session " in traces["hooks.log"]  # other sessions' lines stay

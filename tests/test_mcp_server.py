@@ -141,3 +141,70 @@ def test_with_a_model_captures_queue_extraction_for_the_worker(tmp_path: Path) -
 
     with Memory(str(db), namespace="alice") as mem:
         assert [j.session_id for j in mem.store.jobs("alice")] == ["walk"]  # what `tortoise worker` runs
+
+
+# -- hostile requests (issue 24) ------------------------------------------------------------------------
+
+INIT = {"jsonrpc": "2.0", "id": 0, "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+
+#: (id, a request line as a client might send it, what the answer must hold)
+RAW = [
+    (1, '{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": []}', "params must be an object"),
+    (2, '{"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "memory_search", '
+        '"arguments": {"query": "\\ud800"}}}', "lone surrogate"),
+    (3, '{"jsonrpc": "2.0", "id": "x", "method": "tools/list", "params": 5}', "params must be an object"),
+    (4, '{"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {"name": "memory_search", '
+        '"arguments": {"query": "kayak", "namespace": "bob"}}}', "unknown argument(s) 'namespace'"),
+    (5, '{"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "memory_search", '
+        '"arguments": {"query": "kayak", "k": 1000}}}', "memory_search: k: Input should be less than or equal to 100"),
+]
+
+
+def test_every_request_with_an_id_is_answered_in_one_line(tmp_path: Path) -> None:
+    """The SDK's transport dropped what it could not parse: the client waited for its timeout."""
+    import json
+    import subprocess
+
+    lines = [json.dumps(INIT), '{"jsonrpc": "2.0", "method": "notifications/initialized"}', *(r[1] for r in RAW)]
+    import os
+    import select
+    import time
+
+    proc = subprocess.Popen([TORTOISE, "mcp", "--db", str(tmp_path / "m.db")], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    answers: dict[Any, str] = {}
+    received = b""
+    try:
+        proc.stdin.write(("\n".join(lines) + "\n").encode())
+        proc.stdin.flush()
+        deadline = time.monotonic() + 60  # a dropped request is never answered: stop waiting at some point
+        while len(answers) < len(RAW) + 1 and time.monotonic() < deadline:
+            if select.select([proc.stdout], [], [], 1)[0]:
+                chunk = os.read(proc.stdout.fileno(), 65536)
+                if not chunk:
+                    break
+                received += chunk
+                *done, received = received.split(b"\n")
+                answers.update((json.loads(line).get("id"), line.decode()) for line in done if line.strip())
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+    by_id = {1: 1, 2: 2, 3: "x", 4: 4, 5: 5}
+    for n, _, expected in RAW:
+        assert by_id[n] in answers, f"request {by_id[n]!r} was never answered"
+        answer = answers[by_id[n]]
+        assert expected in answer and "errors.pydantic.dev" not in answer and "input_value" not in answer, answer
+
+
+def test_tools_say_what_they_do_and_the_server_its_version(tmp_path: Path) -> None:
+    from tortoise_sdk import __version__
+
+    async def scenario() -> None:
+        async with server(tmp_path / "m.db", "alice") as client:
+            tools = {t.name: t for t in (await client.list_tools()).tools}
+            assert client.server_info is not None and client.server_info.version == __version__
+            hints = {name: (t.annotations.read_only_hint, t.annotations.destructive_hint)
+                     for name, t in tools.items() if t.annotations is not None}
+            assert hints == {name: (name != "memory_capture", False) for name in TOOLS}
+    run(scenario())

@@ -12,7 +12,7 @@ from pydantic import ValidationError
 
 from .errors import InvalidInput, InvalidType
 from .models import ROLES, Diagnostic, ExtractionReport, Turn
-from .validate import check_id, check_json, check_text
+from .validate import check_id, check_json, check_text, take_at_most
 
 __all__ = ("TEXT_PART_TYPES", "CaptureRequest", "content_hash", "flatten_content", "normalize_date", "prepare_capture",
            "turn_id_for")
@@ -108,15 +108,9 @@ def prepare_capture(
         raise InvalidInput("must be a non-empty string, or None", field="idempotency_key")
     if turns is None or isinstance(turns, (str, bytes, Mapping)) or not isinstance(turns, Iterable):
         raise InvalidType(f"must be a list of turns, got {type(turns).__name__}", field="turns")
-    raw = list(turns)
+    raw = take_at_most(turns, max_turns, "turns", "split the capture or raise max_turns_per_capture")
     if not raw:
         raise InvalidInput("the conversation is empty; pass at least one turn", field="turns")
-    if len(raw) > max_turns:
-        raise InvalidInput(
-            f"{len(raw)} turns in one call exceeds the limit of {max_turns}; "
-            "split the capture or raise max_turns_per_capture",
-            field="turns",
-        )
     kept: dict[int, list[str]] = {}
     parsed = [_parse_turn(i, t, kept) for i, t in enumerate(raw)]
     for i, t in enumerate(parsed):

@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+import os
+import stat
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, Field
 
+from .errors import StreamParseError
 from .models import CaptureReceipt, Diagnostic, SubagentCounters
 from .streams.base import ParseReport
 
-__all__ = ("IngestReport", "TailSpan", "follow_state", "tail_span")
+__all__ = ("FollowedFile", "IngestReport", "TailSpan", "follow_state", "tail_span")
 
 
 class IngestReport(BaseModel):
@@ -45,6 +48,11 @@ class IngestReport(BaseModel):
 
 #: Bytes of a followed file hashed at its start and before the offset reached: a rewrite changes them.
 CHECK_BYTES = 4096
+#: Bytes ``Memory.follow`` reads at once: the lines before the offset are read in pieces this size.
+READ_PIECE = 1 << 20
+#: The longest line ``Memory.follow`` reads; a longer one is passed over (reported), so no file costs
+#: more memory than this, beside ``max_bytes``.
+MAX_LINE_BYTES = 32 << 20
 
 
 @dataclass(frozen=True)
@@ -55,32 +63,141 @@ class TailSpan:
     end: int
     restarted: bool
     skip_lines: int
+    skip: bool = False  # the one line in [start, end) is longer than MAX_LINE_BYTES: passed over, not read
 
 
-def tail_span(data: bytes, saved: Mapping[str, Any], max_bytes: int | None = None) -> TailSpan:
-    """What to read of ``data`` after the state ``follow_state`` saved: the complete lines added since.
+class FollowedFile:
+    """A regular file opened for ``Memory.follow``: read by offset, in pieces, never whole.
+
+    Raises:
+        StreamParseError: the path cannot be opened, or is not a regular file (a device, a FIFO,
+            a directory), which has no offset to keep and may never end.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        where = str(path)
+        try:
+            # O_NONBLOCK: opening a FIFO with no writer must not wait for one.
+            self._fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+        except OSError as exc:
+            raise StreamParseError(f"cannot read {where}: {exc.strerror or exc}", source=where) from exc
+        info = os.fstat(self._fd)
+        if not stat.S_ISREG(info.st_mode):
+            os.close(self._fd)
+            raise StreamParseError(f"{where} is not a regular file; follow reads transcript files only",
+                                   source=where)
+        self.size = info.st_size
+        self.where = where
+        self._file = os.fdopen(self._fd, "rb", buffering=0)
+
+    def read(self, offset: int, size: int) -> bytes:
+        """At most ``size`` bytes from ``offset`` (fewer at the end of the file)."""
+        parts, got = [], 0
+        while got < size:
+            part = self._pread(min(size - got, READ_PIECE), offset + got)
+            if not part:
+                break
+            parts.append(part)
+            got += len(part)
+        return b"".join(parts)
+
+    def find_newline(self, start: int, stop: int) -> int:
+        """The offset just past the first newline in ``[start, stop)``, or -1; read in pieces."""
+        at = start
+        while at < stop:
+            piece = self._pread(min(READ_PIECE, stop - at), at)
+            if not piece:
+                break
+            found = piece.find(b"\n")
+            if found >= 0:
+                return at + found + 1
+            at += len(piece)
+        return -1
+
+    def rfind_newline(self, start: int, stop: int) -> int:
+        """The offset just past the last newline in ``[start, stop)``, or -1; read backwards in pieces."""
+        at = stop
+        while at > start:
+            low = max(start, at - READ_PIECE)
+            found = self.read(low, at - low).rfind(b"\n")
+            if found >= 0:
+                return low + found + 1
+            at = low
+        return -1
+
+    def lines(self, stop: int) -> Iterator[bytes]:
+        """The lines of ``[0, stop)`` (which ends after a newline), one at a time; a line longer than
+        ``MAX_LINE_BYTES`` is given as ``b""`` so the numbering holds."""
+        carry, dropping = b"", False
+        for piece in _pieces(self, stop):
+            *complete, last = piece.split(b"\n")
+            for part in complete:
+                yield b"" if dropping else carry + part
+                carry, dropping = b"", False
+            if not dropping:
+                carry += last
+                if len(carry) > MAX_LINE_BYTES:
+                    carry, dropping = b"", True
+
+    def _pread(self, size: int, offset: int) -> bytes:
+        self._file.seek(offset)  # not os.pread: Windows has none
+        return self._file.read(size) or b""
+
+    def close(self) -> None:
+        self._file.close()
+
+    def __enter__(self) -> FollowedFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def tail_span(f: FollowedFile, saved: Mapping[str, Any], max_bytes: int | None = None) -> TailSpan:
+    """What to read of ``f`` after the state ``follow_state`` saved: the complete lines added since.
 
     A file shorter than the saved offset, or whose bytes before it changed, is read from its
     start (``restarted``). ``end`` stops after the last newline (a line still being written
-    waits), and within ``max_bytes`` of ``start`` when given (but always after one whole line).
+    waits), and within ``max_bytes`` of ``start`` when given (but always after one whole line,
+    unless that line is longer than ``MAX_LINE_BYTES``: then ``skip`` is set and it is passed over).
     """
     start = saved.get("offset", 0)
     start = start if isinstance(start, int) and start >= 0 else 0
-    restarted = start > len(data) or (start > 0 and saved.get("check") != _prefix_check(data, start))
+    restarted = start > f.size or (start > 0 and saved.get("check") != _prefix_check(f, start))
     if restarted:
         start = 0
-    end = data.rfind(b"\n", start) + 1 or start
-    if max_bytes is not None and end - start > max_bytes:
-        end = data.rfind(b"\n", start, start + max_bytes) + 1 or data.find(b"\n", start) + 1
-    return TailSpan(start, end, restarted, data.count(b"\n", 0, start))
+    window = f.size - start if max_bytes is None else min(f.size - start, max_bytes)
+    end = f.rfind_newline(start, start + window)
+    end = start if end < 0 else end
+    skip = False
+    if end == start and window < f.size - start:  # one line longer than max_bytes: read it whole, if it is not huge
+        past = f.find_newline(start + window, f.size)
+        if past > 0:
+            end, skip = past, past - start > MAX_LINE_BYTES
+    lines = saved.get("lines")
+    if restarted or not isinstance(lines, int) or lines < 0:
+        lines = sum(piece.count(b"\n") for piece in _pieces(f, start))
+    return TailSpan(start, end, restarted, lines, skip)
 
 
-def follow_state(data: bytes, end: int, format: str) -> dict[str, Any]:
-    """The state to save after reading ``data`` up to ``end``: the offset, a check of the bytes before it, the format."""
-    return {"offset": end, "check": _prefix_check(data, end), "format": format}
+def follow_state(f: FollowedFile, span: TailSpan, format: str, lines_read: int) -> dict[str, Any]:
+    """The state to save after reading ``f`` up to ``span.end``: the offset, a check of the bytes before it,
+    the number of lines before it, the format."""
+    return {"offset": span.end, "check": _prefix_check(f, span.end), "format": format,
+            "lines": span.skip_lines + lines_read}
 
 
-def _prefix_check(data: bytes, offset: int) -> str:
+def _pieces(f: FollowedFile, stop: int) -> Iterator[bytes]:
+    at = 0
+    while at < stop:
+        piece = f.read(at, min(READ_PIECE, stop - at))
+        if not piece:
+            return
+        at += len(piece)
+        yield piece
+
+
+def _prefix_check(f: FollowedFile, offset: int) -> str:
     """A digest of the first and the last ``CHECK_BYTES`` bytes before ``offset``."""
-    head, tail = data[: min(offset, CHECK_BYTES)], data[max(0, offset - CHECK_BYTES): offset]
+    head, tail = f.read(0, min(offset, CHECK_BYTES)), f.read(max(0, offset - CHECK_BYTES), min(offset, CHECK_BYTES))
     return hashlib.sha256(b"%d:" % offset + head + b"\x00" + tail).hexdigest()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
 import logging
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -49,7 +50,18 @@ from . import reflex
 from .search import MAX_SEARCH_K, content_terms, rank_hits
 from .store import Store, open_store
 from .store.deadline import DEFAULT_STORE_TIMEOUT_S
-from .validate import check_id, check_json
+from .store.forget import HASHED_FOLLOW
+from .validate import (
+    MAX_REVISION,
+    check_callable,
+    check_count,
+    check_db,
+    check_id,
+    check_ids,
+    check_json,
+    check_lines,
+    check_number,
+)
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -159,23 +171,17 @@ class Memory:
             check_id(namespace, "namespace")
         except InvalidInput as exc:
             raise ConfigError(str(exc), field="namespace") from None
-        if max_turns_per_capture < 1:
-            raise ConfigError("max_turns_per_capture must be at least 1")
+        db = check_db(db)
+        for field, count in (("max_turns_per_capture", max_turns_per_capture), ("chunk_turns", chunk_turns),
+                             ("concurrency", concurrency), ("extract_every", extract_every)):
+            check_count(count, field, error=ConfigError)
+        for field, seconds in (("idle_s", idle_s), ("breaker_s", breaker_s), ("job_retry_s", job_retry_s)):
+            check_number(seconds, field, error=ConfigError)
         self.namespace = namespace
         self.max_turns_per_capture = max_turns_per_capture
-        if chunk_turns < 1 or concurrency < 1:
-            raise ConfigError("chunk_turns and concurrency must be at least 1")
-        if not isinstance(extract_every, int) or extract_every < 1 or not idle_s >= 0:
-            raise ConfigError("extract_every must be an integer of at least 1 and idle_s a number of seconds >= 0, "
-                              "e.g. Memory(extract_every=20, idle_s=300)",
-                              field="extract_every" if not isinstance(extract_every, int) or extract_every < 1
-                              else "idle_s")
         self.extract_every = extract_every
         self.idle_s = float(idle_s)
         self.model = model or env_model()
-        if not breaker_s >= 0 or not job_retry_s >= 0:
-            raise ConfigError("breaker_s and job_retry_s are seconds >= 0, e.g. Memory(breaker_s=60, job_retry_s=30)",
-                              field="breaker_s" if not breaker_s >= 0 else "job_retry_s")
         self.breaker_s = float(breaker_s)
         self.job_retry_s = float(job_retry_s)
         self._breaker: CircuitBreaker | None = None
@@ -186,10 +192,7 @@ class Memory:
         self.chunk_turns = chunk_turns
         self.concurrency = concurrency
         self.vet = vet
-        if store_timeout_s is not None and (isinstance(store_timeout_s, bool) or not isinstance(store_timeout_s, (int, float))
-                                            or not 0 < store_timeout_s < float("inf")):
-            raise ConfigError(f"store_timeout_s must be a number of seconds above 0, got {store_timeout_s!r}, "
-                              "e.g. Memory(store_timeout_s=5)", field="store_timeout_s")
+        check_number(store_timeout_s, "store_timeout_s", above=True, optional=True, error=ConfigError)
         bound = DEFAULT_STORE_TIMEOUT_S if store_timeout_s is None else float(store_timeout_s)
         self.request_timeout_s = _request_timeout(request_timeout_s, self._model_settings)
         self._model_settings["timeout_s"] = self.request_timeout_s
@@ -270,6 +273,8 @@ class Memory:
             InvalidInput: a bad session, named ``sessions[i]``; nothing was written.
             CaptureConflict, IdempotencyConflict: as in ``capture``.
         """
+        check_count(chunk_size, "chunk_size", optional=True)
+        check_callable(progress, "progress")
         requests = _prepare_sessions(sessions, self.max_turns_per_capture)
         skipped = self._report_before_writing(extract)
         for request in requests:
@@ -399,6 +404,7 @@ class Memory:
         """
         from .streams.base import AGENT_TOOL_NAMES, parse_time
 
+        check_id(session_id, "session_id", optional=True)
         at = since if isinstance(since, datetime) or since is None else parse_time(since)
         if since is not None and at is None:
             raise InvalidInput(f"{since!r} is not a time; give ISO 8601, e.g. 2026-02-01T00:00:00Z", field="since")
@@ -425,6 +431,7 @@ class Memory:
             except ValidationError as exc:
                 first = exc.errors()[0]
                 raise InvalidInput(first["msg"], field=".".join(str(p) for p in first["loc"]) or "frame") from None
+        check_ids({field: getattr(frame, field) for field in _FRAME_IDS})  # what subagents() reads back by
         return self._subagent_recorder().record(frame)
 
     def subagent_handler(self, session_id: str | None = None, **options: Any) -> Any:
@@ -470,9 +477,11 @@ class Memory:
         """
         from .streams import parse_stream
 
+        check_id(session_id, "session_id", optional=True)
         if isinstance(path_or_lines, (str, os.PathLike)):
             _refuse_open_database(path_or_lines)
-        parsed = parse_stream(path_or_lines, format, source=source, session_id=session_id)
+        parsed = parse_stream(check_lines(path_or_lines, "path_or_lines"), format, source=source,
+                              session_id=session_id)
         return self._ingest_parsed(parsed, source, extract)
 
     def follow(
@@ -484,6 +493,7 @@ class Memory:
         session_id: str | None = None,
         extract: ExtractMode = None,
         max_bytes: int | None = None,
+        only_session: str | None = None,
     ) -> IngestReport:
         """Ingest what a growing transcript gained since the last ``follow`` of the same file.
 
@@ -497,40 +507,51 @@ class Memory:
         already stored are skipped, so nothing is captured twice. With ``max_bytes``, at most
         that many bytes of new lines are read (always at least one line); the rest waits for the
         next call, so a caller with a time limit still makes progress through a long file.
-        Other arguments as for ``ingest``.
+        The file is read in pieces, never whole: its earlier lines one at a time, the new ones
+        within ``max_bytes``; a line longer than ``ingest.MAX_LINE_BYTES`` is passed over (in
+        ``report.parse.skipped``). With ``only_session``, lines of any other session (and its
+        sub-agents) are not captured: each such session is an ``other_session`` entry of
+        ``report.errors``. Other arguments as for ``ingest``.
 
         Raises:
             ConfigError: unknown ``format``.
-            StreamParseError: the file cannot be read.
+            StreamParseError: the file cannot be read, or is not a regular file (a device, a FIFO).
         """
         from pathlib import Path
 
-        from .errors import StreamParseError
-        from .ingest import IngestReport, follow_state, tail_span
+        from .ingest import MAX_LINE_BYTES, FollowedFile, IngestReport, follow_state, tail_span
         from .streams import parse_stream
-        from .streams.base import ParseReport
+        from .streams.base import ParseReport, SkippedLine
 
+        check_ids({"session_id": session_id, "only_session": only_session})
+        check_count(max_bytes, "max_bytes", optional=True)
         where = Path(path).expanduser().resolve()
         _refuse_open_database(where)
-        try:
-            data = where.read_bytes()
-        except OSError as exc:
-            raise StreamParseError(f"cannot read {where}: {exc.strerror or exc}", source=str(where)) from exc
-        name = f"follow:{where}"
+        name, hashed = f"follow:{where}", HASHED_FOLLOW + hashlib.sha256(os.fsencode(where)).hexdigest()
         try:
             check_id(name, "name")
         except InvalidInput:  # a path too long (or not UTF-8) to be an id: its hash is one
-            name = "follow:sha256:" + hashlib.sha256(os.fsencode(where)).hexdigest()
-        cursor = self.cursor(name)
-        span = tail_span(data, cursor.value, max_bytes)
-        fmt = str(cursor.value.get("format") or format) if format == "auto" and not span.restarted else format
-        if span.end > span.start:
-            parsed = parse_stream(data[:span.end].splitlines(), fmt, source=source, session_id=session_id,
-                                  skip_lines=span.skip_lines)
-            report = self._ingest_parsed(parsed, source, extract)
-            self.save_cursor(cursor.name, follow_state(data, span.end, parsed.format), revision=cursor.revision)
-        else:
+            name = hashed
+        with FollowedFile(where) as f:
+            cursor = self.cursor(name)
+            if cursor.revision == 0 and name != hashed:  # forget_session took the path out of its name
+                cursor = self.cursor(hashed) if self.cursor(hashed).revision else cursor
+            span = tail_span(f, cursor.value, max_bytes)
+            fmt = str(cursor.value.get("format") or format) if format == "auto" and not span.restarted else format
             report = IngestReport(format=fmt, source=source, parse=ParseReport(format=fmt))
+            if span.skip:
+                report.parse.skipped.append(SkippedLine(line=span.skip_lines + 1, type="unknown",
+                                                        reason=f"line longer than {MAX_LINE_BYTES} bytes"))
+                self.save_cursor(cursor.name, follow_state(f, span, fmt, 1), revision=cursor.revision)
+            elif span.end > span.start:
+                new = f.read(span.start, span.end - span.start)
+                parsed = parse_stream(itertools.chain(f.lines(span.start), new.split(b"\n")[:-1]), fmt, source=source,
+                                      session_id=session_id, skip_lines=span.skip_lines)
+                others = _other_sessions(parsed, only_session)
+                report = self._ingest_parsed(parsed, source, extract)
+                report.errors.extend(others)
+                self.save_cursor(cursor.name, follow_state(f, span, parsed.format, new.count(b"\n")),
+                                 revision=cursor.revision)
         report.start_offset, report.end_offset, report.restarted = span.start, max(span.end, span.start), span.restarted
         return report
 
@@ -590,7 +611,10 @@ class Memory:
             InvalidInput: ``session_id`` is not a non-empty string.
         """
         _require_id(session_id, "session_id")
-        return self.store.forget_session(self.namespace, session_id)
+        report = self.store.forget_session(self.namespace, session_id)
+        if report.sessions:
+            _forget_in_hook_log(self.store.url, report.sessions)
+        return report
 
     def forget_memory(self, memory_id: str) -> ForgetReport:
         """Forget one memory: its sources, entity links and index entry; entities left with nothing go too.
@@ -610,6 +634,7 @@ class Memory:
 
         A tombstone holds a hash of the forgotten id, never the id: look one up by passing the id.
         """
+        check_ids({"session_id": session_id, "memory_id": memory_id})
         if session_id is not None and memory_id is not None:
             raise InvalidInput("pass session_id or memory_id, not both", field="memory_id")
         subject, subject_id = ("session", session_id) if session_id is not None else ("memory", memory_id)
@@ -644,7 +669,7 @@ class Memory:
         if not isinstance(value, Mapping):
             raise InvalidType(f"must be a JSON object (a dict), got {type(value).__name__}", field="value")
         check_json(dict(value), "value")
-        if isinstance(revision, bool) or not isinstance(revision, int) or revision < 0:
+        if isinstance(revision, bool) or not isinstance(revision, int) or not 0 <= revision <= MAX_REVISION:
             raise InvalidInput(f"must be the revision read with cursor(name), got {revision!r}", field="revision")
         return self.store.put_cursor(self.namespace, name, value, revision)
 
@@ -978,9 +1003,31 @@ def _evidence_count(request: Any, stored: int) -> int:
     return min(stored, sum(1 for t in request.turns if is_evidence(t, t.metadata)))
 
 
+#: The ids of a sub-agent frame, each kept and looked up like any id (``validate.MAX_ID_BYTES``).
+_FRAME_IDS = ("session_id", "tool_call_id", "agent_execution_id", "parent_tool_call_id", "turn_external_id",
+              "agent_id", "child_session_id")
+
+
+def _other_sessions(parsed: ParsedStream, only: str | None) -> list[Diagnostic]:
+    """Take out of ``parsed`` every session but ``only`` and its sub-agents' (``only:…``); one diagnostic each."""
+    if only is None:
+        return []
+    ours = lambda sid: sid == only or (sid or "").startswith(f"{only}:")  # noqa: E731
+    others = sorted({sid for sid in parsed.sessions if not ours(sid)}
+                    | {f.session_id for f in parsed.frames if f.session_id and not ours(f.session_id)})
+    for sid in others:
+        parsed.sessions.pop(sid, None)
+    parsed.frames = [f for f in parsed.frames if not f.session_id or ours(f.session_id)]
+    parsed.events = [e for e in parsed.events if ours(e.session_id)]
+    return [Diagnostic(stage="capture", code="other_session", detail={"session_id": sid},
+                       message=f"lines of session {sid!r} not captured: this transcript was followed for {only!r}")
+            for sid in others]
+
+
 def _require_id(value: Any, field: str) -> None:
     if not isinstance(value, str) or not value.strip():
         raise InvalidInput("must be a non-empty string", field=field)
+    check_id(value, field)  # no stored id is longer: a 10 MB one is refused before the database reads it
 
 
 def migrate_store(src: str, dst: str, *, progress: Callable[[str, int], None] | None = None) -> CopyReport:
@@ -992,6 +1039,32 @@ def migrate_store(src: str, dst: str, *, progress: Callable[[str, int], None] | 
     from .store.copy import copy_store
 
     return copy_store(src, dst, progress=progress)
+
+
+#: The file of warnings ``tortoise hook`` keeps in ``state_dir`` (with its one rotated copy, ``.1``).
+HOOK_LOG = "hooks.log"
+
+
+def _forget_in_hook_log(url: str, sessions: list[str]) -> None:
+    """Drop from the hook log beside the database every line of a forgotten session (``session=<id>`` or
+    naming it quoted), so forgetting leaves no trace of its ids there; a log that cannot be rewritten is
+    left as it is (forgetting in the database has happened)."""
+    import re
+
+    if url in ("", ":memory:") or url.startswith("file:"):
+        return
+    ids = "|".join(re.escape(s) for s in sorted(sessions, key=len, reverse=True))
+    mentions = re.compile(rf"session=(?:{ids}) |'(?:{ids})'")
+    for path in (state_dir(url) / HOOK_LOG, state_dir(url) / f"{HOOK_LOG}.1"):
+        try:
+            lines = path.read_text(encoding="utf-8", errors="surrogateescape").splitlines(keepends=True)
+            kept = [line for line in lines if not mentions.search(line)]
+            if len(kept) < len(lines):
+                part = path.with_name(path.name + ".forget")
+                part.write_text("".join(kept), encoding="utf-8", errors="surrogateescape")
+                os.replace(part, path)
+        except OSError:
+            continue
 
 
 def state_dir(db: str | None = None) -> Path:

@@ -81,9 +81,9 @@ class Turn(BaseModel):
 
     role: Role = Field(description="Who spoke: user, assistant, system or tool.")
     content: StrictStr = Field(description="The message text, stored whole.")
-    name: str | None = Field(default=None, description="Speaker name, e.g. 'Caroline'.")
-    id: str | None = Field(default=None, description="The caller's message id (its identity on re-capture).")
-    timestamp: str | None = Field(default=None, description="When the turn was said (ISO 8601), if known.")
+    name: StrictStr | None = Field(default=None, description="Speaker name, e.g. 'Caroline'.")
+    id: StrictStr | None = Field(default=None, description="The caller's message id (its identity on re-capture).")
+    timestamp: StrictStr | None = Field(default=None, description="When the turn was said (ISO 8601), if known.")
     metadata: dict[str, Any] | None = Field(default=None, description="Free-form caller data, kept verbatim.")
 
 

@@ -8,17 +8,37 @@ UTF-8 (three ids share one PostgreSQL index row, whose limit is about 2.7 KB); t
 
 from __future__ import annotations
 
+import itertools
 import math
+import os
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from .errors import InvalidInput, InvalidType
+from .errors import ConfigError, InvalidInput, InvalidType, TortoiseError
 
-__all__ = ("MAX_ID_BYTES", "MAX_JSON_DEPTH", "check_id", "check_json", "check_text", "not_unicode")
+__all__ = (
+    "MAX_ID_BYTES",
+    "MAX_JSON_DEPTH",
+    "MAX_REVISION",
+    "check_callable",
+    "check_count",
+    "check_db",
+    "check_id",
+    "check_ids",
+    "check_json",
+    "check_lines",
+    "check_number",
+    "check_text",
+    "not_unicode",
+    "take_at_most",
+)
 
 #: The longest id (namespace, session id, turn id, idempotency key, cursor name, pointer id ...), in UTF-8 bytes.
 MAX_ID_BYTES = 512
 #: The deepest nesting of dicts and lists accepted in turn metadata and cursor values.
 MAX_JSON_DEPTH = 100
+#: The largest cursor revision (both engines keep it in a signed 64-bit integer).
+MAX_REVISION = 2**63 - 1
 
 
 def check_text(value: str, field: str) -> str:
@@ -45,6 +65,97 @@ def check_id(value: Any, field: str, *, optional: bool = False) -> Any:
         raise InvalidInput(f"is {size} bytes long; an id is at most {MAX_ID_BYTES} bytes of UTF-8 "
                            "(use a shorter id, e.g. a hash of this one)", field=field)
     return value
+
+
+def check_ids(values: Mapping[str, Any], *, optional: bool = True) -> None:
+    """``check_id`` on each ``field: value`` of ``values`` (each may be None when ``optional``)."""
+    for field, value in values.items():
+        check_id(value, field, optional=optional)
+
+
+def check_count(value: Any, field: str, *, low: int = 1, high: int | None = None, optional: bool = False,
+                error: type[TortoiseError] | None = None) -> Any:
+    """``value`` if it is a whole number (not a bool, not a float such as ``nan``) from ``low`` to ``high``.
+
+    ``error``: the class raised (default ``InvalidType`` for a wrong type, ``InvalidInput`` for a
+    wrong value); a constructor passes ``ConfigError``.
+    """
+    if value is None and optional:
+        return None
+    wanted = f"from {low} to {high:,}" if high is not None else f"of at least {low}"
+    if isinstance(value, bool) or not isinstance(value, int):
+        _refuse(error or InvalidType, field, f"must be a whole number {wanted}, got {type(value).__name__} "
+                                             f"{_short(value)}")
+    if value < low or (high is not None and value > high):
+        _refuse(error or InvalidInput, field, f"must be a whole number {wanted}, got {value}")
+    return value
+
+
+def check_number(value: Any, field: str, *, low: float = 0.0, above: bool = False, optional: bool = False,
+                 error: type[TortoiseError] | None = None) -> Any:
+    """``value`` if it is a finite int or float (not a bool) at least ``low`` (above it with ``above``)."""
+    if value is None and optional:
+        return None
+    bound = f"above {low:g}" if above else f"of at least {low:g}"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        _refuse(error or InvalidType, field, f"must be a number {bound}, got {type(value).__name__} {_short(value)}")
+    if not math.isfinite(value) or value < low or (above and value == low):
+        _refuse(error or InvalidInput, field, f"must be a finite number {bound}, got {value}")
+    return value
+
+
+def _refuse(error: type[TortoiseError], field: str, message: str) -> None:
+    """Raise ``error``; a ``ConfigError`` (a constructor argument) names its field in the message too."""
+    raise error(f"{field} {message}" if issubclass(error, ConfigError) else message, field=field)  # type: ignore[call-arg]
+
+
+def check_callable(value: Any, field: str) -> Any:
+    """``value`` if it is None or callable."""
+    if value is not None and not callable(value):
+        raise InvalidType(f"must be a function or None, got {type(value).__name__} {_short(value)}", field=field)
+    return value
+
+
+def check_db(value: Any) -> str | None:
+    """``value`` as text if it is None, a path (``str`` or ``os.PathLike``) or a database URL."""
+    if value is not None and not isinstance(value, (str, os.PathLike)):
+        raise ConfigError(f"db must be a path or a postgresql:// URL (a str), got {type(value).__name__} "
+                          f"{_short(value)}", field="db")
+    return None if value is None else os.fsdecode(value)
+
+
+def check_lines(value: Any, field: str) -> Any:
+    """A path (``str``/``os.PathLike``), or the lines of a transcript checked one by one as they are read."""
+    if isinstance(value, (str, os.PathLike)):
+        return value
+    if value is None or isinstance(value, (bytes, bytearray, Mapping)) or not isinstance(value, Iterable):
+        raise InvalidType(f"must be a file path or an iterable of lines (str or bytes), got {type(value).__name__}",
+                          field=field)
+
+    def lines() -> Iterator[str | bytes]:
+        for i, line in enumerate(value):
+            if not isinstance(line, (str, bytes)):
+                raise InvalidType(f"a line must be str or bytes, got {type(line).__name__}", field=f"{field}[{i}]")
+            yield line
+
+    return lines()
+
+
+def take_at_most(items: Iterable[Any], limit: int, field: str, hint: str) -> list[Any]:
+    """The items of ``items``, read no further than one past ``limit`` (an endless iterator stops there).
+
+    Raises:
+        InvalidInput: more than ``limit`` items (``hint`` says what to do).
+    """
+    taken = list(itertools.islice(items, limit + 1))
+    if len(taken) > limit:
+        raise InvalidInput(f"exceeds the limit of {limit} in one call; {hint}", field=field)
+    return taken
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def check_json(value: Any, field: str) -> None:

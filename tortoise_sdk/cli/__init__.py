@@ -27,7 +27,7 @@ from ..errors import (
 )
 from ..memory import DEFAULT_NAMESPACE
 from . import admin, capture, evaluate, extract, forget, hosts, read, subagents
-from ._common import NO_MODEL_HINT
+from ._common import NO_MODEL_HINT, terminal_safe
 
 __all__ = ("REGISTRY", "build_parser", "main")
 
@@ -46,6 +46,11 @@ REGISTRY: list[Callable[[argparse._SubParsersAction], None]] = [
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit code (also used as the console-script entry point)."""
+    with terminal_safe():
+        return _main(argv)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
@@ -63,7 +68,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # the reader went away (`| head`): not an error
         return 0
     except OSError as exc:  # a path the user gave cannot be read or written
-        print(f"tortoise: {exc.filename or ''}: {exc.strerror or exc}", file=sys.stderr)
+        print(f"tortoise: {f'{exc.filename}: ' if exc.filename else ''}{exc.strerror or exc}", file=sys.stderr)
         return 2
     except TortoiseError as exc:
         print(f"tortoise: {exc}", file=sys.stderr)

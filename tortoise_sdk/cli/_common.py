@@ -5,7 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
+import stat
 import sys
+import unicodedata
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -33,6 +36,7 @@ __all__ = (
     "report_line",
     "run_and_print",
     "seconds",
+    "terminal_safe",
 )
 
 #: The exit code of capture, extract, flush and worker when the turns are stored but an extraction failed
@@ -54,6 +58,9 @@ def open_memory(args: argparse.Namespace, *, create: bool = True, **kwargs: Any)
     """The ``Memory`` of ``--db``/``--namespace``; with ``create=False`` (read commands) a missing database is refused."""
     from ..memory import Memory
 
+    if args.db and "://" not in args.db and Path(args.db).expanduser().is_dir():
+        raise InvalidInput(f"{args.db} is a directory, not a database file; give a file path such as "
+                           f"{Path(args.db) / 'memory.db'}", field="db")
     try:
         return Memory(args.db, namespace=args.namespace, create=create, **kwargs)
     except NotFoundError as exc:  # the only one opening raises: no database there
@@ -135,7 +142,7 @@ def read_input(path: str) -> str:
         InvalidInput: missing or unreadable, binary (NUL bytes), or not UTF-8.
     """
     try:
-        data = _stdin_bytes() if path == "-" else Path(path).expanduser().read_bytes()
+        data = _stdin_bytes() if path == "-" else _regular_file_bytes(Path(path).expanduser())
     except OSError as exc:
         raise InvalidInput(f"cannot read file: {exc.strerror or exc}", field=path) from None
     if b"\x00" in data:
@@ -145,6 +152,72 @@ def read_input(path: str) -> str:
     except UnicodeDecodeError as exc:
         raise InvalidInput(f"not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}); "
                            "convert it to UTF-8 first", field=path) from None
+
+
+def _regular_file_bytes(path: Path) -> bytes:
+    """The bytes of a regular file; a device, a FIFO or a directory (which may never end) is refused unread."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # a FIFO with no writer must not block
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise InvalidInput("not a regular file (a device, a FIFO or a directory); give a file of turns, "
+                               "or - for stdin", field=str(path))
+        return f.read()
+
+
+@contextmanager
+def terminal_safe() -> Iterator[None]:
+    """For the run, stdout and stderr never fail on a character their encoding lacks (it is written as a
+    ``\\u`` escape), and on a terminal a control, format or bidi character (U+202E turns the rest of a
+    line around) is written as its escape too: stored text cannot garble or forge what the user sees."""
+    saved = sys.stdout, sys.stderr
+    errors = []
+    for stream in saved:
+        errors.append(getattr(stream, "errors", None))
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
+    sys.stdout, sys.stderr = (_Escaping(s) if _isatty(s) else s for s in saved)
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = saved
+        for stream, was in zip(saved, errors):
+            if hasattr(stream, "reconfigure") and was:
+                stream.reconfigure(errors=was)
+
+
+def _isatty(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError, OSError):
+        return False
+
+
+class _Escaping:
+    """A text stream writing each unprintable character (but ``_TERMINAL_CONTROLS``) as its ``\\u`` escape."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        return self._stream.write(text.translate(_UNSAFE))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+class _UnsafeTable(dict):  # type: ignore[type-arg]
+    def __missing__(self, cp: int) -> str:
+        ch = chr(cp)
+        out = ch if ch in _TERMINAL_CONTROLS or unicodedata.category(ch) not in ("Cc", "Cf", "Cs", "Zl", "Zp") \
+            else f"\\u{cp:04x}" if cp <= 0xFFFF else f"\\U{cp:08x}"
+        self[cp] = out
+        return out
+
+
+_UNSAFE = _UnsafeTable()
+#: Controls the command line itself writes to a terminal: line ends, tabs, and the carriage return and
+#: escape sequences of rich's tables and progress bars (a stored ESC therefore still reaches a terminal).
+_TERMINAL_CONTROLS = "\n\t\r\x1b"
 
 
 def _stdin_bytes() -> bytes:

@@ -26,7 +26,6 @@ DEFAULT_HOOK_TIMEOUT_S = 8.0
 SETTINGS_TIMEOUT_S = 30
 #: New transcript bytes one hook call captures at most; a longer backlog is taken over several calls.
 HOOK_MAX_BYTES = 4 * 1024 * 1024
-HOOK_LOG = "hooks.log"
 _LOG_MAX_BYTES = 1024 * 1024
 
 
@@ -154,7 +153,7 @@ def _hook_log(db: str | None, outcome: dict[str, Any]) -> Iterator[logging.Logge
 
     log = logging.getLogger("tortoise_sdk.hook")
     try:
-        from ..memory import state_dir
+        from ..memory import HOOK_LOG, state_dir
 
         path = state_dir(db) / HOOK_LOG
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -179,7 +179,11 @@ def _cmd_export(args: argparse.Namespace) -> int:
     with open_memory(args, create=False) as mem:
         _refuse_database_as_output(args.out, mem.store.url)
         g = mem.graph()
-    export_graph(g, args.out, args.format)
+    try:
+        export_graph(g, args.out, args.format)
+    except OSError as exc:  # /proc/version, a full disk ...: the error names no file
+        raise InvalidInput(f"cannot write the export: {exc.strerror or exc}; give a writable file path",
+                           field=args.out) from None
     print(f"wrote {g.number_of_nodes()} nodes and {g.number_of_edges()} edges to {args.out}", file=sys.stderr)
     return 0
 

@@ -94,8 +94,11 @@ def load_conversations(path: str | Path) -> list[Conversation]:
     path = Path(path)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
+    except (json.JSONDecodeError, RecursionError) as exc:
         raise InvalidInput(f"not valid JSON: {exc}", field=str(path)) from None
+    except UnicodeDecodeError as exc:
+        raise InvalidInput(f"not UTF-8 JSON (byte 0x{exc.object[exc.start]:02x} at offset {exc.start}); "
+                           "give the LoCoMo JSON file (locomo10.json)", field=str(path)) from None
     samples = data if isinstance(data, list) else [data]
     out = []
     for i, sample in enumerate(samples):

@@ -15,12 +15,16 @@ labels), so that none of them can take part in that structure:
   cannot close the ``(date, who)`` tag around it;
 - **no double quotes**: every quotation mark, prime or ditto (Pi/Pf and their look-alikes)
   is an apostrophe, so a synopsis cannot close the quotes around it;
+- **no blank that is not a space**: the fillers that draw nothing (Hangul fillers, the blank
+  Braille pattern, ``_BLANKS``) are spaces too;
 - **no pointer**: a ``ref`` followed by a colon, in any look-alike spelling (``rеf:`` with a
-  Cyrillic е, ``ref꞉``, ``xref:``, ``ʀᴇꜰ∶``), loses its colon. Look-alikes are found on a
-  *skeleton* (UTS #39's idea, for the four characters that matter): NFKC, combining marks
-  dropped, lower case, and ``_SKELETON``, the confusables of ``r e f :`` that NFKC leaves as
-  they are (taken from Unicode's confusables.txt; ``tests/test_escape.py`` checks the table
-  against the ``confusable-homoglyphs`` package's copy of it).
+  Cyrillic е, ``ref꞉``, ``xref:``, ``ʀᴇꜰ∶``, ``reƒ:``, ``ɍef:``, ``ref፡``, ``ref\u3164:``), loses
+  its colon. Look-alikes are found on a *skeleton* (UTS #39's idea, for the four characters that
+  matter): NFKC, invisible characters and blank fillers dropped, combining marks dropped, lower
+  case, a Latin letter with a stroke, hook or tail read as its letter (by its Unicode name), a
+  punctuation named like a colon read as one, and ``_SKELETON``, the confusables of ``r e f :``
+  that none of these rules catch (taken from Unicode's confusables.txt; ``tests/test_escape.py``
+  checks the skeleton against the ``confusable-homoglyphs`` package's copy of it).
 
 Only the renderer writes ``ref:``; ``pointer_tokens`` finds everything in a text that reads as
 one, which is how the tests check that a block holds exactly its real pointers.
@@ -49,14 +53,20 @@ _BRACKET_LETTERS = {"ᐸ": "(", "ᚲ": "(", "\U0001d236": "(", "ᐳ": ")", "\U00
 #: The confusables of ``r e f R E F :`` (UTS #39 confusables.txt) that NFKC leaves as they are,
 #: with the Latin small capitals, mapped to what they look like (lower case).
 _SKELETON = {
-    **dict.fromkeys("гᴦⲅꭇꭈꮁƦᎡᏒᖇꓣ\U000104b4\U00016f35\U0001d216ʀ", "r"),
-    **dict.fromkeys("еҽ℮ꬲΕЕᎬ⋿ⴹꓰ\U00010286\U000118a6\U000118aeᴇ", "e"),
+    **dict.fromkeys("гᴦⲅꭇꭈꮁƦᎡᏒᖇꓣ\U000104b4\U00016f35\U0001d216ʀғ", "r"),
+    **dict.fromkeys("еҽ℮ꬲΕЕᎬ⋿ⴹꓰ\U00010286\U000118a6\U000118aeᴇҿ", "e"),
     **dict.fromkeys("քẝꞙꬵϜᖴꓝꞘ\U00010287\U000102a5\U00010525\U000118a2\U000118c2\U0001d213ꜰ", "f"),
     **dict.fromkeys("ː˸։ःઃ᛬᠃᠉⁚∶ꓽ꞉܃܄׃", ":"),
 }
+#: Printable code points that draw nothing: escaping makes them spaces, the skeleton drops them.
+_BLANKS = frozenset("\u115f\u1160\u3164\uffa0\u2800\U0001d159")
+#: Unicode names of Latin letters drawn as their base letter plus a stroke, hook, tail or small capital.
+_LATIN_LETTER = re.compile(r"^LATIN (?:SMALL |CAPITAL )?LETTER (?:SMALL CAPITAL )?([A-Z])(?: WITH .+)?$")
+#: Unicode names of punctuation drawn like a colon (two dots one above the other).
+_COLON_NAME = re.compile(r"(?<![A-Z])COLON(?! SIGN| EQUAL)|TWO DOT PUNCTUATION|PUNCTUATION TWO DOTS|WORDSPACE"
+                         r"|BRAILLE PATTERN DOTS-(?:12|13|23|17|27|37|45|46|56|48|58|68)$")
 _MARK = "\x01"  # a combining mark's place in the skeleton
 _POINTER = re.compile(f"r{_MARK}*e{_MARK}*f[{_MARK} ]*:")
-_COLON_LIKE = frozenset(c for c, s in _SKELETON.items() if s == ":") | {":"}
 _SPACES = re.compile(r" {2,}")
 
 
@@ -97,7 +107,7 @@ def pointer_tokens(text: str) -> list[str]:
 def _neutral(ch: str) -> str:
     if ch in "()":
         return ch
-    if ch == " " or not ch.isprintable():
+    if ch == " " or not ch.isprintable() or ch in _BLANKS:
         return " "
     if ch in _BRACKET_LETTERS:
         return _BRACKET_LETTERS[ch]
@@ -123,8 +133,16 @@ def _neutral(ch: str) -> str:
 def _skeleton_of(ch: str) -> str:
     if ch in _SKELETON:
         return _SKELETON[ch]
-    if unicodedata.category(ch) in ("Mn", "Me"):
+    category = unicodedata.category(ch)
+    if category in ("Mn", "Me"):
         return _MARK
+    if category[0] in "LPS":
+        name = unicodedata.name(ch, "")
+        latin = _LATIN_LETTER.match(name)
+        if latin is not None:
+            return latin.group(1).lower()
+        if category[0] != "L" and _COLON_NAME.search(name):
+            return ":"
     base = unicodedata.normalize("NFD", ch)[0]
     return (_MARK if unicodedata.category(base) in ("Mn", "Me") else base.lower()[0])
 
@@ -143,14 +161,16 @@ class _Table(dict):  # type: ignore[type-arg]
 
 _NEUTRAL = _Table(_neutral)
 _SKELETON_TABLE = _Table(_skeleton_of)
-_SPACE_TABLE = _Table(lambda ch: ch if ch.isprintable() else "" if unicodedata.category(ch) == "Cf" else " ")
+_SPACE_TABLE = _Table(lambda ch: "" if ch in _BLANKS or unicodedata.category(ch) == "Cf"
+                       else ch if ch.isprintable() else " ")
 
 
 def _pointer_spans(text: str) -> list[tuple[int, int]]:
     """``(start, end)`` of each ``ref:`` look-alike in an NFKC text whose spaces are all " " (end: past the colon)."""
-    if _COLON_LIKE.isdisjoint(text):
+    skeleton = text.translate(_SKELETON_TABLE)
+    if ":" not in skeleton:
         return []
-    return [m.span() for m in _POINTER.finditer(text.translate(_SKELETON_TABLE))]
+    return [m.span() for m in _POINTER.finditer(skeleton)]
 
 
 def _balanced(text: str) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 from ..models import MEMORY_BLOCK_END, MEMORY_BLOCK_MARKER, MemoryBlock, Pointer
@@ -82,7 +83,7 @@ def _fit(r: Reading, c: Candidate, n: int, lines: list[str], frame: Callable[[li
     limit = len(full)
     floor = min(limit, 40)
     while True:
-        synopsis = full if limit >= len(full) else full[: max(limit - 1, 0)].rstrip() + "…"
+        synopsis = full if limit >= len(full) else escape(full, limit)  # a cut keeps its parentheses paired
         line = _line(c, n, synopsis)
         total = r.count(frame([*lines, line]))
         if total <= max_tokens and (total - base <= fair or limit <= floor):
@@ -93,20 +94,30 @@ def _fit(r: Reading, c: Candidate, n: int, lines: list[str], frame: Callable[[li
 
 
 def _line(c: Candidate, n: int, synopsis: str) -> str:
-    """``n. (tag) "synopsis" ref:id``: every stored field escaped, the free-text ones last in the tag."""
+    """``n. [FLAG ](tag) "synopsis" ref:id``: every stored field escaped, the free-text ones last in the tag.
+
+    The flag stands before the tag, where no stored field reaches (a field's parentheses are paired, so
+    it cannot leave the tag), and the tag starts with what only the renderer writes (an ISO date,
+    ``undated`` or ``memory``): a name ``SUPERSEDED, Alice`` or a ``when`` of ``SUPERSEDED, 2023`` stays
+    inside the tag, after the comma, and reads as what it is.
+    """
     if c.kind == "turn" and c.hit is not None:
         h = c.hit
-        flag = ", SUPERSEDED" if c.stale else ""
-        return f'{n}. ({_day(h.session_date)}{flag}, {_who(c)}) "{synopsis}" ref:{h.turn_id}'
+        return f'{n}. {_FLAG if c.stale else ""}({_day(h.session_date)}, {_who(c)}) "{synopsis}" ref:{h.turn_id}'
     m = c.memory
-    tag = "memory" + (", SUPERSEDED" if m is not None and m.status == "superseded" else "")
-    if m is not None and m.when:
-        tag += f", {escape(m.when, 40)}"
-    return f'{n}. ({tag}) "{synopsis}" ref:{c.key}'
+    flag = _FLAG if m is not None and m.status == "superseded" else ""
+    tag = "memory" + (f", {escape(m.when, 40)}" if m is not None and m.when else "")
+    return f'{n}. {flag}({tag}) "{synopsis}" ref:{c.key}'
+
+
+_FLAG = "SUPERSEDED "
+_ISO_DAY = re.compile(r"\d{4}-\d{2}-\d{2}")
 
 
 def _day(session_date: str | None) -> str:
-    return escape((session_date or "undated")[:10]) or "undated"
+    """The session's ISO day, or ``undated``: never free text (the store keeps ISO dates, this makes sure)."""
+    day = (session_date or "")[:10]
+    return day if _ISO_DAY.fullmatch(day) else "undated"
 
 
 def _who(c: Candidate) -> str:
@@ -119,9 +130,14 @@ def _pointer(c: Candidate, synopsis: str) -> Pointer:
     if c.kind == "turn" and c.hit is not None:
         h = c.hit
         return Pointer(id=h.turn_id, kind="turn", label=f"turn {_day(h.session_date)} {_who(c)}", synopsis=synopsis,
-                       score=round(c.score, 6), external_id=h.external_id, session_id=h.session_id,
-                       session_date=h.session_date, superseded=c.stale)
+                       score=round(c.score, 6), external_id=_opt(h.external_id), session_id=_opt(h.session_id),
+                       session_date=_opt(h.session_date), superseded=c.stale)
     m = c.memory
     assert m is not None
-    return Pointer(id=m.id, kind="memory", label=f"memory {m.kind}", synopsis=synopsis, score=round(c.score, 6),
-                   session_id=m.session_id, superseded=m.status == "superseded")
+    return Pointer(id=m.id, kind="memory", label=f"memory {escape(m.kind)}", synopsis=synopsis,
+                   score=round(c.score, 6), session_id=_opt(m.session_id), superseded=m.status == "superseded")
+
+
+def _opt(value: str | None) -> str | None:
+    """A stored id or date on a pointer, escaped like the block's fields (hosts show pointers to models too)."""
+    return None if value is None else escape(value)

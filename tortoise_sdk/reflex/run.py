@@ -8,10 +8,11 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from ..errors import StoreError, StoreTimeout
+from ..errors import InvalidInput, StoreError, StoreTimeout
 from ..models import MemoryBlock
 from ..store.base import Store
 from ..store.deadline import within
+from ..validate import check_count, check_id, check_number
 from .candidates import later_on_topic, memory_candidates, turn_pool, widen_pool
 from .exchange import filled, with_replies
 from .feedback import feedback_terms
@@ -61,6 +62,14 @@ def context(
     """
     started = time.perf_counter()
     deadline = None
+    try:  # a bad argument is the caller's bug, yet the host turn must go on: an empty block says so
+        check_number(time_budget_ms, "time_budget_ms", above=True, optional=True)
+        check_id(session_id, "session_id", optional=True)
+        check_count(budget, "budget", low=0)
+        check_count(max_tokens, "max_tokens", low=0)
+    except InvalidInput as exc:
+        log.warning("reflex: %s, returning an empty block", exc)
+        return MemoryBlock(degraded_reason=f"invalid_input: {exc}")
     budget_s = None if time_budget_ms is None else time_budget_ms / 1000
     try:
         # One-time per-connection setup (TEMP tables), kept out of the per-turn time budget, yet bounded by one.

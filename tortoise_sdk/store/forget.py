@@ -18,14 +18,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
+from pathlib import PurePath
 from typing import Any, ClassVar
 
 from ..models import ForgetReport, Tombstone, utc_now
 from .subagent_core import DERIVED_MARKERS
 
-__all__ = ("ForgetMixin", "subject_hash")
+__all__ = ("HASHED_FOLLOW", "ForgetMixin", "subject_hash")
 
 Conn = Any
 
@@ -183,14 +185,26 @@ class ForgetMixin:
             " (SELECT 1 FROM memory_entities me WHERE me.entity_id = entities.entity_id)", (namespace,)))
 
     def _forget_cursors(self, c: Conn, namespace: str, sessions: Iterable[str], report: ForgetReport) -> None:
-        """Cursors named ``<anything>:<session id>`` hold that session's host state (its view, the pointers shown)."""
+        """Cursors named ``<anything>:<session id>`` hold that session's host state (its view, the pointers shown):
+        removed. A ``follow:<path>`` cursor whose path names the session (``…/<session>.jsonl``, ``…/<session>/…``,
+        as Claude Code writes them) loses the path from its name: it becomes ``follow:sha256:<hash of the path>``,
+        which ``Memory.follow`` still finds, so the transcript's lines already read are not captured again."""
         p = self.PARAM
+        sessions = set(sessions)
         suffixes = tuple(":" + s for s in sessions)
-        names = [r[0] for r in c.execute(f"SELECT name FROM cursors WHERE namespace = {p}", (namespace,))
-                 if r[0].endswith(suffixes)]
+        names = [r[0] for r in c.execute(f"SELECT name FROM cursors WHERE namespace = {p}", (namespace,))]
         for name in names:
-            self._count(report, "cursors", c.execute(f"DELETE FROM cursors WHERE namespace = {p} AND name = {p}",
-                                                     (namespace, name)))
+            if name.endswith(suffixes):
+                self._count(report, "cursors", c.execute(
+                    f"DELETE FROM cursors WHERE namespace = {p} AND name = {p}", (namespace, name)))
+            elif name.startswith("follow:") and not name.startswith(HASHED_FOLLOW) and _names_session(name, sessions):
+                hashed = HASHED_FOLLOW + hashlib.sha256(os.fsencode(name[len("follow:"):])).hexdigest()
+                taken = c.execute(f"SELECT 1 FROM cursors WHERE namespace = {p} AND name = {p}",
+                                  (namespace, hashed)).fetchone()
+                self._count(report, "cursors", c.execute(
+                    f"DELETE FROM cursors WHERE namespace = {p} AND name = {p}", (namespace, name)) if taken else
+                    c.execute(f"UPDATE cursors SET name = {p} WHERE namespace = {p} AND name = {p}",
+                              (hashed, namespace, name)))
 
     def _tombstone(self, c: Conn, report: ForgetReport, subject_id: str, call: str) -> None:
         if not any(report.removed.values()):
@@ -226,3 +240,13 @@ class ForgetMixin:
     def _unindex_memory(self, c: Conn, memory_id: str) -> None:
         """Before a memory is deleted: drop its full-text entry."""
         raise NotImplementedError
+
+
+#: The name of a ``Memory.follow`` cursor that does not spell its path.
+HASHED_FOLLOW = "follow:sha256:"
+
+
+def _names_session(name: str, sessions: set[str]) -> bool:
+    """Whether the path of a ``follow:<path>`` cursor has a session id as a directory or a file stem."""
+    path = PurePath(name[len("follow:"):])
+    return bool(sessions & ({*path.parts} | {path.stem}))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 from collections import Counter
@@ -126,18 +127,15 @@ def detect_format(first_lines: Iterable[str | bytes | dict[str, Any]]) -> Stream
     return best  # type: ignore[return-value]
 
 
-def _read_lines(path_or_lines: str | os.PathLike[str] | Iterable[str | bytes]) -> tuple[list[str | bytes], str]:
+def _read_lines(path_or_lines: str | os.PathLike[str] | Iterable[str | bytes]) -> tuple[Iterable[str | bytes], str]:
     if isinstance(path_or_lines, (str, os.PathLike)):
         path = Path(path_or_lines)
         try:
             data = path.read_bytes()
         except OSError as exc:
             raise StreamParseError(f"cannot read {path}: {exc.strerror or exc}", source=str(path)) from exc
-        return list(data.splitlines()), str(path)
-    lines: list[str | bytes] = []
-    for item in path_or_lines:
-        lines.extend(item.splitlines() or [item])
-    return lines, "lines"
+        return data.splitlines(), str(path)
+    return (line for item in path_or_lines for line in (item.splitlines() or [item])), "lines"
 
 
 def parse_stream(
@@ -173,24 +171,44 @@ def parse_stream(
     raw, where = _read_lines(path_or_lines)
     scratch = ParseReport(format=format)
     earlier = ParseReport(format=format)  # what the skipped lines would report: not this call's
-    objs = [(n, obj) for n, text in enumerate(raw, start=1)
-            if (obj := decode_line(text, n, scratch if n > skip_lines else earlier)) is not None]
+    make = lambda fmt: PARSERS[fmt](source=source, now=now, default_session_id=session_id)  # noqa: E731
+    # The skipped lines are read one at a time and only indexed (a followed file's earlier part can
+    # be large); only the first few wait, when the format is still to be detected.
+    parser: StreamParser | None = make(format) if format != "auto" and skip_lines else None
+    waiting: list[tuple[int, dict[str, Any]]] = []
+    lines = iter(raw)
+    for n, text in enumerate(itertools.islice(lines, skip_lines), start=1):
+        if (obj := decode_line(text, n, earlier)) is None:
+            continue
+        if parser is not None:
+            parser.index(n, obj)
+            continue
+        waiting.append((n, obj))
+        if len(waiting) >= _DETECT_LINES * 4:
+            parser = make(detect_format(o for _, o in waiting))
+            for m, o in waiting:
+                parser.index(m, o)
+            waiting = []
+    rest = list(lines)
+    objs = [(n, obj) for n, text in enumerate(rest, start=skip_lines + 1)
+            if (obj := decode_line(text, n, scratch)) is not None]
     if not objs and scratch.malformed and not skip_lines:
-        objs = _whole_document(raw, scratch)
+        objs = _whole_document(rest, scratch)
         if not objs:
             raise StreamParseError("no line is a JSON object; is this a transcript?", source=where)
-    fmt = detect_format(obj for _, obj in objs[: _DETECT_LINES * 4]) if format == "auto" else format
-    parser = PARSERS[fmt](source=source, now=now, default_session_id=session_id)
+    if parser is None:
+        first = [o for _, o in [*waiting, *objs][: _DETECT_LINES * 4]]
+        parser = make(detect_format(first) if format == "auto" else format)
+    fmt = parser.format
     report = parser.report
     report.lines, report.malformed = scratch.lines, scratch.malformed
     report.line_types.update(scratch.line_types)
     report.skipped.extend(scratch.skipped)
-    for n, obj in objs:
+    for n, obj in [*waiting, *objs]:
         parser.index(n, obj)
     events: list[Event] = []
     for n, obj in objs:
-        if n > skip_lines:
-            events.extend(parser.feed(n, obj))
+        events.extend(parser.feed(n, obj))
     events.extend(parser.finish())
     return _assemble(fmt, events, parser)
 
