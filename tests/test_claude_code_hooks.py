@@ -406,7 +406,7 @@ def test_install_keeps_every_other_hook_and_uninstall_restores_the_file(tmp_path
     settings = tmp_path / "proj" / ".claude" / "settings.json"
     settings.parent.mkdir(parents=True)
     settings.write_text(json.dumps(OTHER_HOOKS, indent=2))
-    args = ["hooks", "install", "--project", str(tmp_path / "proj"), "--namespace", "spotter",
+    args = ["hooks", "install", "--project", str(tmp_path / "proj"), "--shared", "--namespace", "spotter",
             "--db", str(tmp_path / "m.db")]
     assert main(args) == 0
     installed = json.loads(settings.read_text())
@@ -425,7 +425,7 @@ def test_install_keeps_every_other_hook_and_uninstall_restores_the_file(tmp_path
     # Installing again replaces ours, never duplicates it.
     assert main(args) == 0
     assert json.loads(settings.read_text()) == installed
-    assert main(["hooks", "uninstall", "--project", str(tmp_path / "proj")]) == 0
+    assert main(["hooks", "uninstall", "--project", str(tmp_path / "proj"), "--shared"]) == 0
     assert json.loads(settings.read_text()) == OTHER_HOOKS
     capsys.readouterr()
 
@@ -451,7 +451,7 @@ def test_a_settings_file_that_is_not_json_is_left_alone(tmp_path, capsys) -> Non
     settings = tmp_path / ".claude" / "settings.json"
     settings.parent.mkdir()
     settings.write_text("{ not json")
-    assert main(["hooks", "install", "--project", str(tmp_path)]) == 2
+    assert main(["hooks", "install", "--project", str(tmp_path), "--shared"]) == 2
     assert "not valid JSON" in capsys.readouterr().err
     assert settings.read_text() == "{ not json"
 
@@ -466,7 +466,7 @@ def test_a_settings_file_of_another_shape_is_refused_with_its_path_and_left_alon
     settings.parent.mkdir()
     settings.write_text(settings_text)
     for action in ("install", "uninstall"):
-        code = main(["hooks", action, "--project", str(tmp_path)])
+        code = main(["hooks", action, "--project", str(tmp_path), "--shared"])
         err = capsys.readouterr().err
         if action == "uninstall" and "hooks.Stop" in key:
             assert code == 0 and "not found in" in err  # nothing of ours: another tool's entry is left as it is
@@ -483,6 +483,42 @@ def test_uninstall_with_nothing_of_ours_writes_nothing(tmp_path, capsys) -> None
     settings = tmp_path / ".claude" / "settings.json"
     settings.parent.mkdir()
     settings.write_text(json.dumps(OTHER_HOOKS))  # compact, as the user wrote it
-    assert main(["hooks", "uninstall", "--project", str(tmp_path)]) == 0
+    assert main(["hooks", "uninstall", "--project", str(tmp_path), "--shared"]) == 0
     assert settings.read_text() == json.dumps(OTHER_HOOKS)
     assert "not found in" in capsys.readouterr().err
+
+
+def test_a_project_install_is_personal_unless_shared(tmp_path, capsys, monkeypatch) -> None:
+    """Issue 26: settings.local.json (not committed) by default; --shared writes settings.json with no path of
+    this machine in it (the command is `tortoise` from PATH, --db as given)."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["hooks", "install", "--project", str(tmp_path), "--db", "memory.db"]) == 0
+    local = json.loads((tmp_path / ".claude" / "settings.local.json").read_text())
+    assert not (tmp_path / ".claude" / "settings.json").exists()
+    assert str(tmp_path / "memory.db") in local["hooks"]["Stop"][0]["hooks"][0]["command"]  # personal: absolute
+    assert "settings.local.json" in capsys.readouterr().err
+    assert main(["hooks", "install", "--project", str(tmp_path), "--shared", "--db", "memory.db",
+                 "--namespace", "team"]) == 0
+    shared = json.loads((tmp_path / ".claude" / "settings.json").read_text())
+    commands = {h["command"] for groups in shared["hooks"].values() for g in groups for h in g["hooks"]}
+    assert commands == {"tortoise --db memory.db --namespace team hook"}
+    assert main(["hooks", "uninstall", "--project", str(tmp_path)]) == 0
+    assert json.loads((tmp_path / ".claude" / "settings.local.json").read_text()) == {}
+    assert json.loads((tmp_path / ".claude" / "settings.json").read_text()) == shared  # the shared file untouched
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize("where, name", [([], ".claude/settings.local.json"), (["--shared"], ".claude/settings.json"),
+                                         (["--user"], ".claude/settings.json")])
+def test_print_names_the_file_it_would_write(tmp_path, capsys, where, name) -> None:
+    project = [] if where == ["--user"] else ["--project", str(tmp_path)]
+    assert main(["hooks", "install", *project, *where, "--print"]) == 0
+    out, err = capsys.readouterr()
+    base = Path.home() if where == ["--user"] else tmp_path
+    assert json.loads(out)["hooks"] and f"would write {base / name} (nothing written)" in err
+    assert not (tmp_path / ".claude").exists()
+
+
+def test_shared_and_user_together_are_refused(capsys) -> None:
+    assert main(["hooks", "install", "--user", "--shared"]) == 2
+    assert "pass one of them" in capsys.readouterr().err
