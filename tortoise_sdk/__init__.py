@@ -26,6 +26,7 @@ from .errors import (
     StreamParseError,
     TortoiseError,
 )
+from .async_memory import AsyncMemory
 from .ingest import IngestReport
 from .memory import Memory
 from .models import (
@@ -36,6 +37,7 @@ from .models import (
     ForgetReport,
     MemoryBlock,
     MemoryRecord,
+    NamespaceInfo,
     Pointer,
     SearchHit,
     SearchResult,
@@ -53,6 +55,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AdapterError",
+    "AsyncMemory",
     "CaptureConflict",
     "CaptureReceipt",
     "ConfigError",
@@ -73,6 +76,7 @@ __all__ = [
     "MigrationError",
     "ModelError",
     "ModelTimeout",
+    "NamespaceInfo",
     "NotADatabase",
     "NotFoundError",
     "Pointer",
