@@ -1,4 +1,5 @@
-"""The quick start draft (docs/quickstart-draft.md) runs as written, and its shell commands find what it stored."""
+"""The newcomer walkthrough: the quick start draft (docs/quickstart-draft.md) runs as written and its shell
+commands find what it stored; the offline LangChain example runs."""
 
 from __future__ import annotations
 
@@ -34,3 +35,14 @@ def test_the_quick_start_runs_as_written(tmp_path, capsys, monkeypatch):
     for line in commands:
         code_, out, err = run(capsys, *shlex.split(line)[1:])
         assert code_ == 0 and out.strip() and "is empty" not in err, (line, err)
+
+
+def test_the_offline_langchain_example_runs(tmp_path):
+    """examples/langchain_agent.py: a fake chat model with tool binding calls ``remember``; a later session's
+    memory block brings the fact back."""
+    example = PAGE.parent.parent / "examples" / "langchain_agent.py"
+    done = subprocess.run([sys.executable, str(example), "--db", str(tmp_path / "e.db")], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "[monday] assistant: Done: remembered \"Maya's dog Biscuit is a beagle\"" in done.stdout
+    assert "[friday] assistant: From memory: Maya's dog Biscuit is a beagle" in done.stdout
