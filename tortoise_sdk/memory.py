@@ -867,7 +867,9 @@ class Memory:
         what the host already showed (earlier blocks or text), which is not repeated unless
         the user asks. At most ``budget`` pointers (cap 8) and ``max_tokens`` tokens, counted
         with ``token_counter`` (default ``reflex.approx_tokens``). A failure or a run past
-        ``time_budget_ms`` gives an empty block with ``degraded_reason`` set.
+        ``time_budget_ms`` gives an empty block with ``degraded_reason`` set. ``session_id`` is
+        the conversation the window belongs to: a stored turn of it whose message id the window
+        carries is not surfaced again (turns with the window's text never are, whatever the session).
 
         Example::
 
