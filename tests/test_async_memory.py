@@ -141,3 +141,17 @@ def test_langchain_async_hooks_do_not_block_the_event_loop(mem, monkeypatch):
     assert set(threads) == {"context", "capture"}
     assert loop_thread not in threads.values()
     assert len(mem.turns("chat-async")) == 2
+
+
+@pytest.mark.parametrize("turns", ["not a list", None, [{"role": "robot", "content": "x"}], []])
+def test_bad_input_is_refused_alike(tmp_path, turns):
+    from tortoise_sdk.errors import InvalidInput
+
+    amem = AsyncMemory(str(tmp_path / "m.db"))
+    for verb in ("capture", "append"):
+        with pytest.raises(InvalidInput) as sync_err:
+            getattr(amem.sync, verb)("s", turns)
+        with pytest.raises(InvalidInput) as async_err:
+            asyncio.run(getattr(amem, verb)("s", turns))
+        assert (type(async_err.value), str(async_err.value)) == (type(sync_err.value), str(sync_err.value))
+    asyncio.run(amem.close())

@@ -86,7 +86,7 @@ class AsyncMemory:
     async def capture(self, session_id: str, turns: Iterable[TurnLike], *, session_date: str | datetime | None = None,
                       idempotency_key: str | None = None, extract: ExtractMode = None) -> CaptureReceipt:
         """``Memory.capture``."""
-        return await self._run(self.sync.capture, session_id, list(turns), session_date=session_date,
+        return await self._run(self.sync.capture, session_id, turns, session_date=session_date,
                                idempotency_key=idempotency_key, extract=extract)
 
     async def append(self, session_id: str, turns: TurnLike | Iterable[TurnLike], *,
