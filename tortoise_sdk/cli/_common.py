@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import shlex
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -84,6 +83,8 @@ def run_and_print(
 
 def name_other_namespaces(mem: Any) -> None:
     """When ``mem``'s namespace holds nothing, say so on stderr and name the namespaces that hold data."""
+    import shlex
+
     if mem.sessions() or mem.store.memories(mem.namespace, latest=1):
         return
     others = [n for n in mem.namespaces() if n.name != mem.namespace]
