@@ -486,4 +486,3 @@ def test_uninstall_with_nothing_of_ours_writes_nothing(tmp_path, capsys) -> None
     assert main(["hooks", "uninstall", "--project", str(tmp_path), "--shared"]) == 0
     assert settings.read_text() == json.dumps(OTHER_HOOKS)
     assert "not found in" in capsys.readouterr().err
-
