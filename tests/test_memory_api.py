@@ -219,3 +219,24 @@ def test_search_memories_checks_its_arguments(store):
     for bad in ({"query": 3}, {"query": "dog", "k": "3"}, {"query": "dog", "k": 10**6}):
         with pytest.raises(InvalidInput):
             mem.search_memories(**bad)
+
+
+def test_concurrent_appends_to_one_session_lose_nothing(store):
+    """Each append reads the session's end inside its own transaction, so writers racing on one session
+    each get their own positions: every turn stored once, each exchange kept together."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    mem = fresh(store)
+    mem.append("s", ex("start", "ok"))
+
+    def one(i: int):
+        return mem.append("s", ex(f"question {i}", f"answer {i}"), idempotency_key=f"s:{i}")
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        receipts = list(pool.map(one, range(12)))
+    turns = said(mem, "s")
+    assert len(turns) == 2 + 24 and all(r.turns_stored == 2 for r in receipts)
+    for i in range(12):
+        at = turns.index(("user", f"question {i}"))
+        assert turns[at + 1] == ("assistant", f"answer {i}")
+    assert [h.index for h in mem.turns("s")] == list(range(26))
