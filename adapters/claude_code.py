@@ -1,6 +1,6 @@
 """Claude Code hooks: capture the transcript as it grows, and give each prompt its memory block.
 
-``tortoise hooks install`` writes the entries into ``.claude/settings.json``; Claude Code
+``tortoise hooks install`` writes the entries into ``.claude/settings.local.json`` (or ``settings.json``); Claude Code
 then runs ``tortoise hook`` for each event, with the event as JSON on stdin
 (``session_id``, ``transcript_path``, ``cwd``, ``hook_event_name``; ``prompt`` on
 ``UserPromptSubmit``; ``agent_transcript_path`` on ``SubagentStop``):

@@ -27,6 +27,7 @@ call goes on without memory.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 import threading
@@ -109,7 +110,8 @@ class MemoryMiddleware(MemoryAdapter, AgentMiddleware):
     async def awrap_model_call(
         self, request: ModelRequest, handler: Callable[[ModelRequest], Awaitable[ModelResponse]]
     ) -> ModelResponse:
-        return await handler(self._with_block(request))
+        # The same step as the sync hook, in a worker thread (as AsyncMemory does): the event loop is not blocked.
+        return await handler(await asyncio.to_thread(self._with_block, request))
 
     def _with_block(self, request: ModelRequest) -> ModelRequest:
         try:
@@ -178,7 +180,7 @@ class MemoryMiddleware(MemoryAdapter, AgentMiddleware):
         return None
 
     async def aafter_agent(self, state: Any, runtime: Any) -> dict[str, Any] | None:
-        return self.after_agent(state, runtime)
+        return await asyncio.to_thread(self.after_agent, state, runtime)
 
     def _session(self) -> str:
         return self.session_id or _thread_id() or DEFAULT_SESSION

@@ -407,7 +407,7 @@ def test_install_keeps_every_other_hook_and_uninstall_restores_the_file(tmp_path
     settings = tmp_path / "proj" / ".claude" / "settings.json"
     settings.parent.mkdir(parents=True)
     settings.write_text(json.dumps(OTHER_HOOKS, indent=2))
-    args = ["hooks", "install", "--project", str(tmp_path / "proj"), "--namespace", "spotter",
+    args = ["hooks", "install", "--project", str(tmp_path / "proj"), "--shared", "--namespace", "spotter",
             "--db", str(tmp_path / "m.db")]
     assert main(args) == 0
     installed = json.loads(settings.read_text())
@@ -426,7 +426,7 @@ def test_install_keeps_every_other_hook_and_uninstall_restores_the_file(tmp_path
     # Installing again replaces ours, never duplicates it.
     assert main(args) == 0
     assert json.loads(settings.read_text()) == installed
-    assert main(["hooks", "uninstall", "--project", str(tmp_path / "proj")]) == 0
+    assert main(["hooks", "uninstall", "--project", str(tmp_path / "proj"), "--shared"]) == 0
     assert json.loads(settings.read_text()) == OTHER_HOOKS
     capsys.readouterr()
 
@@ -452,7 +452,7 @@ def test_a_settings_file_that_is_not_json_is_left_alone(tmp_path, capsys) -> Non
     settings = tmp_path / ".claude" / "settings.json"
     settings.parent.mkdir()
     settings.write_text("{ not json")
-    assert main(["hooks", "install", "--project", str(tmp_path)]) == 2
+    assert main(["hooks", "install", "--project", str(tmp_path), "--shared"]) == 2
     assert "not valid JSON" in capsys.readouterr().err
     assert settings.read_text() == "{ not json"
 
@@ -467,7 +467,7 @@ def test_a_settings_file_of_another_shape_is_refused_with_its_path_and_left_alon
     settings.parent.mkdir()
     settings.write_text(settings_text)
     for action in ("install", "uninstall"):
-        code = main(["hooks", action, "--project", str(tmp_path)])
+        code = main(["hooks", action, "--project", str(tmp_path), "--shared"])
         err = capsys.readouterr().err
         if action == "uninstall" and "hooks.Stop" in key:
             assert code == 0 and "not found in" in err  # nothing of ours: another tool's entry is left as it is
@@ -484,7 +484,7 @@ def test_uninstall_with_nothing_of_ours_writes_nothing(tmp_path, capsys) -> None
     settings = tmp_path / ".claude" / "settings.json"
     settings.parent.mkdir()
     settings.write_text(json.dumps(OTHER_HOOKS))  # compact, as the user wrote it
-    assert main(["hooks", "uninstall", "--project", str(tmp_path)]) == 0
+    assert main(["hooks", "uninstall", "--project", str(tmp_path), "--shared"]) == 0
     assert settings.read_text() == json.dumps(OTHER_HOOKS)
     assert "not found in" in capsys.readouterr().err
 

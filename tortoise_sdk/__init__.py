@@ -27,6 +27,7 @@ from .errors import (
     StreamParseError,
     TortoiseError,
 )
+from .async_memory import AsyncMemory
 from .ingest import IngestReport
 from .memory import Memory
 from .models import (
@@ -37,6 +38,7 @@ from .models import (
     ForgetReport,
     MemoryBlock,
     MemoryRecord,
+    NamespaceInfo,
     Pointer,
     SearchHit,
     SearchResult,
@@ -54,6 +56,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AdapterError",
+    "AsyncMemory",
     "CaptureConflict",
     "CaptureReceipt",
     "ConfigError",
@@ -75,6 +78,7 @@ __all__ = [
     "MigrationError",
     "ModelError",
     "ModelTimeout",
+    "NamespaceInfo",
     "NotADatabase",
     "NotFoundError",
     "Pointer",

@@ -27,7 +27,7 @@ class CaptureRequest:
     """A validated capture: the turns, their identities and the request fingerprint."""
 
     __slots__ = ("session_id", "session_date", "turns", "hashes", "idempotency_key", "extraction", "warnings",
-                 "_request_hash")
+                 "append", "_request_hash")
 
     def __init__(
         self,
@@ -46,13 +46,15 @@ class CaptureRequest:
         self.extraction: ExtractionReport | None = None
         #: What validation noted without refusing (non-text content parts): copied onto the receipt.
         self.warnings = warnings or []
+        #: ``Memory.append``: id-less turns go after the session's last stored turn, whatever their position.
+        self.append = False
         self._request_hash: str | None = None
 
     @property
     def request_hash(self) -> str:
         """Fingerprint of the whole request, compared on idempotent replays (computed on demand)."""
         if self._request_hash is None:
-            self._request_hash = _request_hash(self.session_id, self.session_date, self.turns)
+            self._request_hash = _request_hash(self.session_id, self.session_date, self.turns, self.append)
         return self._request_hash
 
 
@@ -212,9 +214,11 @@ def _refuse_unstorable(turn: Turn, i: int) -> None:
         check_json(turn.metadata, f"turns[{i}].metadata")
 
 
-def _request_hash(session_id: str, session_date: str | None, turns: list[Turn]) -> str:
+def _request_hash(session_id: str, session_date: str | None, turns: list[Turn], append: bool = False) -> str:
+    # An append and a capture of the same turns are different requests (a key reused across them conflicts).
+    head: list[Any] = [session_id, session_date, "append"] if append else [session_id, session_date]
     body = json.dumps(
-        [session_id, session_date, [t.model_dump(mode="json") for t in turns]],
+        [*head, [t.model_dump(mode="json") for t in turns]],
         sort_keys=True,
         ensure_ascii=False,
     )

@@ -37,6 +37,7 @@ from .models import (
     JobStatus,
     MemoryBlock,
     MemoryRecord,
+    NamespaceInfo,
     SearchHit,
     SearchResult,
     SessionInfo,
@@ -75,13 +76,15 @@ if TYPE_CHECKING:
     from .streams.base import ParsedStream, SubagentFrame
     from .subagents import SubagentRecorder
 
-__all__ = ("NO_MODEL_REASON", "NO_NEW_TURNS_REASON", "Memory", "migrate_store", "state_dir")
+__all__ = ("HOST_SESSION", "NO_MODEL_REASON", "NO_NEW_TURNS_REASON", "Memory", "migrate_store", "state_dir")
 
 _log = logging.getLogger("tortoise_sdk")
 
 TurnLike = Turn | Mapping[str, Any]
 ExtractMode = Literal["inline", "background"] | bool | None
 
+#: The session of the memories a host adds by hand (``Memory.remember``, ``correct_memory``): no turn of it exists.
+HOST_SESSION = "tortoise:host"
 NO_MODEL_REASON = "no model configured (set TORTOISE_MODEL or Memory(model=...))"
 NO_NEW_TURNS_REASON = ("no new turns; run mem.extract(session_id, full=True) or `tortoise extract SESSION --full` "
                        "to re-extract")
@@ -933,7 +936,9 @@ class Memory:
         what the host already showed (earlier blocks or text), which is not repeated unless
         the user asks. At most ``budget`` pointers (cap 8) and ``max_tokens`` tokens, counted
         with ``token_counter`` (default ``reflex.approx_tokens``). A failure or a run past
-        ``time_budget_ms`` gives an empty block with ``degraded_reason`` set.
+        ``time_budget_ms`` gives an empty block with ``degraded_reason`` set. ``session_id`` is
+        the conversation the window belongs to: a stored turn of it whose message id the window
+        carries is not surfaced again (turns with the window's text never are, whatever the session).
 
         A host that holds the whole session (a coding agent) passes ``held_from``: the index of
         ``session_id``'s first turn still in its context (0, or its last compaction summary's);
@@ -962,6 +967,131 @@ class Memory:
         from .graph import build_graph
 
         return build_graph(self.store, self.namespace)
+
+    # -- appending, namespaces, memories a host adds and corrects ---------------------------------
+    # (issue 26) A contiguous block: the loop pattern's write, and mem0-style add/update/history.
+
+    def append(
+        self,
+        session_id: str,
+        turns: TurnLike | Iterable[TurnLike],
+        *,
+        idempotency_key: str | None = None,
+        session_date: str | datetime | None = None,
+        extract: ExtractMode = None,
+    ) -> CaptureReceipt:
+        """Store new turns after the session's last stored turn (the chat-loop write); no turn ids needed.
+
+        ``turns`` is one turn or a list of them, e.g. the last exchange. Extraction runs as in
+        ``capture``. A retried append with the same ``idempotency_key`` stores nothing and
+        returns the first call's receipt (``replayed``); the same key with other turns raises
+        ``IdempotencyConflict``. Without a key every call appends: the store cannot tell a
+        retry from a user saying the same thing again, and a dropped turn would be lost for good,
+        so a repeat of the session's last turns is stored and its receipt carries a
+        ``repeated_tail`` warning. Pass a key (e.g. ``f"{session_id}:{exchange_number}"``) when
+        calls can be retried. A turn with an ``id`` already stored is skipped as in ``capture``.
+
+        Example::
+
+            history += [{"role": "user", "content": text}, {"role": "assistant", "content": reply}]
+            mem.append("chat-1", history[-2:], idempotency_key=f"chat-1:{len(history)}")
+
+        Raises:
+            InvalidInput, CaptureConflict, IdempotencyConflict: as in ``capture``.
+        """
+        if isinstance(turns, (Mapping, Turn)):
+            turns = [turns]
+        request = prepare_capture(session_id, turns, session_date=session_date,  # type: ignore[arg-type]
+                                  idempotency_key=idempotency_key, max_turns=self.max_turns_per_capture)
+        request.append = True
+        request.extraction = self._report_before_writing(extract)
+        receipt = self.store.capture(self.namespace, request)
+        return receipt if receipt.replayed else self._after_capture(receipt, extract, request)
+
+    def namespaces(self) -> list[NamespaceInfo]:
+        """Every namespace of the store that holds data, with its session, turn and live memory counts.
+
+        The one read that crosses namespaces: it names them and counts, never shows content.
+        """
+        return self.store.namespaces()
+
+    def search_memories(self, query: str, k: int = 10, *, include_superseded: bool = False) -> list[MemoryRecord]:
+        """Memories (extracted or added by ``remember``) matching ``query``, best first (BM25 over content,
+        search keys and entity names); live only unless ``include_superseded``.
+
+        Raises:
+            InvalidInput: as for ``search``.
+        """
+        from .search import fts5_query
+
+        self.explain_search(query, 0)  # the same argument checks as search
+        if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= MAX_SEARCH_K:
+            raise InvalidInput(f"must be an integer from 1 to {MAX_SEARCH_K}, got {k!r}", field="k")
+        terms, _ = content_terms(query)
+        match = fts5_query("", terms=terms) if terms else None
+        if match is None or k < 1:
+            return []
+        return [rec for rec, _ in self.store.search_memories(self.namespace, match, k=k,
+                                                             include_superseded=include_superseded)]
+
+    def remember(self, text: str, *, kind: Literal["event", "point"] = "point", about: Sequence[str] = (),
+                 when: str | None = None) -> MemoryRecord:
+        """Add a memory by hand (what the host knows, not what a model extracted); returns it as stored.
+
+        No turn is invented for it: its ``sources`` is empty and its ``session_id`` is
+        ``HOST_SESSION``; the write is recorded as an extraction run of that session whose report
+        says the host added it. ``about`` names the entities it is about. Remembering the same text
+        again (same normalised content as a live memory) returns that memory (NOOP).
+
+        Raises:
+            InvalidInput: ``text`` is blank or not storable, ``kind`` unknown, ``about`` not a list of names.
+        """
+        item = _host_item(text, kind, about, when)
+        return self._host_write(item, "added by the host (Memory.remember)")
+
+    def correct_memory(self, memory_id: str, text: str) -> MemoryRecord:
+        """Replace a memory's content, keeping the old version in its history; returns the new version.
+
+        The current version of the fact ``memory_id`` belongs to is marked superseded (kept, with
+        ``superseded_by``) and the new one, added by the host like ``remember``, ``supersedes`` it,
+        with the same kind, entities and ``when``. ``memory_history`` lists the versions. A
+        correction whose text is already a live memory is that memory: nothing is superseded.
+
+        Raises:
+            NotFoundError: no such memory in this namespace.
+            InvalidInput: the memory was retracted (nothing live to correct: ``remember`` adds it
+                anew), or ``text`` is blank or not storable.
+        """
+        old = self.store.get_memory(self.namespace, check_id(memory_id, "memory_id"))
+        if old.status == "deleted":
+            raise InvalidInput(f"memory {memory_id!r} was retracted, so no version of it is live to correct; "
+                               "add the fact anew with mem.remember(text)", field="memory_id")
+        item = _host_item(text, old.kind, old.entities, old.when, supersedes=old.id)
+        return self._host_write(item, f"corrected by the host (Memory.correct_memory of {old.id})")
+
+    def memory_history(self, memory_id: str) -> list[MemoryRecord]:
+        """Every version of the fact ``memory_id`` belongs to, oldest first (each ``supersedes`` the one before).
+
+        Raises:
+            NotFoundError: no such memory in this namespace.
+        """
+        return self.store.supersession_chain(self.namespace, check_id(memory_id, "memory_id"))
+
+    def _host_write(self, item: Any, reason: str) -> MemoryRecord:
+        """Write one host item through the S5 write (consolidation, supersession, index) in one transaction."""
+        import uuid
+
+        from .store.plan import ExtractionPlan
+
+        plan = ExtractionPlan(session_id=HOST_SESSION, extraction_id=f"x_host_{uuid.uuid4().hex}", valid_at=None,
+                              items=[item])
+
+        def finalize(result: Any) -> ExtractionReport:
+            return ExtractionReport(status="ok", reason=reason, counts=dict(result.counts),
+                                    outcomes=dict(result.outcomes), warnings=list(result.warnings))
+
+        result = self.store.write_extraction(self.namespace, plan, finalize=finalize)
+        return self.store.get_memory(self.namespace, result.memory_ids[0])
 
 
 def _prepare_sessions(sessions: Sequence[Mapping[str, Any]], max_turns: int) -> list[CaptureRequest]:
@@ -1028,6 +1158,28 @@ def _require_id(value: Any, field: str) -> None:
     if not isinstance(value, str) or not value.strip():
         raise InvalidInput("must be a non-empty string", field=field)
     check_id(value, field)  # no stored id is longer: a 10 MB one is refused before the database reads it
+
+
+def _host_item(text: Any, kind: Any, about: Any, when: Any, supersedes: str | None = None) -> Any:
+    """A ``remember``/``correct_memory`` argument set as the S5 item it writes, checked first."""
+    from .store.plan import ItemPlan
+    from .validate import check_text
+
+    if not isinstance(text, str):
+        raise InvalidType(f"must be a string, got {type(text).__name__}", field="text")
+    if not text.strip():
+        raise InvalidInput("is blank; say what to remember", field="text")
+    check_text(text, "text")
+    if kind not in ("event", "point"):
+        raise InvalidInput(f"unknown kind {kind!r}; use 'point' (a fact) or 'event' (something that happened)",
+                           field="kind")
+    if isinstance(about, str) or not all(isinstance(a, str) for a in about):
+        raise InvalidType("must be a list of entity names, e.g. about=['Maya']", field="about")
+    for i, name in enumerate(about):
+        check_text(name, f"about[{i}]")
+    if when is not None:
+        check_text(when, "when")
+    return ItemPlan(kind=kind, content=text.strip(), about=tuple(about), when=when, supersedes=supersedes)
 
 
 def migrate_store(src: str, dst: str, *, progress: Callable[[str, int], None] | None = None) -> CopyReport:

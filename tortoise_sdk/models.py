@@ -25,6 +25,7 @@ __all__ = (
     "MEMORY_BLOCK_MARKER",
     "MemoryBlock",
     "MemoryRecord",
+    "NamespaceInfo",
     "Pointer",
     "Role",
     "SearchHit",
@@ -181,6 +182,15 @@ class SessionInfo(BaseModel):
     turn_count: int
     created_at: datetime
     updated_at: datetime
+
+
+class NamespaceInfo(BaseModel):
+    """A namespace of a store and how much it holds."""
+
+    name: str
+    sessions: int = Field(description="Captured sessions.")
+    turns: int = Field(description="Stored turns.")
+    memories: int = Field(description="Live memories (superseded and retracted versions not counted).")
 
 
 class Source(BaseModel):

@@ -44,6 +44,11 @@ REGISTRY: list[Callable[[argparse._SubParsersAction], None]] = [
 ]
 
 
+#: Memory options a command accepts (scripts keep working) but does not use, so its help does not list them.
+NOT_APPLICABLE = {"migrate-store": ("--db", "--namespace"), "eval": ("--db", "--namespace"),
+                  "locomo": ("--db", "--namespace"), "vacuum": ("--namespace",), "namespaces": ("--namespace",)}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit code (also used as the console-script entry point)."""
     with terminal_safe():
@@ -52,10 +57,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
     try:
-        args = parser.parse_args(argv)
+        args, unknown = parser.parse_known_args(argv)
     except SystemExit as exc:  # --help, or a usage error already printed on one line
         return int(exc.code or 0)
+    if unknown:
+        return _unknown_arguments(parser, argv, unknown)
     if not getattr(args, "handler", None):
         parser.print_help()
         return 2
@@ -95,6 +103,32 @@ def _in_cli_terms(exc: TortoiseError) -> str:
     return text
 
 
+def _unknown_arguments(parser: argparse.ArgumentParser, argv: list[str], unknown: list[str]) -> int:
+    """Name what was not understood, suggest the near option of the command it was given to, show its usage."""
+    import difflib
+
+    first = next((i for i, word in enumerate(argv) if word in unknown), len(argv))
+    command = _command_parser(parser, argv[:first])  # the command the unknown word came after
+    options = [o for a in command._actions if a.help != argparse.SUPPRESS for o in a.option_strings]
+    option = next((u.split("=", 1)[0] for u in unknown if u.startswith("-")), None)
+    near = difflib.get_close_matches(option, options, n=1, cutoff=0.6) if option else []
+    what = f"unknown option {option}" if option else f"unexpected argument(s): {' '.join(unknown)}"
+    hint = f"; did you mean {near[0]}?" if near else ""
+    print(f"{command.prog}: {what}{hint}", file=sys.stderr)
+    command.print_usage(sys.stderr)
+    return 2
+
+
+def _command_parser(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.ArgumentParser:
+    """The (sub)command parser the words of ``argv`` reach, e.g. ``eval locomo``'s."""
+    current = parser
+    for word in argv:
+        sub = next((a for a in current._actions if isinstance(a, argparse._SubParsersAction)), None)
+        if sub is not None and word in sub.choices:
+            current = sub.choices[word]
+    return current
+
+
 class _Parser(argparse.ArgumentParser):
     """Usage errors in one line on stderr (exit 2), pointing at ``--help``."""
 
@@ -103,7 +137,10 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .. import __version__
+
     parser = _Parser(prog="tortoise", description="Long-term memory for LLM agents.")
+    parser.add_argument("--version", action="version", version=f"tortoise-sdk {__version__}")
     _memory_options(parser, top=True)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for register in REGISTRY:
@@ -116,11 +153,14 @@ def _memory_options(p: argparse.ArgumentParser, *, top: bool = False) -> None:
     """``--db`` and ``--namespace``: before the command (``top``) or after it, where they override the first."""
     if "--db" in p._option_string_actions:
         return
+    hidden = () if top else NOT_APPLICABLE.get(p.prog.split()[-1], ())
     group = p.add_argument_group("memory options (before or after the command)")
     group.add_argument("--db", metavar="PATH|URL", default=None if top else argparse.SUPPRESS,
-                       help="SQLite path or postgresql:// URL (default: $TORTOISE_DB, else ~/.tortoise/memory.db)")
+                       help=argparse.SUPPRESS if "--db" in hidden else
+                       "SQLite path or postgresql:// URL (default: $TORTOISE_DB, else ~/.tortoise/memory.db)")
     group.add_argument("--namespace", metavar="NS", default=DEFAULT_NAMESPACE if top else argparse.SUPPRESS,
-                       help=f"the namespace to act in (default: {DEFAULT_NAMESPACE})")
+                       help=argparse.SUPPRESS if "--namespace" in hidden else
+                       f"the namespace to act in (default: {DEFAULT_NAMESPACE})")
 
 
 def _everywhere(parser: argparse.ArgumentParser, add: Callable[[argparse.ArgumentParser], None]) -> None:

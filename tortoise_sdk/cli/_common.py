@@ -28,6 +28,7 @@ __all__ = (
     "extract_mode",
     "extraction_failed",
     "model_options",
+    "name_other_namespaces",
     "open_memory",
     "parse_json_records",
     "progress",
@@ -68,19 +69,40 @@ def open_memory(args: argparse.Namespace, *, create: bool = True, **kwargs: Any)
 
 
 def run_and_print(
-    args: argparse.Namespace, call: Callable[[Any], Any], text: Callable[[Any], object], **options: Any
+    args: argparse.Namespace, call: Callable[[Any], Any], text: Callable[[Any], object], *, empty_hint: bool = False,
+    **options: Any,
 ) -> int:
     """Open the existing memory, ``call`` one (reading) method on it, print the result; returns 0.
 
     With ``--json`` the result is printed as one JSON document, else ``text(result)`` prints it.
+    With ``empty_hint``, an empty namespace is named on stderr with the ones that hold data.
     """
     with open_memory(args, create=False, **options) as mem:
         result = call(mem)
+        if empty_hint:
+            name_other_namespaces(mem)
     if args.json:
         emit_json(result)
     else:
         text(result)
     return 0
+
+
+def name_other_namespaces(mem: Any) -> None:
+    """When ``mem``'s namespace holds nothing, say so on stderr and name the namespaces that hold data."""
+    import shlex
+
+    if mem.sessions() or mem.store.memories(mem.namespace, latest=1):
+        return
+    others = [n for n in mem.namespaces() if n.name != mem.namespace]
+    if not others:
+        print(f"tortoise: namespace {mem.namespace!r} is empty, and so is this database ({mem.store.url}): "
+              "capture turns first (`tortoise capture`), or try `tortoise demo`", file=sys.stderr)
+        return
+    held = "; ".join(f"{n.name} ({n.sessions} sessions, {n.turns} turns, {n.memories} memories)" for n in others[:5])
+    more = f" and {len(others) - 5} more (`tortoise namespaces`)" if len(others) > 5 else ""
+    print(f"tortoise: namespace {mem.namespace!r} is empty; data is in: {held}{more}. "
+          f"Add --namespace {shlex.quote(others[0].name)}", file=sys.stderr)
 
 
 def emit_json(doc: Any) -> None:

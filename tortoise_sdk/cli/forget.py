@@ -53,7 +53,8 @@ def _cmd_forget(args: argparse.Namespace) -> int:
 
 def _confirmed(question: str) -> bool:
     if not sys.stdin.isatty():
-        raise InvalidInput("stdin is not a terminal, so forgetting cannot be confirmed: pass --yes", field="yes")
+        raise InvalidInput("forget asks for confirmation, and stdin is not a terminal: add --yes to forget "
+                           "without asking, e.g. tortoise forget --session SESSION --yes")
     print(f"{question}? This cannot be undone. [y/N] ", end="", file=sys.stderr, flush=True)
     return sys.stdin.readline().strip().lower() in ("y", "yes")
 

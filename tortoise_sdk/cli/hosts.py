@@ -202,6 +202,9 @@ def _register_hook(sub: argparse._SubParsersAction) -> None:
 def _cmd_hooks(args: argparse.Namespace) -> int:
     from ..adapters.claude_code import install_hooks, uninstall_hooks
 
+    if args.user and args.shared:
+        raise InvalidInput("--shared chooses a project's committed .claude/settings.json; --user writes "
+                           "~/.claude/settings.json: pass one of them")
     path = _settings_path(args)
     current = _read_settings(path)
     try:
@@ -214,6 +217,7 @@ def _cmd_hooks(args: argparse.Namespace) -> int:
     text = json.dumps(updated, ensure_ascii=False, indent=2) + "\n"
     if args.print:
         sys.stdout.write(text)
+        print(f"tortoise: would write {path} (nothing written)", file=sys.stderr)
         return 0
     if updated == current:  # leave the user's file (and its formatting) alone, or absent
         state = "already installed in" if args.action == "install" else "not found in"
@@ -229,9 +233,12 @@ def _cmd_hooks(args: argparse.Namespace) -> int:
 
 
 def _settings_path(args: argparse.Namespace) -> Path:
+    """``~/.claude/settings.json`` (``--user``); in a project, ``settings.local.json`` (personal, not committed)
+    unless ``--shared`` (``settings.json``, which a team commits)."""
     if args.user:
         return Path.home() / ".claude" / "settings.json"
-    return Path(args.project or ".").expanduser().absolute() / ".claude" / "settings.json"
+    name = "settings.json" if args.shared else "settings.local.json"
+    return Path(args.project or ".").expanduser().absolute() / ".claude" / name
 
 
 def _read_settings(path: Path) -> dict[str, Any]:
@@ -255,10 +262,12 @@ def _hook_command(args: argparse.Namespace) -> str:
     """The command line Claude Code runs: this installation's ``tortoise``, with the options given to install."""
     argv0 = Path(sys.argv[0])
     exe = argv0 if argv0.name.startswith("tortoise") and argv0.is_file() else Path(sys.executable).with_name("tortoise")
-    words = [str(exe.absolute()) if exe.is_file() else "tortoise"]
+    # A file the team commits names no path of this machine: `tortoise` from PATH, --db as given.
+    shared = getattr(args, "shared", False)
+    words = [str(exe.absolute()) if exe.is_file() and not shared else "tortoise"]
     if getattr(args, "db", None):
         db = args.db
-        words += ["--db", db if "://" in db else str(Path(db).expanduser().absolute())]
+        words += ["--db", db if "://" in db or shared else str(Path(db).expanduser().absolute())]
     if getattr(args, "namespace", "default") != "default":
         words += ["--namespace", args.namespace]
     words.append("hook")
@@ -268,9 +277,11 @@ def _hook_command(args: argparse.Namespace) -> str:
 
 
 def _register_hooks(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("hooks", help="install or remove the Claude Code hooks in .claude/settings.json",
+    p = sub.add_parser("hooks", help="install or remove the Claude Code hooks (.claude/settings.local.json)",
                        description="Merges one `tortoise hook` entry per event (UserPromptSubmit, Stop, SubagentStop, "
-                                   "PreCompact, SessionEnd) into .claude/settings.json, keeping every other hook; "
+                                   "PreCompact, SessionEnd) into the project's .claude/settings.local.json (personal; "
+                                   "--shared: .claude/settings.json; --user: ~/.claude/settings.json), keeping every "
+                                   "other hook; "
                                    "uninstall removes only these. --db, --namespace and --model given here are "
                                    "written into the hook command. Example: tortoise hooks install --user")
     p.add_argument("action", choices=("install", "uninstall"))
@@ -278,6 +289,10 @@ def _register_hooks(sub: argparse._SubParsersAction) -> None:
     where.add_argument("--project", metavar="DIR", help="the project's .claude/settings.json (default: the current "
                                                         "directory)")
     where.add_argument("--user", action="store_true", help="~/.claude/settings.json")
-    p.add_argument("--print", action="store_true", help="print the resulting settings.json instead of writing it")
+    p.add_argument("--shared", action="store_true",
+                   help="in a project, write .claude/settings.json (committed, shared with the team: the command is "
+                        "`tortoise` from PATH, no path of this machine) instead of .claude/settings.local.json")
+    p.add_argument("--print", action="store_true",
+                   help="print the resulting settings instead of writing them, and name the file they would go to")
     p.add_argument("--model", help="litellm model the hook queues extraction for (default: $TORTOISE_MODEL)")
     p.set_defaults(handler=_cmd_hooks)

@@ -1,4 +1,4 @@
-"""Reading the memory: ``search``, ``sessions``, ``memories``, ``context``, ``expand``, ``export``."""
+"""Reading the memory: ``search``, ``sessions``, ``namespaces``, ``memories``, ``context``, ``expand``, ``export``."""
 
 from __future__ import annotations
 
@@ -15,9 +15,10 @@ __all__ = ("register",)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    """Add ``search``, ``sessions``, ``export``, ``memories``, ``context`` and ``expand``."""
+    """Add ``search``, ``sessions``, ``namespaces``, ``export``, ``memories``, ``context`` and ``expand``."""
     _register_search(sub)
     _register_sessions(sub)
+    _register_namespaces(sub)
     _register_export(sub)
     _register_memories(sub)
     _register_context(sub)
@@ -26,7 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _cmd_search(args: argparse.Namespace) -> int:
     return run_and_print(args, lambda mem: mem.explain_search(args.query, k=args.k, session_id=args.session),
-                         _print_hits)
+                         _print_hits, empty_hint=True)
 
 
 def _print_hits(result: Any) -> None:
@@ -60,7 +61,7 @@ def _register_search(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_sessions(args: argparse.Namespace) -> int:
-    return run_and_print(args, lambda mem: mem.sessions(), _print_sessions)
+    return run_and_print(args, lambda mem: mem.sessions(), _print_sessions, empty_hint=True)
 
 
 def _print_sessions(sessions: list[Any]) -> None:
@@ -74,8 +75,28 @@ def _register_sessions(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=_cmd_sessions)
 
 
+def _cmd_namespaces(args: argparse.Namespace) -> int:
+    return run_and_print(args, lambda mem: mem.namespaces(), _print_namespaces)
+
+
+def _print_namespaces(found: list[Any]) -> None:
+    for n in found:
+        print(f"{n.name}\t{n.sessions} sessions\t{n.turns} turns\t{n.memories} memories")
+    if not found:
+        print("no namespace holds data yet: capture turns first (`tortoise capture`), or try `tortoise demo`",
+              file=sys.stderr)
+
+
+def _register_namespaces(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("namespaces", help="list the namespaces that hold data, with their counts",
+                       description="Sessions, turns and live memories per namespace. Example: tortoise namespaces")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=_cmd_namespaces)
+
+
 def _cmd_memories(args: argparse.Namespace) -> int:
-    return run_and_print(args, lambda mem: mem.memories(args.session, include_superseded=args.all), _print_memories)
+    return run_and_print(args, lambda mem: mem.memories(args.session, include_superseded=args.all), _print_memories,
+                         empty_hint=True)
 
 
 def _print_memories(records: list[Any]) -> None:

@@ -103,7 +103,7 @@ def _register_subagents(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_stats(args: argparse.Namespace) -> int:
-    return run_and_print(args, _stats, _print_stats)
+    return run_and_print(args, _stats, _print_stats, empty_hint=True)
 
 
 def _stats(mem: Any) -> dict[str, Any]:

@@ -6,7 +6,7 @@ import argparse
 import json
 from importlib import resources
 
-__all__ = ("DEMO_MODEL", "load_demo_sessions", "load_recorded_extraction", "run_demo")
+__all__ = ("DEMO_MODEL", "demo_next_command", "load_demo_sessions", "load_recorded_extraction", "run_demo")
 
 #: The model name the demo's recorded replies are served under (no provider is ever called).
 DEMO_MODEL = "openai/tortoise-demo-recorded"
@@ -65,4 +65,13 @@ def run_demo(args: argparse.Namespace) -> int:
         block = mem.context([{"role": "user", "content": next_turn}])
         print(f"\nnext user turn: {next_turn!r}; the model would also receive ({block.tokens} tokens):")
         print(block.block or f"(no memory block{': ' + block.degraded_reason if block.degraded_reason else ''})")
+    print(f"\nnext, try: {demo_next_command(args.db, namespace)}")
     return 0
+
+
+def demo_next_command(db: str | None, namespace: str) -> str:
+    """The command the demo suggests last: a search of what it captured, in its namespace (and database)."""
+    import shlex
+
+    words = ["tortoise", "search", "Biscuit", "--namespace", namespace]
+    return shlex.join(words + (["--db", db] if db else []))

@@ -15,6 +15,7 @@ from ..models import (
     ForgetReport,
     JobInfo,
     MemoryRecord,
+    NamespaceInfo,
     SearchHit,
     SessionInfo,
     SubagentContext,
@@ -31,7 +32,16 @@ if TYPE_CHECKING:
     from ..subagent_models import NormalizedFrame
     from .plan import ExtractionPlan, Fence, WriteResult
 
-__all__ = ("Store",)
+__all__ = ("NAMESPACES_SQL", "Store")
+
+#: Per namespace: sessions, turns and live memories (plain SQL both engines run; ``ORDER BY`` added by each).
+NAMESPACES_SQL = (
+    "SELECT ns, SUM(s), SUM(t), SUM(m) FROM ("
+    " SELECT namespace AS ns, COUNT(*) AS s, 0 AS t, 0 AS m FROM sessions GROUP BY namespace"
+    " UNION ALL SELECT namespace, 0, COUNT(*), 0 FROM turns GROUP BY namespace"
+    " UNION ALL SELECT namespace, 0, 0, COUNT(*) FROM memories WHERE status = 'live' GROUP BY namespace"
+    ") x GROUP BY ns ORDER BY ns"
+)
 
 
 class Store(ABC):
@@ -88,6 +98,14 @@ class Store(ABC):
     @abstractmethod
     def sessions(self, namespace: str) -> list[SessionInfo]:
         """Captured sessions, oldest first."""
+
+    def namespaces(self) -> list[NamespaceInfo]:
+        """Every namespace holding a session, a turn or a memory, by name (the one read across namespaces)."""
+        raise NotImplementedError(f"{type(self).__name__} does not list namespaces")
+
+    @staticmethod
+    def _namespace_infos(rows: Sequence[Sequence[Any]]) -> list[NamespaceInfo]:
+        return [NamespaceInfo(name=r[0], sessions=int(r[1]), turns=int(r[2]), memories=int(r[3])) for r in rows]
 
     @abstractmethod
     def turns(

@@ -13,7 +13,7 @@ from ..capture import CaptureRequest, turn_id_for
 from ..errors import CaptureConflict, IdempotencyConflict
 from ..models import CaptureReceipt, Diagnostic
 
-__all__ = ("new_receipt", "plan_append", "receipt_row", "replay_or_conflict", "session_date_for")
+__all__ = ("new_receipt", "plan_append", "receipt_row", "repeated_tail", "replay_or_conflict", "session_date_for")
 
 
 def replay_or_conflict(req: CaptureRequest, stored_hash: str | None, body: str) -> CaptureReceipt:
@@ -46,7 +46,8 @@ def plan_append(
     """Rows to insert for a capture, given the stored ``(idx, external_id, content_hash)`` of its session.
 
     Identity is the caller's id when given, else the position plus content hash.
-    A known identity with a different content raises CaptureConflict.
+    A known identity with a different content raises CaptureConflict. In an append
+    (``req.append``) an id-less turn has no stored identity: it goes after the last stored turn.
     """
     by_ext = {ext: h for _, ext, h in existing if ext is not None}
     by_idx = {idx: h for idx, _, h in existing}
@@ -61,7 +62,7 @@ def plan_append(
                     field=f"turns[{pos}]",
                 )
             continue
-        if turn.id is None and pos in by_idx:
+        if turn.id is None and not req.append and pos in by_idx:
             if by_idx[pos] != h:
                 raise CaptureConflict(
                     f"differs from the turn already stored at position {pos} of session {req.session_id!r}; "
@@ -80,6 +81,23 @@ def plan_append(
             by_ext[turn.id] = h
         next_idx += 1
     return rows
+
+
+def repeated_tail(req: CaptureRequest, existing: Sequence[tuple[int, str | None, str]]) -> list[Diagnostic]:
+    """A warning when a keyless append's turns equal the session's last stored turns (a retry, or a real repeat).
+
+    Both are stored: the store cannot tell a retry from a user saying the same thing again,
+    and dropping a turn that was said loses it for good. The warning names the fix.
+    """
+    if not req.append or req.idempotency_key is not None or any(t.id is not None for t in req.turns):
+        return []
+    n = len(req.hashes)
+    tail = [h for _, _, h in sorted(existing)[-n:]]
+    if len(tail) < n or tail != req.hashes:
+        return []
+    return [Diagnostic(stage="capture", code="repeated_tail",
+                       message=f"these {n} turn(s) equal the session's last {n} stored turns and were stored again; "
+                               "if this call was a retry, pass idempotency_key so a retry is recognised")]
 
 
 def new_receipt(namespace: str, req: CaptureRequest, receipt_id: str, session_date: str | None,

@@ -27,11 +27,11 @@ from ...errors import (
     StoreError,
 )
 from ..deadline import DEFAULT_STORE_TIMEOUT_S, deadline, remaining, timeout_error
-from ...models import CaptureReceipt, Diagnostic, SearchHit, SessionInfo, utc_now
+from ...models import CaptureReceipt, Diagnostic, NamespaceInfo, SearchHit, SessionInfo, utc_now
 from ...search import INDEX_CHARS, idf, idf_bonus, indexed_text, split_by_postings
 from ...validate import not_unicode
-from ..base import Store
-from ..capture_plan import new_receipt, plan_append, receipt_row, replay_or_conflict, session_date_for
+from ..base import NAMESPACES_SQL, Store
+from ..capture_plan import new_receipt, plan_append, receipt_row, repeated_tail, replay_or_conflict, session_date_for
 from ..cursors import CursorMixin
 from ..rows import and_equal
 from ..rows import turn_hit as _hit
@@ -301,6 +301,7 @@ class PostgresStore(PostgresExtractionMixin, PostgresSubagentMixin, PostgresForg
         ).fetchall()
         receipt_id = f"r_{uuid.uuid4().hex}"
         new_rows = plan_append(namespace, req, [(r[0], r[1], r[2]) for r in existing], receipt_id, now.isoformat())
+        warnings += repeated_tail(req, [(r[0], r[1], r[2]) for r in existing])
         if new_rows:
             with c.cursor() as cur:
                 cur.executemany(
@@ -400,6 +401,9 @@ class PostgresStore(PostgresExtractionMixin, PostgresSubagentMixin, PostgresForg
         )
         args = {"terms": list(terms), "ns": namespace, "k": k, "sid": session_id}
         return [_hit(r, float(r[8])) for r in self._rows(sql, args)]
+
+    def namespaces(self) -> list[NamespaceInfo]:
+        return self._namespace_infos(self._rows(NAMESPACES_SQL + ' COLLATE "C"', ()))
 
     def sessions(self, namespace: str) -> list[SessionInfo]:
         rows = self._rows(

@@ -28,11 +28,11 @@ from ...errors import (
     StoreError,
     StoreTimeout,
 )
-from ...models import CaptureReceipt, Diagnostic, MemoryRecord, SearchHit, SessionInfo, utc_now
+from ...models import CaptureReceipt, Diagnostic, MemoryRecord, NamespaceInfo, SearchHit, SessionInfo, utc_now
 from ...search import indexed_text, terms_from_fts5
 from ...validate import not_unicode
-from ..base import Store
-from ..capture_plan import new_receipt, plan_append, receipt_row, replay_or_conflict, session_date_for
+from ..base import NAMESPACES_SQL, Store
+from ..capture_plan import new_receipt, plan_append, receipt_row, repeated_tail, replay_or_conflict, session_date_for
 from ..cursors import CursorMixin
 from ..deadline import DEFAULT_STORE_TIMEOUT_S, deadline, expired, remaining, timeout_error
 from ..rows import and_equal
@@ -408,6 +408,7 @@ class SQLiteStore(SQLiteRankingMixin, SQLiteExtractionMixin, SQLiteSubagentMixin
             (namespace, req.session_id),
         ).fetchall()
         new_rows = plan_append(namespace, req, [(r[0], r[1], r[2]) for r in existing], receipt_id, now)
+        warnings += repeated_tail(req, [(r[0], r[1], r[2]) for r in existing])
         c.executemany(
             "INSERT INTO turns (turn_id, namespace, session_id, idx, role, name, content, external_id, timestamp,"
             " metadata, content_hash, receipt_id, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -446,6 +447,10 @@ class SQLiteStore(SQLiteRankingMixin, SQLiteExtractionMixin, SQLiteSubagentMixin
     def search_turns(self, namespace: str, match: str, *, k: int, session_id: str | None = None) -> list[SearchHit]:
         """Search with an expression made by ``tortoise_sdk.search.fts5_query`` (quoted terms joined by OR)."""
         return self.search_terms(namespace, terms_from_fts5(match), k=k, session_id=session_id)
+
+    def namespaces(self) -> list[NamespaceInfo]:
+        with self.read() as c:
+            return self._namespace_infos(c.execute(NAMESPACES_SQL).fetchall())
 
     def sessions(self, namespace: str) -> list[SessionInfo]:
         with self.read() as c:

@@ -1,0 +1,157 @@
+"""``AsyncMemory`` gives what ``Memory`` gives, on both engines, without blocking the event loop;
+and the LangChain middleware's async hooks run off the loop too."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import uuid
+
+import pytest
+from pgtemp import require_postgres, temp_database
+
+from tortoise_sdk import AsyncMemory, Memory
+from tortoise_sdk.errors import CaptureConflict, IdempotencyConflict
+from tortoise_sdk.store import open_store
+
+
+@pytest.fixture(scope="module")
+def pg_url():
+    require_postgres()
+    with temp_database("tortoise_async") as url:
+        yield url
+
+
+@pytest.fixture(params=("sqlite", "postgres"))
+def store(request, tmp_path):
+    url = str(tmp_path / "m.db") if request.param == "sqlite" else request.getfixturevalue("pg_url")
+    s = open_store(url)
+    yield s
+    s.close()
+
+
+def pair(store):
+    """A sync and an async memory on the same store, each in a namespace of its own."""
+    return (Memory(store=store, namespace=f"s_{uuid.uuid4().hex[:10]}"),
+            AsyncMemory(Memory(store=store, namespace=f"a_{uuid.uuid4().hex[:10]}")))
+
+
+def exchange(u, a):
+    return [{"role": "user", "content": u}, {"role": "assistant", "content": a}]
+
+
+def _strip(receipt):
+    return receipt.model_dump(exclude={"receipt_id", "namespace", "turn_ids"})
+
+
+def test_async_and_sync_give_the_same_results(store):
+    sync, amem = pair(store)
+
+    async def run_async():
+        out = [await amem.capture("chat", exchange("Hi", "Hello")),
+               await amem.append("chat", exchange("My dog Biscuit is a beagle", "Nice")),
+               await amem.append("chat", exchange("My dog Biscuit is a beagle", "Nice"), idempotency_key="k"),
+               await amem.append("chat", exchange("My dog Biscuit is a beagle", "Nice"), idempotency_key="k")]
+        hits = await amem.search("beagle")
+        block = await amem.context([{"role": "user", "content": "what breed is Biscuit?"}])
+        fact = await amem.remember("Biscuit is a beagle", about=["Biscuit"])
+        new = await amem.correct_memory(fact.id, "Biscuit is a beagle cross")
+        history = await amem.memory_history(fact.id)
+        found = await amem.search_memories("Biscuit")
+        return out, hits, block, history, found, new, await amem.turns("chat")
+
+    a_out, a_hits, a_block, a_history, a_found, a_new, a_turns = asyncio.run(run_async())
+    s_out = [sync.capture("chat", exchange("Hi", "Hello")),
+             sync.append("chat", exchange("My dog Biscuit is a beagle", "Nice")),
+             sync.append("chat", exchange("My dog Biscuit is a beagle", "Nice"), idempotency_key="k2"),
+             sync.append("chat", exchange("My dog Biscuit is a beagle", "Nice"), idempotency_key="k2")]
+    fact = sync.remember("Biscuit is a beagle", about=["Biscuit"])
+    sync.correct_memory(fact.id, "Biscuit is a beagle cross")
+    assert [r.replayed for r in a_out] == [r.replayed for r in s_out] == [False, False, False, True]
+    assert [[w.code for w in r.warnings] for r in a_out] == [[w.code for w in r.warnings] for r in s_out]
+    assert [r.turns_stored for r in a_out] == [r.turns_stored for r in s_out]
+    assert [(h.role, h.content) for h in a_turns] == [(h.role, h.content) for h in sync.turns("chat")]
+    assert [h.content for h in a_hits] == [h.content for h in sync.search("beagle")]
+    assert a_block.block.count("ref:") == sync.context([{"role": "user", "content": "what breed is Biscuit?"}]
+                                                       ).block.count("ref:")
+    assert [(m.content, m.status) for m in a_history] == [(m.content, m.status)
+                                                          for m in sync.memory_history(fact.id)]
+    assert [m.id for m in a_found] == [a_new.id]
+
+
+def test_async_errors_are_the_sync_errors(store):
+    _, amem = pair(store)
+
+    async def run():
+        await amem.append("chat", exchange("a", "b"), idempotency_key="k")
+        with pytest.raises(IdempotencyConflict):
+            await amem.append("chat", exchange("a", "c"), idempotency_key="k")
+        with pytest.raises(CaptureConflict):
+            await amem.capture("chat", exchange("x", "y"))
+
+    asyncio.run(run())
+
+
+def test_calls_run_off_the_event_loop_thread(tmp_path, monkeypatch):
+    amem = AsyncMemory(str(tmp_path / "m.db"), namespace="t")
+    seen = []
+    real = amem.sync.context
+    monkeypatch.setattr(amem.sync, "context", lambda *a, **k: (seen.append(threading.get_ident()), real(*a, **k))[1])
+
+    async def run():
+        await amem.context(["hello"])
+        return threading.get_ident()
+
+    loop_thread = asyncio.run(run())
+    assert seen and seen[0] != loop_thread
+    asyncio.run(amem.close())
+
+
+def test_wrapping_a_memory_and_arguments_are_exclusive(tmp_path):
+    mem = Memory(str(tmp_path / "m.db"))
+    with pytest.raises(TypeError):
+        AsyncMemory(mem, namespace="x")
+    wrapped = AsyncMemory(mem)
+    assert wrapped.sync is mem and wrapped.namespace == "default"
+    asyncio.run(wrapped.close())
+
+
+def test_langchain_async_hooks_do_not_block_the_event_loop(mem, monkeypatch):
+    """On main the async middleware called the store on the loop's own thread."""
+    from langchain.agents import create_agent
+    from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+    from langchain_core.messages import AIMessage, HumanMessage
+
+    from tortoise_sdk.adapters.langchain import MemoryMiddleware
+
+    threads: dict[str, int] = {}
+    real_context, real_capture = mem.context, mem.capture
+    monkeypatch.setattr(mem, "context", lambda *a, **k: (threads.setdefault("context", threading.get_ident()),
+                                                         real_context(*a, **k))[1])
+    monkeypatch.setattr(mem, "capture", lambda *a, **k: (threads.setdefault("capture", threading.get_ident()),
+                                                         real_capture(*a, **k))[1])
+    agent = create_agent(GenericFakeChatModel(messages=iter([AIMessage(content="Biscuit.")])), [],
+                         middleware=[MemoryMiddleware(mem, "chat-async", extract=False)])
+
+    async def run():
+        await agent.ainvoke({"messages": [HumanMessage("what is my dog called?")]})
+        return threading.get_ident()
+
+    loop_thread = asyncio.run(run())
+    assert set(threads) == {"context", "capture"}
+    assert loop_thread not in threads.values()
+    assert len(mem.turns("chat-async")) == 2
+
+
+@pytest.mark.parametrize("turns", ["not a list", None, [{"role": "robot", "content": "x"}], []])
+def test_bad_input_is_refused_alike(tmp_path, turns):
+    from tortoise_sdk.errors import InvalidInput
+
+    amem = AsyncMemory(str(tmp_path / "m.db"))
+    for verb in ("capture", "append"):
+        with pytest.raises(InvalidInput) as sync_err:
+            getattr(amem.sync, verb)("s", turns)
+        with pytest.raises(InvalidInput) as async_err:
+            asyncio.run(getattr(amem, verb)("s", turns))
+        assert (type(async_err.value), str(async_err.value)) == (type(sync_err.value), str(sync_err.value))
+    asyncio.run(amem.close())

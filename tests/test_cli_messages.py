@@ -1,0 +1,100 @@
+"""What the command line says when a newcomer goes astray (issue 26): one table, one row per message.
+
+Each row: the command, whether the database holds the demo-like namespace ``demo`` first, the exit
+code, and text the output must hold (``out``, ``err``) or must not (``not_err``).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+import pytest
+
+from conftest import run_cli as run
+from tortoise_sdk import Memory, __version__
+
+ROWS = [
+    # --version
+    ("--version", False, 0, {"out": f"tortoise-sdk {__version__}"}),
+    # an unknown option names the near one and shows the command's usage
+    ("search Biscuit --nmespace demo", True, 2,
+     {"err": ["tortoise search: unknown option --nmespace; did you mean --namespace?", "usage: tortoise search"]}),
+    ("--nmespace demo sessions", True, 2,
+     {"err": ["tortoise: unknown option --nmespace; did you mean --namespace?", "usage: tortoise "]}),
+    ("sessions --jsn", True, 2, {"err": ["did you mean --json?", "usage: tortoise sessions"]}),
+    ("memories --namespace=demo --sesion s1", True, 2, {"err": ["did you mean --session?"]}),
+    ("sessions --zzzzzz", True, 2, {"err": ["tortoise sessions: unknown option --zzzzzz", "usage: tortoise sessions"],
+                                    "not_err": ["did you mean"]}),
+    # forget with no terminal says what to add
+    ("forget --session s1", True, 2,
+     {"err": ["add --yes to forget without asking"], "not_err": ["yes: stdin", "--yes: stdin"]}),
+    # an empty namespace names the ones that hold data; the exit code is unchanged
+    ("search Biscuit", True, 0,
+     {"err": ["namespace 'default' is empty; data is in: demo (1 sessions, 2 turns, 1 memories). "
+              "Add --namespace demo"]}),
+    ("sessions", True, 0, {"err": ["data is in: demo", "Add --namespace demo"]}),
+    ("memories", True, 0, {"err": ["data is in: demo"]}),
+    ("stats", True, 0, {"err": ["data is in: demo"]}),
+    ("sessions --json", True, 0, {"out": "[]", "err": ["data is in: demo"]}),
+    ("sessions --namespace demo", True, 0, {"out": "s1", "not_err": ["is empty"]}),
+    ("search Biscuit --namespace demo", True, 0, {"out": "Biscuit", "not_err": ["is empty"]}),
+    ("sessions", False, 0, {"err": ["namespace 'default' is empty, and so is this database", "tortoise demo"]}),
+    # tortoise namespaces
+    ("namespaces", True, 0, {"out": "demo\t1 sessions\t2 turns\t1 memories"}),
+    ("namespaces", False, 0, {"err": ["no namespace holds data yet"]}),
+]
+
+
+@pytest.mark.parametrize("argv, seeded, code, expect", ROWS, ids=[r[0] for r in ROWS])
+def test_cli_message(capsys, db, monkeypatch, argv, seeded, code, expect):
+    with Memory(db, namespace="demo") as mem:
+        if seeded:
+            mem.append("s1", [{"role": "user", "content": "My dog Biscuit is a beagle"},
+                              {"role": "assistant", "content": "Lovely."}])
+            mem.remember("Maya's dog Biscuit is a beagle")
+    monkeypatch.setattr("sys.stdin.isatty", lambda: False, raising=False)
+    got, out, err = run(capsys, "--db", db, *shlex.split(argv))
+    assert got == code, (out, err)
+    if "out" in expect:
+        assert expect["out"] in out
+    for text in expect.get("err", []):
+        assert text in err
+    for text in expect.get("not_err", []):
+        assert text not in err
+
+
+def test_namespaces_json(capsys, db):
+    with Memory(db, namespace="b") as mem:
+        mem.append("s", {"role": "user", "content": "x"})
+    with Memory(db, namespace="a") as mem:
+        mem.remember("a fact")
+    code, out, _ = run(capsys, "--db", db, "namespaces", "--json")
+    assert code == 0
+    assert json.loads(out) == [{"name": "a", "sessions": 0, "turns": 0, "memories": 1},
+                               {"name": "b", "sessions": 1, "turns": 1, "memories": 0}]
+
+
+@pytest.mark.parametrize("command, hidden, shown", [
+    ("migrate-store", ["--db", "--namespace"], ["--json"]),
+    ("vacuum", ["--namespace"], ["--db"]),
+    ("namespaces", ["--namespace"], ["--db", "--json"]),
+    ("eval", ["--db", "--namespace"], []),
+    ("search", [], ["--db", "--namespace"]),
+])
+def test_help_lists_only_the_options_that_apply(capsys, command, hidden, shown):
+    code, out, _ = run(capsys, command, "--help")
+    assert code == 0
+    for option in hidden:
+        assert option not in out
+    for option in shown:
+        assert option in out
+
+
+def test_the_demo_ends_with_a_command_that_finds_what_it_captured(capsys, db):
+    code, out, _ = run(capsys, "--db", db, "demo")
+    assert code == 0
+    last = out.strip().splitlines()[-1]
+    assert last.startswith("next, try: tortoise search Biscuit --namespace demo")
+    code, found, err = run(capsys, *shlex.split(last.split(": ", 1)[1])[1:])
+    assert code == 0 and "Biscuit" in found and "is empty" not in err

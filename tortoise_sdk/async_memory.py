@@ -1,0 +1,181 @@
+"""``AsyncMemory``: ``Memory`` for asyncio code, with the same semantics.
+
+Each method runs the ``Memory`` method of the same name in a worker thread
+(``asyncio.to_thread``), so the event loop is never blocked by the database or a model call, and
+there is one implementation of every rule: a receipt, a conflict or a block is exactly what the
+synchronous call gives. The stores are thread-safe (SQLite serialises its writers; PostgreSQL uses
+a connection pool), so calls may run concurrently. The database drivers are synchronous; an
+engine with a native async driver would replace the threads, not the semantics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Any, Literal, TypeVar
+
+from .memory import ExtractMode, Memory, TurnLike
+from .models import (
+    CaptureReceipt,
+    ExpandResult,
+    ExtractionReport,
+    ForgetReport,
+    JobInfo,
+    MemoryBlock,
+    MemoryRecord,
+    NamespaceInfo,
+    SearchHit,
+    SearchResult,
+    SessionInfo,
+)
+
+__all__ = ("AsyncMemory",)
+
+T = TypeVar("T")
+
+
+class AsyncMemory:
+    """Long-term memory for one namespace, for asyncio code: every ``Memory`` verb, awaited.
+
+    Usage::
+
+        async with AsyncMemory("memory.db", namespace="alice") as mem:
+            block = await mem.context(history[-6:], session_id="chat-1")
+            await mem.append("chat-1", history[-2:], idempotency_key=f"chat-1:{len(history)}")
+
+    Args:
+        db: as for ``Memory``; or a ``Memory`` to wrap (it is closed with this object).
+        **options: ``Memory``'s keyword arguments (``namespace``, ``model`` ...).
+
+    ``sync`` is the wrapped ``Memory``, for what has no async form here.
+    """
+
+    def __init__(self, db: str | Memory | None = None, **options: Any) -> None:
+        if isinstance(db, Memory):
+            if options:
+                raise TypeError("pass either a Memory or Memory's arguments, not both")
+            self.sync = db
+        else:
+            self.sync = Memory(db, **options)
+
+    @property
+    def namespace(self) -> str:
+        return self.sync.namespace
+
+    def __repr__(self) -> str:
+        return f"Async{self.sync!r}"
+
+    async def _run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        return await asyncio.to_thread(fn, *args, **kwargs)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def close(self) -> None:
+        """Close the store's connections."""
+        await self._run(self.sync.close)
+
+    async def __aenter__(self) -> AsyncMemory:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # -- writes ------------------------------------------------------------------------------
+
+    async def capture(self, session_id: str, turns: Iterable[TurnLike], *, session_date: str | datetime | None = None,
+                      idempotency_key: str | None = None, extract: ExtractMode = None) -> CaptureReceipt:
+        """``Memory.capture``."""
+        return await self._run(self.sync.capture, session_id, turns, session_date=session_date,
+                               idempotency_key=idempotency_key, extract=extract)
+
+    async def append(self, session_id: str, turns: TurnLike | Iterable[TurnLike], *,
+                     idempotency_key: str | None = None, session_date: str | datetime | None = None,
+                     extract: ExtractMode = None) -> CaptureReceipt:
+        """``Memory.append``: the new turns after the session's last stored one."""
+        return await self._run(self.sync.append, session_id, turns, idempotency_key=idempotency_key,
+                               session_date=session_date, extract=extract)
+
+    async def capture_many(self, sessions: Sequence[Mapping[str, Any]], *, extract: ExtractMode = None,
+                           chunk_size: int | None = None) -> list[CaptureReceipt]:
+        """``Memory.capture_many``."""
+        return await self._run(self.sync.capture_many, sessions, extract=extract, chunk_size=chunk_size)
+
+    async def remember(self, text: str, *, kind: Literal["event", "point"] = "point", about: Sequence[str] = (),
+                       when: str | None = None) -> MemoryRecord:
+        """``Memory.remember``: add a memory by hand."""
+        return await self._run(self.sync.remember, text, kind=kind, about=about, when=when)
+
+    async def correct_memory(self, memory_id: str, text: str) -> MemoryRecord:
+        """``Memory.correct_memory``: supersede a memory, keeping its history."""
+        return await self._run(self.sync.correct_memory, memory_id, text)
+
+    async def forget_session(self, session_id: str) -> ForgetReport:
+        """``Memory.forget_session``."""
+        return await self._run(self.sync.forget_session, session_id)
+
+    async def forget_memory(self, memory_id: str) -> ForgetReport:
+        """``Memory.forget_memory``."""
+        return await self._run(self.sync.forget_memory, memory_id)
+
+    # -- extraction --------------------------------------------------------------------------
+
+    async def extract(self, session_id: str, *, full: bool = False) -> ExtractionReport:
+        """``Memory.extract``."""
+        return await self._run(self.sync.extract, session_id, full=full)
+
+    async def flush(self, session_id: str | None = None) -> list[JobInfo]:
+        """``Memory.flush``."""
+        return await self._run(self.sync.flush, session_id)
+
+    async def process_pending(self, max_jobs: int | None = None, *, session_id: str | None = None,
+                              due_only: bool = True) -> list[JobInfo]:
+        """``Memory.process_pending``."""
+        return await self._run(self.sync.process_pending, max_jobs, session_id=session_id, due_only=due_only)
+
+    # -- reads -------------------------------------------------------------------------------
+
+    async def context(self, window: Sequence[Any], prior_context: Any = None, budget: int = 3, max_tokens: int = 400,
+                      session_id: str | None = None, **options: Any) -> MemoryBlock:
+        """``Memory.context``: the memory block for the next model call; never raises."""
+        return await self._run(self.sync.context, window, prior_context, budget, max_tokens, session_id, **options)
+
+    async def search(self, query: str, k: int = 10, session_id: str | None = None) -> list[SearchHit]:
+        """``Memory.search``."""
+        return await self._run(self.sync.search, query, k, session_id)
+
+    async def explain_search(self, query: str, k: int = 10, session_id: str | None = None) -> SearchResult:
+        """``Memory.explain_search``."""
+        return await self._run(self.sync.explain_search, query, k, session_id)
+
+    async def search_memories(self, query: str, k: int = 10, *, include_superseded: bool = False) -> list[MemoryRecord]:
+        """``Memory.search_memories``."""
+        return await self._run(self.sync.search_memories, query, k, include_superseded=include_superseded)
+
+    async def memories(self, session_id: str | None = None, include_superseded: bool = False) -> list[MemoryRecord]:
+        """``Memory.memories``."""
+        return await self._run(self.sync.memories, session_id, include_superseded)
+
+    async def memory_history(self, memory_id: str) -> list[MemoryRecord]:
+        """``Memory.memory_history``."""
+        return await self._run(self.sync.memory_history, memory_id)
+
+    async def expand(self, pointer_id: str) -> ExpandResult:
+        """``Memory.expand``."""
+        return await self._run(self.sync.expand, pointer_id)
+
+    async def sessions(self) -> list[SessionInfo]:
+        """``Memory.sessions``."""
+        return await self._run(self.sync.sessions)
+
+    async def turns(self, session_id: str) -> list[SearchHit]:
+        """``Memory.turns``."""
+        return await self._run(self.sync.turns, session_id)
+
+    async def receipts(self, session_id: str | None = None) -> list[CaptureReceipt]:
+        """``Memory.receipts``."""
+        return await self._run(self.sync.receipts, session_id)
+
+    async def namespaces(self) -> list[NamespaceInfo]:
+        """``Memory.namespaces``."""
+        return await self._run(self.sync.namespaces)
