@@ -27,6 +27,7 @@ document.addEventListener("click", async (event) => {
       text = "Forgotten. Tombstone " + (doc.tombstone_id || "(none: nothing left to remove)") +
              (doc.forgotten_at ? " at " + doc.forgotten_at : "") +
              "\nRemoved: " + (removed.join(", ") || "nothing");
+      button.closest("article, main").classList.add("gone");
     }
   } catch (error) {
     text = "Not forgotten: " + error;
