@@ -42,7 +42,7 @@ def db(demo_db: Path, tmp_path: Path) -> Path:
 
 def client(db: Path, tokens: list[str] | None = None, **settings: Any) -> TestClient:
     app = build_app(ServeSettings(db=str(db), namespaces=["demo"], tokens=parse_tokens(tokens or []), **settings))
-    return TestClient(app, raise_server_exceptions=False)
+    return TestClient(app, base_url="http://127.0.0.1", raise_server_exceptions=False)
 
 
 @pytest.fixture
@@ -296,6 +296,9 @@ def test_inspector_pages_render(api: TestClient, db: Path) -> None:
     tried = api.get("/ns/demo/try", params={"prompt": "where does Maya work now?"}, headers=h).text
     assert "why:" in tried and "Northwind" in tried
     assert "Health: ok" in api.get("/ns/demo/subagents", headers=h).text
+    entity = api.get("/ns/demo/entity", params={"name": "biscuit"}, headers=h).text  # the graph neighbourhood
+    assert "Biscuit howls when Maya leaves for work at 7." in entity and "entity?name=Maya" in entity
+    assert api.get("/ns/demo/entity", params={"name": "Nobody"}, headers=h).status_code == 404
     assert api.get("/ns/demo/expand", params={"id": first_memory(db)}, headers=h).status_code == 200
     assert api.get("/ns/demo/session", params={"id": "nope"}, headers=h).status_code == 404
     assert api.get("/ns/bob/session", params={"id": "x"}, headers=auth(DEMO)).status_code == 403
@@ -318,7 +321,7 @@ def test_requests_share_one_memory_per_namespace_on_one_store(db: Path) -> None:
         return Memory(**kwargs)
 
     app = build_app(ServeSettings(db=str(db)), memory_factory=factory)
-    with TestClient(app) as c:
+    with TestClient(app, base_url="http://127.0.0.1:8765") as c:
         for _ in range(3):
             assert c.get(f"{NS}/sessions").status_code == 200
             assert c.get("/v1/ns/other/sessions").status_code == 200
@@ -338,3 +341,21 @@ def test_serve_refuses_a_public_bind_without_a_token(capsys: pytest.CaptureFixtu
         check_bind(host, [])
     check_bind("0.0.0.0", parse_tokens([ADMIN]))
     assert parse_tokens([f"{DEMO}:demo"])[0].namespace == "demo"
+
+
+def test_concurrent_requests_share_the_namespaces_memory(db: Path) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    def work(i: int) -> list[int]:
+        turns = [{"role": "user", "content": f"thread {i} says the parrot Kiwi{i} likes grapes", "id": f"{i}-{n}"}
+                 for n in range(3)]
+        return [c.post(f"{NS}/capture", json={"session_id": f"c{i}", "turns": turns}).status_code,
+                c.post(f"{NS}/context", json={"query": f"what does Kiwi{i} like?"}).status_code,
+                c.post(f"{NS}/search", json={"query": "parrot grapes", "k": 5}).status_code]
+
+    with client(db) as c, ThreadPoolExecutor(8) as pool:
+        statuses = [s for r in pool.map(work, range(16)) for s in r]
+    assert statuses == [200] * 48
+    with Memory(str(db), namespace="demo") as mem:
+        counts = {s.session_id: s.turn_count for s in mem.sessions()}
+    assert {f"c{i}": 3 for i in range(16)}.items() <= counts.items()

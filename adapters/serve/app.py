@@ -118,8 +118,7 @@ def build_app(settings: ServeSettings | None = None, *, memory_factory: Callable
     if not settings.tokens and is_loopback(settings.host):
         # A page on another site can resolve its own name to 127.0.0.1 (DNS rebinding) and read an
         # unauthenticated loopback server; the Host header it sends still names that site.
-        app.add_middleware(TrustedHostMiddleware, allowed_hosts=["127.0.0.1", "localhost", "[::1]", "::1",
-                                                                 "testserver"])
+        app.add_middleware(TrustedHostMiddleware, allowed_hosts=["127.0.0.1", "localhost", "[::1]", "::1"])
     return app
 
 

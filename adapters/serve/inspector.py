@@ -10,6 +10,7 @@ Every stored string reaches the page through Jinja's autoescaping; the script on
 from __future__ import annotations
 
 import hmac
+from collections import Counter
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, quote
@@ -34,7 +35,7 @@ templates = Jinja2Templates(env=_env)
 router = APIRouter()
 
 
-def _page(request: Request, name: str, namespace: str | None = None, **context: Any) -> Response:
+def _page(request: Request, template: str, namespace: str | None = None, /, **context: Any) -> Response:
     try:
         grant = authorize(request, namespace)
     except Denied as exc:
@@ -48,7 +49,7 @@ def _page(request: Request, name: str, namespace: str | None = None, **context: 
         return templates.TemplateResponse(request, "error.html", {"message": str(exc)}, status_code=404)
     except TortoiseError as exc:
         return templates.TemplateResponse(request, "error.html", {"message": str(exc)}, status_code=400)
-    return templates.TemplateResponse(request, name, {"ns": namespace, "grant": grant, **built})
+    return templates.TemplateResponse(request, template, {"ns": namespace, "grant": grant, **built})
 
 
 def _namespaces(request: Request) -> list[str]:
@@ -106,6 +107,31 @@ def try_page(request: Request, namespace: str, prompt: str = "", budget: int = 3
     return _page(request, "try.html", namespace, prompt=prompt, budget=budget,
                  block=lambda m: m.context([{"role": "user", "content": prompt}], budget=budget)
                  if prompt.strip() else None)
+
+
+@router.get("/ns/{namespace}/entity", response_class=HTMLResponse)
+def entity_page(request: Request, namespace: str, name: str) -> Response:
+    return _page(request, "entity.html", namespace, name=name, hood=lambda m: _neighbourhood(m, name))
+
+
+def _neighbourhood(mem: Any, name: str) -> dict[str, Any]:
+    """The entity named ``name`` in ``Memory.graph()``: the memories about it, and the entities those also name."""
+    g = mem.graph()
+    wanted = name.casefold()
+    nodes = {n for n, d in g.nodes(data=True) if d.get("kind") == "entity" and (d.get("name") or "").casefold() == wanted}
+    if not nodes:
+        raise NotFoundError(f"no entity named {name!r}: entities appear once memories are extracted")
+    about, related = [], Counter()
+    for node in sorted(nodes):
+        for source, _, relation in g.in_edges(node, keys=True):
+            if g.nodes[source].get("kind") != "memory":
+                continue
+            about.append({"id": source.split(":", 1)[1], "relation": relation, **g.nodes[source]})
+            related.update(g.nodes[other]["name"] for _, other in g.out_edges(source)
+                           if other not in nodes and g.nodes[other].get("kind") == "entity")
+    first = g.nodes[min(nodes)]
+    return {"kind": first.get("entity_kind"), "note": first.get("note"), "memories": about,
+            "related": related.most_common(30)}
 
 
 @router.get("/ns/{namespace}/subagents", response_class=HTMLResponse)
