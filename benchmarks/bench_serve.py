@@ -10,7 +10,7 @@ The run is bounded by ``--requests`` per side and by ``--max-seconds`` overall.
 
 Usage::
 
-    .venv/bin/python benchmarks/bench_serve.py [--items 5000] [--clients 4] [--requests 400]
+    .venv/bin/python benchmarks/bench_serve.py [--items 5000] [--clients 1 4] [--requests 400]
     .venv/bin/python benchmarks/bench_serve.py --items 100000
 """
 
@@ -120,21 +120,40 @@ class Side:
                 f"{self.failed:>7}")
 
 
+def measure(sides: list[Side], clients: int, queries: list[str], args: argparse.Namespace) -> None:
+    """Alternate the sides round by round (order flipped each round), ``clients`` threads each."""
+    per_round = max(1, len(queries) // args.rounds)
+    started = time.monotonic()
+    for r in range(args.rounds):
+        if time.monotonic() - started > args.max_seconds:
+            print(f"stopped after {r} round(s): --max-seconds {args.max_seconds} reached")
+            break
+        chunk = queries[r * per_round:(r + 1) * per_round]
+        for side in sides if r % 2 == 0 else reversed(sides):
+            threads = [threading.Thread(target=side.run, args=(chunk[i::clients],)) for i in range(clients)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--items", type=int, default=5000, help="turns in the store (default 5,000; try 100000)")
-    ap.add_argument("--clients", type=int, default=4, help="concurrent callers on each side")
+    ap.add_argument("--clients", type=int, nargs="+", default=[1, 4], help="concurrent callers on each side, one "
+                                                                       "table per count (default: 1 4)")
     ap.add_argument("--requests", type=int, default=400, help="context calls per side")
     ap.add_argument("--rounds", type=int, default=4, help="alternations of the two sides")
-    ap.add_argument("--max-seconds", type=float, default=300, help="stop starting rounds after this long")
+    ap.add_argument("--max-seconds", type=float, default=300, help="per client count: stop starting rounds after "
+                                                                   "this long")
     ap.add_argument("--seed", type=int, default=7)
     args = ap.parse_args()
     rng = random.Random(args.seed)
     with tempfile.TemporaryDirectory(prefix="bench-serve-") as tmp:
         db = str(Path(tmp) / "bench.db")
         built = build(db, args.items, rng)
-        print(f"store: {args.items} turns in {built:.1f} s; {args.clients} clients, {args.requests} calls per side, "
-              f"{args.rounds} alternating rounds; cpus {os.cpu_count()}")
+        print(f"store: {args.items} turns in {built:.1f} s; {args.requests} calls per side, {args.rounds} alternating "
+              f"rounds; cpus {os.cpu_count()}")
         proc, url = start_server(db)
         mem = Memory(db, namespace=NAMESPACE)
         local = threading.local()
@@ -149,33 +168,22 @@ def main() -> int:
         def in_process(q: str) -> dict | None:
             return mem.context([{"role": "user", "content": q}]).model_dump()
 
-        sides = [Side("POST /context (HTTP, loopback)", over_http), Side("Memory.context() in-process", in_process)]
-        queries = [fill(rng, rng.choice(QUESTIONS)) for _ in range(args.requests)]
-        per_round = max(1, len(queries) // args.rounds)
-        started = time.monotonic()
         try:
             for _ in range(3):  # warm both: connections, caches
+                over_http("warm up")
+                in_process("warm up")
+            for clients in args.clients:
+                sides = [Side("POST /context (HTTP, loopback)", over_http),
+                         Side("Memory.context() in-process", in_process)]
+                measure(sides, clients, [fill(rng, rng.choice(QUESTIONS)) for _ in range(args.requests)], args)
+                print(f"\n{clients} concurrent caller(s) per side")
+                print(f"{'':<34} {'calls':>6} {'p50 ms':>9} {'p95 ms':>9} {'degraded':>9} {'failed':>7}")
                 for side in sides:
-                    side.call("warm up")
-            for r in range(args.rounds):
-                if time.monotonic() - started > args.max_seconds:
-                    print(f"stopped after {r} round(s): --max-seconds {args.max_seconds} reached")
-                    break
-                chunk = queries[r * per_round:(r + 1) * per_round]
-                for side in sides if r % 2 == 0 else reversed(sides):
-                    threads = [threading.Thread(target=side.run, args=(chunk[i::args.clients],))
-                               for i in range(args.clients)]
-                    for t in threads:
-                        t.start()
-                    for t in threads:
-                        t.join()
+                    print(side.row(), flush=True)
         finally:
             proc.terminate()
             proc.wait(timeout=30)
             mem.close()
-        print(f"{'':<34} {'calls':>6} {'p50 ms':>9} {'p95 ms':>9} {'degraded':>9} {'failed':>7}")
-        for side in sides:
-            print(side.row())
     return 0
 
 
