@@ -359,3 +359,39 @@ def test_concurrent_requests_share_the_namespaces_memory(db: Path) -> None:
     with Memory(str(db), namespace="demo") as mem:
         counts = {s.session_id: s.turn_count for s in mem.sessions()}
     assert {f"c{i}": 3 for i in range(16)}.items() <= counts.items()
+
+
+@pytest.mark.block_network(allowed_hosts=["127.0.0.1"])
+def test_tortoise_serve_runs_with_tokens_from_the_environment(db: Path) -> None:
+    import os
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    import httpx
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "TORTOISE_SERVE_TOKENS": f"{DEMO}:demo, {ADMIN}"}
+    proc = subprocess.Popen([sys.executable, "-m", "tortoise_sdk.cli", "serve", "--db", str(db), "--port", str(port)],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                assert httpx.get(f"{url}/health", timeout=2).json()["status"] == "ok"
+                break
+            except httpx.TransportError:
+                assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read().decode()
+                time.sleep(0.2)
+        assert httpx.get(f"{url}{NS}/sessions").status_code == 401
+        found = httpx.get(f"{url}{NS}/sessions", headers=auth(DEMO)).json()
+        assert {s["session_id"] for s in found} == {"demo-1", "demo-2"}
+        assert httpx.get(f"{url}/v1/ns/other/sessions", headers=auth(DEMO)).status_code == 403
+        assert httpx.get(f"{url}/v1/ns/other/sessions", headers=auth(ADMIN)).json() == []
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
