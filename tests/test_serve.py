@@ -8,13 +8,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 pytest.importorskip("fastapi", reason="the server extra is not installed (pip install -e '.[dev]' installs it)")
 
 from fastapi.testclient import TestClient  # noqa: E402
 
 from tortoise_sdk import Memory  # noqa: E402
-from tortoise_sdk.adapters.serve import ServeSettings, build_app, check_bind, parse_tokens  # noqa: E402
+from tortoise_sdk.adapters.serve import ServeSettings, TokenGrant, build_app, check_bind, parse_tokens  # noqa: E402
 from tortoise_sdk.cli import main as cli_main  # noqa: E402
 from tortoise_sdk.errors import ConfigError  # noqa: E402
 
@@ -395,3 +397,16 @@ def test_tortoise_serve_runs_with_tokens_from_the_environment(db: Path) -> None:
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+@given(secret=st.text(st.characters(blacklist_characters=":,", blacklist_categories=("Cs", "Zs", "Zl", "Zp", "Cc")), min_size=16,
+                      max_size=40),
+       namespace=st.one_of(st.none(), st.text(st.characters(blacklist_characters=",",
+                                                             blacklist_categories=("Cs", "Zs", "Zl", "Zp", "Cc")), min_size=1)))
+def test_a_token_spec_parses_to_its_secret_and_namespace(secret: str, namespace: str | None) -> None:
+    spec = secret if namespace is None else f"{secret}:{namespace}"
+    assert parse_tokens([spec]) == [TokenGrant(secret, namespace)]
+    with pytest.raises(ConfigError):
+        parse_tokens([secret[:15]])
+    with pytest.raises(ConfigError):
+        parse_tokens([f"{secret}:"])
