@@ -82,7 +82,8 @@ def server(tmp_path: Path) -> Iterator[str]:
     thread.join(timeout=30)
 
 
-def test_walk_the_inspector_try_a_prompt_and_forget_a_session(browser: Any, server: str, tmp_path: Path) -> None:
+def test_walk_the_inspector_try_a_prompt_and_forget_a_session_and_a_memory(browser: Any, server: str,
+                                                                          tmp_path: Path) -> None:
     from selenium.common.exceptions import NoAlertPresentException
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as ec
@@ -157,6 +158,20 @@ def test_walk_the_inspector_try_a_prompt_and_forget_a_session(browser: Any, serv
     browser.get(server + "/ns/demo")
     assert "demo-2" not in browser.find_element(By.ID, "sessions").text
 
+    # forget a memory from the memories page: its own card shows the tombstone
+    browser.get(server + "/ns/demo/memories")
+    card = wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, "#memories article.memory.live")))
+    content = card.find_element(By.CSS_SELECTOR, ".content").text
+    card.find_element(By.CSS_SELECTOR, "button[data-forget=memory]").click()
+    wait.until(ec.alert_is_present())
+    assert browser.switch_to.alert.text.startswith("Forget the memory m_")
+    browser.switch_to.alert.accept()
+    stone = card.find_element(By.CSS_SELECTOR, ".tombstone")
+    wait.until(lambda _: stone.text.startswith("Forgotten."))
+    assert "memories 1" in stone.text and "gone" in card.get_attribute("class")
+    browser.get(server + "/ns/demo/memories")
+    assert content not in browser.find_element(By.ID, "memories").text
+
     # a phone-sized window: the session page still fits its width
     browser.set_window_size(390, 844)
     browser.get(server + "/ns/demo/session?id=demo-1")
@@ -169,7 +184,7 @@ def test_walk_the_inspector_try_a_prompt_and_forget_a_session(browser: Any, serv
 def test_without_chromium_the_browser_test_skips_saying_why_and_fails_in_ci(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "CI"}
     env |= {"TORTOISE_TEST_CHROMIUM": str(tmp_path / "no-chromium"), "TORTOISE_TEST_CHROMEDRIVER": str(tmp_path / "x")}
-    test = f"{__file__}::test_walk_the_inspector_try_a_prompt_and_forget_a_session"
+    test = f"{__file__}::test_walk_the_inspector_try_a_prompt_and_forget_a_session_and_a_memory"
     for ci, outcome in ((None, "1 skipped"), ("true", "1 error")):
         run_env = env if ci is None else {**env, "CI": ci}
         proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", test],
