@@ -110,7 +110,8 @@ class ContextBody(BaseModel):
                              description="Pointer ids already shown in this conversation: not repeated.")
     budget: int = Field(default=3, ge=1, le=MAX_BUDGET, description="At most this many pointers.")
     max_tokens: int = Field(default=400, ge=1, le=MAX_MAX_TOKENS, description="Token cap of the block.")
-    session_id: str | None = Field(default=None, description="The current conversation: its own turns are not surfaced.")
+    session_id: str | None = Field(default=None,
+                                   description="The current conversation: its own turns are not surfaced.")
 
 
 class FlushBody(BaseModel):

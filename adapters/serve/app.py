@@ -61,7 +61,7 @@ def error_status(exc: TortoiseError) -> int:
 
 
 def build_app(settings: ServeSettings | None = None, *, memory_factory: Callable[..., Any] = Memory) -> FastAPI:
-    """The ASGI app: ``/v1/...`` (JSON, schema at ``/openapi.json``, docs at ``/docs``), ``/health`` and the inspector at ``/``.
+    """The ASGI app: ``/v1/...`` (JSON; schema ``/openapi.json``, pages ``/docs``), ``/health``, the inspector at ``/``.
 
     Args:
         settings: database, tokens and limits (default: the default database, no tokens, loopback).

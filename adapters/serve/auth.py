@@ -106,7 +106,7 @@ class ServeSettings:
 
 
 class MemoryPool:
-    """One ``Memory`` per namespace, all on one store opened once; shared by every request (the store is thread-safe)."""
+    """One ``Memory`` per namespace, all on one store opened once, shared by all requests (the store is thread-safe)."""
 
     def __init__(self, settings: ServeSettings, factory: Callable[..., Any]) -> None:
         self._settings = settings

@@ -118,7 +118,8 @@ def _neighbourhood(mem: Any, name: str) -> dict[str, Any]:
     """The entity named ``name`` in ``Memory.graph()``: the memories about it, and the entities those also name."""
     g = mem.graph()
     wanted = name.casefold()
-    nodes = {n for n, d in g.nodes(data=True) if d.get("kind") == "entity" and (d.get("name") or "").casefold() == wanted}
+    nodes = {n for n, d in g.nodes(data=True)
+             if d.get("kind") == "entity" and (d.get("name") or "").casefold() == wanted}
     if not nodes:
         raise NotFoundError(f"no entity named {name!r}: entities appear once memories are extracted")
     about, related = [], Counter()
