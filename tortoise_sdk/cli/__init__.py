@@ -26,7 +26,7 @@ from ..errors import (
     TortoiseError,
 )
 from ..memory import DEFAULT_NAMESPACE
-from . import admin, capture, evaluate, extract, forget, hosts, read, subagents
+from . import admin, capture, evaluate, extract, forget, hosts, read, serve, subagents
 from ._common import NO_MODEL_HINT, terminal_safe
 
 __all__ = ("REGISTRY", "build_parser", "main")
@@ -40,6 +40,7 @@ REGISTRY: list[Callable[[argparse._SubParsersAction], None]] = [
     subagents.register,
     forget.register,
     hosts.register,
+    serve.register,
     evaluate.register,
 ]
 

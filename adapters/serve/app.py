@@ -1,0 +1,178 @@
+"""The ``tortoise serve`` application: the JSON API, the inspector, limits and error answers."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from fastapi.staticfiles import StaticFiles
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.middleware.trustedhost import TrustedHostMiddleware
+
+from ... import __version__
+from ...errors import (
+    CaptureConflict,
+    ConfigError,
+    IdempotencyConflict,
+    InvalidInput,
+    ModelError,
+    NotFoundError,
+    ReadOnlyStore,
+    StoreError,
+    StoreTimeout,
+    TortoiseError,
+)
+from ...memory import Memory
+from . import api, inspector
+from .auth import Denied, MemoryPool, ServeSettings, is_loopback
+
+__all__ = ("build_app", "error_status")
+
+log = logging.getLogger("tortoise.serve")
+
+#: HTTP status of each error the SDK raises on purpose, most specific first.
+_STATUS: tuple[tuple[type[TortoiseError], int], ...] = (
+    (CaptureConflict, 409),
+    (IdempotencyConflict, 409),
+    (InvalidInput, 400),
+    (ConfigError, 400),
+    (NotFoundError, 404),
+    (ReadOnlyStore, 409),
+    (StoreTimeout, 503),
+    (StoreError, 503),
+    (ModelError, 502),
+)
+_Scope = MutableMapping[str, Any]
+_Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+_Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+
+
+def error_status(exc: TortoiseError) -> int:
+    """The HTTP status for an SDK error: 400 bad input, 404 not found, 409 conflict, 502/503 upstream, else 500."""
+    if isinstance(exc, Denied):
+        return exc.status
+    return next((status for kind, status in _STATUS if isinstance(exc, kind)), 500)
+
+
+def build_app(settings: ServeSettings | None = None, *, memory_factory: Callable[..., Any] = Memory) -> FastAPI:
+    """The ASGI app: ``/v1/...`` (JSON; schema ``/openapi.json``, pages ``/docs``), ``/health``, the inspector at ``/``.
+
+    Args:
+        settings: database, tokens and limits (default: the default database, no tokens, loopback).
+        memory_factory: builds each namespace's ``Memory`` (``namespace=``, ``db=`` or ``store=``, options).
+    """
+    settings = settings or ServeSettings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        yield
+        app.state.pool.close()
+
+    app = FastAPI(title="tortoise-sdk", version=__version__, lifespan=lifespan,
+                  description="Long-term memory for LLM agents over HTTP: the Memory API of one database, "
+                              "per namespace. Authenticate with 'Authorization: Bearer SECRET' when the server "
+                              "was started with --token.")
+    app.state.settings = settings
+    app.state.pool = MemoryPool(settings, memory_factory)
+
+    @app.get("/health", response_model=api.Health, tags=["server"], summary="The server is up")
+    def health() -> api.Health:
+        """No token needed; says nothing about the data."""
+        return api.Health(version=__version__)
+
+    app.include_router(api.router, tags=["memory"])
+    app.include_router(inspector.router, include_in_schema=False)
+    app.mount("/static", StaticFiles(directory=Path(__file__).parent / "static"), name="static")
+
+    @app.exception_handler(TortoiseError)
+    async def sdk_error(request: Request, exc: TortoiseError) -> JSONResponse:
+        status = error_status(exc)
+        if status >= 500:
+            log.error("%s %s: %s: %s", request.method, request.url.path, type(exc).__name__, exc)
+        headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+        return _error(status, type(exc).__name__, _one_line(str(exc)), getattr(exc, "field", None), headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def bad_request(request: Request, exc: RequestValidationError) -> JSONResponse:
+        first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}
+        where = _field(first.get("loc", ()))
+        message = _one_line(str(first.get("msg", "invalid request")))
+        return _error(400, "InvalidInput", f"{where}: {message}" if where else message, where or None)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return _error(exc.status_code, "HTTPError", _one_line(str(exc.detail)))
+
+    @app.exception_handler(Exception)
+    async def unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("%s %s failed", request.method, request.url.path)
+        return _error(500, "InternalError", "the server failed on this request; its log has the details")
+
+    app.add_middleware(_BodyLimit, max_bytes=settings.max_body_bytes)
+    if not settings.tokens and is_loopback(settings.host):
+        # A page on another site can resolve its own name to 127.0.0.1 (DNS rebinding) and read an
+        # unauthenticated loopback server; the Host header it sends still names that site.
+        app.add_middleware(TrustedHostMiddleware, allowed_hosts=["127.0.0.1", "localhost", "[::1]", "::1"])
+    return app
+
+
+def _error(status: int, error: str, message: str, field: str | None = None,
+           headers: dict[str, str] | None = None) -> JSONResponse:
+    body = api.ErrorBody(error=error, message=message, field=field)
+    return JSONResponse(body.model_dump(), status_code=status, headers=headers)
+
+
+def _field(loc: Any) -> str:
+    """``turns[3].role`` from pydantic's location, without the ``body``/``query`` part."""
+    out = ""
+    for part in tuple(loc)[1:] if tuple(loc)[:1] in (("body",), ("query",), ("path",)) else tuple(loc):
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+class _BodyLimit:
+    """413 for a body over ``max_bytes``, by its Content-Length or, when chunked, as it arrives."""
+
+    def __init__(self, app: Callable[[_Scope, _Receive, _Send], Awaitable[None]], max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: _Scope, receive: _Receive, send: _Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        if declared is not None and (not declared.isdigit() or int(declared) > self.max_bytes):
+            await self._refuse(scope, receive, send)
+            return
+        chunks: list[MutableMapping[str, Any]] = []
+        size = 0
+        while True:
+            message = await receive()
+            chunks.append(message)
+            size += len(message.get("body", b""))
+            if size > self.max_bytes:
+                await self._refuse(scope, receive, send)
+                return
+            if message["type"] != "http.request" or not message.get("more_body"):
+                break
+
+        async def replay() -> MutableMapping[str, Any]:
+            return chunks.pop(0) if chunks else await receive()
+
+        await self.app(scope, replay, send)
+
+    async def _refuse(self, scope: _Scope, receive: _Receive, send: _Send) -> None:
+        response = _error(413, "PayloadTooLarge", f"the request body is over {self.max_bytes} bytes; send fewer "
+                                                  "turns per request (the server's limit is --max-body)")
+        await response(scope, receive, send)

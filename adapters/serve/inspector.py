@@ -1,0 +1,164 @@
+"""The memory inspector at ``/``: server-rendered pages over the same ``Memory`` calls as the JSON API.
+
+Namespaces → sessions → turns (tool turns folded), a search box, memories with their quotes,
+source turns and supersession, sub-agent rows with the health check, a "try a prompt" panel
+showing the block with each pointer's ``why``, and forgetting (asks first, shows the tombstone).
+Every stored string reaches the page through Jinja's autoescaping; the script only ever sets
+``textContent``. With tokens configured, a login form keeps the token in a same-site cookie.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections import Counter
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, quote
+
+from fastapi import APIRouter, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.templating import Jinja2Templates
+from jinja2 import Environment, FileSystemLoader
+
+from ...errors import NotFoundError, TortoiseError
+from .auth import COOKIE, Denied, authorize
+
+__all__ = ("router",)
+
+#: Turns of a session page folded by default: tool calls and their results.
+_TOOL_PREFIXES = ("[tool_use", "[tool_result")
+
+_env = Environment(loader=FileSystemLoader(Path(__file__).parent / "templates"), autoescape=True)
+_env.filters["q"] = lambda text: quote(str(text), safe="")
+_env.tests["tool"] = lambda turn: turn.role == "tool" or turn.content.lstrip().startswith(_TOOL_PREFIXES)
+templates = Jinja2Templates(env=_env)
+router = APIRouter()
+
+
+def _page(request: Request, template: str, namespace: str | None = None, /, **context: Any) -> Response:
+    try:
+        grant = authorize(request, namespace)
+    except Denied as exc:
+        if exc.status == 401:
+            return RedirectResponse(f"/login?next={quote(str(request.url.path), safe='/')}", status_code=303)
+        return templates.TemplateResponse(request, "error.html", {"message": str(exc)}, status_code=exc.status)
+    mem = request.app.state.pool.get(namespace) if namespace is not None else None
+    try:
+        built = {k: v(mem) if callable(v) else v for k, v in context.items()}
+    except NotFoundError as exc:
+        return templates.TemplateResponse(request, "error.html", {"message": str(exc)}, status_code=404)
+    except TortoiseError as exc:
+        return templates.TemplateResponse(request, "error.html", {"message": str(exc)}, status_code=400)
+    return templates.TemplateResponse(request, template, {"ns": namespace, "grant": grant, **built})
+
+
+def _namespaces(request: Request) -> list[str]:
+    settings = request.app.state.settings
+    names = [*settings.namespaces, *(t.namespace for t in settings.tokens if t.namespace),
+             *request.app.state.pool.opened()]
+    return list(dict.fromkeys(names))
+
+
+@router.get("/", response_class=HTMLResponse)
+def index(request: Request) -> Response:
+    grant_ns = None
+    try:
+        grant = authorize(request, None)
+        grant_ns = grant.namespace if grant else None
+    except Denied:
+        pass
+    names = [n for n in _namespaces(request) if grant_ns is None or n == grant_ns]
+    return _page(request, "index.html", namespaces=names)
+
+
+@router.get("/ns/{namespace}", response_class=HTMLResponse)
+def namespace_page(request: Request, namespace: str, q: str = "") -> Response:
+    return _page(request, "namespace.html", namespace, q=q,
+                 sessions=lambda m: sorted(m.sessions(), key=lambda s: s.updated_at, reverse=True),
+                 result=lambda m: m.explain_search(q, k=20) if q.strip() else None,
+                 memory_count=lambda m: len(m.memories()))
+
+
+@router.get("/ns/{namespace}/session", response_class=HTMLResponse)
+def session_page(request: Request, namespace: str, id: str) -> Response:  # noqa: A002 - the URL's name
+    def turns(mem: Any) -> list[Any]:
+        found = mem.turns(id)
+        if not found:
+            raise NotFoundError(f"no session {id!r} in namespace {namespace!r}")
+        return found
+
+    return _page(request, "session.html", namespace, session_id=id, turns=turns,
+                 memories=lambda m: m.memories(id, True))
+
+
+@router.get("/ns/{namespace}/memories", response_class=HTMLResponse)
+def memories_page(request: Request, namespace: str, superseded: bool = True) -> Response:
+    return _page(request, "memories.html", namespace, memories=lambda m: m.memories(None, superseded))
+
+
+@router.get("/ns/{namespace}/expand", response_class=HTMLResponse)
+def expand_page(request: Request, namespace: str, id: str) -> Response:  # noqa: A002
+    return _page(request, "expand.html", namespace, item=lambda m: m.expand(id))
+
+
+@router.get("/ns/{namespace}/try", response_class=HTMLResponse)
+def try_page(request: Request, namespace: str, prompt: str = "", budget: int = 3) -> Response:
+    budget = min(max(budget, 1), 8)
+    return _page(request, "try.html", namespace, prompt=prompt, budget=budget,
+                 block=lambda m: m.context([{"role": "user", "content": prompt}], budget=budget)
+                 if prompt.strip() else None)
+
+
+@router.get("/ns/{namespace}/entity", response_class=HTMLResponse)
+def entity_page(request: Request, namespace: str, name: str) -> Response:
+    return _page(request, "entity.html", namespace, name=name, hood=lambda m: _neighbourhood(m, name))
+
+
+def _neighbourhood(mem: Any, name: str) -> dict[str, Any]:
+    """The entity named ``name`` in ``Memory.graph()``: the memories about it, and the entities those also name."""
+    g = mem.graph()
+    wanted = name.casefold()
+    nodes = {n for n, d in g.nodes(data=True)
+             if d.get("kind") == "entity" and (d.get("name") or "").casefold() == wanted}
+    if not nodes:
+        raise NotFoundError(f"no entity named {name!r}: entities appear once memories are extracted")
+    about, related = [], Counter()
+    for node in sorted(nodes):
+        for source, _, relation in g.in_edges(node, keys=True):
+            if g.nodes[source].get("kind") != "memory":
+                continue
+            about.append({"id": source.split(":", 1)[1], "relation": relation, **g.nodes[source]})
+            related.update(g.nodes[other]["name"] for _, other in g.out_edges(source)
+                           if other not in nodes and g.nodes[other].get("kind") == "entity")
+    first = g.nodes[min(nodes)]
+    return {"kind": first.get("entity_kind"), "note": first.get("note"), "memories": about,
+            "related": related.most_common(30)}
+
+
+@router.get("/ns/{namespace}/subagents", response_class=HTMLResponse)
+def subagents_page(request: Request, namespace: str) -> Response:
+    return _page(request, "subagents.html", namespace, rows=lambda m: m.subagents(),
+                 health=lambda m: m.subagent_health())
+
+
+@router.get("/login", response_class=HTMLResponse)
+def login_form(request: Request, next: str = "/") -> Response:  # noqa: A002
+    return templates.TemplateResponse(request, "login.html", {"next": _local(next), "failed": False, "ns": None})
+
+
+@router.post("/login", response_class=HTMLResponse)
+async def login(request: Request) -> Response:
+    form = parse_qs((await request.body()).decode("utf-8", "replace"))
+    token, target = form.get("token", [""])[0].strip(), _local(form.get("next", ["/"])[0])
+    if not any(hmac.compare_digest(t.secret.encode(), token.encode()) for t in request.app.state.settings.tokens):
+        return templates.TemplateResponse(request, "login.html", {"next": target, "failed": True, "ns": None},
+                                          status_code=401)
+    response = RedirectResponse(target, status_code=303)
+    response.set_cookie(COOKIE, token, httponly=True, samesite="strict",
+                        secure=request.url.scheme == "https")
+    return response
+
+
+def _local(target: str) -> str:
+    """Only a path of this server (no ``//host`` or scheme), so the login cannot redirect elsewhere."""
+    return target if target.startswith("/") and not target.startswith("//") else "/"

@@ -1,0 +1,418 @@
+"""``tortoise serve`` through FastAPI's test client: every route's success, auth failure, another
+namespace's token, bad input and oversize input; escaping in the inspector; the bind check."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+pytest.importorskip("fastapi", reason="the server extra is not installed (pip install -e '.[dev]' installs it)")
+
+from fastapi.testclient import TestClient  # noqa: E402
+
+from tortoise_sdk import Memory  # noqa: E402
+from tortoise_sdk.adapters.serve import ServeSettings, TokenGrant, build_app, check_bind, parse_tokens  # noqa: E402
+from tortoise_sdk.cli import main as cli_main  # noqa: E402
+from tortoise_sdk.errors import ConfigError  # noqa: E402
+
+ADMIN = "admin-token-0123456789"  # every namespace
+DEMO = "demo-token-0123456789"  # bound to namespace demo
+BOB = "bob-token-01234567890"  # bound to namespace bob
+TOKENS = [ADMIN, f"{DEMO}:demo", f"{BOB}:bob"]
+NS = "/v1/ns/demo"
+
+
+@pytest.fixture(scope="module")
+def demo_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The demo sessions, extracted from recorded replies (`tortoise demo`): turns and memories, one supersession."""
+    path = tmp_path_factory.mktemp("serve") / "demo.db"
+    assert cli_main(["--db", str(path), "demo"]) == 0
+    return path
+
+
+@pytest.fixture
+def db(demo_db: Path, tmp_path: Path) -> Path:
+    copy = tmp_path / "m.db"
+    shutil.copy(demo_db, copy)
+    return copy
+
+
+def client(db: Path, tokens: list[str] | None = None, **settings: Any) -> TestClient:
+    app = build_app(ServeSettings(db=str(db), namespaces=["demo"], tokens=parse_tokens(tokens or []), **settings))
+    return TestClient(app, base_url="http://127.0.0.1", raise_server_exceptions=False)
+
+
+@pytest.fixture
+def api(db: Path) -> TestClient:
+    with client(db, TOKENS) as c:
+        yield c
+
+
+def auth(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def first_memory(db: Path) -> str:
+    with Memory(str(db), namespace="demo") as mem:
+        return next(m.id for m in mem.memories() if m.status == "live")
+
+
+#: One successful call per route: (method, path, keyword arguments of the request).
+ROUTES: list[tuple[str, str, dict[str, Any]]] = [
+    ("POST", "/capture", {"json": {"session_id": "s-new", "turns": [{"role": "user", "content": "I adopted a cat "
+                                                                      "named Pixel", "id": "p1"}]}}),
+    ("POST", "/search", {"json": {"query": "Northwind", "k": 3}}),
+    ("POST", "/context", {"json": {"query": "where does Maya work now?"}}),
+    ("GET", "/expand", {"params": {"pointer_id": "MEMORY"}}),
+    ("GET", "/memories", {"params": {"include_superseded": "true"}}),
+    ("GET", "/sessions", {}),
+    ("GET", "/turns", {"params": {"session_id": "demo-1"}}),
+    ("DELETE", "/sessions", {"params": {"session_id": "demo-2"}}),
+    ("DELETE", "/memories", {"params": {"memory_id": "MEMORY"}}),
+    ("GET", "/tombstones", {}),
+    ("GET", "/subagents", {}),
+    ("GET", "/subagents/health", {"params": {"since": "2020-01-01T00:00:00Z"}}),
+    ("GET", "/stats", {}),
+    ("POST", "/flush", {"json": {}}),
+]
+IDS = [f"{m} {p}" for m, p, _ in ROUTES]
+
+
+def call(c: TestClient, method: str, path: str, kwargs: dict[str, Any], db: Path, ns: str = NS,
+         headers: dict[str, str] | None = None) -> Any:
+    if "params" in kwargs and "MEMORY" in kwargs["params"].values():
+        kwargs = {**kwargs, "params": {k: first_memory(db) if v == "MEMORY" else v
+                                       for k, v in kwargs["params"].items()}}
+    return c.request(method, ns + path, headers=headers, **kwargs)
+
+
+@pytest.mark.parametrize(("method", "path", "kwargs"), ROUTES, ids=IDS)
+def test_every_route_answers_with_its_model(api: TestClient, db: Path, method: str, path: str,
+                                            kwargs: dict[str, Any]) -> None:
+    for token in (ADMIN, DEMO):
+        answer = call(api, method, path, kwargs, db, headers=auth(token))
+        if path == "/flush":  # no model configured: the SDK's one-line message, a 400
+            assert answer.status_code == 400, answer.text
+            assert answer.json() == {"error": "ConfigError", "field": "model",
+                                     "message": "no model configured (set TORTOISE_MODEL or Memory(model=...))"}
+            continue
+        assert answer.status_code == 200, answer.text
+        doc = answer.json()
+        if path == "/capture":
+            assert doc["session_id"] == "s-new" and doc["turns_received"] == 1
+        elif path == "/search":
+            assert doc["hits"] and "Northwind" in doc["hits"][0]["content"]
+        elif path == "/context":
+            assert "Northwind" in doc["block"] and len(doc["why"]) == len(doc["pointers"]) > 0
+        elif path == "/stats":
+            assert doc["namespace"] == "demo" and doc["sessions"] >= 1
+        elif path == "/subagents/health":
+            assert doc["ok"] is True
+        elif method == "DELETE" and token == ADMIN:
+            assert doc["tombstone_id"] and doc["total"] > 0
+        elif path == "/tombstones":
+            assert isinstance(doc, list)
+
+
+@pytest.mark.parametrize(("method", "path", "kwargs"), ROUTES, ids=IDS)
+def test_every_route_needs_a_token_and_refuses_another_namespaces(api: TestClient, db: Path, method: str,
+                                                                   path: str, kwargs: dict[str, Any]) -> None:
+    for headers in (None, auth("not-a-token-of-this-server"), {"Authorization": "Basic xyz"}):
+        answer = call(api, method, path, kwargs, db, headers=headers)
+        assert answer.status_code == 401, answer.text
+        assert answer.headers["www-authenticate"] == "Bearer"
+        assert answer.json()["error"] == "Denied"
+    answer = call(api, method, path, kwargs, db, headers=auth(BOB))
+    assert answer.status_code == 403
+    assert answer.json()["message"] == "this token is bound to namespace 'bob', not 'demo'"
+    # Nothing was done on the refused calls: demo still holds both sessions and every memory.
+    with Memory(str(db), namespace="demo") as mem:
+        assert {s.session_id for s in mem.sessions()} == {"demo-1", "demo-2"}
+        assert mem.tombstones() == []
+
+
+#: A bad request per route, and the one-line message it gets.
+BAD: list[tuple[str, str, dict[str, Any], str]] = [
+    ("POST", "/capture", {"json": {"session_id": "s", "turns": [{"role": "robot", "content": "x"}]}},
+     "turns[0].role: Input should be 'user', 'assistant', 'system' or 'tool'"),
+    ("POST", "/capture", {"json": {"session_id": " ", "turns": [{"role": "user", "content": "x"}]}},
+     "session_id: "),
+    ("POST", "/search", {"json": {"query": "x", "k": 101}}, "k: Input should be less than or equal to 100"),
+    ("POST", "/search", {"json": {"query": "x", "k": "5"}}, "k: Input should be a valid integer"),
+    ("POST", "/context", {"json": {"query": "x", "budget": 9}}, "budget: Input should be less than or equal to 8"),
+    ("POST", "/context", {"json": {"query": "x", "max_tokens": 0}}, "max_tokens: Input should be greater than"),
+    ("POST", "/context", {"content": b"{not json", "headers": {"content-type": "application/json"}},
+     "JSON decode error"),
+    ("GET", "/expand", {"params": {"pointer_id": "m_nope"}}, "m_nope"),
+    ("GET", "/expand", {}, "pointer_id: Field required"),
+    ("GET", "/memories", {"params": {"include_superseded": "perhaps"}}, "include_superseded: Input should be a "
+                                                                        "valid boolean"),
+    ("GET", "/turns", {}, "session_id: Field required"),
+    ("DELETE", "/sessions", {"params": {"session_id": ""}}, "session_id: String should have at least 1 character"),
+    ("DELETE", "/memories", {}, "memory_id: Field required"),
+    ("GET", "/tombstones", {"params": {"session_id": "a", "memory_id": "b"}},
+     "memory_id: pass session_id or memory_id, not both"),
+    ("GET", "/subagents/health", {"params": {"since": "yesterday-ish"}}, "since: Input should be a valid datetime"),
+    ("POST", "/flush", {"json": {"session_id": 5}}, "session_id: Input should be a valid string"),
+    ("POST", "/flush", {"json": {"everything": True}}, "everything: Extra inputs are not permitted"),
+]
+
+
+@pytest.mark.parametrize(("method", "path", "kwargs", "message"), BAD, ids=[f"{m} {p} {msg[:20]}" for m, p, _, msg
+                                                                            in BAD])
+def test_bad_input_is_a_4xx_with_one_line(api: TestClient, method: str, path: str, kwargs: dict[str, Any],
+                                          message: str) -> None:
+    kwargs = dict(kwargs)
+    headers = {**auth(ADMIN), **kwargs.pop("headers", {})}
+    answer = api.request(method, NS + path, headers=headers, **kwargs)
+    assert 400 <= answer.status_code < 500, answer.text
+    doc = answer.json()
+    assert set(doc) == {"error", "message", "field"}
+    assert message in doc["message"] and "\n" not in doc["message"] and "Traceback" not in answer.text
+    if path == "/expand" and "m_nope" in message:
+        assert answer.status_code == 404 and doc["error"] == "NotFoundError"
+
+
+def test_capture_conflicts_are_409_with_the_sdks_message(api: TestClient) -> None:
+    body = {"session_id": "s", "turns": [{"role": "user", "content": "one", "id": "x"}], "idempotency_key": "k1"}
+    assert api.post(f"{NS}/capture", json=body, headers=auth(ADMIN)).status_code == 200
+    changed = {**body, "turns": [{"role": "user", "content": "two", "id": "x2"}]}
+    answer = api.post(f"{NS}/capture", json=changed, headers=auth(ADMIN))
+    assert answer.status_code == 409
+    assert answer.json()["message"].startswith("idempotency key 'k1' was already used for a different capture")
+
+
+@pytest.mark.parametrize(("method", "path", "kwargs"), ROUTES, ids=IDS)
+def test_oversize_input_is_refused(db: Path, method: str, path: str, kwargs: dict[str, Any]) -> None:
+    with client(db, TOKENS, max_body_bytes=2048) as c:
+        huge = "x" * 4096
+        # A body over the limit: 413 before any route runs, whether its length is declared or not.
+        answer = c.request(method, NS + path, headers=auth(ADMIN), json={"query": huge})
+        assert answer.status_code == 413
+        assert answer.json()["message"].startswith("the request body is over 2048 bytes")
+        chunked = c.request(method, NS + path, headers=auth(ADMIN), content=iter([b'{"query": "', huge.encode(),
+                                                                                 b'"}']))
+        assert chunked.status_code == 413
+        # An id longer than any the store keeps.
+        ids = [k for k in kwargs.get("params", {}) if k.endswith("_id")]
+        for name in ids:
+            answer = c.request(method, NS + path, headers=auth(ADMIN), params={name: "y" * 600})
+            assert answer.status_code == 400, answer.text
+            assert answer.json()["message"] == f"{name}: String should have at most 512 characters"
+        if method == "POST" and path != "/flush":  # a search term, a prompt or a turn over its size
+            limits = {"/capture": {"session_id": "y" * 600, "turns": []}, "/search": {"query": "y" * 10_001},
+                      "/context": {"query": "y" * 10_001}}
+            with client(db, TOKENS) as roomy:
+                answer = roomy.post(NS + path, headers=auth(ADMIN), json=limits[path])
+            assert answer.status_code == 400, answer.text
+
+
+def test_a_capture_appends_and_context_finds_it(api: TestClient) -> None:
+    h = auth(DEMO)
+    first = {"session_id": "pets", "turns": [{"role": "user", "content": "My cat Pixel hates the vacuum", "id": "1"}]}
+    assert api.post(f"{NS}/capture", json=first, headers=h).json()["turns_stored"] == 1
+    more = {"session_id": "pets", "turns": [*first["turns"], {"role": "assistant", "content": "Poor Pixel!",
+                                                              "id": "2"}]}
+    again = api.post(f"{NS}/capture", json=more, headers=h).json()
+    assert again["turns_stored"] == 1 and again["extraction"] is None or again["extraction"]["status"] == "skipped"
+    assert [t["content"] for t in api.get(f"{NS}/turns", params={"session_id": "pets"}, headers=h).json()] == [
+        "My cat Pixel hates the vacuum", "Poor Pixel!"]
+    block = api.post(f"{NS}/context", json={"query": "what does Pixel hate?", "budget": 2}, headers=h).json()
+    assert "vacuum" in block["block"] and len(block["pointers"]) <= 2
+
+
+def test_a_namespace_bound_token_reaches_only_its_own(api: TestClient) -> None:
+    body = {"session_id": "b", "turns": [{"role": "user", "content": "Bob's secret: the safe code is 4711"}]}
+    assert api.post("/v1/ns/bob/capture", json=body, headers=auth(BOB)).status_code == 200
+    assert api.post("/v1/ns/demo/search", json={"query": "safe code"}, headers=auth(BOB)).status_code == 403
+    assert api.post("/v1/ns/bob/search", json={"query": "safe code"}, headers=auth(DEMO)).status_code == 403
+    hits = api.post("/v1/ns/bob/search", json={"query": "safe code"}, headers=auth(ADMIN)).json()["hits"]
+    assert [h["session_id"] for h in hits] == ["b"]
+    assert api.post("/v1/ns/demo/search", json={"query": "safe code"}, headers=auth(ADMIN)).json()["hits"] == []
+    # The inspector lists only the token's namespace.
+    page = api.get("/", headers=auth(BOB)).text
+    assert "/ns/bob" in page and "/ns/demo" not in page
+
+
+def test_health_and_openapi_need_no_token_and_the_schemas_are_the_sdks_models(api: TestClient) -> None:
+    assert api.get("/health").json()["status"] == "ok"
+    schema = api.get("/openapi.json").json()
+    assert {"/v1/ns/{namespace}/capture", "/v1/ns/{namespace}/context", "/v1/ns/{namespace}/search",
+            "/v1/ns/{namespace}/expand", "/v1/ns/{namespace}/memories", "/v1/ns/{namespace}/sessions",
+            "/v1/ns/{namespace}/subagents/health", "/v1/ns/{namespace}/stats", "/v1/ns/{namespace}/flush",
+            "/v1/ns/{namespace}/tombstones", "/v1/ns/{namespace}/turns", "/health"} <= set(schema["paths"])
+    models = set(schema["components"]["schemas"])
+    assert {"MemoryBlock", "CaptureReceipt", "ForgetReport", "Turn", "ErrorBody"} <= models
+    assert schema["components"]["schemas"]["Turn"]["properties"]["role"]["enum"] == ["user", "assistant", "system",
+                                                                                    "tool"]
+
+
+def test_loopback_without_tokens_needs_none_but_checks_the_host_header(db: Path) -> None:
+    with client(db) as c:
+        assert c.post(f"{NS}/search", json={"query": "Northwind"}).status_code == 200
+        # DNS rebinding: a page of evil.example resolving to 127.0.0.1 sends its own Host.
+        assert c.get(f"{NS}/sessions", headers={"Host": "evil.example"}).status_code == 400
+
+
+def test_the_cookie_counts_only_for_pages_and_the_inspectors_own_calls(api: TestClient) -> None:
+    login = api.post("/login", content=f"token={DEMO}&next=/ns/demo",
+                     headers={"content-type": "application/x-www-form-urlencoded"}, follow_redirects=False)
+    assert login.status_code == 303 and login.headers["location"] == "/ns/demo"
+    cookie = login.headers["set-cookie"].lower()
+    assert "httponly" in cookie and "samesite=strict" in cookie
+    assert api.get("/ns/demo").status_code == 200  # the cookie, on a page
+    assert api.get(f"{NS}/sessions").status_code == 401  # the cookie alone, on the API: a cross-site request
+    assert api.get(f"{NS}/sessions", headers={"X-Tortoise-Inspector": "1"}).status_code == 200
+    api.cookies.clear()
+    assert api.get("/ns/demo", follow_redirects=False).status_code == 303  # to the login form
+    bad = api.post("/login", content="token=wrong&next=//evil.example/",
+                   headers={"content-type": "application/x-www-form-urlencoded"}, follow_redirects=False)
+    assert bad.status_code == 401
+
+
+def test_stored_text_is_escaped_on_every_page(api: TestClient) -> None:
+    hostile = '<script>alert("x")</script><img src=x onerror=alert(1)>'
+    body = {"session_id": '"><script>alert(2)</script>',
+            "turns": [{"role": "user", "content": hostile, "name": hostile}]}
+    assert api.post(f"{NS}/capture", json=body, headers=auth(ADMIN)).status_code == 200
+    pages = [api.get("/ns/demo", params={"q": "script alert"}, headers=auth(ADMIN)),
+             api.get("/ns/demo/session", params={"id": body["session_id"]}, headers=auth(ADMIN)),
+             api.get("/ns/demo/try", params={"prompt": "alert script img"}, headers=auth(ADMIN)),
+             api.get("/ns/demo", headers=auth(ADMIN))]
+    for page in pages:
+        assert page.status_code == 200
+        assert "<script>alert" not in page.text and "<img src=x" not in page.text
+        assert '"><script>' not in page.text
+    assert "&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt;" in pages[1].text
+
+
+def test_inspector_pages_render(api: TestClient, db: Path) -> None:
+    h = auth(ADMIN)
+    assert "demo-1" in api.get("/ns/demo", headers=h).text
+    session = api.get("/ns/demo/session", params={"id": "demo-1"}, headers=h).text
+    assert "Northwind Labs" in session and 'data-forget="session"' in session and "source turn" in session
+    memories = api.get("/ns/demo/memories", headers=h).text
+    assert "superseded" in memories and "replaced by" in memories
+    tried = api.get("/ns/demo/try", params={"prompt": "where does Maya work now?"}, headers=h).text
+    assert "why:" in tried and "Northwind" in tried
+    assert "Health: ok" in api.get("/ns/demo/subagents", headers=h).text
+    entity = api.get("/ns/demo/entity", params={"name": "biscuit"}, headers=h).text  # the graph neighbourhood
+    assert "Biscuit howls when Maya leaves for work at 7." in entity and "entity?name=Maya" in entity
+    assert api.get("/ns/demo/entity", params={"name": "Nobody"}, headers=h).status_code == 404
+    assert api.get("/ns/demo/expand", params={"id": first_memory(db)}, headers=h).status_code == 200
+    assert api.get("/ns/demo/session", params={"id": "nope"}, headers=h).status_code == 404
+    assert api.get("/ns/bob/session", params={"id": "x"}, headers=auth(DEMO)).status_code == 403
+
+
+def test_an_unexpected_failure_is_a_500_without_a_traceback(db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(Memory, "sessions", lambda self: 1 / 0)
+    with client(db) as c:
+        answer = c.get(f"{NS}/sessions")
+    assert answer.status_code == 500
+    assert answer.json() == {"error": "InternalError", "field": None,
+                             "message": "the server failed on this request; its log has the details"}
+
+
+def test_requests_share_one_memory_per_namespace_on_one_store(db: Path) -> None:
+    opened: list[dict[str, Any]] = []
+
+    def factory(**kwargs: Any) -> Memory:
+        opened.append(kwargs)
+        return Memory(**kwargs)
+
+    app = build_app(ServeSettings(db=str(db)), memory_factory=factory)
+    with TestClient(app, base_url="http://127.0.0.1:8765") as c:
+        for _ in range(3):
+            assert c.get(f"{NS}/sessions").status_code == 200
+            assert c.get("/v1/ns/other/sessions").status_code == 200
+    assert [k["namespace"] for k in opened] == ["demo", "other"]
+    assert "db" in opened[0] and "store" in opened[1]  # the second namespace reuses the first's store
+
+
+def test_serve_refuses_a_public_bind_without_a_token(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli_main(["serve", "--host", "0.0.0.0"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("tortoise: --host 0.0.0.0 is reachable from other machines")
+    assert cli_main(["serve", "--host", "0.0.0.0", "--token", "short"]) == 2
+    assert "at least 16 characters" in capsys.readouterr().err
+    with pytest.raises(ConfigError):
+        check_bind("192.168.1.5", [])
+    for host in ("127.0.0.1", "localhost", "::1", "127.8.0.1"):
+        check_bind(host, [])
+    check_bind("0.0.0.0", parse_tokens([ADMIN]))
+    assert parse_tokens([f"{DEMO}:demo"])[0].namespace == "demo"
+
+
+def test_concurrent_requests_share_the_namespaces_memory(db: Path) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    def work(i: int) -> list[int]:
+        turns = [{"role": "user", "content": f"thread {i} says the parrot Kiwi{i} likes grapes", "id": f"{i}-{n}"}
+                 for n in range(3)]
+        return [c.post(f"{NS}/capture", json={"session_id": f"c{i}", "turns": turns}).status_code,
+                c.post(f"{NS}/context", json={"query": f"what does Kiwi{i} like?"}).status_code,
+                c.post(f"{NS}/search", json={"query": "parrot grapes", "k": 5}).status_code]
+
+    with client(db) as c, ThreadPoolExecutor(8) as pool:
+        statuses = [s for r in pool.map(work, range(16)) for s in r]
+    assert statuses == [200] * 48
+    with Memory(str(db), namespace="demo") as mem:
+        counts = {s.session_id: s.turn_count for s in mem.sessions()}
+    assert {f"c{i}": 3 for i in range(16)}.items() <= counts.items()
+
+
+@pytest.mark.block_network(allowed_hosts=["127.0.0.1"])
+def test_tortoise_serve_runs_with_tokens_from_the_environment(db: Path) -> None:
+    import os
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    import httpx
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "TORTOISE_SERVE_TOKENS": f"{DEMO}:demo, {ADMIN}"}
+    proc = subprocess.Popen([sys.executable, "-m", "tortoise_sdk.cli", "serve", "--db", str(db), "--port", str(port)],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                assert httpx.get(f"{url}/health", timeout=2).json()["status"] == "ok"
+                break
+            except httpx.TransportError:
+                assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read().decode()
+                time.sleep(0.2)
+        assert httpx.get(f"{url}{NS}/sessions").status_code == 401
+        found = httpx.get(f"{url}{NS}/sessions", headers=auth(DEMO)).json()
+        assert {s["session_id"] for s in found} == {"demo-1", "demo-2"}
+        assert httpx.get(f"{url}/v1/ns/other/sessions", headers=auth(DEMO)).status_code == 403
+        assert httpx.get(f"{url}/v1/ns/other/sessions", headers=auth(ADMIN)).json() == []
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+PRINTABLE = ("Cs", "Zs", "Zl", "Zp", "Cc")  # no surrogates, spaces or controls: a spec is stripped
+
+
+@given(secret=st.text(st.characters(blacklist_characters=":,", blacklist_categories=PRINTABLE), min_size=16,
+                      max_size=40),
+       namespace=st.one_of(st.none(), st.text(st.characters(blacklist_characters=",", blacklist_categories=PRINTABLE),
+                                              min_size=1)))
+def test_a_token_spec_parses_to_its_secret_and_namespace(secret: str, namespace: str | None) -> None:
+    spec = secret if namespace is None else f"{secret}:{namespace}"
+    assert parse_tokens([spec]) == [TokenGrant(secret, namespace)]
+    with pytest.raises(ConfigError):
+        parse_tokens([secret[:15]])
+    with pytest.raises(ConfigError):
+        parse_tokens([f"{secret}:"])

@@ -1,0 +1,49 @@
+"""``tortoise serve``: the HTTP JSON API and the memory inspector (the ``server`` extra)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from ..errors import ConfigError
+from ._common import add_model_options, bounded_int, model_options
+
+__all__ = ("register",)
+
+DEFAULT_PORT = 8765
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add ``serve`` to the ``tortoise`` parser."""
+    p = sub.add_parser("serve", help="serve the memory over HTTP JSON, with an inspector at /",
+                       description="The Memory API over HTTP JSON (schema at /openapi.json, pages at /docs) and a "
+                                   "memory inspector at /, for every namespace of --db. A token is required when "
+                                   "--host is not loopback. Needs the server extra: pip install "
+                                   "'tortoise-sdk[server]'. Example: tortoise serve --db memory.db --namespace alice")
+    p.add_argument("--host", default="127.0.0.1", help="bind address (default: 127.0.0.1)")
+    p.add_argument("--port", type=bounded_int(0, 65535), default=DEFAULT_PORT, help=f"default: {DEFAULT_PORT}")
+    p.add_argument("--token", action="append", default=[], metavar="SECRET[:NS]",
+                   help="a bearer token clients must send, optionally bound to one namespace; repeat for more "
+                        "(also $TORTOISE_SERVE_TOKENS, comma-separated)")
+    p.add_argument("--max-body", type=bounded_int(1, 1024), default=4, metavar="MB",
+                   help="the largest request body, in MiB (default: 4)")
+    add_model_options(p, model_help="litellm model whose extraction jobs captures queue and POST /flush runs "
+                                    "(default: $TORTOISE_MODEL)")
+    p.set_defaults(handler=_cmd_serve)
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    try:
+        import uvicorn
+
+        from ..adapters.serve import ServeSettings, build_app, check_bind, parse_tokens
+    except ImportError as exc:
+        raise ConfigError(f"{exc}") from None
+    env = [t for t in os.environ.get("TORTOISE_SERVE_TOKENS", "").split(",") if t.strip()]
+    grants = parse_tokens([*args.token, *env])
+    check_bind(args.host, grants)
+    settings = ServeSettings(db=args.db, namespaces=[args.namespace], tokens=grants,
+                             max_body_bytes=args.max_body * 1024 * 1024, memory_options=model_options(args),
+                             host=args.host)
+    uvicorn.run(build_app(settings), host=args.host, port=args.port, log_level="warning")
+    return 0
