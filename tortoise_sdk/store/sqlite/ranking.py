@@ -71,9 +71,10 @@ def _head(c: sqlite3.Connection, rowid: int) -> str:
     return data.decode("utf-8", errors="ignore")[:INDEX_CHARS]
 _TOKENIZE = "tokenize='porter unicode61 remove_diacritics 2'"
 # Per-connection TEMP tables: a scratch index with the turn index's tokenizer (each captured
-# batch is tokenized there once, for its statistics) and views of both indexes' terms.
+# batch is tokenized there once, for its statistics; contentless, so emptying it is one
+# 'delete-all' rather than a second tokenization) and views of both indexes' terms.
 _TEMP_TABLES = (
-    f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.tortoise_batch USING fts5(content, name, {_TOKENIZE})",
+    f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.tortoise_batch USING fts5(content, name, content='', {_TOKENIZE})",
     "CREATE VIRTUAL TABLE IF NOT EXISTS temp.tortoise_batch_row USING fts5vocab(temp, tortoise_batch, 'row')",
     "CREATE VIRTUAL TABLE IF NOT EXISTS temp.tortoise_batch_col USING fts5vocab(temp, tortoise_batch, 'col')",
     "CREATE VIRTUAL TABLE IF NOT EXISTS temp.tortoise_batch_inst USING fts5vocab(temp, tortoise_batch, 'instance')",
@@ -115,7 +116,7 @@ class SQLiteRankingMixin:
     def _count_turns(self, c: sqlite3.Connection, namespace: str, where: str, args: Sequence[Any],
                      sign: int) -> None:
         ensure_temp(c)
-        c.execute("DELETE FROM temp.tortoise_batch")
+        _clear_batch(c)
         n = c.execute(
             "INSERT INTO temp.tortoise_batch (rowid, content, name)"
             f" SELECT rowid, substr(content, 1, ?), substr(name, 1, ?) FROM turns WHERE {where}",
@@ -125,16 +126,15 @@ class SQLiteRankingMixin:
             return
         c.execute("INSERT INTO rank_namespaces (namespace) VALUES (?) ON CONFLICT (namespace) DO NOTHING", (namespace,))
         ns_id = c.execute("SELECT ns_id FROM rank_namespaces WHERE namespace = ?", (namespace,)).fetchone()[0]
-        tokens = c.execute("SELECT COUNT(*) FROM temp.tortoise_batch_inst").fetchone()[0]
+        # Each turn's length in tokens is its row of the scratch index's docsize table (one small
+        # record a turn): a linear read, where grouping the index's postings by row is not.
+        lengths = [(rowid, sum(_varints(sz))) for rowid, sz in c.execute("SELECT id, sz FROM temp.tortoise_batch_docsize")]
+        tokens = sum(n for _, n in lengths)
         if sign > 0:
-            c.execute(
-                "INSERT INTO rank_turns (rowid, ns_id, n_tokens) SELECT b.rowid, ?, COALESCE(g.n, 0)"
-                " FROM temp.tortoise_batch b LEFT JOIN"
-                " (SELECT doc, COUNT(*) AS n FROM temp.tortoise_batch_inst GROUP BY doc) g ON g.doc = b.rowid",
-                (ns_id,),
-            )
+            c.executemany("INSERT INTO rank_turns (rowid, ns_id, n_tokens) VALUES (?, ?, ?)",
+                          [(rowid, ns_id, n) for rowid, n in lengths])
         else:
-            c.execute("DELETE FROM rank_turns WHERE rowid IN (SELECT rowid FROM temp.tortoise_batch)")
+            c.executemany("DELETE FROM rank_turns WHERE rowid = ?", [(rowid,) for rowid, _ in lengths])
         c.execute("UPDATE rank_namespaces SET n_turns = n_turns + ?, n_tokens = n_tokens + ? WHERE ns_id = ?",
                   (sign * n, sign * tokens, ns_id))
         c.execute(
@@ -150,7 +150,7 @@ class SQLiteRankingMixin:
         if sign < 0:
             c.execute("DELETE FROM rank_terms WHERE ns_id = ? AND n_turns <= 0", (ns_id,))
             c.execute("DELETE FROM rank_namespaces WHERE ns_id = ? AND n_turns <= 0", (ns_id,))
-        c.execute("DELETE FROM temp.tortoise_batch")
+        _clear_batch(c)
 
     # -- reading them ---------------------------------------------------------------------------
 
@@ -224,6 +224,10 @@ def ensure_temp(c: sqlite3.Connection) -> None:
     for stmt in _TEMP_TABLES:
         c.execute(stmt)
     done.add("ranking")
+
+
+def _clear_batch(c: sqlite3.Connection) -> None:
+    c.execute("INSERT INTO temp.tortoise_batch (tortoise_batch) VALUES ('delete-all')")
 
 
 def _totals(c: sqlite3.Connection, namespace: str) -> tuple[int, int, int] | None:
