@@ -6,7 +6,7 @@ from their vocabulary up to --turns; the queries are the LoCoMo questions, so th
 same run also reports evidence recall@10 for both methods with the distractors present.
 
 ``--rev 9364ca8`` times the same store and questions with that revision's code, alternating
-with the working tree's (see ``revision.py``). ``--smoke``: 3,000 turns, for the tests.
+with the working tree's (see ``revision.py``). ``--smoke``: 3,000 turns and 60 questions, for the tests.
 
 Run: .venv/bin/python benchmarks/bench_search.py [--turns 100000] [--rev REV]
 """
@@ -87,6 +87,8 @@ def main() -> None:
         sys.exit("needs ../shared/data/locomo (LoCoMo, CC BY-NC 4.0, evaluation only)")
     real = [s for f in files for s in load_sessions(f)]
     questions = [q for f in files for q in load_questions(f)]
+    if args.smoke:
+        questions = questions[:60]
     n_real = sum(len(s["turns"]) for s in real)
     sessions = real + filler_sessions(real, args.turns - n_real)
     docs = [(t["id"], t["content"]) for s in sessions for t in s["turns"]]
