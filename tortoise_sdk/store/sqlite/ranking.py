@@ -24,11 +24,11 @@ from ...search import (
     INDEX_CHARS,
     NAME_INDEX_CHARS,
     NAME_WEIGHT,
+    TF_CAP,
     idf,
     idf_bonus,
     index_idf,
     indexed_text,
-    saturation,
     split_by_postings,
 )
 from ..rows import turn_hit
@@ -190,30 +190,36 @@ class SQLiteRankingMixin:
             lead, rest = split_by_postings(found, dfs) if session_id is None else (found, [])
             ensure_temp(c)
             avgdl = max(n_tokens / max(n_docs, 1), 1.0)
-            lengths: dict[int, int] = {}
-            freqs: dict[int, dict[str, float]] = {}
+            weights = {t: index_idf(n_docs, dfs[t]) for t in lead}
+            scores: dict[int, float] = {}
+            # Each (turn, term) pair is scored by SQLite in one grouped row: the term's weighted
+            # frequency (content 1, name NAME_WEIGHT), capped, saturated with the turn's length.
+            # The operations are search.saturation's, in its order; terms are added in sorted order.
             for term in sorted(lead):
-                for doc, col, length in c.execute(
-                    "SELECT v.doc, v.col, i.n_tokens FROM temp.tortoise_turns_inst v"
-                    " JOIN rank_turns i ON i.rowid = v.doc WHERE v.term = ? AND i.ns_id = ?",
-                    (term, ns_id),
-                ):
-                    lengths[doc] = length
-                    f = freqs.setdefault(doc, {})
-                    f[term] = f.get(term, 0.0) + (1.0 if col == "content" else NAME_WEIGHT)
+                for doc, score in c.execute(_TERM_SCORES, (weights[term], BM25_K1 + 1.0, BM25_K1, 1.0 - BM25_B,
+                                                           BM25_B, avgdl, NAME_WEIGHT, TF_CAP, term, ns_id)):
+                    scores[doc] = scores.get(doc, 0.0) + score
             if session_id is not None:
                 own = {r[0] for r in c.execute("SELECT rowid FROM turns WHERE namespace = ? AND session_id = ?",
                                                (namespace, session_id))}
-                freqs = {d: f for d, f in freqs.items() if d in own}
-            weights = {t: index_idf(n_docs, dfs[t]) for t in lead}
-            scores = {d: sum(weights[t] * saturation(f[t], lengths[d], avgdl) for t in sorted(f))
-                      for d, f in freqs.items()}
+                scores = {d: v for d, v in scores.items() if d in own}
             if rest:
                 pool = sorted(scores, key=lambda d: (-scores[d], d))[: max(5 * k, 50)]
                 idfs = {t: idf(n_docs, dfs[t]) for t in rest}
                 texts = _indexed_texts(c, pool)
                 scores = {d: scores[d] + idf_bonus(texts.get(d, ""), idfs) for d in pool}
             return _top(c, scores, k)
+
+
+# One term's BM25 share per turn of a namespace: ?1 weight, ?2 k1 + 1, ?3 k1, ?4 1 - b, ?5 b, ?6 avgdl,
+# ?7 the name's weight, ?8 the frequency cap, ?9 the term, ?10 the namespace id.
+_TERM_SCORES = """
+    SELECT doc, ?1 * (f * ?2 / (f + ?3 * (?4 + ?5 * n / ?6))) FROM (
+        SELECT v.doc AS doc, MIN(SUM(CASE v.col WHEN 'content' THEN 1.0 ELSE ?7 END), ?8) AS f, i.n_tokens AS n
+        FROM temp.tortoise_turns_inst v JOIN rank_turns i ON i.rowid = v.doc
+        WHERE v.term = ?9 AND i.ns_id = ?10 GROUP BY v.doc
+    )
+"""
 
 
 def ensure_temp(c: sqlite3.Connection) -> None:
