@@ -11,6 +11,7 @@ way (``memory_bm25``: FTS5's ``bm25()`` with the namespace's counts, taken at qu
 
 from __future__ import annotations
 
+import heapq
 import json
 import sqlite3
 from collections.abc import Callable, Mapping, Sequence
@@ -204,7 +205,7 @@ class SQLiteRankingMixin:
                                                (namespace, session_id))}
                 scores = {d: v for d, v in scores.items() if d in own}
             if rest:
-                pool = sorted(scores, key=lambda d: (-scores[d], d))[: max(5 * k, 50)]
+                pool = _best(scores, max(5 * k, 50))
                 idfs = {t: idf(n_docs, dfs[t]) for t in rest}
                 texts = _indexed_texts(c, pool)
                 scores = {d: scores[d] + idf_bonus(texts.get(d, ""), idfs) for d in pool}
@@ -262,12 +263,19 @@ def _indexed_texts(c: sqlite3.Connection, rowids: Sequence[int]) -> dict[int, st
         (INDEX_CHARS, *rowids))}
 
 
+def _best(scores: Mapping[int, float], n: int) -> list[int]:
+    """The ``n`` best ids, ties by smaller id: ``sorted(scores, key=(-score, id))[:n]`` with only the best sorted."""
+    if len(scores) > n:
+        floor = heapq.nlargest(n, scores.values())[-1]
+        scores = {d: v for d, v in scores.items() if v >= floor}
+    return sorted(scores, key=lambda d: (-scores[d], d))[:n]
+
+
 def _top(c: sqlite3.Connection, scores: Mapping[int, float], k: int) -> list[SearchHit]:
     """The k best turns, ties by session id then position (rows read only for the tied boundary)."""
     if not scores:
         return []
-    ordered = sorted(scores.values(), reverse=True)
-    floor = ordered[min(k, len(ordered)) - 1]
+    floor = heapq.nlargest(k, scores.values())[-1]
     wanted = [d for d, s in scores.items() if s >= floor]
     rows: list[sqlite3.Row] = []
     for i in range(0, len(wanted), 500):
