@@ -73,9 +73,11 @@ def _head(c: sqlite3.Connection, rowid: int) -> str:
 _TOKENIZE = "tokenize='porter unicode61 remove_diacritics 2'"
 # Per-connection TEMP tables: a scratch index with the turn index's tokenizer (each captured
 # batch is tokenized there once, for its statistics; contentless, so emptying it is one
-# 'delete-all' rather than a second tokenization) and views of both indexes' terms.
+# 'delete-all' rather than a second tokenization, and without positions, which the counts do not
+# need) and views of both indexes' terms.
 _TEMP_TABLES = (
-    f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.tortoise_batch USING fts5(content, name, content='', {_TOKENIZE})",
+    "CREATE VIRTUAL TABLE IF NOT EXISTS temp.tortoise_batch USING fts5"
+    f"(content, name, content='', detail=column, {_TOKENIZE})",
     "CREATE VIRTUAL TABLE IF NOT EXISTS temp.tortoise_batch_row USING fts5vocab(temp, tortoise_batch, 'row')",
     "CREATE VIRTUAL TABLE IF NOT EXISTS temp.tortoise_batch_col USING fts5vocab(temp, tortoise_batch, 'col')",
     "CREATE VIRTUAL TABLE IF NOT EXISTS temp.tortoise_turns_inst USING fts5vocab(main, turns_fts, 'instance')",
