@@ -88,7 +88,8 @@ def main() -> None:
         # A Stop captures at most 4 MiB of backlog per call: enough calls to catch up.
         stops = [hook(tortoise, db, {**base, "hook_event_name": "Stop", "stop_hook_active": False})[0]
                  for _ in range(int(args.mb // 4) + 2)]
-        prompt = {**base, "hook_event_name": "UserPromptSubmit", "prompt": "remind me how we set up credo and dialyzer?"}
+        prompt = {**base, "hook_event_name": "UserPromptSubmit",
+                  "prompt": "remind me how we set up credo and dialyzer?"}
         times, shown = [], 0
         for line in lines[-args.repeat:]:
             with transcript.open("a") as f:

@@ -42,7 +42,8 @@ def _extract(rev: str, into: str) -> None:
 
 
 def _run(script: str, argv: Sequence[str], root: Path) -> dict[str, float]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+    path = os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env = {**os.environ, "PYTHONPATH": path}
     done = subprocess.run([sys.executable, script, *argv, "--measure-json"], env=env, capture_output=True, text=True)
     if done.returncode != 0:
         sys.exit(f"{Path(script).name} failed with the code at {root}:\n{done.stderr[-3000:]}")

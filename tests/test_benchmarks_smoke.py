@@ -53,5 +53,6 @@ def test_benchmark_runs_green_at_its_smoke_size(script: str, request: pytest.Fix
     env = {**os.environ, "TORTOISE_TEST_SHARED_DATA": str(SHARED_DATA), "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
     done = subprocess.run([sys.executable, str(BENCHMARKS / script), "--smoke"], env=env, capture_output=True,
                           text=True, timeout=600)
-    assert done.returncode == 0, f"{script} --smoke exited {done.returncode}:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
+    assert done.returncode == 0, (f"{script} --smoke exited {done.returncode}:\n"
+                                  f"{done.stdout[-2000:]}\n{done.stderr[-3000:]}")
     assert done.stdout.strip(), f"{script} --smoke printed nothing"

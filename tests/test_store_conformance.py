@@ -1339,7 +1339,8 @@ def _statistics(store: Store, ns: str):
     """A namespace's ranking statistics as stored: totals, per-term counts, and each turn's indexed length."""
     with store.read() as c:
         if isinstance(store, SQLiteStore):
-            row = c.execute("SELECT ns_id, n_turns, n_tokens FROM rank_namespaces WHERE namespace = ?", (ns,)).fetchone()
+            row = c.execute("SELECT ns_id, n_turns, n_tokens FROM rank_namespaces WHERE namespace = ?",
+                            (ns,)).fetchone()
             terms = c.execute("SELECT term, n_turns, n_content, n_name FROM rank_terms WHERE ns_id = ? ORDER BY term",
                               (row[0],)).fetchall()
             lengths = c.execute("SELECT t.session_id, t.idx, r.n_tokens FROM turns t JOIN rank_turns r"

@@ -130,7 +130,8 @@ class SQLiteRankingMixin:
         ns_id = c.execute("SELECT ns_id FROM rank_namespaces WHERE namespace = ?", (namespace,)).fetchone()[0]
         # Each turn's length in tokens is its row of the scratch index's docsize table (one small
         # record a turn): a linear read, where grouping the index's postings by row is not.
-        lengths = [(rowid, sum(_varints(sz))) for rowid, sz in c.execute("SELECT id, sz FROM temp.tortoise_batch_docsize")]
+        lengths = [(rowid, sum(_varints(sz)))
+                   for rowid, sz in c.execute("SELECT id, sz FROM temp.tortoise_batch_docsize")]
         tokens = sum(n for _, n in lengths)
         if sign > 0:
             c.executemany("INSERT INTO rank_turns (rowid, ns_id, n_tokens) VALUES (?, ?, ?)",
@@ -148,7 +149,8 @@ class SQLiteRankingMixin:
             "INSERT INTO rank_terms (ns_id, term, n_turns, n_content, n_name) VALUES (?, ?, ?, ?, ?)"
             " ON CONFLICT (ns_id, term) DO UPDATE SET n_turns = n_turns + excluded.n_turns,"
             " n_content = n_content + excluded.n_content, n_name = n_name + excluded.n_name",
-            [(ns_id, term, sign * n, sign * n_content, sign * n_name) for term, (n, n_content, n_name) in counts.items()],
+            [(ns_id, term, sign * n, sign * n_content, sign * n_name)
+             for term, (n, n_content, n_name) in counts.items()],
         )
         if sign < 0:
             c.execute("DELETE FROM rank_terms WHERE ns_id = ? AND n_turns <= 0", (ns_id,))
