@@ -276,21 +276,33 @@ def _best(scores: Mapping[int, float], n: int) -> list[int]:
 
 
 def _top(c: sqlite3.Connection, scores: Mapping[int, float], k: int) -> list[SearchHit]:
-    """The k best turns, ties by session id then position (rows read only for the tied boundary)."""
+    """The k best turns, ties by session id then position.
+
+    Only turns scoring at least the k-th score are read; when a run of ties makes them many (a
+    common term in a large store), their tie-break keys are read first and whole rows only for
+    the k kept.
+    """
     if not scores:
         return []
     floor = heapq.nlargest(k, scores.values())[-1]
     wanted = [d for d, s in scores.items() if s >= floor]
-    rows: list[sqlite3.Row] = []
-    for i in range(0, len(wanted), 500):
-        part = wanted[i:i + 500]
-        rows += c.execute(
-            f"SELECT t.rowid AS rid, {TURN_COLUMNS} FROM turns t JOIN sessions s"
-            " ON s.namespace = t.namespace AND s.session_id = t.session_id"
-            f" WHERE t.rowid IN ({', '.join('?' * len(part))})", part,
-        ).fetchall()
+    if len(wanted) > k:
+        keys = _rows(c, "SELECT rowid, session_id, idx FROM turns WHERE rowid IN ({})", wanted)
+        keys.sort(key=lambda r: (-scores[r[0]], r[1], r[2]))
+        wanted = [r[0] for r in keys[:k]]
+    rows = _rows(c, f"SELECT t.rowid AS rid, {TURN_COLUMNS} FROM turns t JOIN sessions s"
+                    " ON s.namespace = t.namespace AND s.session_id = t.session_id WHERE t.rowid IN ({})", wanted)
     rows.sort(key=lambda r: (-scores[r["rid"]], r["session_id"], r["idx"]))
     return [turn_hit(tuple(r)[1:], scores[r["rid"]]) for r in rows[:k]]
+
+
+def _rows(c: sqlite3.Connection, sql: str, rowids: Sequence[int]) -> list[Any]:
+    """``sql``'s rows for ``rowids`` (its ``{}`` takes their placeholders), 500 a statement."""
+    out: list[Any] = []
+    for i in range(0, len(rowids), 500):
+        part = rowids[i:i + 500]
+        out += c.execute(sql.format(", ".join("?" * len(part))), part).fetchall()
+    return out
 
 
 # -- memories: FTS5's bm25() with the namespace's statistics -----------------------------------------
