@@ -329,7 +329,10 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--per-class", type=int, default=2000)
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--smoke", action="store_true", help="50 quotes a class, for the tests")
     args = ap.parse_args()
+    if args.smoke:
+        args.per_class = 50
     files = locomo_files()
     if not files:
         sys.exit("needs ../shared/data/locomo (LoCoMo, CC BY-NC 4.0, evaluation only)")

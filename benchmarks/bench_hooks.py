@@ -5,16 +5,20 @@ with fresh message ids until it is ``--mb`` MiB, and captured by ``Stop`` events
 ``--repeat`` times, one more line is appended and a ``UserPromptSubmit`` event is handed to
 ``tortoise hook`` (a new process each time, as Claude Code does): it follows the transcript from the
 stored offset (re-reading the earlier lines' ids) and prints the block (the prompt asks, so the
-block is not held back as already shown). Baselines: the bare
-interpreter, and ``tortoise sessions`` (start-up plus one store read).
+block is not held back as already shown). The prompt asks about what the transcript holds (how
+Credo and Dialyzer were set up); each run must print a block, else the script fails. (It asked
+"why the credo setup failed?" until the reflex's coverage gate rightly held that back: nothing in
+the transcript says a setup failed.) Baselines: the bare interpreter, and ``tortoise sessions``
+(start-up plus one store read).
 
-Run: .venv/bin/python benchmarks/bench_hooks.py [--mb 8] [--repeat 10]
+Run: .venv/bin/python benchmarks/bench_hooks.py [--mb 8] [--repeat 10] [--smoke]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -25,7 +29,8 @@ from pathlib import Path
 
 from bench_startup import wall  # the same baseline measure as the start-up benchmark
 
-SOURCE = Path(__file__).resolve().parents[2] / "shared" / "data" / "claude-transcripts" / "subagent.jsonl"
+SHARED = Path(os.environ.get("TORTOISE_TEST_SHARED_DATA") or Path(__file__).resolve().parents[2] / "shared" / "data")
+SOURCE = SHARED / "claude-transcripts" / "subagent.jsonl"
 SESSION = "bench-session"
 
 
@@ -68,7 +73,10 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--mb", type=float, default=8.0, help="transcript size in MiB (default: %(default)s)")
     ap.add_argument("--repeat", type=int, default=10)
+    ap.add_argument("--smoke", action="store_true", help="a tiny size (0.3 MiB, 2 runs), for the tests")
     args = ap.parse_args()
+    if args.smoke:
+        args.mb, args.repeat = 0.3, 2
     if not SOURCE.is_file():
         sys.exit(f"needs the shared transcripts at {SOURCE}")
     tortoise = str(Path(sys.executable).with_name("tortoise"))
@@ -80,7 +88,8 @@ def main() -> None:
         # A Stop captures at most 4 MiB of backlog per call: enough calls to catch up.
         stops = [hook(tortoise, db, {**base, "hook_event_name": "Stop", "stop_hook_active": False})[0]
                  for _ in range(int(args.mb // 4) + 2)]
-        prompt = {**base, "hook_event_name": "UserPromptSubmit", "prompt": "remind me why the credo setup failed?"}
+        prompt = {**base, "hook_event_name": "UserPromptSubmit",
+                  "prompt": "remind me how we set up credo and dialyzer?"}
         times, shown = [], 0
         for line in lines[-args.repeat:]:
             with transcript.open("a") as f:
@@ -100,6 +109,8 @@ def main() -> None:
         log = Path(d) / "hooks.log"
         if log.exists():
             print("hooks.log:\n" + log.read_text())
+    if shown < args.repeat:
+        sys.exit(f"FAILED: the block was printed {shown} of {args.repeat} times")
 
 
 if __name__ == "__main__":

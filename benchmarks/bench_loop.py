@@ -188,7 +188,7 @@ def main() -> int:
         for goal, met, value in goals:
             print(f"goal ({MODES[mode]}): {goal}: {value} {'met' if met else 'MISSED'}")
             ok &= met
-    return 0 if ok else 1
+    return 0 if ok or ARGS.smoke else 1  # a smoke run checks the path, not the goals
 
 
 if __name__ == "__main__":
@@ -196,5 +196,8 @@ if __name__ == "__main__":
     parser.add_argument("--delay", type=float, default=0.1, help="seconds the stub waits before each reply")
     parser.add_argument("--turns", type=int, default=300)
     parser.add_argument("--modes", nargs="+", choices=list(MODES), default=list(MODES))
+    parser.add_argument("--smoke", action="store_true", help="40 turns, a short stub delay, for the tests")
     ARGS = parser.parse_args()
+    if ARGS.smoke:
+        ARGS.turns, ARGS.delay = 40, 0.01
     sys.exit(main())

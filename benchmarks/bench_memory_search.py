@@ -92,7 +92,10 @@ def main() -> None:
     ap.add_argument("--memories", type=int, default=2_000)
     ap.add_argument("--tenant", type=int, default=20_000)
     ap.add_argument("--pg", help="a PostgreSQL URL for a throwaway database (omit to run SQLite only)")
+    ap.add_argument("--smoke", action="store_true", help="200 memories beside 1,000 of another tenant, for the tests")
     args = ap.parse_args()
+    if args.smoke:
+        args.memories, args.tenant = 200, 1_000
     with tempfile.TemporaryDirectory() as d:
         run("sqlite", str(Path(d) / "bench.db"), args)
     if args.pg:

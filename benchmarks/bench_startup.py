@@ -28,7 +28,10 @@ def wall(cmd: list[str], repeat: int) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeat", type=int, default=10)
+    ap.add_argument("--smoke", action="store_true", help="one run of each, for the tests")
     args = ap.parse_args()
+    if args.smoke:
+        args.repeat = 1
     tortoise = str(Path(sys.executable).with_name("tortoise"))
     with tempfile.TemporaryDirectory() as d:
         db = str(Path(d) / "m.db")

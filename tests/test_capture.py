@@ -164,6 +164,33 @@ def test_capture_many_is_one_transaction(mem):
     assert [r.turns_stored for r in receipts] == [2, 2]
 
 
+def test_a_large_capture_many_commits_in_pieces_of_bounded_turns(mem, monkeypatch):
+    """Each transaction of an import holds at most DEFAULT_IMPORT_PIECE_TURNS turns (whole sessions), so an
+    import's size never runs into the store's per-call time bound; a conflict in a later piece leaves the
+    earlier ones stored, and the same import again skips them."""
+    import tortoise_sdk.memory as memory_module
+
+    monkeypatch.setattr(memory_module, "DEFAULT_IMPORT_PIECE_TURNS", 5)
+    calls: list[list[int]] = []
+    capture_many = mem.store.capture_many
+    monkeypatch.setattr(mem.store, "capture_many",
+                        lambda ns, reqs: (calls.append([len(r.turns) for r in reqs]), capture_many(ns, reqs))[1])
+    sessions = [{"session_id": f"s{i}", "turns": [{"role": "user", "content": f"turn {i}.{j}"} for j in range(n)]}
+                for i, n in enumerate([2, 3, 1, 6, 2])]
+    done: list[tuple[int, int]] = []
+    receipts = mem.capture_many(sessions, progress=lambda a, b: done.append((a, b)))
+    assert calls == [[2, 3], [1], [6], [2]]
+    assert done == [(2, 5), (3, 5), (4, 5), (5, 5)]
+    assert [r.turns_stored for r in receipts] == [2, 3, 1, 6, 2]
+    fresh = [{"session_id": f"new{i}", "turns": s["turns"]} for i, s in enumerate(sessions[:4])]
+    clash = {"session_id": "s0", "turns": [{"role": "user", "content": "a different turn"}]}
+    with pytest.raises(CaptureConflict, match="4 session"):
+        mem.capture_many([*fresh, clash])
+    assert {s.session_id for s in mem.sessions()} >= {"new0", "new1", "new2", "new3"}
+    again = mem.capture_many(fresh)
+    assert [r.turns_stored for r in again] == [0, 0, 0, 0]
+
+
 # -- properties -------------------------------------------------------------------------------
 
 conversation = st.lists(

@@ -28,6 +28,7 @@ from tortoise_sdk.store import Store, open_store
 from tortoise_sdk.store.sqlite.migrations import SQLITE_MIGRATIONS, migrate_sqlite
 from tortoise_sdk.store.plan import EntityPlan, ExtractionPlan, Fence, ItemPlan, RetractionPlan, SourcePlan, Window
 from tortoise_sdk.store.sqlite import SQLiteStore
+from tortoise_sdk.store.sqlite.ranking import ensure_temp
 from tortoise_sdk.streams import SubagentFrame
 from tortoise_sdk.subagents import ROW_COLUMNS, SubagentRecorder, normalize_frame, replay
 
@@ -1380,6 +1381,57 @@ def test_ranking_statistics_are_exact_after_captures_and_deletes(store: Store, n
     _delete_turns(store, ns, receipts[0].turn_ids)
     assert store.term_stats(ns, vocab) == expected(["s2"])
     assert store.term_stats(ns + "_other", vocab)[0] == 5
+
+
+def _statistics(store: Store, ns: str):
+    """A namespace's ranking statistics as stored: totals, per-term counts, and each turn's indexed length."""
+    with store.read() as c:
+        if isinstance(store, SQLiteStore):
+            row = c.execute("SELECT ns_id, n_turns, n_tokens FROM rank_namespaces WHERE namespace = ?",
+                            (ns,)).fetchone()
+            terms = c.execute("SELECT term, n_turns, n_content, n_name FROM rank_terms WHERE ns_id = ? ORDER BY term",
+                              (row[0],)).fetchall()
+            lengths = c.execute("SELECT t.session_id, t.idx, r.n_tokens FROM turns t JOIN rank_turns r"
+                                " ON r.rowid = t.rowid WHERE t.namespace = ? ORDER BY 1, 2", (ns,)).fetchall()
+            # What the index itself holds for those turns: one instance per token (what FTS5's bm25() counts).
+            ensure_temp(c)
+            held = dict(c.execute("SELECT doc, COUNT(*) FROM temp.tortoise_turns_inst GROUP BY doc").fetchall())
+            rowids = c.execute("SELECT session_id, idx, rowid FROM turns WHERE namespace = ? ORDER BY 1, 2",
+                               (ns,)).fetchall()
+            assert [tuple(r)[2] for r in lengths] == [held.get(r[2], 0) for r in rowids]
+            totals = tuple(row)[1:]
+        else:
+            totals = c.execute("SELECT n_turns, n_tokens FROM rank_namespaces WHERE namespace = %s", (ns,)).fetchone()
+            terms = c.execute("SELECT term, n_turns, n_content, n_name FROM rank_terms WHERE namespace = %s"
+                              " ORDER BY term COLLATE \"C\"", (ns,)).fetchall()
+            lengths = c.execute("SELECT session_id, idx, fts_len FROM turns WHERE namespace = %s"
+                                " ORDER BY session_id COLLATE \"C\", idx", (ns,)).fetchall()
+    return tuple(totals), [tuple(r) for r in terms], [tuple(r) for r in lengths]
+
+
+_words = st.sampled_from(["kayak", "kayaks", "trip", "lake", "Café", "été", "🛶", "a", "the", "x" * 40, "río"])
+_turn = st.fixed_dictionaries({
+    "role": st.sampled_from(["user", "assistant"]),
+    "content": st.lists(_words, min_size=1, max_size=12).map(" ".join),
+}, optional={"name": st.lists(_words, min_size=1, max_size=2).map(" ".join)})
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(sessions=st.lists(st.lists(_turn, min_size=1, max_size=6), min_size=1, max_size=8),
+       cuts=st.lists(st.integers(0, 8), max_size=4))
+def test_ranking_statistics_after_any_split_of_a_batch_equal_those_of_one_batch(store: Store, sessions, cuts):
+    """One capture_many, or the same requests in pieces (a session may come back with more turns): the same
+    statistics, and on SQLite each turn's length is what the index holds for it."""
+    one, split = f"one_{uuid.uuid4().hex[:10]}", f"split_{uuid.uuid4().hex[:10]}"
+    # Session i again with all its turns after a first capture of its first half: an append.
+    halves = [req(f"s{i}", ts[: (len(ts) + 1) // 2]) for i, ts in enumerate(sessions)]
+    wholes = [req(f"s{i}", ts) for i, ts in enumerate(sessions)]
+    store.capture_many(one, halves + wholes)
+    batch = halves + wholes
+    bounds = sorted({0, len(batch), *(min(c, len(batch)) for c in cuts)})
+    for a, b in zip(bounds, bounds[1:]):
+        store.capture_many(split, batch[a:b])
+    assert _statistics(store, split) == _statistics(store, one)
 
 
 # -- size: a bounded part of a long turn is what ranking reads --------------------------------------

@@ -176,3 +176,31 @@ def test_memory_bm25_of_a_lone_namespace_equals_fts5_bm25(rows, long_row, phrase
     got = dict(memory_bm25(c, "b", phrases, ("live",), k=100))
     assert set(got) == {r for r, _ in expected}
     assert all(abs(got[r] - s) <= 1e-9 * max(1.0, abs(s)) for r, s in expected)
+
+
+# -- capture cost: linear in the batch ------------------------------------------------------------
+
+
+def _capture_steps(tmp_path, n_turns: int) -> int:
+    """SQLite VM steps (a deterministic count, not a time) of one capture_many of ``n_turns`` turns."""
+    from tortoise_sdk.capture import prepare_capture
+
+    store = SQLiteStore(tmp_path / f"steps{n_turns}.db", timeout_s=None)  # no deadline handler: ours counts
+    requests = [prepare_capture(f"s{s}", [{"role": "user", "content": f"turn {s}.{i} about kayak trip number {i}"}
+                                          for i in range(50)], max_turns=5000) for s in range(n_turns // 50)]
+    steps = [0]
+
+    def count() -> int:
+        steps[0] += 1
+        return 0
+
+    store._conn.set_progress_handler(count, 100)
+    store.capture_many("ns", requests)
+    store.close()
+    return steps[0]
+
+
+def test_one_capture_many_costs_steps_linear_in_its_size(tmp_path):
+    """Four times the turns in one call cost at most five times the work (the per-row grouped join cost 16x)."""
+    small, large = _capture_steps(tmp_path, 1_000), _capture_steps(tmp_path, 4_000)
+    assert large <= 5 * small, (small, large)

@@ -17,6 +17,7 @@ from .config import (
     DEFAULT_CONCURRENCY,
     DEFAULT_EXTRACT_EVERY,
     DEFAULT_IDLE_S,
+    DEFAULT_IMPORT_PIECE_TURNS,
     DEFAULT_JOB_RETRY_S,
     DEFAULT_MAX_TURNS_PER_CAPTURE,
     DEFAULT_NAMESPACE,
@@ -267,10 +268,12 @@ class Memory:
         """Import sessions ``{"session_id", "date"?, "turns", "idempotency_key"?}``.
 
         Every session is validated before anything is written. By default all are written in
-        one transaction; with ``chunk_size``, each chunk of sessions is its own transaction and
-        ``progress(done, total)`` is called after each (a conflict in a later chunk then leaves
-        the earlier chunks stored; running the same import again skips them). Extraction then
-        runs per session as in ``capture``.
+        one transaction, up to ``DEFAULT_IMPORT_PIECE_TURNS`` turns; a larger import commits in
+        pieces of at most that many turns (whole sessions), so its size never runs into the
+        store's time bound. With ``chunk_size``, each chunk of that many sessions is its own
+        transaction. ``progress(done, total)`` is called after each transaction. A conflict in a
+        later piece leaves the earlier ones stored; running the same import again skips them.
+        Extraction then runs per session as in ``capture``.
 
         Raises:
             InvalidInput: a bad session, named ``sessions[i]``; nothing was written.
@@ -282,11 +285,10 @@ class Memory:
         skipped = self._report_before_writing(extract)
         for request in requests:
             request.extraction = skipped
-        size = chunk_size or max(len(requests), 1)
         receipts: list[CaptureReceipt] = []
-        for start in range(0, len(requests), size):
+        for piece in _pieces(requests, chunk_size):
             try:
-                receipts.extend(self.store.capture_many(self.namespace, requests[start:start + size]))
+                receipts.extend(self.store.capture_many(self.namespace, piece))
             except CaptureConflict as exc:
                 if not receipts:
                     raise
@@ -1092,6 +1094,22 @@ class Memory:
 
         result = self.store.write_extraction(self.namespace, plan, finalize=finalize)
         return self.store.get_memory(self.namespace, result.memory_ids[0])
+
+
+def _pieces(requests: list[CaptureRequest], chunk_size: int | None) -> list[list[CaptureRequest]]:
+    """The transactions of an import: ``chunk_size`` sessions each, else whole sessions up to
+    ``DEFAULT_IMPORT_PIECE_TURNS`` turns each (a larger session alone)."""
+    if chunk_size:
+        return [requests[i:i + chunk_size] for i in range(0, len(requests), chunk_size)]
+    pieces: list[list[CaptureRequest]] = []
+    turns = 0
+    for request in requests:
+        if not pieces or (pieces[-1] and turns + len(request.turns) > DEFAULT_IMPORT_PIECE_TURNS):
+            pieces.append([])
+            turns = 0
+        pieces[-1].append(request)
+        turns += len(request.turns)
+    return pieces
 
 
 def _prepare_sessions(sessions: Sequence[Mapping[str, Any]], max_turns: int) -> list[CaptureRequest]:

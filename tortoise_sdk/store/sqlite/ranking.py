@@ -11,6 +11,7 @@ way (``memory_bm25``: FTS5's ``bm25()`` with the namespace's counts, taken at qu
 
 from __future__ import annotations
 
+import heapq
 import json
 import sqlite3
 from collections.abc import Callable, Mapping, Sequence
@@ -24,11 +25,11 @@ from ...search import (
     INDEX_CHARS,
     NAME_INDEX_CHARS,
     NAME_WEIGHT,
+    TF_CAP,
     idf,
     idf_bonus,
     index_idf,
     indexed_text,
-    saturation,
     split_by_postings,
 )
 from ..rows import turn_hit
@@ -71,12 +72,14 @@ def _head(c: sqlite3.Connection, rowid: int) -> str:
     return data.decode("utf-8", errors="ignore")[:INDEX_CHARS]
 _TOKENIZE = "tokenize='porter unicode61 remove_diacritics 2'"
 # Per-connection TEMP tables: a scratch index with the turn index's tokenizer (each captured
-# batch is tokenized there once, for its statistics) and views of both indexes' terms.
+# batch is tokenized there once, for its statistics; contentless, so emptying it is one
+# 'delete-all' rather than a second tokenization, and without positions, which the counts do not
+# need) and views of both indexes' terms.
 _TEMP_TABLES = (
-    f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.tortoise_batch USING fts5(content, name, {_TOKENIZE})",
+    "CREATE VIRTUAL TABLE IF NOT EXISTS temp.tortoise_batch USING fts5"
+    f"(content, name, content='', detail=column, {_TOKENIZE})",
     "CREATE VIRTUAL TABLE IF NOT EXISTS temp.tortoise_batch_row USING fts5vocab(temp, tortoise_batch, 'row')",
     "CREATE VIRTUAL TABLE IF NOT EXISTS temp.tortoise_batch_col USING fts5vocab(temp, tortoise_batch, 'col')",
-    "CREATE VIRTUAL TABLE IF NOT EXISTS temp.tortoise_batch_inst USING fts5vocab(temp, tortoise_batch, 'instance')",
     "CREATE VIRTUAL TABLE IF NOT EXISTS temp.tortoise_turns_inst USING fts5vocab(main, turns_fts, 'instance')",
     # Memory search: its phrases tokenized as memories_fts does, and that index's postings.
     f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.tortoise_phrases USING fts5(x, {_TOKENIZE})",
@@ -115,7 +118,7 @@ class SQLiteRankingMixin:
     def _count_turns(self, c: sqlite3.Connection, namespace: str, where: str, args: Sequence[Any],
                      sign: int) -> None:
         ensure_temp(c)
-        c.execute("DELETE FROM temp.tortoise_batch")
+        _clear_batch(c)
         n = c.execute(
             "INSERT INTO temp.tortoise_batch (rowid, content, name)"
             f" SELECT rowid, substr(content, 1, ?), substr(name, 1, ?) FROM turns WHERE {where}",
@@ -125,32 +128,34 @@ class SQLiteRankingMixin:
             return
         c.execute("INSERT INTO rank_namespaces (namespace) VALUES (?) ON CONFLICT (namespace) DO NOTHING", (namespace,))
         ns_id = c.execute("SELECT ns_id FROM rank_namespaces WHERE namespace = ?", (namespace,)).fetchone()[0]
-        tokens = c.execute("SELECT COUNT(*) FROM temp.tortoise_batch_inst").fetchone()[0]
+        # Each turn's length in tokens is its row of the scratch index's docsize table (one small
+        # record a turn): a linear read, where grouping the index's postings by row is not.
+        lengths = [(rowid, sum(_varints(sz)))
+                   for rowid, sz in c.execute("SELECT id, sz FROM temp.tortoise_batch_docsize")]
+        tokens = sum(n for _, n in lengths)
         if sign > 0:
-            c.execute(
-                "INSERT INTO rank_turns (rowid, ns_id, n_tokens) SELECT b.rowid, ?, COALESCE(g.n, 0)"
-                " FROM temp.tortoise_batch b LEFT JOIN"
-                " (SELECT doc, COUNT(*) AS n FROM temp.tortoise_batch_inst GROUP BY doc) g ON g.doc = b.rowid",
-                (ns_id,),
-            )
+            c.executemany("INSERT INTO rank_turns (rowid, ns_id, n_tokens) VALUES (?, ?, ?)",
+                          [(rowid, ns_id, n) for rowid, n in lengths])
         else:
-            c.execute("DELETE FROM rank_turns WHERE rowid IN (SELECT rowid FROM temp.tortoise_batch)")
+            c.executemany("DELETE FROM rank_turns WHERE rowid = ?", [(rowid,) for rowid, _ in lengths])
         c.execute("UPDATE rank_namespaces SET n_turns = n_turns + ?, n_tokens = n_tokens + ? WHERE ns_id = ?",
                   (sign * n, sign * tokens, ns_id))
-        c.execute(
-            "INSERT INTO rank_terms (ns_id, term, n_turns, n_content, n_name)"
-            " SELECT ?, r.term, ? * r.doc, ? * COALESCE(cc.doc, 0), ? * COALESCE(cn.doc, 0)"
-            " FROM temp.tortoise_batch_row r"
-            " LEFT JOIN temp.tortoise_batch_col cc ON cc.term = r.term AND cc.col = 'content'"
-            " LEFT JOIN temp.tortoise_batch_col cn ON cn.term = r.term AND cn.col = 'name' WHERE true"
+        # Per term: turns holding it, in content, in the name. One scan of each vocabulary, merged
+        # here (joining them looks each term up again, ~20 us a term; a scan of the postings costs more).
+        counts = {term: [n, 0, 0] for term, n in c.execute("SELECT term, doc FROM temp.tortoise_batch_row")}
+        for term, col, n in c.execute("SELECT term, col, doc FROM temp.tortoise_batch_col"):
+            counts[term][1 if col == "content" else 2] = n
+        c.executemany(
+            "INSERT INTO rank_terms (ns_id, term, n_turns, n_content, n_name) VALUES (?, ?, ?, ?, ?)"
             " ON CONFLICT (ns_id, term) DO UPDATE SET n_turns = n_turns + excluded.n_turns,"
             " n_content = n_content + excluded.n_content, n_name = n_name + excluded.n_name",
-            (ns_id, sign, sign, sign),
+            [(ns_id, term, sign * n, sign * n_content, sign * n_name)
+             for term, (n, n_content, n_name) in counts.items()],
         )
         if sign < 0:
             c.execute("DELETE FROM rank_terms WHERE ns_id = ? AND n_turns <= 0", (ns_id,))
             c.execute("DELETE FROM rank_namespaces WHERE ns_id = ? AND n_turns <= 0", (ns_id,))
-        c.execute("DELETE FROM temp.tortoise_batch")
+        _clear_batch(c)
 
     # -- reading them ---------------------------------------------------------------------------
 
@@ -190,30 +195,36 @@ class SQLiteRankingMixin:
             lead, rest = split_by_postings(found, dfs) if session_id is None else (found, [])
             ensure_temp(c)
             avgdl = max(n_tokens / max(n_docs, 1), 1.0)
-            lengths: dict[int, int] = {}
-            freqs: dict[int, dict[str, float]] = {}
+            weights = {t: index_idf(n_docs, dfs[t]) for t in lead}
+            scores: dict[int, float] = {}
+            # Each (turn, term) pair is scored by SQLite in one grouped row: the term's weighted
+            # frequency (content 1, name NAME_WEIGHT), capped, saturated with the turn's length.
+            # The operations are search.saturation's, in its order; terms are added in sorted order.
             for term in sorted(lead):
-                for doc, col, length in c.execute(
-                    "SELECT v.doc, v.col, i.n_tokens FROM temp.tortoise_turns_inst v"
-                    " JOIN rank_turns i ON i.rowid = v.doc WHERE v.term = ? AND i.ns_id = ?",
-                    (term, ns_id),
-                ):
-                    lengths[doc] = length
-                    f = freqs.setdefault(doc, {})
-                    f[term] = f.get(term, 0.0) + (1.0 if col == "content" else NAME_WEIGHT)
+                for doc, score in c.execute(_TERM_SCORES, (weights[term], BM25_K1 + 1.0, BM25_K1, 1.0 - BM25_B,
+                                                           BM25_B, avgdl, NAME_WEIGHT, TF_CAP, term, ns_id)):
+                    scores[doc] = scores.get(doc, 0.0) + score
             if session_id is not None:
                 own = {r[0] for r in c.execute("SELECT rowid FROM turns WHERE namespace = ? AND session_id = ?",
                                                (namespace, session_id))}
-                freqs = {d: f for d, f in freqs.items() if d in own}
-            weights = {t: index_idf(n_docs, dfs[t]) for t in lead}
-            scores = {d: sum(weights[t] * saturation(f[t], lengths[d], avgdl) for t in sorted(f))
-                      for d, f in freqs.items()}
+                scores = {d: v for d, v in scores.items() if d in own}
             if rest:
-                pool = sorted(scores, key=lambda d: (-scores[d], d))[: max(5 * k, 50)]
+                pool = _best(scores, max(5 * k, 50))
                 idfs = {t: idf(n_docs, dfs[t]) for t in rest}
                 texts = _indexed_texts(c, pool)
                 scores = {d: scores[d] + idf_bonus(texts.get(d, ""), idfs) for d in pool}
             return _top(c, scores, k)
+
+
+# One term's BM25 share per turn of a namespace: ?1 weight, ?2 k1 + 1, ?3 k1, ?4 1 - b, ?5 b, ?6 avgdl,
+# ?7 the name's weight, ?8 the frequency cap, ?9 the term, ?10 the namespace id.
+_TERM_SCORES = """
+    SELECT doc, ?1 * (f * ?2 / (f + ?3 * (?4 + ?5 * n / ?6))) FROM (
+        SELECT v.doc AS doc, MIN(SUM(CASE v.col WHEN 'content' THEN 1.0 ELSE ?7 END), ?8) AS f, i.n_tokens AS n
+        FROM temp.tortoise_turns_inst v JOIN rank_turns i ON i.rowid = v.doc
+        WHERE v.term = ?9 AND i.ns_id = ?10 GROUP BY v.doc
+    )
+"""
 
 
 def ensure_temp(c: sqlite3.Connection) -> None:
@@ -224,6 +235,10 @@ def ensure_temp(c: sqlite3.Connection) -> None:
     for stmt in _TEMP_TABLES:
         c.execute(stmt)
     done.add("ranking")
+
+
+def _clear_batch(c: sqlite3.Connection) -> None:
+    c.execute("INSERT INTO temp.tortoise_batch (tortoise_batch) VALUES ('delete-all')")
 
 
 def _totals(c: sqlite3.Connection, namespace: str) -> tuple[int, int, int] | None:
@@ -252,23 +267,42 @@ def _indexed_texts(c: sqlite3.Connection, rowids: Sequence[int]) -> dict[int, st
         (INDEX_CHARS, *rowids))}
 
 
+def _best(scores: Mapping[int, float], n: int) -> list[int]:
+    """The ``n`` best ids, ties by smaller id: ``sorted(scores, key=(-score, id))[:n]`` with only the best sorted."""
+    if len(scores) > n:
+        floor = heapq.nlargest(n, scores.values())[-1]
+        scores = {d: v for d, v in scores.items() if v >= floor}
+    return sorted(scores, key=lambda d: (-scores[d], d))[:n]
+
+
 def _top(c: sqlite3.Connection, scores: Mapping[int, float], k: int) -> list[SearchHit]:
-    """The k best turns, ties by session id then position (rows read only for the tied boundary)."""
+    """The k best turns, ties by session id then position.
+
+    Only turns scoring at least the k-th score are read; when a run of ties makes them many (a
+    common term in a large store), their tie-break keys are read first and whole rows only for
+    the k kept.
+    """
     if not scores:
         return []
-    ordered = sorted(scores.values(), reverse=True)
-    floor = ordered[min(k, len(ordered)) - 1]
+    floor = heapq.nlargest(k, scores.values())[-1]
     wanted = [d for d, s in scores.items() if s >= floor]
-    rows: list[sqlite3.Row] = []
-    for i in range(0, len(wanted), 500):
-        part = wanted[i:i + 500]
-        rows += c.execute(
-            f"SELECT t.rowid AS rid, {TURN_COLUMNS} FROM turns t JOIN sessions s"
-            " ON s.namespace = t.namespace AND s.session_id = t.session_id"
-            f" WHERE t.rowid IN ({', '.join('?' * len(part))})", part,
-        ).fetchall()
+    if len(wanted) > k:
+        keys = _rows(c, "SELECT rowid, session_id, idx FROM turns WHERE rowid IN ({})", wanted)
+        keys.sort(key=lambda r: (-scores[r[0]], r[1], r[2]))
+        wanted = [r[0] for r in keys[:k]]
+    rows = _rows(c, f"SELECT t.rowid AS rid, {TURN_COLUMNS} FROM turns t JOIN sessions s"
+                    " ON s.namespace = t.namespace AND s.session_id = t.session_id WHERE t.rowid IN ({})", wanted)
     rows.sort(key=lambda r: (-scores[r["rid"]], r["session_id"], r["idx"]))
     return [turn_hit(tuple(r)[1:], scores[r["rid"]]) for r in rows[:k]]
+
+
+def _rows(c: sqlite3.Connection, sql: str, rowids: Sequence[int]) -> list[Any]:
+    """``sql``'s rows for ``rowids`` (its ``{}`` takes their placeholders), 500 a statement."""
+    out: list[Any] = []
+    for i in range(0, len(rowids), 500):
+        part = rowids[i:i + 500]
+        out += c.execute(sql.format(", ".join("?" * len(part))), part).fetchall()
+    return out
 
 
 # -- memories: FTS5's bm25() with the namespace's statistics -----------------------------------------
