@@ -748,8 +748,17 @@ class Memory:
         if retry_failed:
             if not self.model:
                 raise ConfigError(NO_MODEL_REASON, field="model")
-            self.store.retry_failed_jobs(self.namespace, check_id(session_id, "session_id", optional=True))
+            self.retry_failed_jobs(session_id)
         return self.process_pending(session_id=session_id, due_only=False)
+
+    def retry_failed_jobs(self, session_id: str | None = None) -> list[JobInfo]:
+        """Queue the jobs that failed for good (of one session, or all) again, due now, attempts reset; runs none.
+
+        A worker (``tortoise worker``) or ``flush`` runs them. Returns the jobs now pending for
+        those sessions, oldest first (a session that had a pending job keeps that one).
+        """
+        queued = self.store.retry_failed_jobs(self.namespace, check_id(session_id, "session_id", optional=True))
+        return self._with_turns(queued)
 
     def jobs(self, status: JobStatus | None = None, session_id: str | None = None) -> list[JobInfo]:
         """Background extraction jobs of this namespace, oldest first: of one ``status`` and session when given.
