@@ -816,13 +816,14 @@ class Memory:
 
         return run_worker(process, poll_s=poll_s, once=once, max_jobs=max_jobs, on_job=on_job, stop=stop)
 
-    def extraction_paused(self) -> str | None:
+    def extraction_paused(self, *, cause: bool = True) -> str | None:
         """Why no model is called now (the circuit breaker is open after a fatal failure), or None.
 
-        Captures still store their turns; queued jobs wait (their attempts are kept).
+        Captures still store their turns; queued jobs wait (their attempts are kept). ``cause=False``
+        leaves out the failure's own message (for a caller that has just shown it).
         """
         trip = self._breaker_trip()
-        return trip.reason() if trip is not None else None
+        return trip.reason(cause=cause) if trip is not None else None
 
     def _breaker_trip(self) -> Any:
         """The breaker's open trip for this configuration (``llm.breaker.Trip``), or None."""
