@@ -57,7 +57,7 @@ document.addEventListener("click", async (event) => {
       text = "Not queued: " + doc.message;
       button.disabled = false;
     } else {
-      text = doc.length ? "Queued again: " + doc.map((j) => "job " + j.job_id + " " + j.status).join(", ")
+      text = doc.length ? "Queued again (" + doc.map((j) => j.status).join(", ") + ")"
                         : "Nothing to queue: no failed job is left for this session.";
       button.hidden = true;
     }
