@@ -210,7 +210,8 @@ def test_oversize_input_is_refused(db: Path, method: str, path: str, kwargs: dic
             answer = c.request(method, NS + path, headers=auth(ADMIN), params={name: "y" * 600})
             assert answer.status_code == 400, answer.text
             assert answer.json()["message"] == f"{name}: String should have at most 512 characters"
-        if method == "POST" and path not in ("/flush", "/jobs/retry-failed"):  # a search term, a prompt or a turn over its size
+        # A search term, a prompt or a turn over its size.
+        if method == "POST" and path not in ("/flush", "/jobs/retry-failed"):
             limits = {"/capture": {"session_id": "y" * 600, "turns": []}, "/search": {"query": "y" * 10_001},
                       "/context": {"query": "y" * 10_001}}
             with client(db, TOKENS) as roomy:
