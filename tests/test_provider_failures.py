@@ -352,6 +352,35 @@ def test_cli_missing_key_names_the_variable_and_the_option(tmp_path: Path, monke
         assert set(receipt.extraction.stages) == {"s1", "s3", "total"}  # no S2, VET or S4 call
 
 
+#: Each command that runs an extraction, and how the store is set up for it: turns stored, or a job queued.
+MISSING_KEY_RUNS = [
+    ("capture", None, ["capture", "TURNS", "--session", "demo-1"]),
+    ("extract", "stored", ["extract", "demo-1"]),
+    ("flush", "queued", ["flush"]),
+    ("worker", "queued", ["worker", "--once"]),
+]
+
+
+@pytest.mark.parametrize(("name", "setup", "argv"), MISSING_KEY_RUNS, ids=[r[0] for r in MISSING_KEY_RUNS])
+def test_cli_says_a_missing_keys_reason_once(name: str, setup: str | None, argv: list[str], tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    # It was said twice by capture and extract (the stdout report and the stderr reason) and three
+    # times by flush and worker (the job's stdout line, its stderr line, and the pause it opened).
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    db = str(tmp_path / "cli.db")
+    if setup is not None:
+        with Memory(db, model="openai/gpt-4o-mini", extract_every=1) as mem:
+            mem.capture("demo-1", DEMO["demo-1"]["turns"], extract="background" if setup == "queued" else False)
+    argv = [_turns_file(tmp_path) if a == "TURNS" else a for a in argv]
+    code, out, err = run_cli(capsys, "--db", db, *argv, "--model", "openai/gpt-4o-mini")
+    assert code == 3
+    assert (out + err).count("Missing credentials") == 1 and "Missing credentials" in err
+    (said,) = [line for line in err.splitlines() if "Missing credentials" in line]
+    assert said.startswith("tortoise: extraction of demo-1 failed") and "OPENAI_API_KEY" in said
+    assert "demo-1" in out  # the stdout report still names the session and its state
+
+
 @LOOPBACK
 @pytest.mark.parametrize("how", ["option", "env"])
 def test_cli_api_key_reaches_the_provider(how: str, tmp_path: Path, stub_model: Any, monkeypatch: pytest.MonkeyPatch,

@@ -79,6 +79,8 @@ ROUTES: list[tuple[str, str, dict[str, Any]]] = [
     ("GET", "/subagents/health", {"params": {"since": "2020-01-01T00:00:00Z"}}),
     ("GET", "/stats", {}),
     ("POST", "/flush", {"json": {}}),
+    ("GET", "/jobs", {"params": {"status": "failed", "session_id": "demo-1"}}),
+    ("POST", "/jobs/retry-failed", {"json": {"session_id": "demo-1"}}),
 ]
 IDS = [f"{m} {p}" for m, p, _ in ROUTES]
 
@@ -115,7 +117,7 @@ def test_every_route_answers_with_its_model(api: TestClient, db: Path, method: s
             assert doc["ok"] is True
         elif method == "DELETE" and token == ADMIN:
             assert doc["tombstone_id"] and doc["total"] > 0
-        elif path == "/tombstones":
+        elif path in ("/tombstones", "/jobs", "/jobs/retry-failed"):
             assert isinstance(doc, list)
 
 
@@ -160,6 +162,10 @@ BAD: list[tuple[str, str, dict[str, Any], str]] = [
     ("GET", "/subagents/health", {"params": {"since": "yesterday-ish"}}, "since: Input should be a valid datetime"),
     ("POST", "/flush", {"json": {"session_id": 5}}, "session_id: Input should be a valid string"),
     ("POST", "/flush", {"json": {"everything": True}}, "everything: Extra inputs are not permitted"),
+    ("GET", "/jobs", {"params": {"status": "stuck"}}, "status='stuck': use 'pending', 'running', 'done' or 'failed'"),
+    ("GET", "/jobs", {"params": {"session_id": ""}}, "session_id: String should have at least 1 character"),
+    ("POST", "/jobs/retry-failed", {"json": {"session_id": 5}}, "session_id: Input should be a valid string"),
+    ("POST", "/jobs/retry-failed", {"json": {"session_id": "y" * 600}}, "is 600 bytes long; an id is at most"),
 ]
 
 
@@ -204,7 +210,8 @@ def test_oversize_input_is_refused(db: Path, method: str, path: str, kwargs: dic
             answer = c.request(method, NS + path, headers=auth(ADMIN), params={name: "y" * 600})
             assert answer.status_code == 400, answer.text
             assert answer.json()["message"] == f"{name}: String should have at most 512 characters"
-        if method == "POST" and path != "/flush":  # a search term, a prompt or a turn over its size
+        # A search term, a prompt or a turn over its size.
+        if method == "POST" and path not in ("/flush", "/jobs/retry-failed"):
             limits = {"/capture": {"session_id": "y" * 600, "turns": []}, "/search": {"query": "y" * 10_001},
                       "/context": {"query": "y" * 10_001}}
             with client(db, TOKENS) as roomy:
@@ -245,7 +252,8 @@ def test_health_and_openapi_need_no_token_and_the_schemas_are_the_sdks_models(ap
     assert {"/v1/ns/{namespace}/capture", "/v1/ns/{namespace}/context", "/v1/ns/{namespace}/search",
             "/v1/ns/{namespace}/expand", "/v1/ns/{namespace}/memories", "/v1/ns/{namespace}/sessions",
             "/v1/ns/{namespace}/subagents/health", "/v1/ns/{namespace}/stats", "/v1/ns/{namespace}/flush",
-            "/v1/ns/{namespace}/tombstones", "/v1/ns/{namespace}/turns", "/health"} <= set(schema["paths"])
+            "/v1/ns/{namespace}/tombstones", "/v1/ns/{namespace}/turns", "/v1/ns/{namespace}/jobs",
+            "/v1/ns/{namespace}/jobs/retry-failed", "/health"} <= set(schema["paths"])
     models = set(schema["components"]["schemas"])
     assert {"MemoryBlock", "CaptureReceipt", "ForgetReport", "Turn", "ErrorBody"} <= models
     assert schema["components"]["schemas"]["Turn"]["properties"]["role"]["enum"] == ["user", "assistant", "system",
@@ -307,6 +315,52 @@ def test_inspector_pages_render(api: TestClient, db: Path) -> None:
     assert api.get("/ns/demo/expand", params={"id": first_memory(db)}, headers=h).status_code == 200
     assert api.get("/ns/demo/session", params={"id": "nope"}, headers=h).status_code == 404
     assert api.get("/ns/bob/session", params={"id": "x"}, headers=auth(DEMO)).status_code == 403
+
+
+def fail_a_job(db: Path, session_id: str = "q") -> str:
+    """A background capture whose job fails for good (one attempt allowed), with markup in its error."""
+    from tortoise_sdk.store.plan import Fence
+
+    with Memory(str(db), namespace="demo", model="openai/stub-model") as mem:
+        mem.capture(session_id, [{"role": "user", "content": "I adopted a cat named Pixel"},
+                                 {"role": "assistant", "content": "Congratulations!"}], extract="background")
+        job = mem.store.lease_job("demo", lease_s=30, max_attempts=1, session_id=session_id, due_only=False)
+        mem.store.fail_job(Fence(job.job_id, job.revision), "s1: <b>AuthenticationError</b>: bad key",
+                           max_attempts=1)
+        return job.job_id
+
+
+def test_a_failed_job_is_listed_and_queued_again_without_a_model(api: TestClient, db: Path) -> None:
+    job_id = fail_a_job(db)
+    h = auth(DEMO)
+    failed = api.get(f"{NS}/jobs", params={"status": "failed"}, headers=h).json()
+    assert [(j["job_id"], j["session_id"], j["attempts"], j["turns"], j["last_error"]) for j in failed] == [
+        (job_id, "q", 1, [0, 1], "attempt 1: s1: <b>AuthenticationError</b>: bad key")]
+    assert api.get(f"{NS}/jobs", params={"session_id": "demo-1"}, headers=h).json() == []
+    assert api.get("/v1/ns/bob/jobs", headers=h).status_code == 403
+    assert api.post("/v1/ns/bob/jobs/retry-failed", json={}, headers=h).status_code == 403
+    # Another session's retry queues nothing; the server has no model, and queueing needs none.
+    assert api.post(f"{NS}/jobs/retry-failed", json={"session_id": "demo-1"}, headers=h).json() == []
+    queued = api.post(f"{NS}/jobs/retry-failed", json={"session_id": "q"}, headers=h).json()
+    assert [(j["job_id"], j["status"], j["attempts"], j["turns"], j["due_at"]) for j in queued] == [
+        (job_id, "pending", 0, [0, 1], None)]
+    assert api.get(f"{NS}/jobs", params={"status": "failed"}, headers=h).json() == []
+    assert [j["job_id"] for j in api.get(f"{NS}/jobs", params={"status": "pending"}, headers=h).json()] == [job_id]
+
+
+def test_the_jobs_page_shows_failures_with_a_retry_button(api: TestClient, db: Path) -> None:
+    h = auth(ADMIN)
+    assert "No job." in api.get("/ns/demo/jobs", headers=h).text
+    fail_a_job(db)
+    page = api.get("/ns/demo/jobs", headers=h).text
+    assert 'data-retry="q"' in page and "&lt;b&gt;AuthenticationError&lt;/b&gt;" in page and "<b>Auth" not in page
+    assert "0–1" in page  # the turns the job covers
+    assert 'href="/ns/demo/jobs"' in api.get("/ns/demo", headers=h).text  # in the navigation
+    assert "data-retry" not in api.get("/ns/demo/jobs", params={"status": "done"}, headers=h).text
+    assert api.get("/ns/demo/jobs", params={"status": "stuck"}, headers=h).status_code == 400
+    assert api.get("/ns/demo/jobs", headers=auth(BOB)).status_code == 403
+    api.post(f"{NS}/jobs/retry-failed", json={}, headers=h)
+    assert "data-retry" not in api.get("/ns/demo/jobs", headers=h).text
 
 
 def test_an_unexpected_failure_is_a_500_without_a_traceback(db: Path, monkeypatch: pytest.MonkeyPatch) -> None:

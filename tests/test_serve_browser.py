@@ -60,12 +60,17 @@ def server(tmp_path: Path) -> Iterator[str]:
 
     from tortoise_sdk import Memory
     from tortoise_sdk.adapters.serve import ServeSettings, build_app
+    from tortoise_sdk.store.plan import Fence
 
     db = tmp_path / "demo.db"
     assert cli_main(["--db", str(db), "demo"]) == 0
     with Memory(str(db), namespace="demo") as mem:
         mem.capture("hostile", [{"role": "user", "content": HOSTILE},
                                 {"role": "assistant", "content": "[tool_use Read path=/etc/hosts]"}])
+    with Memory(str(db), namespace="demo", model="openai/stub-model") as mem:  # a job that failed for good
+        mem.capture("stuck", [{"role": "user", "content": "My sister Ana lives in Porto"}], extract="background")
+        job = mem.store.lease_job("demo", lease_s=30, max_attempts=1, session_id="stuck", due_only=False)
+        mem.store.fail_job(Fence(job.job_id, job.revision), "s1: AuthenticationError: bad key", max_attempts=1)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -172,13 +177,28 @@ def test_walk_the_inspector_try_a_prompt_and_forget_a_session_and_a_memory(brows
     browser.get(server + "/ns/demo/memories")
     assert content not in browser.find_element(By.ID, "memories").text
 
+    # a failed extraction job: retried from the jobs page, asked first
+    browser.find_element(By.LINK_TEXT, "jobs").click()
+    retry = wait.until(ec.element_to_be_clickable((By.CSS_SELECTOR, "#jobs button[data-retry=stuck]")))
+    assert "AuthenticationError: bad key" in browser.find_element(By.ID, "jobs").text
+    retry.click()
+    wait.until(ec.alert_is_present())
+    assert browser.switch_to.alert.text.startswith("Queue the failed extraction of stuck again?")
+    browser.switch_to.alert.accept()
+    note = wait.until(ec.visibility_of_element_located((By.CSS_SELECTOR, "#jobs .note")))
+    wait.until(lambda _: note.text == "Queued again (pending)")
+    browser.save_screenshot(str(shots / "5-jobs.png"))
+    browser.refresh()
+    assert "pending" in browser.find_element(By.ID, "jobs").text and not browser.find_elements(
+        By.CSS_SELECTOR, "button[data-retry]")
+
     # a phone-sized window: the session page still fits its width
     browser.set_window_size(390, 844)
     browser.get(server + "/ns/demo/session?id=demo-1")
     width = browser.execute_script("return document.documentElement.scrollWidth")
     assert width <= 390 + 1
-    browser.save_screenshot(str(shots / "5-phone.png"))
-    assert len(list(shots.glob("*.png"))) == 5
+    browser.save_screenshot(str(shots / "6-phone.png"))
+    assert len(list(shots.glob("*.png"))) == 6
 
 
 def test_without_chromium_the_browser_test_skips_saying_why_and_fails_in_ci(tmp_path: Path) -> None:

@@ -750,8 +750,17 @@ class Memory:
         if retry_failed:
             if not self.model:
                 raise ConfigError(NO_MODEL_REASON, field="model")
-            self.store.retry_failed_jobs(self.namespace, check_id(session_id, "session_id", optional=True))
+            self.retry_failed_jobs(session_id)
         return self.process_pending(session_id=session_id, due_only=False)
+
+    def retry_failed_jobs(self, session_id: str | None = None) -> list[JobInfo]:
+        """Queue the jobs that failed for good (of one session, or all) again, due now, attempts reset; runs none.
+
+        A worker (``tortoise worker``) or ``flush`` runs them. Returns the jobs now pending for
+        those sessions, oldest first (a session that had a pending job keeps that one).
+        """
+        queued = self.store.retry_failed_jobs(self.namespace, check_id(session_id, "session_id", optional=True))
+        return self._with_turns(queued)
 
     def jobs(self, status: JobStatus | None = None, session_id: str | None = None) -> list[JobInfo]:
         """Background extraction jobs of this namespace, oldest first: of one ``status`` and session when given.
@@ -809,13 +818,14 @@ class Memory:
 
         return run_worker(process, poll_s=poll_s, once=once, max_jobs=max_jobs, on_job=on_job, stop=stop)
 
-    def extraction_paused(self) -> str | None:
+    def extraction_paused(self, *, cause: bool = True) -> str | None:
         """Why no model is called now (the circuit breaker is open after a fatal failure), or None.
 
-        Captures still store their turns; queued jobs wait (their attempts are kept).
+        Captures still store their turns; queued jobs wait (their attempts are kept). ``cause=False``
+        leaves out the failure's own message (for a caller that has just shown it).
         """
         trip = self._breaker_trip()
-        return trip.reason() if trip is not None else None
+        return trip.reason(cause=cause) if trip is not None else None
 
     def _breaker_trip(self) -> Any:
         """The breaker's open trip for this configuration (``llm.breaker.Trip``), or None."""

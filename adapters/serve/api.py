@@ -115,7 +115,7 @@ class ContextBody(BaseModel):
 
 
 class FlushBody(BaseModel):
-    """Which pending extractions to run now."""
+    """Which session's jobs to run now (flush) or queue again (retry-failed)."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
@@ -210,6 +210,23 @@ def stats(mem: Mem) -> Stats:
     found = mem.sessions()
     return Stats(namespace=mem.namespace, sessions=len(found), turns=sum(s.turn_count for s in found),
                  subagents=len(mem.subagents()), subagent_counters=mem.subagent_counters())
+
+
+@router.get("/jobs", response_model=list[JobInfo], summary="Background extraction jobs")
+def jobs(mem: Mem, status: Annotated[str | None, Query(max_length=16, description="pending, running, done or "
+                                                       "failed")] = None,
+         session_id: OptionalId = None) -> list[JobInfo]:
+    """``Memory.jobs``: oldest first, each with its attempts, ``last_error`` and the ``turns`` that wait for it."""
+    return mem.jobs(status=status, session_id=session_id)
+
+
+@router.post("/jobs/retry-failed", response_model=list[JobInfo], summary="Queue the failed jobs again")
+def retry_failed(mem: Mem, body: FlushBody | None = None) -> list[JobInfo]:
+    """``Memory.retry_failed_jobs``: attempts start over; ``tortoise worker`` (or POST /flush) runs them.
+
+    Returns the jobs now pending for those sessions; the request never waits for a model.
+    """
+    return mem.retry_failed_jobs(body.session_id if body else None)
 
 
 @router.post("/flush", response_model=list[JobInfo], summary="Run pending extractions now")

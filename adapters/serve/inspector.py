@@ -1,8 +1,9 @@
 """The memory inspector at ``/``: server-rendered pages over the same ``Memory`` calls as the JSON API.
 
 Namespaces → sessions → turns (tool turns folded), a search box, memories with their quotes,
-source turns and supersession, sub-agent rows with the health check, a "try a prompt" panel
-showing the block with each pointer's ``why``, and forgetting (asks first, shows the tombstone).
+source turns and supersession, sub-agent rows with the health check, extraction jobs (a failed
+one can be queued again), a "try a prompt" panel showing the block with each pointer's ``why``,
+and forgetting (asks first, shows the tombstone).
 Every stored string reaches the page through Jinja's autoescaping; the script only ever sets
 ``textContent``. With tokens configured, a login form keeps the token in a same-site cookie.
 """
@@ -139,6 +140,11 @@ def _neighbourhood(mem: Any, name: str) -> dict[str, Any]:
 def subagents_page(request: Request, namespace: str) -> Response:
     return _page(request, "subagents.html", namespace, rows=lambda m: m.subagents(),
                  health=lambda m: m.subagent_health())
+
+
+@router.get("/ns/{namespace}/jobs", response_class=HTMLResponse)
+def jobs_page(request: Request, namespace: str, status: str | None = None) -> Response:
+    return _page(request, "jobs.html", namespace, status=status, jobs=lambda m: m.jobs(status=status))
 
 
 @router.get("/login", response_class=HTMLResponse)

@@ -309,7 +309,7 @@ def extraction_failed(report: Any) -> bool:
 
 def explain_extraction(session_id: str, report: Any) -> None:
     """On stderr: why an extraction failed or was partial (its reason, then each error not already in it)."""
-    if report is None or not (extraction_failed(report) or report.status == "partial"):
+    if not _explained(report):
         return
     reason = report.reason or "see the errors"
     print(f"tortoise: extraction of {session_id} {report.status}: {reason}", file=sys.stderr)
@@ -323,18 +323,24 @@ def explain_extraction(session_id: str, report: Any) -> None:
             print(line, file=sys.stderr)
 
 
+def _explained(report: Any) -> bool:
+    """``explain_extraction`` says why on stderr: the extraction failed or was partial."""
+    return report is not None and (extraction_failed(report) or report.status == "partial")
+
+
 def extract_mode(args: argparse.Namespace) -> Any:
     mode = getattr(args, "extract", None)
     return {"inline": "inline", "background": "background", "off": False}.get(mode) if mode else None
 
 
 def report_line(e: Any) -> str:
+    """An extraction report in one line for stdout; a reason ``explain_extraction`` puts on stderr is left to it."""
     from ..memory import NO_MODEL_REASON
 
     parts = [e.status]
     if e.outcomes:
         parts.append(", ".join(f"{k} {v}" for k, v in sorted(e.outcomes.items())))
-    if e.reason:
+    if e.reason and not _explained(e):
         parts.append(NO_MODEL_HINT if e.reason == NO_MODEL_REASON else e.reason)
     if e.job_id:
         parts.append(f"job {e.job_id}")

@@ -60,19 +60,24 @@ def _register_extract(sub: argparse._SubParsersAction) -> None:
 
 
 def _print_job(job: JobInfo) -> None:
+    """The job's state on stdout; when it did not finish, its error once, on stderr."""
     print(f"job {job.job_id} {job.session_id}: {job.status} (attempt {job.attempts})"
           + (f", turns {job.turns[0]}-{job.turns[1]} wait" if job.turns and job.status != "done" else "")
-          + (f" - {job.errors[-1]}" if job.errors and job.status != "done" else "")
           + (f", due again at {job.due_at.isoformat(timespec='seconds')} (`tortoise flush` runs it now)"
              if job.status == "pending" and job.due_at is not None else ""), flush=True)
-    if job.status != "done" and job.errors:
+    if _failed(job):
         print(f"tortoise: extraction of {job.session_id} failed (job {job.job_id}, attempt {job.attempts}): "
               f"{job.errors[-1].split(': ', 1)[-1]}", file=sys.stderr, flush=True)
 
 
+def _failed(job: JobInfo) -> bool:
+    return job.status != "done" and bool(job.errors)
+
+
 def _jobs_exit(mem: object, jobs: list[JobInfo]) -> int:
     """3 when a job that ran did not finish, a job is failed for good, or extraction is paused; else 0."""
-    paused = mem.extraction_paused()  # type: ignore[attr-defined]
+    # A job's failure was just said: the pause that failure opened is named without repeating it.
+    paused = mem.extraction_paused(cause=not any(map(_failed, jobs)))  # type: ignore[attr-defined]
     if paused:
         print(f"tortoise: {paused}", file=sys.stderr)
     failed = any(j.status != "done" for j in jobs)

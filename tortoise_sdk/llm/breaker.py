@@ -25,10 +25,14 @@ class Trip:
     closes_at: datetime
     remaining_s: float
 
-    def reason(self) -> str:
-        """One line for a receipt: what failed, and when or how extraction resumes."""
+    def reason(self, *, cause: bool = True) -> str:
+        """One line for a receipt: what failed, and when or how extraction resumes.
+
+        ``cause=False`` leaves out the failure's message, for a caller that has just shown it.
+        """
+        said = f" ({self.message})" if cause else ""
         return (f"extraction skipped, no model was called: the provider failed with {self.error_class} at "
-                f"{self.opened_at.isoformat(timespec='seconds')} ({self.message}); calls resume after "
+                f"{self.opened_at.isoformat(timespec='seconds')}{said}; calls resume after "
                 f"{self.closes_at.isoformat(timespec='seconds')} (in {self.remaining_s:.0f} s) or at once when "
                 "the model, api_base or key changes. The turns are stored: extract them later with "
                 "mem.extract(session_id) or `tortoise extract SESSION`")

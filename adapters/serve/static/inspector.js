@@ -1,4 +1,4 @@
-// Forgetting from the inspector: ask first, call the JSON API, show the tombstone.
+// Forgetting from the inspector: ask first, call the JSON API, show the tombstone; retrying a failed job.
 // Stored text only ever reaches the page as textContent.
 "use strict";
 document.addEventListener("click", async (event) => {
@@ -31,6 +31,38 @@ document.addEventListener("click", async (event) => {
     }
   } catch (error) {
     text = "Not forgotten: " + error;
+    button.disabled = false;
+  }
+  out.textContent = text;
+  out.hidden = false;
+});
+
+// Queueing a session's failed extraction jobs again: ask first, call the JSON API, say what is pending.
+document.addEventListener("click", async (event) => {
+  const button = event.target.closest("button[data-retry]");
+  if (!button) return;
+  const session = button.dataset.retry, ns = button.dataset.ns;
+  if (!window.confirm("Queue the failed extraction of " + session + " again? Its attempts start over; " +
+                      "`tortoise worker` or `tortoise flush` runs it.")) return;
+  const out = button.parentElement.querySelector(".note");
+  button.disabled = true;
+  let text;
+  try {
+    const answer = await fetch("/v1/ns/" + encodeURIComponent(ns) + "/jobs/retry-failed", {
+      method: "POST", credentials: "same-origin",
+      headers: {"X-Tortoise-Inspector": "1", "Content-Type": "application/json"},
+      body: JSON.stringify({session_id: session})});
+    const doc = await answer.json();
+    if (!answer.ok) {
+      text = "Not queued: " + doc.message;
+      button.disabled = false;
+    } else {
+      text = doc.length ? "Queued again (" + doc.map((j) => j.status).join(", ") + ")"
+                        : "Nothing to queue: no failed job is left for this session.";
+      button.hidden = true;
+    }
+  } catch (error) {
+    text = "Not queued: " + error;
     button.disabled = false;
   }
   out.textContent = text;
