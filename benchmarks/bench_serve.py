@@ -147,7 +147,10 @@ def main() -> int:
     ap.add_argument("--max-seconds", type=float, default=300, help="per client count: stop starting rounds after "
                                                                    "this long")
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--smoke", action="store_true", help="a tiny run (300 turns, 20 calls, 1 round): checks the script")
     args = ap.parse_args()
+    if args.smoke:
+        args.items, args.clients, args.requests, args.rounds = 300, [1, 2], 20, 1
     rng = random.Random(args.seed)
     with tempfile.TemporaryDirectory(prefix="bench-serve-") as tmp:
         db = str(Path(tmp) / "bench.db")
@@ -168,6 +171,7 @@ def main() -> int:
         def in_process(q: str) -> dict | None:
             return mem.context([{"role": "user", "content": q}]).model_dump()
 
+        failed = 0
         try:
             for _ in range(3):  # warm both: connections, caches
                 over_http("warm up")
@@ -180,10 +184,14 @@ def main() -> int:
                 print(f"{'':<34} {'calls':>6} {'p50 ms':>9} {'p95 ms':>9} {'degraded':>9} {'failed':>7}")
                 for side in sides:
                     print(side.row(), flush=True)
+                failed += sum(side.failed for side in sides)
         finally:
             proc.terminate()
             proc.wait(timeout=30)
             mem.close()
+    if failed:
+        print(f"{failed} call(s) failed", file=sys.stderr)
+        return 1
     return 0
 
 
