@@ -155,3 +155,31 @@ def test_bad_input_is_refused_alike(tmp_path, turns):
             asyncio.run(getattr(amem, verb)("s", turns))
         assert (type(async_err.value), str(async_err.value)) == (type(sync_err.value), str(sync_err.value))
     asyncio.run(amem.close())
+
+
+def test_every_public_memory_verb_has_an_async_form():
+    """A verb added to ``Memory`` and forgotten here would leave async hosts on ``.sync`` without a word."""
+    import inspect
+
+    from tortoise_sdk import AsyncMemory, Memory
+    from tortoise_sdk.async_memory import SYNC_ONLY
+
+    verbs = {n for n, f in inspect.getmembers(Memory, inspect.isfunction) if not n.startswith("_")} - SYNC_ONLY
+    missing = sorted(v for v in verbs if not inspect.iscoroutinefunction(getattr(AsyncMemory, v, None)))
+    assert not missing, f"AsyncMemory lacks {missing} (add them, or list them as sync-only in its docstring)"
+
+
+def test_forwarded_verbs_reach_the_wrapped_memory(tmp_path):
+    import asyncio
+
+    from tortoise_sdk import AsyncMemory
+
+    async def go():
+        async with AsyncMemory(str(tmp_path / "a.db"), namespace="n") as mem:
+            await mem.capture("s", [{"role": "user", "content": "hello there"}])
+            assert [t.content for t in await mem.tombstones()] == []
+            assert mem.check_capture("s", [{"role": "user", "content": "x"}]) is None
+            assert mem.extraction_paused() is None
+            return (await mem.graph()).number_of_nodes()
+
+    assert asyncio.run(go()) > 0

@@ -22,6 +22,7 @@ from .models import (
     ExtractionReport,
     ForgetReport,
     JobInfo,
+    JobStatus,
     MemoryBlock,
     MemoryRecord,
     NamespaceInfo,
@@ -48,7 +49,8 @@ class AsyncMemory:
         db: as for ``Memory``; or a ``Memory`` to wrap (it is closed with this object).
         **options: ``Memory``'s keyword arguments (``namespace``, ``model`` ...).
 
-    ``sync`` is the wrapped ``Memory``, for what has no async form here.
+    ``sync`` is the wrapped ``Memory``. ``check_capture``, ``check_sessions``, ``subagent_handler`` and
+    ``extraction_paused`` stay synchronous (no I/O of their own, or a synchronous object back).
     """
 
     def __init__(self, db: str | Memory | None = None, **options: Any) -> None:
@@ -124,9 +126,17 @@ class AsyncMemory:
         """``Memory.extract``."""
         return await self._run(self.sync.extract, session_id, full=full)
 
-    async def flush(self, session_id: str | None = None) -> list[JobInfo]:
+    async def flush(self, session_id: str | None = None, *, retry_failed: bool = False) -> list[JobInfo]:
         """``Memory.flush``."""
-        return await self._run(self.sync.flush, session_id)
+        return await self._run(self.sync.flush, session_id, retry_failed=retry_failed)
+
+    async def retry_failed_jobs(self, session_id: str | None = None) -> list[JobInfo]:
+        """``Memory.retry_failed_jobs``: failed jobs queued again (not run)."""
+        return await self._run(self.sync.retry_failed_jobs, session_id)
+
+    async def jobs(self, status: JobStatus | None = None, session_id: str | None = None) -> list[JobInfo]:
+        """``Memory.jobs``: background extraction jobs, with their attempts and errors."""
+        return await self._run(self.sync.jobs, status, session_id)
 
     async def process_pending(self, max_jobs: int | None = None, *, session_id: str | None = None,
                               due_only: bool = True) -> list[JobInfo]:
@@ -179,3 +189,39 @@ class AsyncMemory:
     async def namespaces(self) -> list[NamespaceInfo]:
         """``Memory.namespaces``."""
         return await self._run(self.sync.namespaces)
+
+
+#: Verbs that take no I/O of their own or hand back a synchronous object: use them as they are.
+SYNC_ONLY = frozenset({"check_capture", "check_sessions", "subagent_handler", "extraction_paused"})
+#: The remaining ``Memory`` verbs, awaited through the same worker thread with ``Memory``'s signature.
+_FORWARDED = ("cursor", "follow", "graph", "ingest", "record_subagent", "reset_breaker", "run_worker", "save_cursor",
+              "subagent_counters", "subagent_health", "subagents", "tombstones", "turn_metadata", "vacuum")
+
+
+def _forward(name: str) -> Callable[..., Any]:
+    verb = getattr(Memory, name)
+
+    async def call(self: AsyncMemory, *args: Any, **kwargs: Any) -> Any:
+        return await self._run(getattr(self.sync, name), *args, **kwargs)
+
+    call.__name__ = call.__qualname__ = name
+    call.__doc__ = f"``Memory.{name}``, awaited." + (f"\n\n{verb.__doc__}" if verb.__doc__ else "")
+    return call
+
+
+for _name in _FORWARDED:
+    setattr(AsyncMemory, _name, _forward(_name))
+def _sync(name: str) -> Any:
+    if isinstance(Memory.__dict__[name], staticmethod):
+        return Memory.__dict__[name]
+
+    def call(self: AsyncMemory, *args: Any, **kwargs: Any) -> Any:
+        return getattr(self.sync, name)(*args, **kwargs)
+
+    call.__name__ = call.__qualname__ = name
+    call.__doc__ = f"``Memory.{name}`` (synchronous)."
+    return call
+
+
+for _name in SYNC_ONLY:
+    setattr(AsyncMemory, _name, _sync(_name))
