@@ -150,6 +150,27 @@ def test_present_tense_needs_a_later_turn_that_says_something_changed(tmp_path):
         assert ask(m, "where am I working these days?").pointers[0].synopsis != later
 
 
+_CHANGING_JOB = [("2024-01-10", "I work at Northwind Traders as an accountant"),
+                 ("2024-03-13", "Work at Northwind Traders was busy this week, lots of invoices"),
+                 ("2024-06-05", "I just started a new job at Helix Health as a data analyst")]
+
+
+@pytest.mark.parametrize("question", ["Where am I working these days?", "Where do I work now?", "Who is my employer now?",
+                                      "What is my current job?", "Which company am I at currently?",
+                                      "What do I do for work nowadays?", "Where do I work at the moment?"])
+def test_a_changing_fact_leads_with_its_latest_statement(tmp_path, question):
+    # The latest statement shares no word with the question ("job" against "working"): the kind of fact
+    # (slots.SLOTS) finds it and makes it follow up the January turn; the older ones follow it.
+    with Memory(str(tmp_path / "job.db"), namespace="job") as m:
+        for day, text in _CHANGING_JOB:
+            m.capture(f"s-{day}", [{"role": "user", "content": text}], session_date=f"{day}T09:00:00")
+        texts = [p.synopsis for p in ask(m, question).pointers]
+        assert texts and "Helix Health" in texts[0], texts
+        assert any("Northwind Traders as an accountant" in t for t in texts[1:]), texts
+        # Not asked about now: the best match leads, the later job does not jump ahead.
+        assert "Northwind" in ask(m, "where did I work in January?").pointers[0].synopsis
+
+
 def test_the_custom_loop_example_gets_the_current_job(mem):
     window = [{"role": "user", "content": "Remind me, what is my dog called?"},
               {"role": "assistant", "content": "Your dog is Biscuit."},
