@@ -713,6 +713,78 @@ def test_cross_protocol_reads_the_test_conversation_once_with_what_the_train_one
     assert out["fitted"] == 1.0
 
 
+def test_loo_protocol_chooses_on_the_train_conversations_only(monkeypatch):
+    """bench_reflex_recall --loo: coordinate ascent reads the pooled train conversations, never the held-out one."""
+    bench = _bench_recall()
+    calls = []
+
+    def score(stems, overrides, w=None):
+        calls.append(list(stems))
+        return [1.0 - abs(overrides["X"] - 2) / 10] * len(stems)
+
+    monkeypatch.setattr(bench, "_score", score)
+    chosen, fitted = bench._ascend(["a", "b", "c"], {"X": [0, 1, 2, 3]}, {"X": 0})
+    assert chosen == {"X": 2} and fitted == 1.0
+    assert calls and all(stems == ["a", "b", "c"] for stems in calls)
+
+
+# -- the learnt ranker -----------------------------------------------------------------------------
+
+def _trainer():
+    pytest.importorskip("numpy")
+    spec = importlib.util.spec_from_file_location("train_reflex_ranker", REPO / "benchmarks" / "train_reflex_ranker.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_learnt_ranker_ships_a_weight_for_every_feature():
+    from tortoise_sdk.reflex import ranker
+    shipped = json.loads((REPO / "tortoise_sdk" / "reflex" / "ranker.json").read_text())
+    assert list(shipped["weights"]) == list(ranker.FEATURES)
+    assert ranker.weights() == tuple(shipped["weights"].values())
+    assert tuning.RANKER  # the reflex orders its turns with it
+
+
+def test_ranker_training_is_deterministic_and_learns_the_signal():
+    import numpy as np
+    train = _trainer()
+    rng = np.random.default_rng(0)
+    groups = []
+    for _ in range(40):  # feature 2 tells evidence apart; the others are noise
+        x = rng.random((12, 4))
+        y = np.zeros(12)
+        y[np.argmax(x[:, 2])] = 1
+        groups.append((x, y))
+    w = train.fit(groups)
+    assert w == train.fit(groups)
+    assert max(range(4), key=lambda i: w[i]) == 2
+
+
+def test_rerank_orders_by_the_learnt_weights(monkeypatch):
+    from tortoise_sdk.reflex import ranker
+    from tortoise_sdk.reflex.shapes import Candidate
+    weights = [0.0] * len(ranker.FEATURES)
+    weights[ranker.FEATURES.index("spoken")] = 1.0
+    monkeypatch.setattr(ranker, "weights", lambda: tuple(weights))
+    base = {"own": 1.0, "neighbour": 0.0, "score": 1.0, "coverage": 0.5, "coverage_nb": 0.5, "on_day": 0.0,
+            "says_when": 0.0, "session": 0.0, "answers": 0.0, "asks": 0.0, "length": 8,
+            "key_term": 1.0, "time_words": 0.0, "from": None, "mult": 1.0}
+    cands = [Candidate(key=k, kind="turn", text=k, score=s) for k, s in (("a", 3.0), ("b", 2.0))]
+    raw = [{**base, "score": 3.0, "spoken": 0.0, "pos": ("s", 0)}, {**base, "score": 2.0, "spoken": 1.0, "pos": ("s", 1)}]
+    monkeypatch.setattr(tuning, "RANKER", True)
+    assert [c.key for c in ranker.rerank(list(cands), raw, lambda cs: cs)] == ["b", "a"]
+    monkeypatch.setattr(tuning, "RANKER", False)
+    assert [c.key for c in ranker.rerank(list(cands), raw, lambda cs: cs[::-1])] == ["b", "a"]  # the hand-set step
+
+
+@needs_locomo
+def test_ranker_json_is_what_the_training_script_writes():
+    out = subprocess.run([sys.executable, str(REPO / "benchmarks" / "train_reflex_ranker.py"), "--check"],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
 def _locomo_recall(m: Memory, questions) -> float:
     recall = [len(q.evidence & {p.external_id for p in ask(m, q.question, budget=5).pointers}) / len(q.evidence)
               for q in questions]
