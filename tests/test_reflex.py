@@ -669,9 +669,11 @@ def test_reflex_never_imports_the_model_layer():
 # -- relevance on real data (LoCoMo), a regression guard ------------------------------------------
 
 # Measured with benchmarks/bench_reflex_recall.py's setup (every conversation in one store, a
-# namespace each); a drop of more than 0.02 fails. The shipped constants were chosen on both
-# conversations, so these are fitted figures; CROSS below are the held-out ones.
-LOCOMO_RECALL = {"conv-26": 0.701, "conv-30": 0.719}
+# namespace each); a drop of more than 0.02 fails. The shipped constants were chosen on conv-26 and
+# conv-30 and the ranker (ranker.json) trained on all four, so these are fitted figures (issue 25
+# raised them from 0.701, 0.719, 0.698, 0.620 with the hand-set order); CROSS below reads the
+# hand-set order held out, and bench_reflex_recall.py --loo the ranker.
+LOCOMO_RECALL = {"conv-26": 0.703, "conv-30": 0.722, "conv-41": 0.736, "conv-42": 0.656}
 # bench_reflex_recall.py --cross: each conversation read with the constants its sweep chose on the
 # other one (the reflex row), and the recall@5 that gave. A change that loses recall only where
 # the constants were not fitted fails here.
@@ -803,7 +805,10 @@ def test_locomo_recall_at_5(tmp_path, monkeypatch):
         questions = load_questions(files[stem])
         with Memory(str(tmp_path / "locomo.db"), namespace=stem) as m:
             shipped[stem] = _locomo_recall(m, questions)
+            if stem not in CROSS:
+                continue
             with monkeypatch.context() as patch:
+                patch.setattr(tuning, "RANKER", False)
                 for name, value in CROSS[stem][0].items():
                     patch.setattr(tuning, name, value)
                 cross[stem] = _locomo_recall(m, questions)
