@@ -292,6 +292,9 @@ def test_feedback_terms_widen_the_pool_but_not_the_gate(tmp_path, monkeypatch):
                   session_date="2023-07-10T10:00:00")
         m.capture("pad", [{"role": "user", "content": f"unrelated chatter number {i} about work"} for i in range(50)],
                   session_date="2023-07-11T10:00:00")
+        # Feedback (off by default) was measured on the hand-set order; the learnt one places "Nice!",
+        # the reply to the camping turn, before a turn found by a feedback word alone.
+        monkeypatch.setattr(tuning, "RANKER", False)
         monkeypatch.setattr(tuning, "PRF_TERMS", 0)
         plain = {p.session_id for p in ask(m, "Where did we go camping?").pointers}
         monkeypatch.setattr(tuning, "PRF_TERMS", 4)
