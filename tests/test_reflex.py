@@ -150,6 +150,27 @@ def test_present_tense_needs_a_later_turn_that_says_something_changed(tmp_path):
         assert ask(m, "where am I working these days?").pointers[0].synopsis != later
 
 
+_CHANGING_JOB = [("2024-01-10", "I work at Northwind Traders as an accountant"),
+                 ("2024-03-13", "Work at Northwind Traders was busy this week, lots of invoices"),
+                 ("2024-06-05", "I just started a new job at Helix Health as a data analyst")]
+
+
+@pytest.mark.parametrize("question", ["Where am I working these days?", "Where do I work now?", "Who is my employer now?",
+                                      "What is my current job?", "Which company am I at currently?",
+                                      "What do I do for work nowadays?", "Where do I work at the moment?"])
+def test_a_changing_fact_leads_with_its_latest_statement(tmp_path, question):
+    # The latest statement shares no word with the question ("job" against "working"): the kind of fact
+    # (slots.SLOTS) finds it and makes it follow up the January turn; the older ones follow it.
+    with Memory(str(tmp_path / "job.db"), namespace="job") as m:
+        for day, text in _CHANGING_JOB:
+            m.capture(f"s-{day}", [{"role": "user", "content": text}], session_date=f"{day}T09:00:00")
+        texts = [p.synopsis for p in ask(m, question).pointers]
+        assert texts and "Helix Health" in texts[0], texts
+        assert any("Northwind Traders as an accountant" in t for t in texts[1:]), texts
+        # Not asked about now: the best match leads, the later job does not jump ahead.
+        assert "Northwind" in ask(m, "where did I work in January?").pointers[0].synopsis
+
+
 def test_the_custom_loop_example_gets_the_current_job(mem):
     window = [{"role": "user", "content": "Remind me, what is my dog called?"},
               {"role": "assistant", "content": "Your dog is Biscuit."},
@@ -271,6 +292,9 @@ def test_feedback_terms_widen_the_pool_but_not_the_gate(tmp_path, monkeypatch):
                   session_date="2023-07-10T10:00:00")
         m.capture("pad", [{"role": "user", "content": f"unrelated chatter number {i} about work"} for i in range(50)],
                   session_date="2023-07-11T10:00:00")
+        # Feedback (off by default) was measured on the hand-set order; the learnt one places "Nice!",
+        # the reply to the camping turn, before a turn found by a feedback word alone.
+        monkeypatch.setattr(tuning, "RANKER", False)
         monkeypatch.setattr(tuning, "PRF_TERMS", 0)
         plain = {p.session_id for p in ask(m, "Where did we go camping?").pointers}
         monkeypatch.setattr(tuning, "PRF_TERMS", 4)
@@ -648,9 +672,11 @@ def test_reflex_never_imports_the_model_layer():
 # -- relevance on real data (LoCoMo), a regression guard ------------------------------------------
 
 # Measured with benchmarks/bench_reflex_recall.py's setup (every conversation in one store, a
-# namespace each); a drop of more than 0.02 fails. The shipped constants were chosen on both
-# conversations, so these are fitted figures; CROSS below are the held-out ones.
-LOCOMO_RECALL = {"conv-26": 0.701, "conv-30": 0.719}
+# namespace each); a drop of more than 0.02 fails. The shipped constants were chosen on conv-26 and
+# conv-30 and the ranker (ranker.json) trained on all four, so these are fitted figures (issue 25
+# raised them from 0.701, 0.719, 0.698, 0.620 with the hand-set order); CROSS below reads the
+# hand-set order held out, and bench_reflex_recall.py --loo the ranker.
+LOCOMO_RECALL = {"conv-26": 0.723, "conv-30": 0.734, "conv-41": 0.733, "conv-42": 0.670}
 # bench_reflex_recall.py --cross: each conversation read with the constants its sweep chose on the
 # other one (the reflex row), and the recall@5 that gave. A change that loses recall only where
 # the constants were not fitted fails here.
@@ -692,6 +718,78 @@ def test_cross_protocol_reads_the_test_conversation_once_with_what_the_train_one
     assert out["fitted"] == 1.0
 
 
+def test_loo_protocol_chooses_on_the_train_conversations_only(monkeypatch):
+    """bench_reflex_recall --loo: coordinate ascent reads the pooled train conversations, never the held-out one."""
+    bench = _bench_recall()
+    calls = []
+
+    def score(stems, overrides, w=None):
+        calls.append(list(stems))
+        return [1.0 - abs(overrides["X"] - 2) / 10] * len(stems)
+
+    monkeypatch.setattr(bench, "_score", score)
+    chosen, fitted = bench._ascend(["a", "b", "c"], {"X": [0, 1, 2, 3]}, {"X": 0})
+    assert chosen == {"X": 2} and fitted == 1.0
+    assert calls and all(stems == ["a", "b", "c"] for stems in calls)
+
+
+# -- the learnt ranker -----------------------------------------------------------------------------
+
+def _trainer():
+    pytest.importorskip("numpy")
+    spec = importlib.util.spec_from_file_location("train_reflex_ranker", REPO / "benchmarks" / "train_reflex_ranker.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_learnt_ranker_ships_a_weight_for_every_feature():
+    from tortoise_sdk.reflex import ranker
+    shipped = json.loads((REPO / "tortoise_sdk" / "reflex" / "ranker.json").read_text())
+    assert list(shipped["weights"]) == list(ranker.FEATURES)
+    assert ranker.weights() == tuple(shipped["weights"].values())
+    assert tuning.RANKER  # the reflex orders its turns with it
+
+
+def test_ranker_training_is_deterministic_and_learns_the_signal():
+    import numpy as np
+    train = _trainer()
+    rng = np.random.default_rng(0)
+    groups = []
+    for _ in range(40):  # feature 2 tells evidence apart; the others are noise
+        x = rng.random((12, 4))
+        y = np.zeros(12)
+        y[np.argmax(x[:, 2])] = 1
+        groups.append((x, y))
+    w = train.fit(groups)
+    assert w == train.fit(groups)
+    assert max(range(4), key=lambda i: w[i]) == 2
+
+
+def test_rerank_orders_by_the_learnt_weights(monkeypatch):
+    from tortoise_sdk.reflex import ranker
+    from tortoise_sdk.reflex.shapes import Candidate
+    weights = [0.0] * len(ranker.FEATURES)
+    weights[ranker.FEATURES.index("spoken")] = 1.0
+    monkeypatch.setattr(ranker, "weights", lambda: tuple(weights))
+    base = {"own": 1.0, "neighbour": 0.0, "score": 1.0, "coverage": 0.5, "coverage_nb": 0.5, "on_day": 0.0,
+            "says_when": 0.0, "session": 0.0, "answers": 0.0, "asks": 0.0, "length": 8,
+            "key_term": 1.0, "time_words": 0.0, "from": None, "mult": 1.0}
+    cands = [Candidate(key=k, kind="turn", text=k, score=s) for k, s in (("a", 3.0), ("b", 2.0))]
+    raw = [{**base, "score": 3.0, "spoken": 0.0, "pos": ("s", 0)}, {**base, "score": 2.0, "spoken": 1.0, "pos": ("s", 1)}]
+    monkeypatch.setattr(tuning, "RANKER", True)
+    assert [c.key for c in ranker.rerank(list(cands), raw, lambda cs: cs)] == ["b", "a"]
+    monkeypatch.setattr(tuning, "RANKER", False)
+    assert [c.key for c in ranker.rerank(list(cands), raw, lambda cs: cs[::-1])] == ["b", "a"]  # the hand-set step
+
+
+@needs_locomo
+def test_ranker_json_is_what_the_training_script_writes():
+    out = subprocess.run([sys.executable, str(REPO / "benchmarks" / "train_reflex_ranker.py"), "--check"],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
 def _locomo_recall(m: Memory, questions) -> float:
     recall = [len(q.evidence & {p.external_id for p in ask(m, q.question, budget=5).pointers}) / len(q.evidence)
               for q in questions]
@@ -710,7 +808,10 @@ def test_locomo_recall_at_5(tmp_path, monkeypatch):
         questions = load_questions(files[stem])
         with Memory(str(tmp_path / "locomo.db"), namespace=stem) as m:
             shipped[stem] = _locomo_recall(m, questions)
+            if stem not in CROSS:
+                continue
             with monkeypatch.context() as patch:
+                patch.setattr(tuning, "RANKER", False)
                 for name, value in CROSS[stem][0].items():
                     patch.setattr(tuning, name, value)
                 cross[stem] = _locomo_recall(m, questions)

@@ -174,8 +174,10 @@ def later_on_topic(r: Reading, ranked: list[Candidate], terms: list[Term],
     hits = [h for h in later.values() if _CHANGED.search(h.content)]
     if not hits:
         return {}
-    analysed = r.store.analyze(texts + [h.content for h in hits])
-    own = [(c, h, c.matched | (set(st) & set(topic))) for (c, h), st in zip(anchors, analysed)]
+    # Words of one kind of fact the question names (slots.expand) count as one word: "job" follows up "work".
+    analysed = [{r.slots.get(w, w) for w in st} for st in r.store.analyze(texts + [h.content for h in hits])]
+    topic = {r.slots.get(s, s): v for s, v in topic.items()}
+    own = [(c, h, {r.slots.get(w, w) for w in c.matched} | (st & set(topic))) for (c, h), st in zip(anchors, analysed)]
     by_key = {c.key: c for c in ranked}
     follow: dict[str, list[Candidate]] = {}
     for h, st in zip(hits, analysed[len(anchors):]):
@@ -184,7 +186,8 @@ def later_on_topic(r: Reading, ranked: list[Candidate], terms: list[Term],
             shared = a_words & words
             if h.turn_id == a.key or session_day(h) <= session_day(a_hit):
                 continue
-            if not (a.matched and a.matched <= words) and len(shared) < tuning.RECENCY_MIN_SHARED:
+            matched = {r.slots.get(w, w) for w in a.matched}
+            if not (matched and matched <= words) and len(shared) < tuning.RECENCY_MIN_SHARED:
                 continue
             said = ", ".join(repr(topic[s][0] if s in topic else surface_of(terms, s)) for s in sorted(shared))
             c = by_key.get(h.turn_id) or Candidate(key=h.turn_id, kind="turn", text=h.content, hit=h)

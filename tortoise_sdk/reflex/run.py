@@ -22,6 +22,7 @@ from .render import render
 from .scoring import distinct, fuse, latest_first, score_turns, without_stale_turns
 from . import gate, host, tuning
 from .shapes import Reading, Timeout
+from .slots import expand
 from .tokens import TokenCounter, approx_tokens
 
 __all__ = ("DEFAULT_BUDGET", "DEFAULT_MAX_TOKENS", "DEFAULT_TIME_BUDGET_MS", "MAX_BUDGET", "context")
@@ -111,8 +112,16 @@ def _steps(r: Reading, window: Sequence[Any], prior: Any, budget: int, max_token
     r.tick()
     if not terms:
         return MemoryBlock()
+    present = bool(tuning.PRESENT_TENSE and NOW.search(query))
+    # How things stand now, whatever words the latest statement uses (issue 25): the kind of fact's words.
+    terms, slot_terms = expand(r, terms, query) if present else (terms, [])
+    r.terms = terms
     wants_change = bool(CHANGE.search(query))
     content_terms, pool = turn_pool(r, terms)
+    if slot_terms:
+        pool = widen_pool(r, content_terms, slot_terms, pool)
+        terms = r.terms = terms + slot_terms
+        content_terms = content_terms + slot_terms
     pool = host.pool_outside_host(pool, session_id, held_from)  # issue 23: what the host holds is no memory
     turns = score_turns(r, terms, content_terms, query, pool)
     r.tick()
@@ -131,7 +140,6 @@ def _steps(r: Reading, window: Sequence[Any], prior: Any, budget: int, max_token
     # session's own question and reply must not take the places of the turns whose follow-ups it seeks.
     ranked = not_in_window(ranked, msgs, session_id)
     r.tick()
-    present = bool(tuning.PRESENT_TENSE and NOW.search(query))
     if present:
         ranked = latest_first(ranked, later_on_topic(r, ranked, terms, pool))
     ranked = without_stale_turns(r, ranked[: budget * 4 + len(msgs)], wants_change)

@@ -10,7 +10,7 @@ from datetime import date
 
 from ..models import SearchHit
 from ..search import TF_CAP
-from . import tuning
+from . import ranker, tuning
 from .query import CAPITALISED, WHEN, named_days, speaking
 from .shapes import Candidate, Reading, Term, session_day
 
@@ -75,15 +75,18 @@ def score_turns(r: Reading, terms: list[Term], content_terms: list[Term], query:
         session_share = {sid: min(1.0, sum(weights[s] for s in st) / total) for sid, st in said.items()}
     days = named_days(query) if tuning.DATE_BOOST else []
     asks = frozenset(pos for pos, h in by_pos.items() if "?" in h.content) if tuning.ANSWER_SHARE else frozenset()
+    heaviest = max(weights.values(), default=0.0) or 1.0
     cands = []
+    raw: dict[str, dict[str, float]] = {}  # the learnt ranker's inputs (ranker.features), by turn
     for key, h in by_pos.items():
         score, matched = own[key]
-        best_nb, nb_matched = 0.0, set()
+        best_nb, nb_matched, nb_from = 0.0, set(), None
         for d, share in _shares(key, asks):
             nb = own.get((h.session_id, h.index + d))
             if nb:
                 nb_matched = nb_matched | nb[1]
-                best_nb = max(best_nb, share * nb[0])
+                if share * nb[0] > best_nb:
+                    best_nb, nb_from = share * nb[0], (h.session_id, h.index + d)
         ctx = score + best_nb
         prev = own.get((h.session_id, h.index - 1))
         answers = bool(asks and prev and prev[0] and (h.session_id, h.index - 1) in asks)
@@ -105,6 +108,14 @@ def score_turns(r: Reading, terms: list[Term], content_terms: list[Term], query:
         if ctx <= 0 or covered / (total + bonus) < tuning.MIN_COVERAGE:
             continue
         # Reasons are worded only for the few candidates that reach the block (see render.reasons).
+        raw[h.turn_id] = {
+            "own": score, "neighbour": best_nb, "score": ctx, "coverage": sum(weights[s] for s in matched - fed) / total,
+            "coverage_nb": covered / (total + bonus), "spoken": float(spoken), "on_day": float(on_day),
+            "says_when": float(says_when), "session": session_share.get(h.session_id, 0.0), "answers": float(answers),
+            "asks": float(h.content.rstrip().endswith("?")), "length": r.tokens[h.turn_id][1],
+            "key_term": max((weights[s] for s in matched), default=0.0) / heaviest,
+            "time_words": float(says_when or bool(_TIME_WORDS.search(h.content))),
+            "pos": key, "from": nb_from, "mult": mult}
         cands.append(Candidate(key=h.turn_id, kind="turn", text=h.content, hit=h, score=ctx, own=score,
                                matched=matched, mult=mult, nb_only=(nb_matched - matched) if best_nb else set(), answers=answers,
                                says_when=says_when, spoken=spoken))
@@ -112,7 +123,9 @@ def score_turns(r: Reading, terms: list[Term], content_terms: list[Term], query:
     if cands and tuning.RELATIVE_GATE:
         floor = cands[0].score * tuning.RELATIVE_GATE
         cands = [c for c in cands if c.score >= floor]
-    return diversify(cands, own, asks) if tuning.DIVERSIFY or tuning.SESSION_SPREAD else cands
+    return ranker.rerank(cands, [raw[c.key] for c in cands],
+                         lambda cs: diversify(cs, own, asks) if tuning.DIVERSIFY or tuning.SESSION_SPREAD else cs,
+                         spread=ranker.listing(query))
 
 
 def _shares(pos: tuple[str, int], asks: frozenset[tuple[str, int]]) -> tuple[tuple[int, float], tuple[int, float]]:

@@ -72,6 +72,8 @@ class Reading:
         self.n_docs = 0
         # turn id -> (its index tokens counted, how many): read once, whatever the scoring passes
         self.tokens: dict[str, tuple[Counter[str], int]] = {}
+        # stem -> kind of fact, for the words of the kinds a present-tense question names (slots.expand)
+        self.slots: dict[str, str] = {}
 
     def tick(self) -> None:
         """Raise ``Timeout`` once the deadline has passed."""

@@ -19,6 +19,7 @@ __all__ = (
     "FUSE_DEPTH",
     "HOP_WEIGHT",
     "K1",
+    "LIST_SPREAD",
     "MAX_DF_SHARE",
     "MAX_QUERY_TERMS",
     "MAX_TERMS",
@@ -38,9 +39,11 @@ __all__ = (
     "RECENCY_PER_ANCHOR",
     "RECENCY_PER_TERM",
     "RECENCY_TERMS",
+    "RANKER",
     "RELATIVE_GATE",
     "RRF_K",
     "SESSION_BOOST",
+    "SLOT_WEIGHT",
     "SESSION_SPREAD",
     "SPEAKER_BOOST",
     "SUBJECT_SPEAKER",
@@ -93,3 +96,6 @@ ANSWER_SHARE = 1.0       # a turn inherits this much more of its previous turn's
 SUBJECT_SPEAKER = False  # off: of two speakers a question names, only its subject ("what did Jon tell Gina") speaks
 EXCHANGE_REPLIES = True   # in the block's top half, a turn that asks about the query's words brings its reply
 EXCHANGE_FILL = False     # off: a block shorter than its places is filled with the turns next to its turns
+RANKER = True             # the learnt order of ranker.json (benchmarks/train_reflex_ranker.py) replaces the hand-set one
+SLOT_WEIGHT = 0.4         # a present-tense question naming a kind of fact (slots.SLOTS) also seeks that kind's other words, at this share
+LIST_SPREAD = 0.0         # off: with the ranker, a listing question's turn loses this share per turn of its session placed before it

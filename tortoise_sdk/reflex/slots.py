@@ -1,0 +1,58 @@
+"""Facts that change: the words of one kind of fact (where one works, lives...), so that a
+present-tense question reaches the latest statement of it whatever words that statement uses.
+
+"Where am I working these days?" shares no word with "I just started a new job at Helix Health";
+both are about where the speaker works. For a present-tense question naming such a fact, the
+query gains that kind's other words (as context terms: they widen what is found, they do not
+raise the coverage a turn needs), and a later turn that says something changed follows up an
+earlier one about the same kind (``candidates.later_on_topic``).
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..search import query_terms
+from . import tuning
+from .query import NOW
+from .shapes import Reading, Term
+
+__all__ = ("SLOTS", "expand")
+
+#: The kinds of fact that change over a life, each as the words that name it.
+SLOTS: dict[str, tuple[str, ...]] = {
+    "work": ("work", "working", "job", "employer", "employed", "company", "workplace", "career", "hired",
+             "profession", "occupation"),
+    "home": ("live", "living", "home", "house", "apartment", "flat", "neighbourhood", "neighborhood", "moved"),
+    "partner": ("partner", "boyfriend", "girlfriend", "husband", "wife", "dating", "married", "engaged"),
+    "study": ("study", "studying", "school", "university", "college", "degree", "course", "major"),
+}
+
+
+def expand(r: Reading, terms: list[Term], query: str) -> tuple[list[Term], list[Term]]:
+    """``terms`` without the words saying "now" when the query names a kind of fact, and the other
+    words of each kind it names (``SLOT_WEIGHT`` of their weight, marked context, for
+    ``candidates.widen_pool``); ``r.slots`` maps the stems of every word of those kinds to the kind."""
+    words = set(query_terms(query))
+    named = [kind for kind, kind_words in SLOTS.items() if words & set(kind_words)]
+    if not named:
+        return terms, []
+    # "now", "these days": they say when, not what; a turn that says "now" is no evidence of the fact.
+    tense = {w for m in NOW.finditer(query) for w in query_terms(m.group())}
+    terms = [t for t in terms if t.surface not in tense]
+    surfaces = [w for kind in named for w in SLOTS[kind]]
+    stems = r.store.analyze(surfaces)
+    kind_of = {surface: kind for kind in named for surface in SLOTS[kind]}
+    by_stem: dict[str, str] = {}
+    for surface, st in zip(surfaces, stems):
+        if len(st) == 1:
+            r.slots[st[0]] = kind_of[surface]
+            by_stem.setdefault(st[0], surface)
+    have = {t.stem for t in terms}
+    new = [stem for stem in by_stem if stem not in have]
+    n, stats = r.store.term_stats(r.ns, new)
+    sized = max(n, tuning.MIN_WEIGHTING_TURNS)
+    extra = [Term(by_stem[stem], stem, tuning.SLOT_WEIGHT * math.log(1 + (sized - df + 0.5) / (df + 0.5)), df,
+                  context=True)
+             for stem, (df, _) in stats.items() if df > 0]
+    return terms, sorted(extra, key=lambda t: -t.weight)
