@@ -19,6 +19,7 @@ from .prior import drop_prior, not_in_window
 from .query import CHANGE, NOW, as_list, message, query_text, weigh_terms
 from .render import render
 from .scoring import distinct, fuse, latest_first, score_turns, without_stale_turns
+from .semantic import Semantic, SemanticStep
 from . import tuning
 from .shapes import Reading, Timeout
 from .tokens import TokenCounter, approx_tokens
@@ -44,6 +45,7 @@ def context(
     session_id: str | None = None,
     token_counter: TokenCounter | None = None,
     time_budget_ms: float | None = DEFAULT_TIME_BUDGET_MS,
+    semantic: Semantic | None = None,
 ) -> MemoryBlock:
     """The memory block for the next host turn; never raises (see the ``tortoise_sdk.reflex`` docstring).
 
@@ -54,6 +56,7 @@ def context(
         max_tokens: at most this many tokens for the whole block, counted with ``token_counter``.
         session_id: the host's session; its turns the window already shows are never surfaced.
         time_budget_ms: past this, the block is empty with ``degraded_reason="timeout"``; None disables.
+        semantic: neighbours by meaning join the candidates (``reflex.semantic``); its wait counts in the budget.
     """
     started = time.perf_counter()
     deadline = None
@@ -69,7 +72,7 @@ def context(
         # Every store call below ends by the budget too, whatever the database does (a lock, a frozen server).
         with within(budget_s):
             block = _steps(Reading(store, namespace, token_counter or approx_tokens, deadline),
-                           window, prior_context, budget, max_tokens, session_id)
+                           window, prior_context, budget, max_tokens, session_id, semantic)
     except (Timeout, StoreTimeout):
         block = MemoryBlock(degraded_reason="timeout")
     except (StoreError, sqlite3.Error) as exc:
@@ -85,7 +88,7 @@ def context(
 
 
 def _steps(r: Reading, window: Sequence[Any], prior: Any, budget: int, max_tokens: int,
-           session_id: str | None) -> MemoryBlock:
+           session_id: str | None, semantic: Semantic | None = None) -> MemoryBlock:
     budget = min(int(budget), MAX_BUDGET)
     max_tokens = int(max_tokens)
     if budget < 1 or max_tokens < 1:
@@ -94,6 +97,7 @@ def _steps(r: Reading, window: Sequence[Any], prior: Any, budget: int, max_token
     query, earlier, ask = query_text(msgs)
     if not query:
         return MemoryBlock()
+    meaning = SemanticStep(semantic, query)  # embedded while the words are searched
     terms = r.terms = weigh_terms(r, query, earlier)
     r.tick()
     if not terms:
@@ -112,7 +116,7 @@ def _steps(r: Reading, window: Sequence[Any], prior: Any, budget: int, max_token
             r.tick()
     # A question the host's window already shows brings no reply: the window is dropped first.
     turns = filled(r, with_replies(r, not_in_window(turns, msgs, session_id), pool, budget), pool, budget)
-    ranked = distinct(fuse([turns, *memory_candidates(r, terms, query, wants_change)]))
+    ranked = distinct(fuse([turns, *memory_candidates(r, terms, query, wants_change), *meaning.lists(r)]))
     # What the window already shows goes before the present-tense step reads the top turns: this
     # session's own question and reply must not take the places of the turns whose follow-ups it seeks.
     ranked = not_in_window(ranked, msgs, session_id)
@@ -127,4 +131,4 @@ def _steps(r: Reading, window: Sequence[Any], prior: Any, budget: int, max_token
         ranked = not_in_window(ranked, msgs, session_id)
     if not ask:
         ranked = drop_prior(ranked, prior)
-    return render(r, ranked[: budget * 2], budget, max_tokens)
+    return meaning.note(render(r, ranked[: budget * 2], budget, max_tokens))

@@ -52,7 +52,8 @@ class VectorMixin:
         with self.read() as c:
             rows = c.execute(
                 f"SELECT turn_id, substr(content, 1, {INDEX_CHARS}) FROM turns WHERE namespace = {p}"
-                f" AND role <> 'system' AND {missing.format(id='turns.turn_id')} ORDER BY {order} LIMIT {p}",
+                f" AND role <> 'system' AND length(trim(content)) > 0 AND {missing.format(id='turns.turn_id')}"
+                f" ORDER BY {order} LIMIT {p}",
                 (namespace, namespace, "turn", model, limit)).fetchall()
             out: list[tuple[VectorKind, str, str]] = [("turn", r[0], r[1]) for r in rows]
             if len(out) < limit:
