@@ -22,6 +22,7 @@ from .config import (
     DEFAULT_REQUEST_TIMEOUT_S,
     default_db_path,
     env_api_key,
+    env_embedder,
     env_model,
 )
 from .errors import CaptureConflict, ConfigError, InvalidInput, InvalidType
@@ -125,6 +126,8 @@ class Memory:
             OpenAI-compatible server such as Ollama, TEI or vLLM) or a callable ``list[str] ->
             list[list[float]]``. Vectors are computed by ``embed_pending`` (run by ``flush``,
             ``tortoise worker`` and ``tortoise embed --backfill``), never by ``capture``.
+            Default ``$TORTOISE_EMBEDDER`` (``$TORTOISE_EMBED_API_BASE``, ``$TORTOISE_EMBED_API_KEY``); with
+            none, words alone.
         embed_api_base, embed_api_key: the embedder's endpoint and key, when not the provider's defaults.
 
     Raises:
@@ -205,8 +208,12 @@ class Memory:
         self._model_settings["timeout_s"] = self.request_timeout_s
         self._embedder: Embedder | None = None
         self._semantic: Semantic | None = None
-        if embedder is None and (embed_api_base or embed_api_key):
-            raise ConfigError("embed_api_base and embed_api_key configure an embedder: pass embedder= too, e.g. "
+        env_embed = env_embedder()
+        if embedder is None and env_embed[0]:
+            embedder, embed_api_base = env_embed[0], embed_api_base or env_embed[1]
+        embed_api_key = embed_api_key or env_embed[2]
+        if embedder is None and embed_api_base:
+            raise ConfigError("embed_api_base configures an embedder: pass embedder= too, e.g. "
                               "Memory(embedder='openai/nomic-embed-text', embed_api_base='http://localhost:11434/v1')",
                               field="embedder")
         if callable(embedder) and embed_api_base:
@@ -433,7 +440,7 @@ class Memory:
     def vector_stats(self) -> dict[str, Any]:
         """The namespace's vectors by model, the embedder's model, and how they are searched."""
         return {"embedder": self.embedder_model, "vectors": self.store.vector_counts(self.namespace),
-                "search": "exact cosine over the namespace's vectors (no index extension in use)"}
+                "vector_search": "exact cosine over the namespace's vectors (no sqlite-vec or pgvector index in use)"}
 
     def sessions(self) -> list[SessionInfo]:
         """Captured sessions in this namespace, oldest first."""

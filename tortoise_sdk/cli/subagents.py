@@ -113,6 +113,7 @@ def _stats(mem: Any) -> dict[str, Any]:
         "turns": sum(s.turn_count for s in sessions),
         "subagents": len(mem.subagents()),
         "subagent_counters": mem.subagent_counters().model_dump(),
+        **mem.vector_stats(),
     }
 
 
@@ -121,6 +122,8 @@ def _print_stats(doc: dict[str, Any]) -> None:
           f"{doc['subagents']} sub-agent invocation(s)")
     print("sub-agent frames: " + ", ".join(f"{k} {v}" for k, v in doc["subagent_counters"].items()
                                            if k != "upserted"))  # the deprecated name of persisted
+    vectors = ", ".join(f"{n} by {model}" for model, n in doc["vectors"].items()) or "none"
+    print(f"vectors: {vectors}; embedder {doc['embedder'] or 'none'}; search: {doc['vector_search']}")
 
 
 def _register_stats(sub: argparse._SubParsersAction) -> None:

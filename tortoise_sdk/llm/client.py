@@ -217,6 +217,7 @@ class LLMClient:
         return request
 
     def _vectors(self, reply: Any, expected: int, tally: Tally) -> list[list[float]]:
+        tally.completion_tokens = None  # an embedding has no completion; litellm reports a 0 it never counted
         items = sorted(getattr(reply, "data", None) or [], key=lambda d: _field(d, "index") or 0)
         vectors = [[float(x) for x in (_field(d, "embedding") or [])] for d in items]
         if len(vectors) != expected or any(not v for v in vectors):
