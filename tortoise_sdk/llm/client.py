@@ -30,6 +30,17 @@ UNREACHABLE_RETRY_WAIT_S = 0.5
 #: Timed-out attempts a call makes at most: a provider that hung twice seldom answers a third time.
 MAX_TIMEOUTS = 2
 
+class _NoRetries(int):
+    """0 retries that reads as true: litellm's OpenAI embedding route takes ``max_retries or DEFAULT_MAX_RETRIES``,
+    so a plain 0 would let the OpenAI SDK retry unseen (uncounted, unclassified) behind ours."""
+
+    def __bool__(self) -> bool:
+        return True
+
+
+_NO_RETRIES = _NoRetries(0)
+
+
 class LLMResult(BaseModel):
     """One completed model call."""
 
@@ -209,7 +220,7 @@ class LLMClient:
     def _embed_request(self, texts: Sequence[str]) -> dict[str, Any]:
         cfg = self._config
         request: dict[str, Any] = {"model": cfg.model, "input": list(texts), "timeout": cfg.timeout_s,
-                                   "max_retries": 0, "extra_headers": {STAGE_HEADER: EMBED_STAGE}}
+                                   "max_retries": _NO_RETRIES, "extra_headers": {STAGE_HEADER: EMBED_STAGE}}
         if cfg.api_base:
             request["api_base"] = cfg.api_base
         if cfg.api_key:

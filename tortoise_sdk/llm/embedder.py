@@ -51,20 +51,18 @@ class Embedder:
     Args:
         model: a litellm embedding model name, or a callable ``list[str] -> list[list[float]]``.
         api_base, api_key: the endpoint and key (a local server: ``openai/<name>`` with its ``/v1`` URL).
-        timeout_s, max_attempts: per request, as for the pipeline's calls.
+        timeout_s: the deadline of one request.
         breaker_s: how long calls pause after a fatal failure; 0 never pauses.
+        settings: more ``LLMConfig`` fields (``max_attempts``, ``backoff_base_s`` ...).
     """
 
     def __init__(self, model: str | EmbedFunction, *, api_base: str | None = None, api_key: str | None = None,
-                 timeout_s: float = DEFAULT_EMBED_TIMEOUT_S, max_attempts: int | None = None,
-                 breaker_s: float = 60.0) -> None:
+                 timeout_s: float = DEFAULT_EMBED_TIMEOUT_S, breaker_s: float = 60.0, **settings: Any) -> None:
         check_embedder(model)
         self._function: EmbedFunction | None = None
         self._config: LLMConfig | None = None
         if isinstance(model, str):
-            settings: dict[str, Any] = {"timeout_s": timeout_s}
-            if max_attempts is not None:
-                settings["max_attempts"] = max_attempts
+            settings.setdefault("timeout_s", timeout_s)
             try:
                 self._config = LLMConfig(model=model.strip(), api_base=api_base, api_key=api_key, **settings)
             except ValidationError as exc:
