@@ -107,13 +107,14 @@ def _cmd_stats(args: argparse.Namespace) -> int:
 
 def _stats(mem: Any) -> dict[str, Any]:
     sessions = mem.sessions()
+    vectors = mem.vector_stats()
     return {
         "namespace": mem.namespace,
         "sessions": len(sessions),
         "turns": sum(s.turn_count for s in sessions),
         "subagents": len(mem.subagents()),
         "subagent_counters": mem.subagent_counters().model_dump(),
-        **mem.vector_stats(),
+        **(vectors if vectors["embedder"] or vectors["vectors"] else {}),  # only once embeddings are in use
     }
 
 
@@ -122,8 +123,9 @@ def _print_stats(doc: dict[str, Any]) -> None:
           f"{doc['subagents']} sub-agent invocation(s)")
     print("sub-agent frames: " + ", ".join(f"{k} {v}" for k, v in doc["subagent_counters"].items()
                                            if k != "upserted"))  # the deprecated name of persisted
-    vectors = ", ".join(f"{n} by {model}" for model, n in doc["vectors"].items()) or "none"
-    print(f"vectors: {vectors}; embedder {doc['embedder'] or 'none'}; search: {doc['vector_search']}")
+    if "vectors" in doc:
+        vectors = ", ".join(f"{n} by {model}" for model, n in doc["vectors"].items()) or "none"
+        print(f"vectors: {vectors}; embedder {doc['embedder'] or 'none'}; search: {doc['vector_search']}")
 
 
 def _register_stats(sub: argparse._SubParsersAction) -> None:
