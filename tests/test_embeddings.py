@@ -280,3 +280,41 @@ def test_an_embedding_503_is_retried_and_counted(vcr: Any, model_endpoint: Model
     assert (report.embedded, report.error) == (4, None)
     assert report.usage is not None and (report.usage.calls, report.usage.retries) == (1, 1)
     assert report.usage.errors == {"server": 1}
+
+
+# -- the rules, by property -------------------------------------------------------------------------
+
+from hypothesis import given  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from tortoise_sdk.models import SearchHit  # noqa: E402
+from tortoise_sdk.reflex.semantic import fuse_hits  # noqa: E402
+from tortoise_sdk.store.vectors import pack, unpack  # noqa: E402
+
+
+def _hit(turn_id: str) -> SearchHit:
+    return SearchHit(turn_id=turn_id, external_id=None, session_id="s", session_date=None, index=0, role="user",
+                     name=None, content=turn_id, score=1.0)
+
+
+ids = st.lists(st.sampled_from([f"t{i}" for i in range(12)]), unique=True, max_size=10)
+
+
+@given(ids, ids, st.integers(min_value=1, max_value=25))
+def test_fused_hits_are_the_union_once_each_best_first(lexical: list[str], semantic: list[str], k: int) -> None:
+    fused = fuse_hits([_hit(t) for t in lexical], [_hit(t) for t in semantic], k)
+    got = [h.turn_id for h in fused]
+    assert len(got) == len(set(got)) == min(k, len(set(lexical) | set(semantic)))
+    assert set(got) <= set(lexical) | set(semantic)
+    assert [h.score for h in fused] == sorted((h.score for h in fused), reverse=True)
+    rank = {t: i for i, t in enumerate(got)}
+    for t in set(lexical) & set(semantic):
+        worst = max(lexical.index(t), semantic.index(t))
+        for u in (set(lexical) ^ set(semantic)) & rank.keys():
+            if (lexical.index(u) if u in lexical else semantic.index(u)) >= worst and t in rank:
+                assert rank[t] < rank[u]  # found by both lists, it goes before one found by one, no better placed
+
+
+@given(st.lists(st.floats(width=32, allow_nan=False, allow_infinity=False), min_size=1, max_size=64))
+def test_a_stored_vector_reads_back_exactly(vector: list[float]) -> None:
+    assert unpack(pack(vector)) == vector
