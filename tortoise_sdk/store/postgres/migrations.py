@@ -393,7 +393,7 @@ M009_VECTORS = Migration(
             created_at TEXT NOT NULL,
             PRIMARY KEY (namespace, kind, item_id)
         )""",
-        "CREATE INDEX vectors_model ON vectors (namespace, model)",
+        "CREATE INDEX vectors_model ON vectors (namespace, model, created_at)",  # vector_version reads only it
         """CREATE FUNCTION vectors_follow_turn() RETURNS trigger LANGUAGE plpgsql AS $$
         BEGIN
             DELETE FROM vectors WHERE namespace = OLD.namespace AND kind = 'turn' AND item_id = OLD.turn_id;

@@ -384,7 +384,7 @@ M009_VECTORS = Migration(
             created_at TEXT NOT NULL,
             PRIMARY KEY (namespace, kind, item_id)
         )""",
-        "CREATE INDEX vectors_model ON vectors (namespace, model)",
+        "CREATE INDEX vectors_model ON vectors (namespace, model, created_at)",  # vector_version reads only it
         """CREATE TRIGGER vectors_turn_ad AFTER DELETE ON turns BEGIN
             DELETE FROM vectors WHERE namespace = old.namespace AND kind = 'turn' AND item_id = old.turn_id;
         END""",
