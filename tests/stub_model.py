@@ -1,7 +1,8 @@
 """A scripted, OpenAI-compatible chat-completions server on 127.0.0.1.
 
 It answers ``POST /v1/chat/completions`` (and ``/chat/completions``) from a
-script, so the SDK's real HTTP path (litellm's ``openai/<name>`` route with
+script, and ``POST /v1/embeddings`` with deterministic ``toy_embedding`` vectors
+(unless a route matching ``stage: embed`` scripts a fault or a delay), so the SDK's real HTTP path (litellm's ``openai/<name>`` route with
 ``api_base`` pointing here) can be exercised, recorded into cassettes, and
 benchmarked without a provider.
 
@@ -69,10 +70,19 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-__all__ = ("DEFAULT_STUB_MODEL", "StubModel", "StubRequest", "load_script", "main")
+__all__ = ("DEFAULT_STUB_MODEL", "EMBED_DIMS", "StubModel", "StubRequest", "load_script", "main", "toy_embedding")
 
 DEFAULT_STUB_MODEL = "stub-model"
 _PATHS = ("/v1/chat/completions", "/chat/completions")
+_EMBED_PATHS = ("/v1/embeddings", "/embeddings")
+#: Dimensions of the stub's embeddings (``toy_embedding``).
+EMBED_DIMS = 32
+#: Words the toy embedder maps to one shared direction each: a stand-in for meaning in tests, not a model.
+TOY_CONCEPTS = (
+    ("peanut", "peanuts", "allergic", "allergy", "snack", "snacks", "avoid", "nuts"),
+    ("birthday", "born", "turns", "anniversary"),
+    ("dog", "puppy", "pet", "walk"),
+)
 _log = logging.getLogger("tortoise.stub_model")
 
 
@@ -281,6 +291,11 @@ class StubModel:
                 self._unanswered.append(request)
             self._counter += 1
             serial = self._counter
+        if path in _EMBED_PATHS:
+            wait = self.delay + float((reply or {}).get("delay", 0.0))
+            if wait > 0:
+                self._stopping.wait(wait)
+            return _embeddings(reply, body)
         if reply is None:
             _log.warning("stub script exhausted: stage=%s chunk=%s", request.stage, request.chunk)
             return _error(400, "stub script exhausted: no reply left for this request", "invalid_request_error")
@@ -290,6 +305,40 @@ class StubModel:
         if reply.get("drop"):
             return _DROP, {}, b""
         return _render(reply, body, serial)
+
+
+def toy_embedding(text: str, dims: int = EMBED_DIMS) -> list[float]:
+    """A deterministic unit vector: each ``TOY_CONCEPTS`` word adds to its concept's axis, other words hash.
+
+    Texts sharing a concept (``snacks`` and ``peanuts``) come out close with no word in common.
+    """
+    import hashlib
+    import math
+    import re
+
+    vector = [0.0] * dims
+    for word in re.findall(r"[a-z0-9]+", text.lower()):
+        axis = next((i for i, words in enumerate(TOY_CONCEPTS) if word in words), None)
+        if axis is None:
+            axis = len(TOY_CONCEPTS) + int(hashlib.sha256(word.encode()).hexdigest(), 16) % (dims - len(TOY_CONCEPTS))
+            vector[axis] += 0.3
+        else:
+            vector[axis] += 1.0
+    norm = math.sqrt(sum(x * x for x in vector)) or 1.0
+    return [round(x / norm, 6) for x in vector] if any(vector) else [1.0] + [0.0] * (dims - 1)
+
+
+def _embeddings(reply: dict[str, Any] | None, body: Any) -> tuple[int, dict[str, str], bytes]:
+    """An OpenAI embeddings reply: a scripted fault, or ``toy_embedding`` of each input."""
+    if reply is not None and "status" in reply:
+        return _render(reply, body, 0)
+    texts = (body or {}).get("input") or []
+    texts = [texts] if isinstance(texts, str) else texts
+    data = [{"object": "embedding", "index": i, "embedding": toy_embedding(str(t))} for i, t in enumerate(texts)]
+    tokens = sum(max(1, len(str(t)) // 4) for t in texts)
+    payload = {"object": "list", "data": data, "model": (body or {}).get("model", DEFAULT_STUB_MODEL),
+               "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
+    return 200, {"Content-Type": "application/json"}, json.dumps(payload).encode()
 
 
 def _error(
@@ -368,7 +417,7 @@ def _make_handler(stub: StubModel) -> type[BaseHTTPRequestHandler]:
             raw = self.rfile.read(length) if length else b""
             path = self.path.split("?", 1)[0]
             headers = {k.lower(): v for k, v in self.headers.items()}
-            if path not in _PATHS:
+            if path not in _PATHS + _EMBED_PATHS:
                 self._send(*_error(404, f"no route {path}; use POST /v1/chat/completions", "not_found"))
                 return
             self._send(*stub._answer("POST", path, headers, raw))

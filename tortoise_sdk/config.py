@@ -19,6 +19,7 @@ __all__ = (
     "default_db_path",
     "ensure_litellm_env",
     "env_api_key",
+    "env_embedder",
     "env_model",
 )
 
@@ -54,6 +55,13 @@ def default_db_path() -> str:
 def env_model() -> str | None:
     """The model named by ``$TORTOISE_MODEL``, or None."""
     return os.environ.get("TORTOISE_MODEL") or None
+
+
+def env_embedder() -> tuple[str | None, str | None, str | None]:
+    """The embedding model, endpoint and key in ``$TORTOISE_EMBEDDER``, ``$TORTOISE_EMBED_API_BASE`` and
+    ``$TORTOISE_EMBED_API_KEY`` (None where unset)."""
+    return tuple(os.environ.get(f"TORTOISE_{name}") or None  # type: ignore[return-value]
+                 for name in ("EMBEDDER", "EMBED_API_BASE", "EMBED_API_KEY"))
 
 
 def env_api_key() -> str | None:

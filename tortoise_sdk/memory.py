@@ -24,6 +24,7 @@ from .config import (
     DEFAULT_REQUEST_TIMEOUT_S,
     default_db_path,
     env_api_key,
+    env_embedder,
     env_model,
 )
 from .errors import CaptureConflict, ConfigError, InvalidInput, InvalidType
@@ -32,6 +33,7 @@ from .models import (
     Cursor,
     Diagnostic,
     ExpandResult,
+    EmbedReport,
     ExtractionReport,
     ForgetReport,
     JobInfo,
@@ -49,6 +51,7 @@ from .models import (
     Turn,
 )
 from . import reflex
+from .reflex.semantic import fuse_hits
 from .search import MAX_SEARCH_K, content_terms, rank_hits
 from .store import Store, open_store
 from .store.deadline import DEFAULT_STORE_TIMEOUT_S
@@ -73,6 +76,8 @@ if TYPE_CHECKING:
     from .ingest import IngestReport
     from .llm import LLMConfig
     from .llm.breaker import CircuitBreaker
+    from .llm.embedder import EmbedFunction, Embedder
+    from .reflex.semantic import Semantic
     from .store.copy import CopyReport
     from .streams.base import ParsedStream, SubagentFrame
     from .subagents import SubagentRecorder
@@ -135,6 +140,14 @@ class Memory:
             that times out is retried once; a second timeout fails the call for good, stops the
             extraction run and opens the breaker, so a hanging provider costs a run about two
             timeouts.
+        embedder: turn on retrieval by meaning beside words: a litellm embedding model
+            (``openai/text-embedding-3-small``; ``openai/<name>`` with ``embed_api_base`` for a local
+            OpenAI-compatible server such as Ollama, TEI or vLLM) or a callable ``list[str] ->
+            list[list[float]]``. Vectors are computed by ``embed_pending`` (run by ``flush``,
+            ``tortoise worker`` and ``tortoise embed --backfill``), never by ``capture``.
+            Default ``$TORTOISE_EMBEDDER`` (``$TORTOISE_EMBED_API_BASE``, ``$TORTOISE_EMBED_API_KEY``); with
+            none, words alone.
+        embed_api_base, embed_api_key: the embedder's endpoint and key, when not the provider's defaults.
 
     Raises:
         ConfigError: a bad argument, named by its ``field``.
@@ -167,6 +180,9 @@ class Memory:
         job_retry_s: float = DEFAULT_JOB_RETRY_S,
         store_timeout_s: float | None = None,
         request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
+        embedder: str | EmbedFunction | None = None,
+        embed_api_base: str | None = None,
+        embed_api_key: str | None = None,
     ) -> None:
         if not isinstance(namespace, str) or not namespace.strip() or "\x00" in namespace:
             raise ConfigError("namespace must be a non-blank string without NUL characters, "
@@ -200,6 +216,24 @@ class Memory:
         bound = DEFAULT_STORE_TIMEOUT_S if store_timeout_s is None else float(store_timeout_s)
         self.request_timeout_s = _request_timeout(request_timeout_s, self._model_settings)
         self._model_settings["timeout_s"] = self.request_timeout_s
+        self._embedder: Embedder | None = None
+        self._semantic: Semantic | None = None
+        env_embed = env_embedder()
+        if embedder is None and env_embed[0]:
+            embedder, embed_api_base = env_embed[0], embed_api_base or env_embed[1]
+        embed_api_key = embed_api_key or env_embed[2]
+        if embedder is None and embed_api_base:
+            raise ConfigError("embed_api_base configures an embedder: pass embedder= too, e.g. "
+                              "Memory(embedder='openai/nomic-embed-text', embed_api_base='http://localhost:11434/v1')",
+                              field="embedder")
+        if callable(embedder) and embed_api_base:
+            raise ConfigError("embed_api_base is for a litellm embedding model, not a callable embedder",
+                              field="embed_api_base")
+        if embedder is not None:
+            from .llm.embedder import Embedder
+
+            self._embedder = Embedder(embedder, api_base=embed_api_base, api_key=embed_api_key,
+                                      breaker_s=self.breaker_s)
         if store is None:
             store = open_store(db or default_db_path(), create=create, timeout_s=bound)
         elif store_timeout_s is not None:
@@ -210,6 +244,8 @@ class Memory:
 
     def close(self) -> None:
         """Close the store's connections."""
+        if self._semantic is not None:
+            self._semantic.close()
         self.store.close()
 
     def __enter__(self) -> Memory:
@@ -356,8 +392,68 @@ class Memory:
         terms, reason = content_terms(query)
         if not terms or k < 1:
             return SearchResult(query=query, terms=terms, reason=reason)
-        hits = self.store.search_terms(self.namespace, terms, k=k, session_id=session_id)
-        return SearchResult(query=query, terms=terms, hits=rank_hits(hits, terms))
+        hits = rank_hits(self.store.search_terms(self.namespace, terms, k=k, session_id=session_id), terms)
+        semantic = self._semantic_search()
+        if semantic is None:
+            return SearchResult(query=query, terms=terms, hits=hits)
+        vector, why_not = semantic.vector(semantic.ask(query), None)
+        if vector is None:
+            return SearchResult(query=query, terms=terms, hits=hits, semantic=f"words only: {why_not}")
+        near = [h for h in self._turns(item_id for _, item_id, _ in
+                                       semantic.neighbours(self.store, self.namespace, vector, k * 4, kind="turn"))
+                if session_id is None or h.session_id == session_id][:k]
+        return SearchResult(query=query, terms=terms, hits=fuse_hits(hits, near, k), semantic="fused")
+
+    def _semantic_search(self) -> Semantic | None:
+        """The query side of the embedder (``reflex.semantic``), made on first use; None without an embedder."""
+        if self._embedder is None:
+            return None
+        if self._semantic is None:
+            from .reflex.semantic import Semantic
+
+            self._semantic = Semantic(self._embedder.model, self._embedder.embed)
+        return self._semantic
+
+    def _turns(self, turn_ids: Iterable[str]) -> list[SearchHit]:
+        """The turns of these ids that are still stored, in order."""
+        from .errors import NotFoundError
+
+        found = []
+        for turn_id in turn_ids:
+            try:
+                found.append(self.store.get_turn(self.namespace, turn_id))
+            except NotFoundError:
+                continue
+        return found
+
+    @property
+    def embedder_model(self) -> str | None:
+        """The model name vectors are stored under (a callable's ``model_name`` or qualified name); None without one."""
+        return None if self._embedder is None else self._embedder.model
+
+    def embed_pending(self, limit: int | None = None) -> EmbedReport:
+        """Give a vector to the turns and memories that have none under the embedder's model; never raises for the model.
+
+        New turns and memories wait for it, and so does everything after the model changed
+        (their vectors of the old model are replaced). An embedder failure stops the run and is
+        reported in ``error``; the rest waits for the next run.
+
+        Raises:
+            ConfigError: no embedder is configured.
+        """
+        if self._embedder is None:
+            raise ConfigError("no embedder configured: pass Memory(embedder='openai/text-embedding-3-small') "
+                              "or a callable", field="embedder")
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+            raise ConfigError(f"limit must be a positive integer or None, got {limit!r}", field="limit")
+        from .pipeline.embed import embed_pending
+
+        return embed_pending(self.store, self.namespace, self._embedder, limit=limit)
+
+    def vector_stats(self) -> dict[str, Any]:
+        """The namespace's vectors by model, the embedder's model, and how they are searched."""
+        return {"embedder": self.embedder_model, "vectors": self.store.vector_counts(self.namespace),
+                "vector_search": "exact cosine over the namespace's vectors (no sqlite-vec or pgvector index in use)"}
 
     def sessions(self) -> list[SessionInfo]:
         """Captured sessions in this namespace, oldest first."""
@@ -744,14 +840,18 @@ class Memory:
         ``retry_failed`` first queues the jobs that failed for good again (attempts start over).
         Returns each job's state after its run.
 
+        With an embedder, the turns and memories waiting for a vector get one too (``embed_pending``).
+
         Raises:
-            ConfigError: no model is configured.
+            ConfigError: neither a model nor an embedder is configured.
         """
         if retry_failed:
             if not self.model:
                 raise ConfigError(NO_MODEL_REASON, field="model")
             self.retry_failed_jobs(session_id)
-        return self.process_pending(session_id=session_id, due_only=False)
+        jobs = self.process_pending(session_id=session_id, due_only=False) if self.model or not self._embedder else []
+        self._embed_in_background()
+        return jobs
 
     def retry_failed_jobs(self, session_id: str | None = None) -> list[JobInfo]:
         """Queue the jobs that failed for good (of one session, or all) again, due now, attempts reset; runs none.
@@ -800,7 +900,7 @@ class Memory:
         Raises:
             ConfigError: no model is configured.
         """
-        if not self.model:
+        if not self.model and self._embedder is None:
             raise ConfigError(NO_MODEL_REASON, field="model")
         from .pipeline.jobs import run_worker
 
@@ -814,9 +914,19 @@ class Memory:
                 told.add(trip.opened_at)
                 _log.warning("worker: no job is leased until %s: %s", trip.closes_at.isoformat(timespec="seconds"),
                              trip.reason())
-            return self.process_pending(max_jobs=limit)
+            jobs = self.process_pending(max_jobs=limit) if self.model else []
+            self._embed_in_background()
+            return jobs
 
         return run_worker(process, poll_s=poll_s, once=once, max_jobs=max_jobs, on_job=on_job, stop=stop)
+
+    def _embed_in_background(self) -> None:
+        """``embed_pending`` for a worker or a flush: its failure is logged, the vectors wait for the next run."""
+        if self._embedder is None:
+            return
+        report = self.embed_pending()
+        if report.error is not None:
+            _log.warning("embeddings: %d stored, the rest waits: %s", report.embedded, report.error)
 
     def extraction_paused(self, *, cause: bool = True) -> str | None:
         """Why no model is called now (the circuit breaker is open after a fatal failure), or None.
@@ -964,7 +1074,8 @@ class Memory:
         """
         return reflex.context(self.store, self.namespace, window, prior_context, budget=budget,
                               max_tokens=max_tokens, session_id=session_id, token_counter=token_counter,
-                              time_budget_ms=time_budget_ms, held_from=held_from, specific_only=specific_only)
+                              time_budget_ms=time_budget_ms, held_from=held_from, specific_only=specific_only,
+                              semantic=self._semantic_search())
 
     def expand(self, pointer_id: str) -> ExpandResult:
         """The full turn or memory behind a pointer: content, status, supersession chain, sources, surrounding turns.

@@ -14,6 +14,7 @@ __all__ = (
     "CaptureReceipt",
     "Cursor",
     "Diagnostic",
+    "EmbedReport",
     "ExpandResult",
     "ExtractionReport",
     "ExtractionState",
@@ -172,6 +173,8 @@ class SearchResult(BaseModel):
     hits: list[SearchHit] = Field(default_factory=list, description="Best first.")
     reason: str | None = Field(default=None, description="Why nothing was searched for (a query of only "
                                                          "stop-words or punctuation); None when it was.")
+    semantic: str | None = Field(default=None, description="With an embedder: 'fused' (words and meaning, by "
+                                 "reciprocal rank) or 'words only: <why>'; None without one.")
 
 
 class SessionInfo(BaseModel):
@@ -376,6 +379,18 @@ class SubagentHealth(BaseModel):
     def ok(self) -> bool:
         """No launch went unrecorded (excess is reported, never a failure)."""
         return not self.shortfall
+
+
+class EmbedReport(BaseModel):
+    """What one ``Memory.embed_pending`` run did."""
+
+    model: str = Field(description="The embedding model the vectors are stored under.")
+    embedded: int = Field(default=0, description="Turns and memories given a vector in this run.")
+    more: bool = Field(default=False, description="Items still wait for a vector (a limit or a failure stopped it).")
+    dim: int | None = Field(default=None, description="The vectors' dimension; None when none was made.")
+    error: str | None = Field(default=None, description="Why the run stopped early: the embedder's failure.")
+    usage: StageStats | None = Field(default=None, description="The model calls' tokens, cost and errors "
+                                                               "(None for a callable embedder).")
 
 
 class ForgetReport(BaseModel):

@@ -26,7 +26,7 @@ from ..errors import (
     TortoiseError,
 )
 from ..memory import DEFAULT_NAMESPACE
-from . import admin, capture, evaluate, extract, forget, hosts, read, serve, subagents
+from . import admin, capture, embed, evaluate, extract, forget, hosts, read, serve, subagents
 from ._common import NO_MODEL_HINT, terminal_safe
 
 __all__ = ("REGISTRY", "build_parser", "main")
@@ -36,6 +36,7 @@ REGISTRY: list[Callable[[argparse._SubParsersAction], None]] = [
     capture.register,
     read.register,
     extract.register,
+    embed.register,
     admin.register,
     subagents.register,
     forget.register,

@@ -288,7 +288,16 @@ def progress(total: int, label: str) -> Iterator[Callable[[int, int], None]]:
 
 def model_options(args: argparse.Namespace) -> dict[str, Any]:
     """``model``, ``api_base``, ``api_key`` and ``request_timeout_s``, those given on the command line."""
-    return {k: v for k in ("model", "api_base", "api_key", "request_timeout_s") if (v := getattr(args, k, None))}
+    return {k: v for k in ("model", "api_base", "api_key", "request_timeout_s", "embedder", "embed_api_base")
+            if (v := getattr(args, k, None))}
+
+
+def add_embedder_options(p: argparse.ArgumentParser) -> None:
+    """``--embedder`` and ``--embed-api-base``, for the commands that compute vectors."""
+    p.add_argument("--embedder", help="litellm embedding model, e.g. openai/text-embedding-3-small "
+                                      "(default: $TORTOISE_EMBEDDER)")
+    p.add_argument("--embed-api-base", help="embedding endpoint URL, e.g. http://localhost:11434/v1 "
+                                            "(default: $TORTOISE_EMBED_API_BASE)")
 
 
 def add_model_options(p: argparse.ArgumentParser, *, model_help: str | None = None, timeout: bool = True) -> None:

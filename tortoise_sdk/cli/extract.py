@@ -14,6 +14,7 @@ import sys
 from ..models import JobInfo
 from ._common import (
     EXIT_EXTRACTION_FAILED,
+    add_embedder_options,
     add_model_options,
     bounded_int,
     emit_json,
@@ -118,6 +119,7 @@ def _register_flush(sub: argparse._SubParsersAction) -> None:
                    help="first queue the jobs that failed for good again (their attempts start over)")
     p.add_argument("--json", action="store_true", help="print the jobs as JSON")
     add_model_options(p)
+    add_embedder_options(p)
     p.set_defaults(handler=_cmd_flush)
 
 
@@ -160,6 +162,7 @@ def _register_worker(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-jobs", type=bounded_int(1, 10**9), help="exit after this many jobs")
     p.add_argument("--poll", type=float, default=2.0, help="seconds between polls (default: %(default)s)")
     add_model_options(p)
+    add_embedder_options(p)
     p.set_defaults(handler=_cmd_worker)
 
 

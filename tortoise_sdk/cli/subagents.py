@@ -108,6 +108,7 @@ def _cmd_stats(args: argparse.Namespace) -> int:
 
 def _stats(mem: Any) -> dict[str, Any]:
     sessions = mem.sessions()
+    vectors = mem.vector_stats()
     return {
         "namespace": mem.namespace,
         "sessions": len(sessions),
@@ -115,6 +116,7 @@ def _stats(mem: Any) -> dict[str, Any]:
         "subagents": len(mem.subagents()),
         "subagent_counters": mem.subagent_counters().model_dump(),
         "jobs": dict(Counter(j.status for j in mem.jobs())),
+        **(vectors if vectors["embedder"] or vectors["vectors"] else {}),  # only once embeddings are in use
     }
 
 
@@ -125,6 +127,9 @@ def _print_stats(doc: dict[str, Any]) -> None:
                                            if k != "upserted"))  # the deprecated name of persisted
     print("jobs: " + (", ".join(f"{k} {v}" for k, v in sorted(doc["jobs"].items())) or "none")
           + (" (`tortoise flush --retry-failed` queues the failed ones again)" if doc["jobs"].get("failed") else ""))
+    if "vectors" in doc:
+        vectors = ", ".join(f"{n} by {model}" for model, n in doc["vectors"].items()) or "none"
+        print(f"vectors: {vectors}; embedder {doc['embedder'] or 'none'}; search: {doc['vector_search']}")
 
 
 def _register_stats(sub: argparse._SubParsersAction) -> None:

@@ -27,7 +27,8 @@ Usage::
 
 Modules: ``config`` (``LLMConfig``, defaults), ``client`` (the call, retries, deadline, length
 retry), ``classify`` (errors into classes), ``breaker`` (no calls for a while after a fatal class),
-``usage`` (tokens, cost, stats), ``lazy`` (the import).
+``usage`` (tokens, cost, stats), ``lazy`` (the import). ``LLMClient.embed`` sends embedding requests
+(``X-Tortoise-Stage: embed``) the same way.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from .config import (
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_MAX_TOKENS,
     DEFAULT_TIMEOUT_S,
+    EMBED_STAGE,
     STAGE_HEADER,
     STAGES,
     LLMConfig,
@@ -56,6 +58,7 @@ __all__ = (
     "DEFAULT_MAX_ATTEMPTS",
     "DEFAULT_MAX_TOKENS",
     "DEFAULT_TIMEOUT_S",
+    "EMBED_STAGE",
     "ERROR_CLASSES",
     "FATAL_CLASSES",
     "RETRYABLE_CLASSES",

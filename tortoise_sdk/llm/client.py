@@ -19,7 +19,7 @@ from tortoise_sdk.jsonparse import Expect, ParsedJSON, parse_json
 from tortoise_sdk.models import StageStats
 
 from .classify import FATAL_CLASSES, RETRYABLE_CLASSES, map_error
-from .config import CHUNK_HEADER, STAGE_HEADER, LLMConfig, Message
+from .config import CHUNK_HEADER, EMBED_STAGE, STAGE_HEADER, LLMConfig, Message
 from .lazy import load_litellm
 from .usage import StatsBook, Tally
 
@@ -29,6 +29,17 @@ __all__ = ("LLMClient", "LLMResult")
 UNREACHABLE_RETRY_WAIT_S = 0.5
 #: Timed-out attempts a call makes at most: a provider that hung twice seldom answers a third time.
 MAX_TIMEOUTS = 2
+
+class _NoRetries(int):
+    """0 retries that reads as true: litellm's OpenAI embedding route takes ``max_retries or DEFAULT_MAX_RETRIES``,
+    so a plain 0 would let the OpenAI SDK retry unseen (uncounted, unclassified) behind ours."""
+
+    def __bool__(self) -> bool:
+        return True
+
+
+_NO_RETRIES = _NoRetries(0)
+
 
 class LLMResult(BaseModel):
     """One completed model call."""
@@ -178,7 +189,53 @@ class LLMClient:
         result = await self.acomplete(stage, messages, chunk=chunk, max_tokens=max_tokens, json_mode=json_mode)
         return self._parse(result, expect)
 
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        """Embed ``texts`` in one request (``litellm.embedding``), one vector per text, in order.
+
+        Sent with ``X-Tortoise-Stage: embed``; retried, classified and counted like the other calls.
+
+        Raises:
+            ModelError: the call failed for good, or the provider answered with a vector count unlike the texts'.
+        """
+        self._refuse_after_fatal()
+        started, tally = time.perf_counter(), Tally()
+        try:
+            reply = self._retrying_sync(tally, self._embed_request(texts), send="embedding")
+            return self._vectors(reply, len(texts), tally)
+        finally:
+            self._book.add(EMBED_STAGE, tally, (time.perf_counter() - started) * 1000)
+
+    async def aembed(self, texts: Sequence[str]) -> list[list[float]]:
+        """The async twin of :meth:`embed` (``litellm.aembedding``)."""
+        self._refuse_after_fatal()
+        started, tally = time.perf_counter(), Tally()
+        try:
+            reply = await self._retrying_async(tally, self._embed_request(texts), send="aembedding")
+            return self._vectors(reply, len(texts), tally)
+        finally:
+            self._book.add(EMBED_STAGE, tally, (time.perf_counter() - started) * 1000)
+
     # -- private layers -------------------------------------------------
+
+    def _embed_request(self, texts: Sequence[str]) -> dict[str, Any]:
+        cfg = self._config
+        request: dict[str, Any] = {"model": cfg.model, "input": list(texts), "timeout": cfg.timeout_s,
+                                   "max_retries": _NO_RETRIES, "extra_headers": {STAGE_HEADER: EMBED_STAGE}}
+        if cfg.api_base:
+            request["api_base"] = cfg.api_base
+        if cfg.api_key:
+            request["api_key"] = cfg.api_key
+        return request
+
+    def _vectors(self, reply: Any, expected: int, tally: Tally) -> list[list[float]]:
+        tally.completion_tokens = None  # an embedding has no completion; litellm reports a 0 it never counted
+        items = sorted(getattr(reply, "data", None) or [], key=lambda d: _field(d, "index") or 0)
+        vectors = [[float(x) for x in (_field(d, "embedding") or [])] for d in items]
+        if len(vectors) != expected or any(not v for v in vectors):
+            tally.errors["parse"] += 1
+            raise MalformedOutput(f"the provider sent {len(vectors)} embedding(s) for {expected} text(s)",
+                                  model=self._config.model, error_class="parse")
+        return vectors
 
     def _refuse_after_fatal(self) -> None:
         fatal = self._fatal
@@ -228,20 +285,20 @@ class LLMClient:
             request["response_format"] = {"type": "json_object"}
         return request
 
-    def _retrying_sync(self, tally: Tally, request: dict[str, Any]) -> Any:
+    def _retrying_sync(self, tally: Tally, request: dict[str, Any], send: str = "completion") -> Any:
         def attempt() -> Any:
             with self._attempt(tally):
-                response = load_litellm().completion(**request)
+                response = getattr(load_litellm(), send)(**request)
             tally.add_usage(response)
             return response
 
         with self._latching():
             return tenacity.Retrying(**self._retry_policy(tally))(attempt)
 
-    async def _retrying_async(self, tally: Tally, request: dict[str, Any]) -> Any:
+    async def _retrying_async(self, tally: Tally, request: dict[str, Any], send: str = "acompletion") -> Any:
         async def attempt() -> Any:
             with self._attempt(tally):
-                response = await asyncio.wait_for(load_litellm().acompletion(**request), self._config.timeout_s)
+                response = await asyncio.wait_for(getattr(load_litellm(), send)(**request), self._config.timeout_s)
             tally.add_usage(response)
             return response
 
@@ -380,6 +437,11 @@ class _Call:
 
     def result(self) -> LLMResult:
         return self._client._result(self.reply, self._stage, self._chunk, self.tally, self.partial, self._started)
+
+
+def _field(item: Any, name: str) -> Any:
+    """A field of one embedding item (litellm gives dicts or objects, by provider)."""
+    return item.get(name) if isinstance(item, dict) else getattr(item, name, None)
 
 
 def _error_class(state: tenacity.RetryCallState) -> str | None:

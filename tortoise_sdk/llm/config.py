@@ -18,6 +18,7 @@ __all__ = (
     "DEFAULT_MAX_ATTEMPTS",
     "DEFAULT_MAX_TOKENS",
     "DEFAULT_TIMEOUT_S",
+    "EMBED_STAGE",
     "STAGES",
     "STAGE_HEADER",
     "LLMConfig",
@@ -34,6 +35,8 @@ DEFAULT_LENGTH_RETRY_FACTOR = 2.0
 STAGE_HEADER = "X-Tortoise-Stage"
 CHUNK_HEADER = "X-Tortoise-Chunk"
 STAGES: tuple[str, ...] = ("s1", "s2", "vet", "s4", "resolve")
+#: The ``X-Tortoise-Stage`` of embedding calls (``LLMClient.embed``).
+EMBED_STAGE = "embed"
 Message = Mapping[str, Any]
 
 class LLMConfig(BaseModel):

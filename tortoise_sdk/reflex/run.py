@@ -20,6 +20,7 @@ from .prior import drop_prior, not_in_window
 from .query import CHANGE, NOW, as_list, message, query_text, weigh_terms
 from .render import render
 from .scoring import distinct, fuse, latest_first, score_turns, without_stale_turns
+from .semantic import Semantic, SemanticStep
 from . import gate, host, tuning
 from .shapes import Reading, Timeout
 from .slots import expand
@@ -48,6 +49,7 @@ def context(
     time_budget_ms: float | None = DEFAULT_TIME_BUDGET_MS,
     held_from: int | None = None,
     specific_only: bool = False,
+    semantic: Semantic | None = None,
 ) -> MemoryBlock:
     """The memory block for the next host turn; never raises (see the ``tortoise_sdk.reflex`` docstring).
 
@@ -60,6 +62,7 @@ def context(
         time_budget_ms: past this, the block is empty with ``degraded_reason="timeout"``; None disables.
         held_from: the host holds ``session_id``'s turns from this index on: never surfaced (``host``).
         specific_only: a pointer only on evidence specific to the prompt (``gate``).
+        semantic: neighbours by meaning join the candidates (``reflex.semantic``); its wait counts in the budget.
     """
     started = time.perf_counter()
     deadline = None
@@ -83,7 +86,8 @@ def context(
         # Every store call below ends by the budget too, whatever the database does (a lock, a frozen server).
         with within(budget_s):
             block = _steps(Reading(store, namespace, token_counter or approx_tokens, deadline),
-                           window, prior_context, budget, max_tokens, session_id, held_from, specific_only)
+                           window, prior_context, budget, max_tokens, session_id, held_from, specific_only,
+                           semantic)
     except (Timeout, StoreTimeout):
         block = MemoryBlock(degraded_reason="timeout")
     except (StoreError, sqlite3.Error) as exc:
@@ -99,7 +103,8 @@ def context(
 
 
 def _steps(r: Reading, window: Sequence[Any], prior: Any, budget: int, max_tokens: int,
-           session_id: str | None, held_from: int | None = None, specific_only: bool = False) -> MemoryBlock:
+           session_id: str | None, held_from: int | None = None, specific_only: bool = False,
+           semantic: Semantic | None = None) -> MemoryBlock:
     budget = min(int(budget), MAX_BUDGET)
     max_tokens = int(max_tokens)
     if budget < 1 or max_tokens < 1:
@@ -108,6 +113,7 @@ def _steps(r: Reading, window: Sequence[Any], prior: Any, budget: int, max_token
     query, earlier, ask = query_text(msgs)
     if not query:
         return MemoryBlock()
+    meaning = SemanticStep(semantic, query)  # embedded while the words are searched
     terms = r.terms = weigh_terms(r, query, earlier)
     r.tick()
     if not terms:
@@ -135,7 +141,7 @@ def _steps(r: Reading, window: Sequence[Any], prior: Any, budget: int, max_token
             r.tick()
     # A question the host's window already shows brings no reply: the window is dropped first.
     turns = filled(r, with_replies(r, not_in_window(turns, msgs, session_id), pool, budget), pool, budget)
-    ranked = distinct(fuse([turns, *memory_candidates(r, terms, query, wants_change)]))
+    ranked = distinct(fuse([turns, *memory_candidates(r, terms, query, wants_change), *meaning.lists(r)]))
     # What the window already shows goes before the present-tense step reads the top turns: this
     # session's own question and reply must not take the places of the turns whose follow-ups it seeks.
     ranked = not_in_window(ranked, msgs, session_id)
@@ -153,4 +159,4 @@ def _steps(r: Reading, window: Sequence[Any], prior: Any, budget: int, max_token
     ranked = host.outside_host(ranked, session_id, held_from)
     if specific_only:
         ranked = gate.specific(r, ranked, query)
-    return render(r, ranked[: budget * 2], budget, max_tokens, host.header(ranked[:budget], session_id))
+    return meaning.note(render(r, ranked[: budget * 2], budget, max_tokens, host.header(ranked[:budget], session_id)))

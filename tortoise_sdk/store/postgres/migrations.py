@@ -378,8 +378,41 @@ M008_TOMBSTONES = Migration(
     ),
 )
 
+# As SQLite's migration 9: a vector goes with its row and with a change of the row's text.
+M009_VECTORS = Migration(
+    9,
+    "vectors: one embedding per turn and memory, with its model and dimension",
+    (
+        """CREATE TABLE vectors (
+            namespace  TEXT NOT NULL,
+            kind       TEXT NOT NULL CHECK (kind IN ('turn', 'memory')),
+            item_id    TEXT NOT NULL,
+            model      TEXT NOT NULL,
+            dim        INTEGER NOT NULL,
+            vector     BYTEA NOT NULL,
+            created_at TEXT NOT NULL,
+            PRIMARY KEY (namespace, kind, item_id)
+        )""",
+        "CREATE INDEX vectors_model ON vectors (namespace, model, created_at)",  # vector_version reads only it
+        """CREATE FUNCTION vectors_follow_turn() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            DELETE FROM vectors WHERE namespace = OLD.namespace AND kind = 'turn' AND item_id = OLD.turn_id;
+            RETURN NULL;
+        END $$""",
+        """CREATE FUNCTION vectors_follow_memory() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            DELETE FROM vectors WHERE namespace = OLD.namespace AND kind = 'memory' AND item_id = OLD.memory_id;
+            RETURN NULL;
+        END $$""",
+        """CREATE TRIGGER vectors_turn_ad AFTER DELETE OR UPDATE OF content ON turns
+            FOR EACH ROW EXECUTE FUNCTION vectors_follow_turn()""",
+        """CREATE TRIGGER vectors_memory_ad AFTER DELETE OR UPDATE OF content ON memories
+            FOR EACH ROW EXECUTE FUNCTION vectors_follow_memory()""",
+    ),
+)
+
 POSTGRES_MIGRATIONS: list[Migration] = [M001_FOUNDATION, M002_EXTRACTION, M003_SUBAGENTS, M004_SUBAGENT_TURN_REF,
-                                        M005_CURSORS, M006_RANKING, M007_LOOP, M008_TOMBSTONES]
+                                        M005_CURSORS, M006_RANKING, M007_LOOP, M008_TOMBSTONES, M009_VECTORS]
 
 _CREATE_VERSIONS = (
     "CREATE TABLE IF NOT EXISTS schema_migrations ("

@@ -35,6 +35,7 @@ from ..capture_plan import new_receipt, plan_append, receipt_row, repeated_tail,
 from ..cursors import CursorMixin
 from ..rows import and_equal
 from ..rows import turn_hit as _hit
+from ..vectors import VectorMixin
 from .deadline import Health, bound_statements, connection_class, is_statement_timeout, watchdog
 from .extraction import PostgresExtractionMixin
 from .forget import PostgresForgetMixin
@@ -77,7 +78,8 @@ def _retryable(exc: BaseException) -> bool:
                                                                                          "jobs_one_pending")
 
 
-class PostgresStore(PostgresExtractionMixin, PostgresSubagentMixin, PostgresForgetMixin, CursorMixin, Store):
+class PostgresStore(PostgresExtractionMixin, PostgresSubagentMixin, PostgresForgetMixin, CursorMixin, VectorMixin,
+                    Store):
     """A PostgreSQL database shared by any number of processes and hosts.
 
     Usage::
@@ -101,6 +103,7 @@ class PostgresStore(PostgresExtractionMixin, PostgresSubagentMixin, PostgresForg
     """
 
     PARAM = "%s"
+    ROW_ORDER = "id"
 
     def _time_param(self, value: datetime) -> Any:
         return value

@@ -367,8 +367,41 @@ M008_TOMBSTONES = Migration(
     ),
 )
 
+# Embeddings (``Memory(embedder=...)``): one vector per turn and per memory, float32 little-endian, with
+# the model that made it; a row of another model is stale and embedded again. A vector goes with its
+# row (forgetting, any delete) and with a change of the row's text, by trigger.
+M009_VECTORS = Migration(
+    9,
+    "vectors: one embedding per turn and memory, with its model and dimension",
+    (
+        """CREATE TABLE vectors (
+            namespace  TEXT NOT NULL,
+            kind       TEXT NOT NULL CHECK (kind IN ('turn', 'memory')),
+            item_id    TEXT NOT NULL,
+            model      TEXT NOT NULL,
+            dim        INTEGER NOT NULL,
+            vector     BLOB NOT NULL,
+            created_at TEXT NOT NULL,
+            PRIMARY KEY (namespace, kind, item_id)
+        )""",
+        "CREATE INDEX vectors_model ON vectors (namespace, model, created_at)",  # vector_version reads only it
+        """CREATE TRIGGER vectors_turn_ad AFTER DELETE ON turns BEGIN
+            DELETE FROM vectors WHERE namespace = old.namespace AND kind = 'turn' AND item_id = old.turn_id;
+        END""",
+        """CREATE TRIGGER vectors_turn_au AFTER UPDATE OF content ON turns BEGIN
+            DELETE FROM vectors WHERE namespace = old.namespace AND kind = 'turn' AND item_id = old.turn_id;
+        END""",
+        """CREATE TRIGGER vectors_memory_ad AFTER DELETE ON memories BEGIN
+            DELETE FROM vectors WHERE namespace = old.namespace AND kind = 'memory' AND item_id = old.memory_id;
+        END""",
+        """CREATE TRIGGER vectors_memory_au AFTER UPDATE OF content ON memories BEGIN
+            DELETE FROM vectors WHERE namespace = old.namespace AND kind = 'memory' AND item_id = old.memory_id;
+        END""",
+    ),
+)
+
 SQLITE_MIGRATIONS: list[Migration] = [M001_FOUNDATION, M002_EXTRACTION, M003_SUBAGENTS, M004_SUBAGENT_TURN_REF,
-                                      M005_CURSORS, M006_RANKING, M007_LOOP, M008_TOMBSTONES]
+                                      M005_CURSORS, M006_RANKING, M007_LOOP, M008_TOMBSTONES, M009_VECTORS]
 
 
 def applied_versions(conn: sqlite3.Connection) -> set[int]:

@@ -37,6 +37,7 @@ from ..cursors import CursorMixin
 from ..deadline import DEFAULT_STORE_TIMEOUT_S, deadline, expired, remaining, timeout_error
 from ..rows import and_equal
 from ..rows import turn_hit as _hit
+from ..vectors import VectorMixin
 from .extraction import SQLiteExtractionMixin
 from .forget import SQLiteForgetMixin
 from .migrations import SQLITE_MIGRATIONS, migrate_sqlite
@@ -86,7 +87,7 @@ def _interrupt_at(c: sqlite3.Connection, at: float | None) -> Iterator[None]:
 
 
 class SQLiteStore(SQLiteRankingMixin, SQLiteExtractionMixin, SQLiteSubagentMixin, SQLiteForgetMixin, CursorMixin,
-                  Store):
+                  VectorMixin, Store):
     """A SQLite database file shared safely by threads and processes.
 
     Writers take ``BEGIN IMMEDIATE`` on the store's one write connection and wait on a busy
