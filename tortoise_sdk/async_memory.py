@@ -194,8 +194,8 @@ class AsyncMemory:
 #: Verbs that take no I/O of their own or hand back a synchronous object: use them as they are.
 SYNC_ONLY = frozenset({"check_capture", "check_sessions", "subagent_handler", "extraction_paused"})
 #: The remaining ``Memory`` verbs, awaited through the same worker thread with ``Memory``'s signature.
-_FORWARDED = ("cursor", "follow", "graph", "ingest", "record_subagent", "reset_breaker", "run_worker", "save_cursor",
-              "subagent_counters", "subagent_health", "subagents", "tombstones", "turn_metadata", "vacuum")
+_FORWARDED = ("cursor", "embed_pending", "follow", "graph", "ingest", "record_subagent", "reset_breaker", "run_worker", "save_cursor",
+              "subagent_counters", "subagent_health", "subagents", "tombstones", "turn_metadata", "vacuum", "vector_stats")
 
 
 def _forward(name: str) -> Callable[..., Any]:
