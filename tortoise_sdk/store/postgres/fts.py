@@ -22,12 +22,15 @@ from collections.abc import Mapping, Sequence
 
 from ...search import BM25_B, BM25_K1, NAME_WEIGHT, TF_CAP, terms_from_fts5
 
-__all__ = ("FTS_CONFIG", "STAT_SHARDS", "bm25_search_sql", "count_turns_sql", "index_memories_sql",
-           "newest_matches_sql", "rebuild_stats_sql", "term_dfs_sql", "terms_from_fts5", "top_matches_sql",
+__all__ = ("FTS_CONFIG", "STAT_SHARDS", "WALK_FACTOR", "bm25_search_sql", "count_turns_sql", "index_memories_sql",
+           "newest_matches_sql", "newest_turn_matches_sql", "rebuild_stats_sql", "term_dfs_sql", "terms_from_fts5", "top_matches_sql",
            "turn_bm25_sql", "usable_terms")
 
 FTS_CONFIG = "tortoise_english"
 STAT_SHARDS = 16
+#: A one-lexeme term in ``n`` of a namespace's ``N`` turns is walked newest first when
+#: ``n * n > WALK_FACTOR * per_term * N`` (see ``newest_turn_matches_sql``).
+WALK_FACTOR = 1.0
 
 
 def usable_terms(terms: Sequence[str]) -> list[str]:
@@ -116,6 +119,42 @@ def newest_matches_sql(*, table: str, alias: str, where: str, content_only: bool
             SELECT {alias}.id FROM {table} {alias}
             WHERE numnode(x.query) > 0 AND {alias}.fts @@ x.query{label} AND {where}
             ORDER BY {alias}.id DESC LIMIT %s
+        ) AS hit
+    """
+
+
+def newest_turn_matches_sql() -> str:
+    """``newest_matches_sql`` over the namespace's turns' content, choosing per term how to find its newest matches.
+
+    A GIN index cannot give a word's matches newest first: for a word in a large share of the turns,
+    the bitmap scan reads every match to keep the newest ``per_term``. Such a word (one lexeme, in
+    ``n`` turns' content of ``N``, with ``n * n > WALK_FACTOR * per_term * N``; ``rank_terms``
+    counts) is instead found by walking the turns newest first and testing each, which reads
+    about ``per_term * N / n`` of them. Both ways return the same rows. Parameters, in order: the
+    terms (``text[]``), the namespace, the per-term limit, and then the namespace and the per-term
+    limit twice more (once per way).
+    """
+    return f"""
+        SELECT x.ord, hit.id FROM (
+            SELECT t.ord, q.query, numnode(q.query) = 1 AND COALESCE((
+                       SELECT MIN(COALESCE(r.n_content, 0))::float8
+                       FROM unnest(tsvector_to_array(to_tsvector('{FTS_CONFIG}'::regconfig, t.term))) AS l(lexeme)
+                       LEFT JOIN rank_terms r ON r.namespace = p.ns AND r.term = l.lexeme), 0) ^ 2
+                   > {WALK_FACTOR!r} * p.per_term * COALESCE((
+                       SELECT n_turns FROM rank_namespaces WHERE namespace = p.ns), 0) AS walk
+            FROM unnest(%s::text[]) WITH ORDINALITY AS t(term, ord)
+            CROSS JOIN (SELECT %s::text AS ns, %s::float8 AS per_term) AS p
+            CROSS JOIN LATERAL (SELECT phraseto_tsquery('{FTS_CONFIG}'::regconfig, t.term) AS query) AS q
+            WHERE numnode(q.query) > 0
+        ) AS x
+        CROSS JOIN LATERAL (
+            (SELECT t.id FROM turns t
+             WHERE x.walk AND t.namespace = %s AND ts_filter(t.fts, '{{a}}') @@ x.query
+             ORDER BY t.id DESC LIMIT %s)
+            UNION ALL
+            (SELECT t.id FROM turns t
+             WHERE NOT x.walk AND t.namespace = %s AND t.fts @@ x.query AND ts_filter(t.fts, '{{a}}') @@ x.query
+             ORDER BY t.id DESC LIMIT %s)
         ) AS hit
     """
 
