@@ -19,19 +19,20 @@ ALWAYS = 0.0  # every one-lexeme term is walked
 
 @pytest.fixture(scope="module")
 def store():
-    """Two namespaces; in "a", "paddling" is in most turns' content (in "b" in few), "otter" in few, and
-    "Kayak" also speaks."""
+    """Three namespaces; in "a", "paddling" is in most turns' content, in "b" in few, in "c" in most of the
+    oldest sessions' and none after (a walk of the newest turns finds none); "otter" is rare; "Kayak"
+    also speaks."""
     require_postgres()
     rng = random.Random(3)
     with temp_database("tortoise_candidates") as url:
         s = open_store(url)
-        for ns in ("a", "b"):
+        for ns in ("a", "b", "c"):
             for sess in range(12):
                 turns = []
                 for i in range(25):
-                    words = rng.sample(["kayak", "kayaks", "otter", "river", "red", "boat", "lunch", "tea"],
+                    words = rng.sample(["kayak", "kayaks", "heron", "river", "red", "boat", "lunch", "tea"],
                                        k=rng.randint(1, 4))
-                    if rng.random() < (0.8 if ns == "a" else 0.1):
+                    if rng.random() < {"a": 0.8, "b": 0.1, "c": 0.9 if sess < 5 else 0.0}[ns]:
                         words.append("paddling")
                     if rng.random() < 0.03:
                         words.append("otter")
@@ -62,7 +63,7 @@ def test_walked_and_indexed_matches_are_identical(store, monkeypatch, weights, p
         monkeypatch.setattr(fts, "WALK_FACTOR", factor)
         got[factor] = {ns: [(h.turn_id, h.score, h.content, h.session_date, h.name)
                             for h in store.candidate_turns(ns, weights, k=12, per_term=per_term)]
-                       for ns in ("a", "b")}
+                       for ns in ("a", "b", "c")}
     assert got[ALWAYS] == got[NEVER]
     assert got[fts.WALK_FACTOR] == got[NEVER]
     assert got[NEVER]["a"]  # the store holds what the queries look for
@@ -70,8 +71,8 @@ def test_walked_and_indexed_matches_are_identical(store, monkeypatch, weights, p
 
 def _walks(store, ns, terms, per_term):
     """Which terms the candidate query walks newest first, in term order."""
-    sql = fts.newest_turn_matches_sql().replace("SELECT x.ord, hit.id FROM", "SELECT x.ord, x.walk FROM", 1)
-    sql = sql.split("CROSS JOIN LATERAL (\n            (SELECT t.id")[0]
+    sql = fts.newest_turn_matches_sql().replace("SELECT x.ord, hit.id FROM", "SELECT x.ord, x.span IS NOT NULL FROM", 1)
+    sql = sql.split("CROSS JOIN LATERAL (\n            WITH found")[0]
     with store.read() as c:
         return [w for _, w in c.execute(sql + " ORDER BY x.ord", (terms, ns, per_term)).fetchall()]
 

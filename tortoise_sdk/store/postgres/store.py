@@ -473,8 +473,7 @@ class PostgresStore(PostgresExtractionMixin, PostgresSubagentMixin, PostgresForg
             return []
         sql = top_matches_sql(newest_turn_matches_sql(), alias="t", select=f"t.id, {_INDEXED_COLUMNS}",
                               from_=f"turns t {_JOIN_SESSION}", where="t.namespace = %s")
-        walks = (namespace, per_term) * 3
-        rows = self._rows(sql, (terms, *walks, [weighted_terms[t] for t in terms], k, namespace))
+        rows = self._rows(sql, (terms, namespace, per_term, [weighted_terms[t] for t in terms], k, namespace))
         rows.sort(key=lambda r: (-r[0], -r[1]))
         return [_hit(r[2:], r[0]) for r in rows]
 
