@@ -310,22 +310,20 @@ def _tree_of(rev: str, into: Path) -> Path:
     return into
 
 
-def run_against(url: str, rev: str, n_queries: int, explain: bool) -> int:
-    """Time ``context()`` on the store at ``url`` with this tree's code and with ``rev``'s, query by query in turn."""
+def time_trees(url: str, trees: dict[str, Path], qs: list[str]) -> dict[str, list[dict]]:
+    """Each query answered on the store at ``url`` by each tree's code (one process per tree), in turn."""
     import json
     import subprocess
 
-    with tempfile.TemporaryDirectory() as tmp:
-        trees = {"this tree": ROOT, rev: _tree_of(rev, Path(tmp) / "base")}
-        procs = {name: subprocess.Popen([sys.executable, "-c", _SERVE, str(tree), url], stdin=subprocess.PIPE,
-                                        stdout=subprocess.PIPE, text=True) for name, tree in trees.items()}
+    procs = {name: subprocess.Popen([sys.executable, "-c", _SERVE, str(tree), url], stdin=subprocess.PIPE,
+                                    stdout=subprocess.PIPE, text=True) for name, tree in trees.items()}
 
-        def ask(name: str, q: str) -> dict:
-            procs[name].stdin.write(json.dumps(q) + "\n")
-            procs[name].stdin.flush()
-            return json.loads(procs[name].stdout.readline())
+    def ask(name: str, q: str) -> dict:
+        procs[name].stdin.write(json.dumps(q) + "\n")
+        procs[name].stdin.flush()
+        return json.loads(procs[name].stdout.readline())
 
-        qs = queries(n_queries)
+    try:
         for q in qs[:20]:  # warm the caches and the pools
             for name in procs:
                 ask(name, q)
@@ -334,9 +332,18 @@ def run_against(url: str, rev: str, n_queries: int, explain: bool) -> int:
         for i, q in enumerate(qs):
             for name in names if i % 2 else names[::-1]:  # alternate which goes first
                 got[name].append(ask(name, q))
+    finally:
         for p in procs.values():
             p.stdin.close()
             p.wait()
+    return got
+
+
+def run_against(url: str, rev: str, n_queries: int, explain: bool) -> int:
+    """Time ``context()`` on the store at ``url`` with this tree's code and with ``rev``'s, query by query in turn."""
+    qs = queries(n_queries)
+    with tempfile.TemporaryDirectory() as tmp:
+        got = time_trees(url, {"this tree": ROOT, rev: _tree_of(rev, Path(tmp) / "base")}, qs)
     print(f"store: {url.rsplit('/', 1)[-1]}; {n_queries} queries, each timed on both trees in turn")
     print(f"{'code':>12} | {'context p50':>11} {'p95':>7} {'max':>7} {'degraded@50ms':>13} | {'search p50':>10} {'p95':>7}")
     for name, rows in got.items():
