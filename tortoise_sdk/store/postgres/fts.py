@@ -110,13 +110,15 @@ def newest_matches_sql(*, table: str, alias: str, where: str, content_only: bool
     """Ids of the newest ``%s`` rows matching each term (the bounded walk of ``candidate_turns``).
 
     Parameters, in order: the terms (``text[]``), ``where``'s own, the per-term limit.
-    Returns ``(ord, id)`` rows; ``ord`` is the term's 1-based position.
+    Returns ``(ord, id)`` rows; ``ord`` is the term's 1-based position. (``OFFSET 0`` keeps the terms a
+    subquery, so each tsquery is parsed once, not once per row tested.)
     """
     label = f" AND ts_filter({alias}.fts, '{{a}}') @@ x.query" if content_only else ""
     return f"""
         SELECT x.ord, hit.id FROM (
             SELECT t.ord, phraseto_tsquery('{FTS_CONFIG}'::regconfig, t.term) AS query
             FROM unnest(%s::text[]) WITH ORDINALITY AS t(term, ord)
+            OFFSET 0
         ) AS x
         CROSS JOIN LATERAL (
             SELECT {alias}.id FROM {table} {alias}
@@ -155,6 +157,7 @@ def newest_turn_matches_sql() -> str:
                 LEFT JOIN rank_terms r ON r.namespace = p.ns AND r.term = l.lexeme
             ) AS d
             WHERE numnode(q.query) > 0
+            OFFSET 0
         ) AS x
         CROSS JOIN LATERAL (
             WITH found AS MATERIALIZED (
