@@ -17,10 +17,15 @@ Goal: the same p95 with the pastes as without, and no block degraded at the defa
 With ``--engine postgres`` both stores are copied (``migrate-store``) into two fresh databases on
 ``$TORTOISE_TEST_PG_URL``'s server (dropped afterwards) and timed there.
 
+``--store URL --against REV`` times an existing store (a PostgreSQL copy of ``build``'s, say) with
+this tree's code and git revision REV's, each in its own process, query by query in turn; ``--explain``
+then prints ``EXPLAIN (ANALYZE, BUFFERS)`` of every statement the slowest query's ``context()`` sends.
+
 Usage::
 
     .venv/bin/python benchmarks/bench_reflex_latency.py [--sizes 10000 100000] [--queries 300]
     .venv/bin/python benchmarks/bench_reflex_latency.py --sizes 100000 --pastes 3 [--engine postgres]
+    .venv/bin/python benchmarks/bench_reflex_latency.py --store postgresql://.../db --against main [--explain]
 """
 
 from __future__ import annotations
