@@ -58,6 +58,7 @@ QUERIES = [
 @pytest.mark.parametrize("weights", QUERIES)
 @pytest.mark.parametrize("per_term", [1, 7, 40, 200])
 def test_walked_and_indexed_matches_are_identical(store, monkeypatch, weights, per_term):
+    monkeypatch.setattr(fts, "WALK_MIN", 1)
     got = {}
     for factor in (NEVER, ALWAYS, fts.WALK_FACTOR):
         monkeypatch.setattr(fts, "WALK_FACTOR", factor)
@@ -77,7 +78,9 @@ def _walks(store, ns, terms, per_term):
         return [w for _, w in c.execute(sql + " ORDER BY x.ord", (terms, ns, per_term)).fetchall()]
 
 
-def test_only_a_word_in_a_large_share_of_the_turns_is_walked(store):
+def test_only_a_word_in_a_large_share_of_the_turns_is_walked(store, monkeypatch):
+    assert _walks(store, "a", ["paddling"], 40) == [False]  # fewer than WALK_MIN matches: the index reads them
+    monkeypatch.setattr(fts, "WALK_MIN", 1)
     # In "a", "paddling" is in ~80 % of 300 turns' content: 240 ** 2 > 40 * 300. "otter" is rare,
     # "red boat" a phrase; in "b" "paddling" is in ~10 %.
     assert _walks(store, "a", ["paddling", "otter", "red boat"], 40) == [True, False, False]

@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 
 from ...search import BM25_B, BM25_K1, NAME_WEIGHT, TF_CAP, terms_from_fts5
 
-__all__ = ("FTS_CONFIG", "STAT_SHARDS", "WALK_FACTOR", "WALK_SPAN", "bm25_search_sql", "count_turns_sql", "index_memories_sql",
+__all__ = ("FTS_CONFIG", "STAT_SHARDS", "WALK_FACTOR", "WALK_MIN", "WALK_SPAN", "bm25_search_sql", "count_turns_sql", "index_memories_sql",
            "newest_matches_sql", "newest_turn_matches_sql", "rebuild_stats_sql", "term_dfs_sql", "terms_from_fts5", "top_matches_sql",
            "turn_bm25_sql", "usable_terms")
 
@@ -34,6 +34,8 @@ STAT_SHARDS = 16
 #: of a row the index finds (EXPLAIN ANALYZE on the 100,000-item benchmark store).
 WALK_FACTOR = 0.25
 WALK_SPAN = 4.0
+#: Fewer matches than this are read from the index whatever their share: a few milliseconds at most.
+WALK_MIN = 2000
 
 
 def usable_terms(terms: Sequence[str]) -> list[str]:
@@ -133,7 +135,8 @@ def newest_turn_matches_sql() -> str:
 
     A GIN index cannot give a word's matches newest first: for a word in a large share of the turns,
     the bitmap scan reads every match to keep the newest ``per_term``. A one-lexeme term in ``n`` of
-    the namespace's ``N`` turns' content (``rank_terms``), with ``n * n > WALK_FACTOR * per_term * N``,
+    the namespace's ``N`` turns' content (``rank_terms``), with ``n * n > WALK_FACTOR * per_term * N``
+    and ``n >= WALK_MIN``,
     is instead looked for in the namespace's newest ``WALK_SPAN * per_term * N / n`` turns, walked
     newest first (about ``per_term * N / n`` would do if the word were spread evenly); only when
     that window holds fewer than ``per_term`` of its matches does the index find the older ones.
@@ -144,7 +147,8 @@ def newest_turn_matches_sql() -> str:
     return f"""
         SELECT x.ord, hit.id FROM (
             SELECT t.ord, q.query, p.ns, p.per_term,
-                   CASE WHEN numnode(q.query) = 1 AND d.n * d.n > {WALK_FACTOR!r} * p.per_term * s.n_turns
+                   CASE WHEN numnode(q.query) = 1 AND d.n >= {WALK_MIN!r}
+                             AND d.n * d.n > {WALK_FACTOR!r} * p.per_term * s.n_turns
                         THEN ceil({WALK_SPAN!r} * p.per_term * s.n_turns / d.n)::bigint END AS span
             FROM unnest(%s::text[]) WITH ORDINALITY AS t(term, ord)
             CROSS JOIN (SELECT %s::text AS ns, %s::bigint AS per_term) AS p
