@@ -17,10 +17,15 @@ Goal: the same p95 with the pastes as without, and no block degraded at the defa
 With ``--engine postgres`` both stores are copied (``migrate-store``) into two fresh databases on
 ``$TORTOISE_TEST_PG_URL``'s server (dropped afterwards) and timed there.
 
+``--store URL --against REV`` times an existing store (a PostgreSQL copy of ``build``'s, say) with
+this tree's code and git revision REV's, each in its own process, query by query in turn; ``--explain``
+then prints ``EXPLAIN (ANALYZE, BUFFERS)`` of every statement the slowest query's ``context()`` sends.
+
 Usage::
 
     .venv/bin/python benchmarks/bench_reflex_latency.py [--sizes 10000 100000] [--queries 300]
     .venv/bin/python benchmarks/bench_reflex_latency.py --sizes 100000 --pastes 3 [--engine postgres]
+    .venv/bin/python benchmarks/bench_reflex_latency.py --store postgresql://.../db --against main [--explain]
 """
 
 from __future__ import annotations
@@ -332,6 +337,114 @@ def _time_pastes(size: int, plain: Memory, pasted: Memory, n_queries: int, n_pas
     pasted.close()
 
 
+# A process that answers queries on stdin with one JSON line each, running the tortoise_sdk of the
+# tree given as its first argument against the store given as its second: two of them, one per
+# tree, let two versions of the code be timed in turn on one store under the same load.
+_SERVE = r"""
+import json, sys, time
+sys.path.insert(0, sys.argv[1])
+from tortoise_sdk import Memory
+mem = Memory(sys.argv[2], namespace="bench")
+for line in sys.stdin:
+    window = [{"role": "user", "content": json.loads(line)}]
+    t = time.perf_counter()
+    block = mem.context(window, budget=5, time_budget_ms=None)
+    ms = (time.perf_counter() - t) * 1000
+    t = time.perf_counter()
+    found = mem.search(window[0]["content"], k=5)
+    search_ms = (time.perf_counter() - t) * 1000
+    degraded = mem.context(window, budget=5).degraded_reason  # the default 50 ms budget
+    print(json.dumps({"ms": ms, "search_ms": search_ms, "ids": [p.id for p in block.pointers],
+                      "search": [h.turn_id for h in found], "degraded": degraded}), flush=True)
+"""
+
+
+def _tree_of(rev: str, into: Path) -> Path:
+    """The files of git revision ``rev`` of this repository, under ``into``."""
+    import subprocess
+
+    into.mkdir(parents=True, exist_ok=True)
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev], check=True, capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+    return into
+
+
+def time_trees(url: str, trees: dict[str, Path], qs: list[str]) -> dict[str, list[dict]]:
+    """Each query answered on the store at ``url`` by each tree's code (one process per tree), in turn."""
+    import json
+    import subprocess
+
+    procs = {name: subprocess.Popen([sys.executable, "-c", _SERVE, str(tree), url], stdin=subprocess.PIPE,
+                                    stdout=subprocess.PIPE, text=True) for name, tree in trees.items()}
+
+    def ask(name: str, q: str) -> dict:
+        procs[name].stdin.write(json.dumps(q) + "\n")
+        procs[name].stdin.flush()
+        return json.loads(procs[name].stdout.readline())
+
+    try:
+        for q in qs[:20]:  # warm the caches and the pools
+            for name in procs:
+                ask(name, q)
+        got: dict[str, list[dict]] = {name: [] for name in procs}
+        names = list(procs)
+        for i, q in enumerate(qs):
+            for name in names if i % 2 else names[::-1]:  # alternate which goes first
+                got[name].append(ask(name, q))
+    finally:
+        for p in procs.values():
+            p.stdin.close()
+            p.wait()
+    return got
+
+
+def run_against(url: str, rev: str, n_queries: int, explain: bool) -> int:
+    """Time ``context()`` on the store at ``url`` with this tree's code and with ``rev``'s, query by query in turn."""
+    qs = queries(n_queries)
+    with tempfile.TemporaryDirectory() as tmp:
+        got = time_trees(url, {"this tree": ROOT, rev: _tree_of(rev, Path(tmp) / "base")}, qs)
+    print(f"store: {url.rsplit('/', 1)[-1]}; {n_queries} queries, each timed on both trees in turn")
+    print(f"{'code':>12} | {'context p50':>11} {'p95':>7} {'max':>7} {'degraded@50ms':>13} | {'search p50':>10} {'p95':>7}")
+    for name, rows in got.items():
+        lat, search = [r["ms"] for r in rows], [r["search_ms"] for r in rows]
+        print(f"{name:>12} | {pct(lat, 50):>9.2f}ms {pct(lat, 95):>5.2f}ms {max(lat):>5.1f}ms "
+              f"{sum(r['degraded'] is not None for r in rows):>13} | {pct(search, 50):>8.2f}ms {pct(search, 95):>5.2f}ms")
+    same = sum(a["ids"] == b["ids"] for a, b in zip(*got.values()))
+    same_search = sum(a["search"] == b["search"] for a, b in zip(*got.values()))
+    print(f"same block pointers: {same}/{len(qs)}; same search hits: {same_search}/{len(qs)}")
+    if explain:
+        _explain(url, qs)
+    return 0
+
+
+def _explain(url: str, qs: list[str]) -> None:
+    """EXPLAIN (ANALYZE, BUFFERS) of every statement one ``context()`` sends, for the slowest query."""
+    import psycopg
+
+    mem = Memory(url, namespace="bench")
+    slowest = max(qs, key=lambda q: _timed_context(mem, q, {})[0])
+    sent: list[tuple[str, object]] = []
+    real = psycopg.Cursor.execute
+
+    def record(self, query, params=None, **kw):  # type: ignore[no-untyped-def]
+        if isinstance(query, str) and query.lstrip().upper().startswith(("SELECT", "WITH")):
+            sent.append((query, params))
+        return real(self, query, params, **kw)
+
+    psycopg.Cursor.execute = record  # type: ignore[method-assign]
+    try:
+        mem.context([{"role": "user", "content": slowest}], budget=5, time_budget_ms=None)
+    finally:
+        psycopg.Cursor.execute = real  # type: ignore[method-assign]
+    print(f"\nEXPLAIN (ANALYZE, BUFFERS) of the {len(sent)} statements of context({slowest!r}):")
+    with psycopg.connect(url, autocommit=True) as conn:
+        for query, params in sent:
+            plan = [r[0] for r in conn.execute("EXPLAIN (ANALYZE, BUFFERS) " + query, params).fetchall()]
+            print("\n" + " ".join(query.split())[:160])
+            print("\n".join("    " + line for line in plan))
+    mem.close()
+
+
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
@@ -339,10 +452,15 @@ if __name__ == "__main__":
     ap.add_argument("--pastes", type=int, default=0, help="compare with a copy holding this many 5 MB pastes")
     ap.add_argument("--engine", choices=["sqlite", "postgres"], default="sqlite", help="for --pastes")
     ap.add_argument("--smoke", action="store_true", help="2,000 items and 20 queries, for the tests")
-    ap.add_argument("--against", metavar="CHECKOUT",
-                    help="also time context() of another checkout (e.g. ../main) on the same store, alternating")
+    ap.add_argument("--store", help="time an existing store (a path or a PostgreSQL URL built by this benchmark)")
+    ap.add_argument("--against", metavar="CHECKOUT|REV",
+                    help="also time another code beside this tree's, alternating: a checkout directory (e.g. ../main), "
+                         "or with --store a git revision")
+    ap.add_argument("--explain", action="store_true", help="with --store: EXPLAIN the slowest query's statements")
     args = ap.parse_args()
     if args.smoke:
         args.sizes, args.queries = [2_000], 20
+    if args.store:
+        sys.exit(run_against(args.store, args.against or "HEAD", args.queries, args.explain))
     sys.exit(run_pastes(args.sizes, args.queries, args.pastes, args.engine) if args.pastes
              else run(args.sizes, args.queries, args.against))

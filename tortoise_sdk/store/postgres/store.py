@@ -42,7 +42,7 @@ from .forget import PostgresForgetMixin
 from .fts import (
     FTS_CONFIG,
     count_turns_sql,
-    newest_matches_sql,
+    newest_turn_matches_sql,
     term_dfs_sql,
     terms_from_fts5,
     top_matches_sql,
@@ -478,9 +478,7 @@ class PostgresStore(PostgresExtractionMixin, PostgresSubagentMixin, PostgresForg
         terms = [t for t in weighted_terms if t and "\x00" not in t]
         if k < 1 or not terms:
             return []
-        sql = top_matches_sql(newest_matches_sql(table="turns", alias="t", where="t.namespace = %s",
-                                                 content_only=True),
-                              alias="t", select=f"t.id, {_INDEXED_COLUMNS}",
+        sql = top_matches_sql(newest_turn_matches_sql(), alias="t", select=f"t.id, {_INDEXED_COLUMNS}",
                               from_=f"turns t {_JOIN_SESSION}", where="t.namespace = %s")
         rows = self._rows(sql, (terms, namespace, per_term, [weighted_terms[t] for t in terms], k, namespace))
         rows.sort(key=lambda r: (-r[0], -r[1]))
