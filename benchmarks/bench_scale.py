@@ -120,7 +120,11 @@ def main() -> int:
     ap.add_argument("--queries", type=int, default=100)
     ap.add_argument("--against", metavar="REV", help="time git revision REV's code beside this tree's")
     ap.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "tortoise-bench-scale")
+    ap.add_argument("--smoke", action="store_true", help="300 and 1,200 turns, 10 queries, a fresh cache: checks the script")
     args = ap.parse_args()
+    if args.smoke:
+        args.sizes, args.queries = [300, 1_200], 10
+        args.cache = Path(tempfile.mkdtemp(prefix="bench-scale-smoke-"))
     args.cache.mkdir(parents=True, exist_ok=True)
     qs = queries(args.queries)
     p50: dict[tuple[str, str, str], list[tuple[int, float]]] = {}

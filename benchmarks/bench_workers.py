@@ -85,7 +85,11 @@ def main() -> int:
     ap.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4, 8])
     ap.add_argument("--jobs", type=int, default=48)
     ap.add_argument("--delay", type=float, default=0.1, help="seconds the stub holds every reply")
+    ap.add_argument("--smoke", action="store_true", help="6 jobs with 1 and 2 workers: checks the script")
     args = ap.parse_args()
+    if args.smoke:
+        args.workers, args.jobs = [1, 2], 6
+    unaccounted = 0
     from pgtemp import require_postgres, temp_database
     from stub_model import StubModel
 
@@ -104,7 +108,8 @@ def main() -> int:
                   f"{r['reported']:>8} {r['run_twice']:>9}", flush=True)
             if r["run_twice"] or r["jobs_run"] != args.jobs or r["reported"] != args.jobs:
                 print(f"  NOT ACCOUNTED FOR: {r}", flush=True)
-    return 0
+                unaccounted += 1
+    return 1 if unaccounted else 0
 
 
 if __name__ == "__main__":
