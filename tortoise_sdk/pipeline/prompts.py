@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
-from collections.abc import Sequence
 from pathlib import Path
 
 from ..errors import ConfigError

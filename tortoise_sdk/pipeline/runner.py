@@ -80,7 +80,8 @@ async def aextract_session(store: Store, namespace: str, session_id: str, *, llm
 
     started = time.perf_counter()
     client = LLMClient(llm_config)  # type: ignore[arg-type]
-    prompts = {name: load_prompt(name, options.prompts_dir) for name in ("s1_narrate", "s2_map", "vet", "s4_review")}
+    prompts = {name: load_prompt(name, options.prompts_dir)
+               for name in ("s1_narrate", "s2_map", "vet", "s4_review", "coding")}
     errors: list[Diagnostic] = []
     warnings: list[Diagnostic] = []
     local: dict[str, StageStats] = {}
@@ -97,7 +98,7 @@ async def aextract_session(store: Store, namespace: str, session_id: str, *, llm
     if not reading.turns:
         return _nothing_new(store, namespace, window, receipt, fence)
     session_date = reading.session_date
-    coding = coding_section(load_prompt("coding", options.prompts_dir), evidence)
+    coding = coding_section(prompts["coding"], evidence)
 
     if evidence:
         t = time.perf_counter()
