@@ -8,6 +8,12 @@ kept in the store (a cursor named ``reflex:shown:<session_id>``, so a new proces
 continues the conversation) and passed to ``Memory.context`` as prior context: a
 pointer comes back only when the user asks again ("remind me ...", a question) or
 after that many host turns.
+
+The host holds the messages it sends: the stored turns of the current session among them are
+not memory to show it again (issue 23). ``_context`` takes those messages as turns (converted as
+the adapter captures them) and passes ``Memory.context`` the index of the session's first
+stored turn among them, by message id or text, as ``held_from``: turns the host trimmed away
+before it are memory again, turns of earlier sessions always are.
 """
 
 from __future__ import annotations
@@ -61,15 +67,39 @@ class MemoryAdapter:
         """The reflex window: the last ``window_turns`` of ``messages`` (already without system ones)."""
         return list(messages)[-self.window_turns:]
 
-    def _context(self, window: Sequence[Any], session_id: str) -> MemoryBlock:
+    def _held_from(self, session_id: str, held: Iterable[dict[str, Any] | None]) -> int | None:
+        """The index of ``session_id``'s first stored turn among ``held`` (the turns the host sends, by id or
+        text); None when the host sends none of them (or the store fails: then nothing is excluded, logged)."""
+        ids: set[str] = set()
+        texts: set[str] = set()
+        for turn in held:
+            if turn is not None:
+                ids.add(str(turn["id"]))
+                texts.add(str(turn["content"]).strip())
+        if not ids:
+            return None
+        try:
+            stored = self.mem.turns(session_id)
+        except Exception as exc:
+            self._log().warning("tortoise: the turns %s holds not read: %s", session_id, exc)
+            return None
+        return next((t.index for t in stored if t.external_id in ids or t.content.strip() in texts), None)
+
+    def _context(self, window: Sequence[Any], session_id: str,
+                 held: Iterable[dict[str, Any] | None] = ()) -> MemoryBlock:
         """``Memory.context`` for one host turn of ``session_id``: what its last host turns showed is prior context.
+
+        ``held`` is every message the host sends (as the adapter captures them): the stored turns of the
+        session from the first of them on are never shown (``_held_from``).
 
         The pointers of this block are then kept as the session's latest host turn (a block that
         went silent with a ``degraded_reason`` is not a turn). Keeping them is best effort: when the
         store fails or another process saved first, the block is still returned.
         """
+        held_from = self._held_from(session_id, held)
         if not self.shown_turns:
-            return self.mem.context(window, budget=self.budget, max_tokens=self.max_tokens, session_id=session_id)
+            return self.mem.context(window, budget=self.budget, max_tokens=self.max_tokens, session_id=session_id,
+                                    held_from=held_from)
         name = f"reflex:shown:{session_id}"
         try:
             cursor = self.mem.cursor(name)
@@ -79,7 +109,8 @@ class MemoryAdapter:
             self._log().warning("tortoise: pointers already shown in %s not read: %s", session_id, exc)
             cursor, turns = None, []
         prior = " ".join(f"ref:{i}" for ids in turns for i in ids) or None
-        block = self.mem.context(window, prior, budget=self.budget, max_tokens=self.max_tokens, session_id=session_id)
+        block = self.mem.context(window, prior, budget=self.budget, max_tokens=self.max_tokens, session_id=session_id,
+                                 held_from=held_from)
         if cursor is not None and block.degraded_reason is None:
             kept = [*turns, [p.id for p in block.pointers]][-self.shown_turns:]
             try:

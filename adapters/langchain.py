@@ -125,12 +125,13 @@ class MemoryMiddleware(MemoryAdapter, AgentMiddleware):
             return request
 
     def _block(self, messages: Sequence[BaseMessage]) -> MemoryBlock:
-        window = self._window(m for m in messages if not isinstance(m, SystemMessage))
+        sent = [m for m in messages if not isinstance(m, SystemMessage)]
+        window = self._window(sent)
         last_user = next((m for m in reversed(window) if isinstance(m, HumanMessage)), None)
         key = f"{id(last_user)}:{last_user.id}:{last_user.text}" if last_user is not None else ""
         if self._cache is not None and self._cache[0] == key:
             return self._cache[1]
-        block = self._context(window, self._session())
+        block = self._context(window, self._session(), (_turn(m) for m in sent))
         self._cache = (key, block)
         return block
 

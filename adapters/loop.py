@@ -79,8 +79,9 @@ class MemorySession(MemoryAdapter):
         out: list[dict[str, Any]] | None = None
         try:
             out = [dict(m) for m in messages]
-            window = self._window(m for m in out if m.get("role") != "system")
-            self.last_block = block = self._context(window, self.session_id)
+            sent = [m for m in out if m.get("role") != "system"]
+            held = (_turn(m, str(m.get("role") or "user")) for m in sent)
+            self.last_block = block = self._context(self._window(sent), self.session_id, held)
         except Exception as exc:  # context() itself fails open; this guards bad input too
             self._block_skipped(exc)
             if out is not None:

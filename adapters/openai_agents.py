@@ -161,7 +161,8 @@ class MemorySession(MemoryAdapter):
         if self._cache is not None and self._cache[0] == last_user:
             self.last_block = self._cache[1]
             return self._cache[1]
-        self.last_block = block = self._context(window, self.session_id)
+        held = (_turn(i) for i in (_plain(i) for i in items if isinstance(i, Mapping) or hasattr(i, "model_dump")))
+        self.last_block = block = self._context(window, self.session_id, held)
         self._cache = (last_user, block)
         return block
 

@@ -367,3 +367,53 @@ def test_a_custom_loop_keys_sub_agents_by_the_run_it_names_never_by_the_tool_cal
     anonymous = session.record_subagent("call_2")
     assert anonymous.agent_execution_id == "unknown"  # no run named: 'unknown', never the tool call id
     assert mem.subagent_counters().unknown_execution == 1
+
+
+# -- what the host holds of the running session (issue 23) ------------------------------------------
+
+EARLIER = "My greyhound Biscuit only eats salmon kibble since the vet visit in March."
+HELD = "The vet said Biscuit's salmon kibble now comes from the Petco on Main Street."
+CHATTER = [("I started a new job at the bakery", "Congratulations!"), ("I bike to the BART station", "Nice.")]
+QUESTION = "where does the salmon kibble for Biscuit come from?"
+
+
+@pytest.fixture
+def held_mem(mem):  # noqa: ANN001, ANN201
+    """The demo store and one earlier session ("monday") that holds a fact about Biscuit's food."""
+    mem.capture("monday", [{"role": "user", "content": EARLIER}, {"role": "assistant", "content": "Noted."}])
+    return mem
+
+
+def _loop_turn(session: MemorySession, messages: list[dict], user: str, reply: str) -> None:
+    messages.append({"role": "user", "content": user})
+    session.before_turn(messages)
+    session.after_turn(user, reply)
+    messages.append({"role": "assistant", "content": reply})
+
+
+def test_the_loop_never_points_at_a_turn_it_still_sends_but_at_earlier_sessions_and_trimmed_turns(held_mem):
+    # window_turns=2: the fact said this session is long out of the reflex window, yet still in what the loop sends.
+    session = MemorySession(held_mem, "friday", extract=False, window_turns=2, shown_turns=0)
+    messages: list[dict] = []
+    for user, reply in [(HELD, "Noted."), *CHATTER]:
+        _loop_turn(session, messages, user, reply)
+    session.before_turn([*messages, {"role": "user", "content": QUESTION}])
+    shown = [p.session_id for p in session.last_block.pointers]
+    assert "monday" in shown and "friday" not in shown
+    # The loop trims its history: what it no longer sends is memory again, under the compacted header.
+    session.before_turn([*messages[2:], {"role": "user", "content": QUESTION}])
+    assert "friday" in [p.session_id for p in session.last_block.pointers]
+    assert "compacted out of your context" in session.last_block.block
+
+
+def test_the_middleware_never_points_at_a_turn_the_agent_still_sends(held_mem):
+    model = fake("Noted.", *(reply for _, reply in CHATTER), "From the Petco.")
+    middleware = MemoryMiddleware(held_mem, "friday", extract=False, window_turns=2, shown_turns=0)
+    agent = create_agent(model, [], middleware=[middleware])
+    messages: list[Any] = []
+    for user in [HELD, *(u for u, _ in CHATTER)]:
+        messages = agent.invoke({"messages": [*messages, HumanMessage(user)]})["messages"]
+    agent.invoke({"messages": [*messages, HumanMessage(QUESTION)]})
+    shown = [p.session_id for p in middleware.last_block.pointers]
+    assert "monday" in shown and "friday" not in shown
+    assert HELD not in model.received[-1][0].content  # the system message: the block did not repeat it

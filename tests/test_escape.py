@@ -246,8 +246,10 @@ HOSTILE_NAMES = [
 
 def test_hostile_names_and_whens_keep_their_slot_end_to_end(tmp_path):
     with Memory(str(tmp_path / "h.db"), namespace="n") as m:
-        m.capture("s", [{"role": "user", "name": name, "content": f"the parrot is called Kiwi {i}"}
-                        for i, name in enumerate(HOSTILE_NAMES)], session_date="2024-02-02")
+        # The memory cites a turn of its own: a turn a memory cites is not shown beside it (issue 23).
+        m.capture("s", [{"role": "user", "content": "the parrot Kiwi is mine"},
+                        *({"role": "user", "name": name, "content": f"the parrot is called Kiwi {i}"}
+                          for i, name in enumerate(HOSTILE_NAMES))], session_date="2024-02-02")
         turn = m.store.turns("n", "s")[0]
         plan = ExtractionPlan(session_id="s", extraction_id="x1", valid_at=None,
                               entities=[EntityPlan(name="Kiwi", kind="animal")],

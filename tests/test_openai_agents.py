@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,7 @@ import pytest
 pytest.importorskip("agents", reason="the openai-agents extra is not installed (pip install -e '.[dev]' installs it)")
 
 from agents import Agent, RunConfig, Runner, trace  # noqa: E402
-from agents.memory import Session  # noqa: E402
+from agents.memory import Session, SessionSettings  # noqa: E402
 from agents.testing import ScriptedModel, assistant_message, function_call  # noqa: E402
 
 from tortoise_sdk import Memory  # noqa: E402
@@ -42,26 +43,33 @@ def test_memory_session_implements_the_sdk_session_protocol(mem: Memory) -> None
     assert isinstance(MemorySession(mem, "chat-1"), Session)
 
 
-def test_the_second_model_call_receives_the_block_with_the_facts_of_the_first(mem: Memory) -> None:
+def test_a_fact_the_run_still_sends_is_no_pointer_but_comes_back_once_the_session_limit_drops_it(mem: Memory) -> None:
     model = ScriptedModel([[assistant_message("Noted: Biscuit eats salmon kibble.", item_id="msg_1")],
-                           [assistant_message("Salmon kibble.", item_id="msg_2")]])
+                           [assistant_message("Salmon kibble.", item_id="msg_2")],
+                           [assistant_message("Salmon kibble.", item_id="msg_3")]])
     agent = Agent(name="Helper", instructions="You are a helpful assistant.", model=model)
-    # window_turns=1: the first turn has left the model's window, so memory brings it back.
+    # window_turns=1: the first turn is out of the reflex window, yet the SDK still sends it (issue 23).
     session = MemorySession(mem, "chat-1", window_turns=1)
 
     first = run(ask(agent, FACT, session))
     assert first.final_output == "Noted: Biscuit eats salmon kibble."
     run(ask(agent, "What does Biscuit eat these days?", session))
+    # The SDK sends only the last two items: the first exchange has left the model's input, memory brings it back.
+    limited = dataclasses.replace(session.run_config(OFFLINE), session_settings=SessionSettings(limit=2))
+    run(Runner.run(agent, "Since when does Biscuit eat salmon kibble?", session=session, run_config=limited))
 
-    before, after = model.calls
+    before, held, trimmed = model.calls
     assert before.system_instructions == "You are a helpful assistant."  # nothing stored yet: no block
-    assert after.system_instructions.startswith("You are a helpful assistant.\n\n[tortoise memory]")
-    block = after.system_instructions.split("\n\n", 1)[1]
-    assert "Biscuit" in block and "salmon kibble" in block  # a fact said in the first turn
-    assert all("[tortoise memory]" not in str(item) for item in after.input)  # the block is not an item
+    # The SDK sends the whole session: nothing of it comes back as memory (the store holds nothing else).
+    assert FACT in str(held.input) and held.system_instructions == "You are a helpful assistant."
+    assert FACT not in str(trimmed.input)
+    assert trimmed.system_instructions.startswith("You are a helpful assistant.\n\n[tortoise memory]")
+    block = trimmed.system_instructions.split("\n\n", 1)[1]
+    assert "salmon kibble since the vet visit" in block and "compacted out of your context" in block
+    assert all("[tortoise memory]" not in str(item) for item in trimmed.input)  # the block is not an item
     # The session's items are what the SDK gave, in order; the block was never captured.
     items = run(session.get_items())
-    assert [i.get("role") for i in items] == ["user", "assistant", "user", "assistant"]
+    assert [i.get("role") for i in items] == ["user", "assistant"] * 3
     assert items[0] == {"content": FACT, "role": "user"} and items[1]["id"] == "msg_1"
     assert all(not t.content.startswith("[tortoise memory]") for t in mem.turns("chat-1"))
 

@@ -601,7 +601,8 @@ def test_one_hop_through_entities(tmp_path):
     why = dict(zip([p.synopsis for p in block.pointers], block.why))
     assert why["Tomás walks Biscuit on Tuesdays"] == "memory matched 'biscuit', 'walks'"
     assert why["Tomás is a retired firefighter"] == "one hop from Tomás"
-    assert [p.kind for p in block.pointers] == ["memory", "turn", "turn", "memory"]
+    # The turns each memory cites are not shown beside it (issue 23: memories first where they exist).
+    assert [p.kind for p in block.pointers] == ["memory", "memory"]
 
 
 # -- expand --------------------------------------------------------------------------------------
@@ -817,3 +818,34 @@ def test_locomo_recall_at_5(tmp_path, monkeypatch):
                 cross[stem] = _locomo_recall(m, questions)
     assert all(shipped[s] >= level - 0.02 for s, level in LOCOMO_RECALL.items()), shipped
     assert all(cross[s] >= level - 0.02 for s, (_, level) in CROSS.items()), cross
+
+
+def test_a_memory_outranks_the_turns_it_cites_and_they_are_not_shown_beside_it(mem):
+    before = ask(mem, "how old is my dog Biscuit and what is he?")
+    cited = _src(mem, "demo-1", 4).turn_id  # "Biscuit hates it. He's a two-year-old beagle ..."
+    assert cited in [p.id for p in before.pointers]  # without a memory the turn itself is the evidence
+    mid = _write(mem, "demo-1", [ItemPlan(kind="point", content="Biscuit, Maya's dog, is a two-year-old beagle",
+                                          about=("Biscuit",), sources=(_src(mem, "demo-1", 4),))],
+                 entities=("Biscuit",))[0]
+    ids = [p.id for p in ask(mem, "how old is my dog Biscuit and what is he?").pointers]
+    assert mid in ids and cited not in ids
+    # It goes where the best turn it cites stood, or higher.
+    assert ids.index(mid) <= [p.id for p in before.pointers].index(cited)
+
+
+def test_memories_first_puts_a_memory_in_the_place_of_the_best_turn_it_cites():
+    from tortoise_sdk.models import MemoryRecord, SearchHit, Source
+    from tortoise_sdk.reflex.scoring import memories_first
+    from tortoise_sdk.reflex.shapes import Candidate
+
+    def turn(tid: str) -> Candidate:
+        hit = SearchHit(turn_id=tid, external_id=None, session_id="s", session_date=None, index=0, role="user",
+                        name=None, content=tid, score=1.0)
+        return Candidate(key=tid, kind="turn", text=tid, hit=hit)
+
+    memory = MemoryRecord(id="m1", kind="point", content="m", session_id="s",
+                          sources=[Source(turn_id="t3", session_id="s"), Source(turn_id="t1", session_id="s")])
+    ranked = [turn("t1"), turn("t2"), turn("t3"), Candidate(key="m1", kind="memory", text="m", memory=memory)]
+    assert [c.key for c in memories_first(ranked)] == ["m1", "t2"]
+    ranked[3].memory = memory.model_copy(update={"status": "superseded"})  # only a live memory stands for its turns
+    assert [c.key for c in memories_first(ranked)] == ["t1", "t2", "t3", "m1"]

@@ -110,7 +110,7 @@ def test_every_route_answers_with_its_model(api: TestClient, db: Path, method: s
         elif path == "/search":
             assert doc["hits"] and "Northwind" in doc["hits"][0]["content"]
         elif path == "/context":
-            assert "Northwind" in doc["block"] and len(doc["why"]) == len(doc["pointers"]) > 0
+            assert "Helix Health" in doc["block"] and len(doc["why"]) == len(doc["pointers"]) > 0
         elif path == "/stats":
             assert doc["namespace"] == "demo" and doc["sessions"] >= 1
         elif path == "/subagents/health":
@@ -307,7 +307,7 @@ def test_inspector_pages_render(api: TestClient, db: Path) -> None:
     memories = api.get("/ns/demo/memories", headers=h).text
     assert "superseded" in memories and "replaced by" in memories
     tried = api.get("/ns/demo/try", params={"prompt": "where does Maya work now?"}, headers=h).text
-    assert "why:" in tried and "Northwind" in tried
+    assert "why:" in tried and "Helix Health" in tried
     assert "Health: ok" in api.get("/ns/demo/subagents", headers=h).text
     entity = api.get("/ns/demo/entity", params={"name": "biscuit"}, headers=h).text  # the graph neighbourhood
     assert "Biscuit howls when Maya leaves for work at 7." in entity and "entity?name=Maya" in entity

@@ -81,8 +81,8 @@ def test_prompts_ship_hash_and_override(tmp_path: Path) -> None:
         p = load_prompt(name)
         assert p.origin == f"tortoise_sdk.prompts/{name}.md" and len(p.sha256) == 64
     assert load_prompt("s1_narrate").fields == {"session_date", "chunk_number", "chunk_count", "first_turn",
-                                                "last_turn", "transcript", "context", "known"}
-    assert load_prompt("s2_map").fields == {"session_date", "story", "transcript", "context", "known"}
+                                                "last_turn", "transcript", "context", "known", "coding"}
+    assert load_prompt("s2_map").fields == {"session_date", "story", "transcript", "context", "known", "coding"}
     assert load_prompt("s4_review").fields == {"session_date", "story", "priors", "candidates", "transcript", "context"}
     (tmp_path / "s1_narrate.md").write_text("Tell {transcript} as of {session_date}; keep {\"json\": 1}", encoding="utf-8")
     custom = load_prompt("s1_narrate", tmp_path)

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
 from ..errors import ConfigError
+from ..models import SearchHit
 
-__all__ = ("PROMPT_NAMES", "Prompt", "load_prompt")
+__all__ = ("PROMPT_NAMES", "Prompt", "coding_section", "load_prompt")
 
 PROMPT_NAMES: tuple[str, ...] = ("s1_narrate", "s2_map", "vet", "s4_review")
 _FIELD = re.compile(r"\{([a-z_][a-z0-9_]*)\}")
@@ -60,3 +62,11 @@ def load_prompt(name: str, prompts_dir: str | Path | None = None) -> Prompt:
         raise ConfigError(f"no prompt template {name!r}; expected {name}.md in the package prompts"
                           + (f" or in {prompts_dir}" if prompts_dir else "")) from exc
     return Prompt(name, text, hashlib.sha256(text.encode()).hexdigest(), f"tortoise_sdk.prompts/{name}.md")
+
+
+def coding_section(guide: Prompt, turns: Sequence[SearchHit]) -> str:
+    """The ``{coding}`` part of S1 and S2: ``guide`` (``coding.md``, what matters in a coding session) when the
+    turns are a coding agent's work (a tool call or a tool result among them), else nothing: a chat's prompt
+    is then exactly what it was before the section existed."""
+    coding = any(t.role == "tool" or t.content.startswith("[tool_use ") or "\n[tool_use " in t.content for t in turns)
+    return guide.text.strip() + "\n\n" if coding else ""

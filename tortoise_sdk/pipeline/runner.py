@@ -35,7 +35,7 @@ from ..store.plan import Fence, Window, WriteResult
 from .common import diagnostic, run_sync
 from .grounding import ground
 from .merge import Proposal, union
-from .prompts import load_prompt
+from .prompts import coding_section, load_prompt
 from .s1_narrate import chunk_turns, narrate
 from .s2_map import StageOutcome, map_session
 from .s3_priors import DEFAULT_PRIORS, find_priors
@@ -80,7 +80,8 @@ async def aextract_session(store: Store, namespace: str, session_id: str, *, llm
 
     started = time.perf_counter()
     client = LLMClient(llm_config)  # type: ignore[arg-type]
-    prompts = {name: load_prompt(name, options.prompts_dir) for name in ("s1_narrate", "s2_map", "vet", "s4_review")}
+    prompts = {name: load_prompt(name, options.prompts_dir)
+               for name in ("s1_narrate", "s2_map", "vet", "s4_review", "coding")}
     errors: list[Diagnostic] = []
     warnings: list[Diagnostic] = []
     local: dict[str, StageStats] = {}
@@ -97,12 +98,13 @@ async def aextract_session(store: Store, namespace: str, session_id: str, *, llm
     if not reading.turns:
         return _nothing_new(store, namespace, window, receipt, fence)
     session_date = reading.session_date
+    coding = coding_section(prompts["coding"], evidence)
 
     if evidence:
         t = time.perf_counter()
         s1 = await narrate(client, prompts["s1_narrate"], evidence, session_date=session_date,
                            size=options.chunk_turns, concurrency=options.concurrency, context=context,
-                           known=reading.known)
+                           known=reading.known, coding=coding)
         elapsed["s1"] = (time.perf_counter() - t) * 1000
         errors += s1.errors
         for chunk, story in zip(chunk_turns(evidence, options.chunk_turns), s1.stories):
@@ -116,7 +118,8 @@ async def aextract_session(store: Store, namespace: str, session_id: str, *, llm
         if client.fatal is None:
             t = time.perf_counter()
             s2 = await map_session(client, prompts["s2_map"], story=s1.story, turns=evidence,
-                                   session_date=session_date, context=context, known=reading.known)
+                                   session_date=session_date, context=context, known=reading.known,
+                                   coding=coding)
             elapsed["s2"] = (time.perf_counter() - t) * 1000
             errors += s2.errors
             warnings += s2.warnings

@@ -39,11 +39,12 @@ def chunk_turns(turns: Sequence[SearchHit], size: int) -> list[list[SearchHit]]:
 
 async def narrate(client: object, prompt: Prompt, turns: Sequence[SearchHit], *, session_date: str | None,
                   size: int, concurrency: int, context: Sequence[SearchHit] = (),
-                  known: Sequence[MemoryRecord] = ()) -> NarrationResult:
+                  known: Sequence[MemoryRecord] = (), coding: str = "") -> NarrationResult:
     """Narrate every chunk, at most ``concurrency`` at a time; a failed chunk is recorded, the rest go on.
 
     Each chunk sees the turns just before it read-only (``context`` for the first chunk, the end
-    of the previous chunk for the others) and what the conversation already gave (``known``).
+    of the previous chunk for the others) and what the conversation already gave (``known``);
+    ``coding`` fills the prompt's ``{coding}`` section (``prompts.coding_section``).
     """
     chunks = chunk_turns(turns, size)
     gate = asyncio.Semaphore(max(1, concurrency))
@@ -54,7 +55,7 @@ async def narrate(client: object, prompt: Prompt, turns: Sequence[SearchHit], *,
         text = prompt.render(
             session_date=session_date or "unknown", chunk_number=n + 1, chunk_count=len(chunks),
             first_turn=chunk[0].index, last_turn=chunk[-1].index, transcript=format_transcript(chunk),
-            context=format_context(before), known=known_text,
+            context=format_context(before), known=known_text, coding=coding,
         )
         async with gate:
             try:

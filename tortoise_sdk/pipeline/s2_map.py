@@ -58,14 +58,16 @@ async def ask_for_proposal(client: Any, stage: str, text: str) -> StageOutcome:
 
 async def map_session(client: Any, prompt: Prompt, *, story: str, turns: Sequence[SearchHit],
                       session_date: str | None, context: Sequence[SearchHit] = (),
-                      known: Sequence[MemoryRecord] = ()) -> StageOutcome:
-    """Run S2 on the new turns, with earlier turns read-only (``context``) and what is ``known`` already."""
+                      known: Sequence[MemoryRecord] = (), coding: str = "") -> StageOutcome:
+    """Run S2 on the new turns, with earlier turns read-only (``context``) and what is ``known`` already;
+    ``coding`` fills the prompt's ``{coding}`` section (``prompts.coding_section``)."""
     text = prompt.render(
         session_date=session_date or "unknown",
         story=story or "(no story: narration failed; work from the transcript alone)",
         transcript=format_transcript(turns),
         context=format_context(context),
         known=format_known(known),
+        coding=coding,
     )
     return await ask_for_proposal(client, "s2", text)
 

@@ -50,8 +50,10 @@ class Reading:
 
 
 def prompts_sha(prompts: Mapping[str, Prompt]) -> str:
-    """One hash of the prompts that shape what is extracted (S1, S2, S4): when it changes, sessions are re-read."""
-    joined = ",".join(f"{name}:{prompts[name].sha256}" for name in ("s1_narrate", "s2_map", "s4_review"))
+    """One hash of the prompts that shape what is extracted (S1, S2, S4 and the coding section of S1 and S2,
+    when given): when it changes, sessions are re-read."""
+    joined = ",".join(f"{name}:{prompts[name].sha256}" for name in ("s1_narrate", "s2_map", "s4_review", "coding")
+                      if name in prompts)
     return hashlib.sha256(joined.encode()).hexdigest()
 
 

@@ -19,7 +19,7 @@ from .feedback import feedback_terms
 from .prior import drop_prior, not_in_window
 from .query import CHANGE, NOW, as_list, message, query_text, weigh_terms
 from .render import render
-from .scoring import distinct, fuse, latest_first, score_turns, without_stale_turns
+from .scoring import distinct, fuse, latest_first, memories_first, score_turns, without_stale_turns
 from .semantic import Semantic, SemanticStep
 from . import gate, host, tuning
 from .shapes import Reading, Timeout
@@ -149,6 +149,7 @@ def _steps(r: Reading, window: Sequence[Any], prior: Any, budget: int, max_token
     if present:
         ranked = latest_first(ranked, later_on_topic(r, ranked, terms, pool))
     ranked = without_stale_turns(r, ranked[: budget * 4 + len(msgs)], wants_change)
+    ranked = memories_first(ranked)  # issue 23: a memory before (and instead of) the turns it cites
     if present:
         # Only the follow-ups just added can be in the window again (the rest was filtered above,
         # and without_stale_turns only removes); a second pass otherwise costs about 1 ms a block.

@@ -14,7 +14,7 @@ from . import ranker, tuning
 from .query import CAPITALISED, WHEN, named_days, speaking
 from .shapes import Candidate, Reading, Term, session_day
 
-__all__ = ("distinct", "diversify", "fuse", "latest_first", "score_turns", "without_stale_turns")
+__all__ = ("distinct", "diversify", "fuse", "latest_first", "memories_first", "score_turns", "without_stale_turns")
 
 _NOT_WORD = re.compile(r"[\W_]+")
 _TIME_WORDS = re.compile(
@@ -226,6 +226,25 @@ def fuse(lists: list[list[Candidate]]) -> list[Candidate]:
             kept.score += c.weight / (tuning.RRF_K + rank + 1)
     # On equal fused rank a memory (distilled, grounded) goes before a raw turn.
     return sorted(fused.values(), key=lambda c: (-c.score, c.kind != "memory"))
+
+
+def memories_first(ranked: list[Candidate]) -> list[Candidate]:
+    """An extracted memory outranks the verbatim turns it cites (issue 23): it takes the place of the best
+    of them when that one ranked higher, and they are left out (the memory says it, grounded in them)."""
+    cited: dict[str, int] = {}  # turn id -> the position of the first memory that cites it
+    for at, c in enumerate(ranked):
+        if c.kind == "memory" and c.memory is not None and c.memory.status == "live":
+            for s in c.memory.sources:
+                cited.setdefault(s.turn_id, at)
+    if not cited:
+        return ranked
+    place: dict[int, int] = {}  # memory position -> the position of its best-ranked cited turn
+    for at, c in enumerate(ranked):
+        if c.kind == "turn" and c.hit is not None and c.hit.turn_id in cited:
+            place.setdefault(cited[c.hit.turn_id], at)
+    order = sorted(range(len(ranked)), key=lambda i: min(i, place.get(i, i)) + (0.5 if i in place else 0.0))
+    return [ranked[i] for i in order if not (ranked[i].kind == "turn" and ranked[i].hit is not None
+                                            and ranked[i].hit.turn_id in cited)]
 
 
 def without_stale_turns(r: Reading, ranked: list[Candidate], wants_change: bool) -> list[Candidate]:
