@@ -38,7 +38,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 QUESTIONS = ROOT / "tests" / "data" / "coding_memory_questions.json"
-DATA = Path(os.environ.get("TORTOISE_TEST_SHARED_DATA") or "/work/shared/data") / "claude-projects"
+DATA = Path(os.environ.get("TORTOISE_TEST_SHARED_DATA") or ROOT.parent / "shared" / "data") / "claude-projects"
 if not DATA.is_dir():
     DATA = ROOT.parent / "shared" / "data" / "claude-projects"
 
@@ -165,8 +165,10 @@ def replay(spec: dict, name: str, work: Path) -> dict:
                 res = block(mem, f"probe-{n_probe}", empty, item.get("question") or item["prompt"])
                 results.append({"kind": kind, "id": item["id"], "session": None, **res})
             transcript = work / path.name
+            sid = path.stem  # the session the transcript's own lines name, as Claude Code's Stop event does
             with transcript.open("w", encoding="utf-8") as out:
                 for line, objs in raw_lines(path):
+                    sid = next((str(o["sessionId"]) for o in objs if o.get("sessionId")), sid)
                     prompts = [(o, p) for o in objs if (p := prompt_of(o)) is not None]
                     for o, p in prompts:
                         out.flush()
@@ -175,7 +177,7 @@ def replay(spec: dict, name: str, work: Path) -> dict:
                         results.append({"kind": "generic" if g else "prompt", "id": g["id"] if g else o["uuid"],
                                         "session": o.get("sessionId"), **res})
                     out.write(line + "\n")
-            handle_event(mem, {"hook_event_name": "Stop", "session_id": path.stem, "transcript_path": str(transcript),
+            handle_event(mem, {"hook_event_name": "Stop", "session_id": sid, "transcript_path": str(transcript),
                                "cwd": str(work)})
         refs = {r: None for res in results for r in _refs(res["block"])}
         turns = _turns_by_id(mem, list(refs))
@@ -264,11 +266,15 @@ def _share(values: list[bool]) -> float | None:
 # -- codes and the fresh-process hook --------------------------------------------------------------
 
 
-def main_code(tmp: Path) -> Path:
-    """main's code, unpacked as an importable tree (``tortoise_sdk.adapters`` and ``.prompts`` linked in)."""
+#: The baseline: the code before issue 23 (the block every user had), unless ``--base REV`` names another.
+BASE_REV = "873dd38"
+
+
+def main_code(tmp: Path, rev: str = BASE_REV) -> Path:
+    """The baseline's code, unpacked as an importable tree (``tortoise_sdk.adapters`` and ``.prompts`` linked in)."""
     dest = tmp / "main-code"
     dest.mkdir()
-    archive = subprocess.run(["git", "-C", str(ROOT), "archive", "main"], check=True, capture_output=True).stdout
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev], check=True, capture_output=True).stdout
     tar = tmp / "main.tar"
     tar.write_bytes(archive)
     with tarfile.open(tar) as t:
@@ -324,12 +330,16 @@ def main() -> None:
     ap.add_argument("--project", action="append", help="only these projects (default: all in the JSON)")
     ap.add_argument("--hook-runs", type=int, default=12, help="fresh-process hook calls per code")
     ap.add_argument("--no-main", action="store_true", help="only this checkout's code")
+    ap.add_argument("--base", default=BASE_REV, help="the git revision timed beside this checkout (default: %(default)s, "
+                                                     "the code before issue 23)")
     ap.add_argument("--show", action="store_true", help="print each question's block (this checkout)")
     ap.add_argument("--set", action="append", default=[], metavar="MODULE.NAME=VALUE",
                     help="this checkout only: set a reflex constant, e.g. gate.MIN_BITS=6 (ablations)")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--work", help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
+    ap.add_argument("--smoke", action="store_true", help="this checkout only, the smallest project, 2 hook runs: checks "
+                                                         "the script and the question set")
     args = ap.parse_args()
     spec = json.loads(QUESTIONS.read_text(encoding="utf-8"))
     if args.worker:
@@ -346,11 +356,14 @@ def main() -> None:
         raise SystemExit(f"needs the real projects at {DATA} (../shared/data/claude-projects)")
     check(spec)
     names = args.project or list(spec["projects"])
+    if args.smoke:
+        args.no_main, args.hook_runs = True, 2
+        names = args.project or [min(names, key=lambda n: sum(f.stat().st_size for f in (DATA / n).rglob("*.jsonl")))]
     with tempfile.TemporaryDirectory(prefix="bench-coding-") as tmp_s:
         tmp = Path(tmp_s)
         codes: dict[str, Path | None] = {"this": None}
         if not args.no_main:
-            codes = {"main": main_code(tmp), "this": None}
+            codes = {args.base: main_code(tmp, args.base), "this": None}
         rows = []
         bare: dict[str, tuple[float, float]] = {}
         for name in names:

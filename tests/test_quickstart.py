@@ -1,4 +1,4 @@
-"""The newcomer walkthrough: the quick start draft (docs/quickstart-draft.md) runs as written and its shell
+"""The newcomer walkthrough: the README's quick start runs as written and its shell
 commands find what it stored; the offline LangChain example runs."""
 
 from __future__ import annotations
@@ -11,14 +11,16 @@ from pathlib import Path
 
 from conftest import run_cli as run
 
-PAGE = Path(__file__).resolve().parent.parent / "docs" / "quickstart-draft.md"
+PAGE = Path(__file__).resolve().parent.parent / "README.md"
 
 
 def blocks(kind: str) -> list[str]:
     text = PAGE.read_text(encoding="utf-8")
+    text = text[text.index("## Quick start"):text.index("\n## ", text.index("## Quick start") + 3)]
     if kind == "python":
         return re.findall(r"```python\n(.*?)```", text, re.S)
-    return [line.strip() for line in text.splitlines() if line.startswith("    tortoise ")]
+    shell = "".join(re.findall(r"```sh\n(.*?)```", text, re.S))
+    return [line.strip() for line in shell.splitlines() if line.startswith("tortoise ")]
 
 
 def test_the_quick_start_runs_as_written(tmp_path, capsys, monkeypatch):
@@ -40,7 +42,7 @@ def test_the_quick_start_runs_as_written(tmp_path, capsys, monkeypatch):
 def test_the_offline_langchain_example_runs(tmp_path):
     """examples/langchain_agent.py: a fake chat model with tool binding calls ``remember``; a later session's
     memory block brings the fact back."""
-    example = PAGE.parent.parent / "examples" / "langchain_agent.py"
+    example = PAGE.parent / "examples" / "langchain_agent.py"
     done = subprocess.run([sys.executable, str(example), "--db", str(tmp_path / "e.db")], capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 0, done.stderr
