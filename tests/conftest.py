@@ -298,3 +298,13 @@ def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, s
     code = cli_main(list(argv))
     out, err = capsys.readouterr()
     return code, out, err
+
+
+@pytest.fixture(scope="module")
+def pg_url(request: pytest.FixtureRequest) -> Iterator[str]:
+    """A throwaway PostgreSQL database for the module (skipped, or failed in CI, without a server)."""
+    from pgtemp import require_postgres, temp_database
+
+    require_postgres()
+    with temp_database(f"tortoise_{request.module.__name__.removeprefix('test_')}") as url:
+        yield url

@@ -8,18 +8,10 @@ import threading
 import uuid
 
 import pytest
-from pgtemp import require_postgres, temp_database
 
 from tortoise_sdk import AsyncMemory, Memory
 from tortoise_sdk.errors import CaptureConflict, IdempotencyConflict
 from tortoise_sdk.store import open_store
-
-
-@pytest.fixture(scope="module")
-def pg_url():
-    require_postgres()
-    with temp_database("tortoise_async") as url:
-        yield url
 
 
 @pytest.fixture(params=("sqlite", "postgres"))

@@ -9,18 +9,16 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
 import pytest
-from pgtemp import require_postgres, temp_database
 
 from conftest import FAST_RETRY, run_cli
 from tortoise_sdk import Memory
 from tortoise_sdk.demo import load_demo_sessions, load_recorded_extraction
-from tortoise_sdk.store import Store, open_store
+from tortoise_sdk.store import Store
 
 pytestmark = pytest.mark.block_network(allowed_hosts=["127.0.0.1"])
 
@@ -158,13 +156,6 @@ def test_a_long_running_worker_says_a_job_failed_for_good(tmp_path: Path, stub_m
 
 
 # -- both engines ---------------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def pg_url() -> Iterator[str]:
-    require_postgres()
-    with temp_database("tortoise_recovery") as url:
-        yield url
 
 
 @pytest.fixture(params=("sqlite", "postgres"))

@@ -11,20 +11,12 @@ import uuid
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from pgtemp import require_postgres, temp_database
 
 from tortoise_sdk.errors import IdempotencyConflict, InvalidInput, NotFoundError
 from tortoise_sdk.memory import HOST_SESSION, Memory
 from tortoise_sdk.store import open_store
 
 BACKENDS = ("sqlite", "postgres")
-
-
-@pytest.fixture(scope="module")
-def pg_url():
-    require_postgres()
-    with temp_database("tortoise_memory_api") as url:
-        yield url
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,6 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from pgtemp import require_postgres, temp_database
 
 import tortoise_sdk.pipeline.runner as runner
 from tortoise_sdk.capture import prepare_capture
@@ -36,13 +35,6 @@ CHUNK = 3  # chunks: turns 0-2, 3-5, 6-7
 STAGES = ("chunk0", "chunk1", "chunk2", "s2", "s3", "s4", "s5")
 COMBINATIONS = [frozenset(s for s, on in zip(STAGES, bits) if on)
                 for bits in itertools.product((False, True), repeat=len(STAGES))]
-
-
-@pytest.fixture(scope="module")
-def pg_url() -> Iterator[str]:
-    require_postgres()
-    with temp_database("tortoise_partial") as url:
-        yield url
 
 
 @pytest.fixture(params=("sqlite", "postgres"))
