@@ -26,7 +26,6 @@ from ...errors import (
     NotFoundError,
     ReadOnlyStore,
     StoreError,
-    StoreTimeout,
 )
 from ...models import CaptureReceipt, Diagnostic, MemoryRecord, NamespaceInfo, SearchHit, SessionInfo, utc_now
 from ...search import indexed_text, terms_from_fts5
