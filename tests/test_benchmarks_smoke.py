@@ -31,6 +31,8 @@ CASES = [
     pytest.param("bench_search.py", id="search", marks=needs_locomo),
     pytest.param("bench_follow_memory.py", id="follow_memory"),
     pytest.param("bench_serve.py", id="serve"),
+    pytest.param("bench_embeddings.py", id="embeddings"),
+    pytest.param("bench_coding_memory.py", id="coding_memory", marks=pytest.mark.shared_data("claude-projects")),
     pytest.param("bench_scale.py", id="scale", marks=_slow("builds stores on both engines and starts processes: ~30-90 s")),
     pytest.param("bench_workers.py", id="workers", marks=_slow("worker processes against a stub on PostgreSQL: ~20-60 s")),
     pytest.param("bench_extraction.py", id="extraction", marks=_slow("waits on a stub model: ~10-30 s")),
