@@ -1450,3 +1450,33 @@ def test_a_lone_surrogate_reaching_the_store_is_invalid_input(store, ns, call):
     """Below ``Memory``'s checks, each engine still refuses it as input, never a UnicodeEncodeError."""
     with pytest.raises(InvalidInput, match="not valid Unicode"):
         call(store, ns)
+
+
+RESTATED = [["Maya works at Acme.", "maya WORKS at the Acme", "Maya really works at Acme!"],
+            ["Maya has two cats", "Maya has 2 cats.", "maya has two cat"],
+            ["Maya doesn't drink coffee", "Maya does not drink coffee"],
+            ["Maya adopted Miso", "Maya adopts Miso."]]
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(draws=st.lists(st.tuples(st.integers(0, len(RESTATED) - 1), st.integers(0, 2), st.integers(0, 1),
+                                st.integers(0, 2)), min_size=1, max_size=8))
+def test_restated_facts_are_one_memory_each_with_every_source_in_any_order(store: Store, draws):
+    """Facts restated in other words, in any order, duplicated, over several extractions: one memory per fact
+    (NOOP, never a second ADD) whose sources are the union of every restatement's."""
+    ns = f"ns_{uuid.uuid4().hex[:12]}"
+    r = store.capture(ns, req("s1", ["I work at Acme", "Acme, yes", "I have two cats", "two of them",
+                                     "no coffee for me", "never coffee", "I adopted Miso", "Miso is mine"]))
+    plans: list[list[ItemPlan]] = [[], [], []]
+    expected: dict[int, set] = {}
+    for fact, wording, turn, run in draws:
+        text = RESTATED[fact][wording % len(RESTATED[fact])]
+        source = r.turn_ids[2 * fact + turn]  # a source is a turn: two restatements from one turn are one source
+        plans[run].append(ItemPlan("point", text, sources=(SourcePlan(source, None),)))
+        expected.setdefault(fact, set()).add(source)
+    for items in plans:
+        if items:
+            store.write_extraction(ns, _plan("s1", items=items), finalize=_finalize)
+    mems = store.memories(ns)
+    assert len(mems) == len(expected)
+    assert sorted(sorted(s.turn_id for s in m.sources) for m in mems) == sorted(sorted(v) for v in expected.values())

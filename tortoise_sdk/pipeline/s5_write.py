@@ -61,11 +61,11 @@ def build_plan(
             it = g.item
             items.append(ItemPlan(
                 kind=kind, content=it.content, about=tuple(getattr(it, "about", ())), when=getattr(it, "when", None),
-                search_keys=tuple(getattr(it, "search_keys", ())), sources=(g.source,),
+                search_keys=tuple(getattr(it, "search_keys", ())), sources=(g.source, *g.also),
                 supersedes=target(it.supersedes, f"{kind} {it.content!r}"),
             ))
     retractions = [
-        RetractionPlan(content=g.item.content, sources=(g.source,),
+        RetractionPlan(content=g.item.content, sources=(g.source, *g.also),
                        target=target(g.item.supersedes, f"retraction {g.item.content!r}"))
         for g in grounded.retractions if inside(g, f"retraction {g.item.content!r}")
     ]

@@ -230,11 +230,11 @@ class PostgresExtractionMixin(ExtractionCore):
             (entity_id, namespace, e.name.strip(), key, e.kind, e.note, now, now),
         )
 
-    def _live_with_content(self, c: psycopg.Connection, namespace: str, key: str) -> str | None:
+    def _live_with_content(self, c: psycopg.Connection, namespace: str, keys: Sequence[str]) -> str | None:
         row = c.execute(
-            "SELECT memory_id FROM memories WHERE namespace = %s AND norm_content = %s AND status = 'live'"
+            "SELECT memory_id FROM memories WHERE namespace = %s AND norm_content IN (%s, %s) AND status = 'live'"
             " ORDER BY id LIMIT 1",
-            (namespace, key),
+            (namespace, *keys),
         ).fetchone()
         return None if row is None else row[0]
 

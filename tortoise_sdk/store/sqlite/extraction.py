@@ -169,11 +169,11 @@ class SQLiteExtractionMixin(ExtractionCore):
             (entity_id, namespace, e.name.strip(), key, e.kind, e.note, now.isoformat(), now.isoformat()),
         )
 
-    def _live_with_content(self, c: sqlite3.Connection, namespace: str, key: str) -> str | None:
+    def _live_with_content(self, c: sqlite3.Connection, namespace: str, keys: Sequence[str]) -> str | None:
         row = c.execute(
-            "SELECT memory_id FROM memories WHERE namespace = ? AND norm_content = ? AND status = 'live'"
+            "SELECT memory_id FROM memories WHERE namespace = ? AND norm_content IN (?, ?) AND status = 'live'"
             " ORDER BY rowid LIMIT 1",
-            (namespace, key),
+            (namespace, *keys),
         ).fetchone()
         return None if row is None else row[0]
 
