@@ -1480,3 +1480,18 @@ def test_restated_facts_are_one_memory_each_with_every_source_in_any_order(store
     mems = store.memories(ns)
     assert len(mems) == len(expected)
     assert sorted(sorted(s.turn_id for s in m.sources) for m in mems) == sorted(sorted(v) for v in expected.values())
+
+
+def test_a_memory_keeps_its_category_and_memories_filter_on_it(seeded):
+    store, ns, r = seeded
+    t0, t1 = r.turn_ids
+    store.write_extraction(ns, _plan("s1", items=[
+        ItemPlan("point", "Maya works at Acme", sources=(SourcePlan(t0, None),), category="work"),
+        ItemPlan("event", "Maya adopted a cat named Miso", sources=(SourcePlan(t1, None),), category="pets"),
+        ItemPlan("point", "Maya likes tea", sources=(SourcePlan(t1, None),)),
+    ]), finalize=_finalize)
+    assert [(m.content, m.category) for m in store.memories(ns)] == [
+        ("Maya works at Acme", "work"), ("Maya adopted a cat named Miso", "pets"), ("Maya likes tea", None)]
+    assert [m.content for m in store.memories(ns, category="pets")] == ["Maya adopted a cat named Miso"]
+    assert store.memories(ns, category="health") == []
+    assert store.get_memory(ns, store.memories(ns)[0].id).category == "work"

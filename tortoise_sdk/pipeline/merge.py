@@ -83,6 +83,7 @@ class _Grounded(_Item):
     quote: str | None = Field(default=None, description="Verbatim text of the cited turn.")
     turn: int | None = Field(default=None, description="Index of the source turn in the session.")
     supersedes: str | None = Field(default=None, description="S4 only: the prior (P-handle) this replaces.")
+    category: str | None = Field(default=None, description="One of the host's categories, when it gave some.")
     #: Other (quote, turn) the same fact was stated with (set by the union and VET merges, never by a reply).
     also: tuple[tuple[str | None, int | None], ...] = ()
 
@@ -91,7 +92,7 @@ class _Grounded(_Item):
     def _coerce_turn(cls, value: Any) -> int | None:
         return _turn(value)
 
-    @field_validator("content", "quote", "supersedes", mode="before")
+    @field_validator("content", "quote", "supersedes", "category", mode="before")
     @classmethod
     def _text(cls, value: Any) -> Any:
         return value.strip() if isinstance(value, str) else value

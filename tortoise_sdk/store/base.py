@@ -134,9 +134,10 @@ class Store(ABC):
     @abstractmethod
     def memories(
         self, namespace: str, session_id: str | None = None, include_superseded: bool = False, *,
-        latest: int | None = None,
+        latest: int | None = None, category: str | None = None,
     ) -> list[MemoryRecord]:
-        """Memories, oldest first; live only unless ``include_superseded`` (then every status).
+        """Memories, oldest first; live only unless ``include_superseded`` (then every status); of one
+        ``category`` (the host's, as stored) when given.
 
         ``latest``: only the newest that many (still oldest first).
         """

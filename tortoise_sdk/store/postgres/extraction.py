@@ -47,7 +47,7 @@ _PLAIN_WEIGHTS = {"A": 1.0, "B": 1.0, "C": 1.0}
 _MEMORY_OUTPUT = ("id, memory_id, namespace, session_id, kind, content, status, when_text, search_keys, valid_at,"
                   " invalid_at, superseded_by, supersedes, created_at")
 _MEMORY_COLUMNS = ("m.id, m.memory_id, m.namespace, m.session_id, m.kind, m.content, m.status, m.when_text,"
-                   " m.search_keys, m.valid_at, m.invalid_at, m.superseded_by, m.supersedes, m.created_at")
+                   " m.search_keys, m.valid_at, m.invalid_at, m.superseded_by, m.supersedes, m.created_at, m.category")
 # Advisory-lock class for per-namespace S5 writes (the object id is hashtext(namespace)).
 _S5_LOCK_CLASS = 0x7435
 
@@ -63,12 +63,13 @@ class PostgresExtractionMixin(ExtractionCore):
 
     def memories(
         self, namespace: str, session_id: str | None = None, include_superseded: bool = False, *,
-        latest: int | None = None,
+        latest: int | None = None, category: str | None = None,
     ) -> list[MemoryRecord]:
-        """Memories of a namespace (or one session), oldest first; live only unless asked; the newest ``latest``."""
+        """Memories of a namespace (or one session, or one category), oldest first; live only unless asked;
+        the newest ``latest``."""
         args: list[Any] = [namespace]
         sql = and_equal(f"SELECT {_MEMORY_COLUMNS} FROM memories m WHERE m.namespace = %s", args,
-                        {"m.session_id": session_id}, "%s")
+                        {"m.session_id": session_id, "m.category": category}, "%s")
         if not include_superseded:
             sql += " AND m.status = 'live'"
         if latest is not None:
@@ -250,11 +251,11 @@ class PostgresExtractionMixin(ExtractionCore):
                            item: ItemPlan, key: str, now: datetime, supersedes: str | None) -> None:
         c.execute(
             "INSERT INTO memories (memory_id, namespace, session_id, kind, content, norm_content, status, when_text,"
-            " search_keys, valid_at, supersedes, extraction_id, created_at)"
-            " VALUES (%s, %s, %s, %s, %s, %s, 'live', %s, %s, %s, %s, %s, %s)",
+            " search_keys, valid_at, supersedes, extraction_id, created_at, category)"
+            " VALUES (%s, %s, %s, %s, %s, %s, 'live', %s, %s, %s, %s, %s, %s, %s)",
             (memory_id, namespace, plan.session_id, item.kind, item.content.strip(), key, item.when,
              json.dumps(list(dict.fromkeys(item.search_keys)), ensure_ascii=False), plan.valid_at or now,
-             supersedes, plan.extraction_id, now),
+             supersedes, plan.extraction_id, now, item.category),
         )
 
     def _set_memory_status(self, c: psycopg.Connection, memory_id: str, status: str, invalid_at: datetime,

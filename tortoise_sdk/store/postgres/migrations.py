@@ -378,8 +378,19 @@ M008_TOMBSTONES = Migration(
     ),
 )
 
+# The host's own category of a memory (``Memory(categories=[...])``), NULL when none was given or fitted.
+M009_CATEGORIES = Migration(
+    9,
+    "categories: the host's category of each memory",
+    (
+        "ALTER TABLE memories ADD COLUMN category TEXT",
+        "CREATE INDEX memories_category ON memories (namespace, category) WHERE category IS NOT NULL",
+    ),
+)
+
 POSTGRES_MIGRATIONS: list[Migration] = [M001_FOUNDATION, M002_EXTRACTION, M003_SUBAGENTS, M004_SUBAGENT_TURN_REF,
-                                        M005_CURSORS, M006_RANKING, M007_LOOP, M008_TOMBSTONES]
+                                        M005_CURSORS, M006_RANKING, M007_LOOP, M008_TOMBSTONES,
+                                        M009_CATEGORIES]
 
 _CREATE_VERSIONS = (
     "CREATE TABLE IF NOT EXISTS schema_migrations ("

@@ -41,11 +41,13 @@ class SQLiteExtractionMixin(ExtractionCore):
 
     def memories(
         self, namespace: str, session_id: str | None = None, include_superseded: bool = False, *,
-        latest: int | None = None,
+        latest: int | None = None, category: str | None = None,
     ) -> list[MemoryRecord]:
-        """Memories of a namespace (or one session), oldest first; live only unless asked; the newest ``latest``."""
+        """Memories of a namespace (or one session, or one category), oldest first; live only unless asked;
+        the newest ``latest``."""
         args: list[Any] = [namespace]
-        sql = and_equal("SELECT * FROM memories WHERE namespace = ?", args, {"session_id": session_id})
+        sql = and_equal("SELECT * FROM memories WHERE namespace = ?", args,
+                        {"session_id": session_id, "category": category})
         if not include_superseded:
             sql += " AND status = 'live'"
         if latest is not None:
@@ -189,11 +191,11 @@ class SQLiteExtractionMixin(ExtractionCore):
                            item: ItemPlan, key: str, now: datetime, supersedes: str | None) -> None:
         c.execute(
             "INSERT INTO memories (memory_id, namespace, session_id, kind, content, norm_content, status, when_text,"
-            " search_keys, valid_at, supersedes, extraction_id, created_at)"
-            " VALUES (?, ?, ?, ?, ?, ?, 'live', ?, ?, ?, ?, ?, ?)",
+            " search_keys, valid_at, supersedes, extraction_id, created_at, category)"
+            " VALUES (?, ?, ?, ?, ?, ?, 'live', ?, ?, ?, ?, ?, ?, ?)",
             (memory_id, namespace, plan.session_id, item.kind, item.content.strip(), key, item.when,
              json.dumps(list(dict.fromkeys(item.search_keys)), ensure_ascii=False),
-             (plan.valid_at or now).isoformat(), supersedes, plan.extraction_id, now.isoformat()),
+             (plan.valid_at or now).isoformat(), supersedes, plan.extraction_id, now.isoformat(), item.category),
         )
 
     def _set_memory_status(self, c: sqlite3.Connection, memory_id: str, status: str, invalid_at: datetime,
