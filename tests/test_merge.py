@@ -127,7 +127,8 @@ def test_coerce_refuses_a_reply_that_is_not_the_contract() -> None:
 
 # Facts restated in other words: each row is one fact, every variant must collapse to it.
 FACTS = [
-    ["Caroline moved to Paris.", "caroline MOVES to paris", "Caroline moved to  the Paris", "Caroline moving to Paris!"],
+    ["Caroline moved to Paris.", "caroline MOVES to paris", "Caroline moved to  the Paris",
+     "Caroline moving to Paris!"],
     ["Melanie has two kids", "Melanie has 2 kids.", "melanie has 2 kid", "Melanie has the two kids"],
     ["Mel loves painting", "Mel really loves painting", "mel loved paintings", "Mel loves the painting."],
     ["Caroline doesn't eat meat", "Caroline does not eat meat", "caroline does not eat meat."],

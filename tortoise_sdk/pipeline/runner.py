@@ -83,8 +83,9 @@ async def aextract_session(store: Store, namespace: str, session_id: str, *, llm
 
     started = time.perf_counter()
     client = LLMClient(llm_config)  # type: ignore[arg-type]
-    prompts = {name: load_prompt(name, options.prompts_dir).with_vocabulary(options.vocabulary if name != "vet" else None)
-               for name in ("s1_narrate", "s2_map", "vet", "s4_review")}
+    # The host's vocabulary is a section of S1, S2 and S4 (VET judges candidates, not topics).
+    prompts = {name: load_prompt(name, options.prompts_dir).with_vocabulary(
+        None if name == "vet" else options.vocabulary) for name in ("s1_narrate", "s2_map", "vet", "s4_review")}
     errors: list[Diagnostic] = []
     warnings: list[Diagnostic] = []
     local: dict[str, StageStats] = {}

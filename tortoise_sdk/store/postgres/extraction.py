@@ -45,7 +45,7 @@ log = logging.getLogger("tortoise_sdk.store.postgres")
 _MEMORY_WEIGHTS = {"A": 1.0, "B": 0.8, "C": 0.6}
 _PLAIN_WEIGHTS = {"A": 1.0, "B": 1.0, "C": 1.0}
 _MEMORY_OUTPUT = ("id, memory_id, namespace, session_id, kind, content, status, when_text, search_keys, valid_at,"
-                  " invalid_at, superseded_by, supersedes, created_at")
+                  " invalid_at, superseded_by, supersedes, created_at, category")
 _MEMORY_COLUMNS = ("m.id, m.memory_id, m.namespace, m.session_id, m.kind, m.content, m.status, m.when_text,"
                    " m.search_keys, m.valid_at, m.invalid_at, m.superseded_by, m.supersedes, m.created_at, m.category")
 # Advisory-lock class for per-namespace S5 writes (the object id is hashtext(namespace)).
