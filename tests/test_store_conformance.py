@@ -1495,3 +1495,28 @@ def test_a_memory_keeps_its_category_and_memories_filter_on_it(seeded):
     assert [m.content for m in store.memories(ns, category="pets")] == ["Maya adopted a cat named Miso"]
     assert store.memories(ns, category="health") == []
     assert store.get_memory(ns, store.memories(ns)[0].id).category == "work"
+
+
+def test_a_first_name_alone_resolves_to_the_one_known_person_it_begins(store: Store, ns):
+    """"Mel" after "Melanie Hart" is stored is her (one entity, the graph links her); with two people it
+    could be, or a name that is not a first name of anyone, it stays its own entity."""
+    r = store.capture(ns, req("s1", ["Melanie Hart is my wife", "Mel loves painting", "Caroline Ray and Caro"]))
+    t0, t1, t2 = r.turn_ids
+    store.write_extraction(ns, _plan("s1", entities=[EntityPlan("Melanie Hart", "person")], items=[
+        ItemPlan("point", "Melanie Hart is the user's wife", about=("Melanie Hart",), sources=(SourcePlan(t0, None),))]),
+        finalize=_finalize)
+    store.write_extraction(ns, _plan("s1", entities=[EntityPlan("Melanie", "person")], items=[
+        ItemPlan("point", "Melanie loves painting", about=("Melanie",), sources=(SourcePlan(t1, None),))]),
+        finalize=_finalize)
+    assert [e["name"] for e in store.find_entities(ns, ["Melanie", "Melanie Hart"])] == ["Melanie Hart"]
+    assert [m.content for m in store.memories_about(ns, ["melanie hart"], k=5)] == [
+        "Melanie loves painting", "Melanie Hart is the user's wife"]
+    # Two people named Melanie: "Melanie" alone is neither.
+    store.write_extraction(ns, _plan("s1", entities=[EntityPlan("Melanie Stone", "person"),
+                                                     EntityPlan("Melanie", "person")]), finalize=_finalize)
+    assert sorted(e["name"] for e in store.find_entities(ns, ["Melanie", "Melanie Stone", "Melanie Hart"])) == [
+        "Melanie", "Melanie Hart", "Melanie Stone"]
+    # A place is never taken for a person; a word that is no one's first name stays its own.
+    store.write_extraction(ns, _plan("s1", entities=[EntityPlan("Caroline Ray", "person"), EntityPlan("Ray", "person"),
+                                                     EntityPlan("Caroline", "place")]), finalize=_finalize)
+    assert sorted(e["name"] for e in store.find_entities(ns, ["Ray", "Caroline"])) == ["Caroline", "Ray"]

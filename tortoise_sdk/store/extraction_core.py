@@ -79,7 +79,8 @@ class ExtractionCore:
     ) -> WriteResult:
         """Consolidate and write one session's extraction in one transaction.
 
-        Entities resolve to existing nodes by normalised name; each item becomes ADD,
+        Entities resolve to existing nodes by normalised name (a lone first name to the one stored
+        person whose full name begins with it, when exactly one does); each item becomes ADD,
         NOOP (a live memory states the same fact up to wording, :func:`~tortoise_sdk.text.fact_key`:
         its sources are added to that memory's), UPDATE (``supersedes`` names a
         live memory, which is kept, marked superseded and linked) or, for a retraction,
@@ -147,6 +148,10 @@ class ExtractionCore:
     def _resolve_entity(self, c: Conn, namespace: str, e: EntityPlan, now: datetime) -> str:
         key = norm_name(e.name)
         found = self._find_entity(c, namespace, key, e.kind)
+        if found is None and " " not in key and norm_name(e.kind) in ("person", "other"):
+            # A first name alone ("Mel" as written, "Melanie Hart" stored) is the one person it begins, if one.
+            people = self._people_by_first_name(c, namespace, key)
+            found = people[0] if len(people) == 1 else None
         if found is not None:
             entity_id, note = found
             if e.note and not note:
@@ -420,6 +425,10 @@ class ExtractionCore:
 
     def _find_entity(self, c: Conn, namespace: str, key: str, kind: str) -> tuple[str, str | None] | None:
         """``(entity_id, note)`` of the oldest entity with that normalised name, same kind first."""
+        raise NotImplementedError
+
+    def _people_by_first_name(self, c: Conn, namespace: str, first: str) -> list[tuple[str, str | None]]:
+        """``(entity_id, note)`` of at most two person entities whose normalised name is ``first`` and more words."""
         raise NotImplementedError
 
     def _set_entity_note(self, c: Conn, entity_id: str, note: str, now: datetime) -> None:

@@ -220,6 +220,15 @@ class PostgresExtractionMixin(ExtractionCore):
         ).fetchone()
         return None if row is None else (row[0], row[1])
 
+    def _people_by_first_name(self, c: psycopg.Connection, namespace: str, first: str) -> list[tuple[str, str | None]]:
+        prefix = first.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + " %"
+        rows = c.execute(
+            "SELECT entity_id, note FROM entities WHERE namespace = %s AND kind = 'person'"
+            " AND norm_name LIKE %s ESCAPE '\\' ORDER BY created_at, entity_id COLLATE \"C\" LIMIT 2",
+            (namespace, prefix),
+        ).fetchall()
+        return [(r[0], r[1]) for r in rows]
+
     def _set_entity_note(self, c: psycopg.Connection, entity_id: str, note: str, now: datetime) -> None:
         c.execute("UPDATE entities SET note = %s, updated_at = %s WHERE entity_id = %s", (note, now, entity_id))
 

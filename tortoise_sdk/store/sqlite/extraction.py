@@ -160,6 +160,15 @@ class SQLiteExtractionMixin(ExtractionCore):
         ).fetchone()
         return None if row is None else (row[0], row[1])
 
+    def _people_by_first_name(self, c: sqlite3.Connection, namespace: str, first: str) -> list[tuple[str, str | None]]:
+        prefix = first.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + " %"
+        rows = c.execute(
+            "SELECT entity_id, note FROM entities WHERE namespace = ? AND kind = 'person'"
+            " AND norm_name LIKE ? ESCAPE '\\' ORDER BY created_at, entity_id LIMIT 2",
+            (namespace, prefix),
+        ).fetchall()
+        return [(r[0], r[1]) for r in rows]
+
     def _set_entity_note(self, c: sqlite3.Connection, entity_id: str, note: str, now: datetime) -> None:
         c.execute("UPDATE entities SET note = ?, updated_at = ? WHERE entity_id = ?", (note, now.isoformat(), entity_id))
 
