@@ -1520,3 +1520,15 @@ def test_a_first_name_alone_resolves_to_the_one_known_person_it_begins(store: St
     store.write_extraction(ns, _plan("s1", entities=[EntityPlan("Caroline Ray", "person"), EntityPlan("Ray", "person"),
                                                      EntityPlan("Caroline", "place")]), finalize=_finalize)
     assert sorted(e["name"] for e in store.find_entities(ns, ["Ray", "Caroline"])) == ["Caroline", "Ray"]
+
+
+def test_entities_lists_the_namespace_s_resolved_entities(store: Store, ns):
+    store.capture(ns, req("s1", ["Melanie Hart is my wife"]))
+    store.write_extraction(ns, _plan("s1", entities=[EntityPlan("Melanie Hart", "person", "the wife"),
+                                                     EntityPlan("Mel", "person"), EntityPlan("melanie", "person"),
+                                                     EntityPlan("Paris", "place")]), finalize=_finalize)
+    # "melanie" is Melanie Hart (a first name); "Mel", a nickname, is not resolved yet.
+    assert sorted((e["name"], e["kind"], e["note"]) for e in store.entities(ns)) == [
+        ("Mel", "person", None), ("Melanie Hart", "person", "the wife"), ("Paris", "place", None)]
+    assert store.entities(ns + "_other") == []
+    assert Memory(store=store, namespace=ns).entities() == store.entities(ns)

@@ -717,6 +717,13 @@ class Memory:
             raise ConfigError(NO_MODEL_REASON, field="model")
         return self._extract(session_id, receipts[-1], full=full)
 
+    def entities(self) -> list[dict[str, Any]]:
+        """The people, places, organisations ... extraction resolved, oldest first: ``{id, name, kind, note}``.
+
+        Names resolve by normalised spelling, and a lone first name to the one known person whose
+        full name begins with it."""
+        return self.store.entities(self.namespace)
+
     def memories(self, session_id: str | None = None, include_superseded: bool = False, *,
                  category: str | None = None) -> list[MemoryRecord]:
         """Extracted memories (events and points) with entities and sources, oldest first; ``category``:

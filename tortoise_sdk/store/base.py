@@ -161,6 +161,10 @@ class Store(ABC):
         """The versions of the fact ``memory_id`` belongs to, oldest first. Raises NotFoundError."""
 
     @abstractmethod
+    def entities(self, namespace: str) -> list[dict[str, Any]]:
+        """Every entity of the namespace, oldest first: ``{id, name, kind, note}``."""
+
+    @abstractmethod
     def find_entities(self, namespace: str, names: Sequence[str]) -> list[dict[str, Any]]:
         """Stored entities whose normalised name is one of ``names``: ``{id, name, kind, note}``."""
 
