@@ -271,3 +271,25 @@ def test_s5_leaves_out_an_item_grounded_outside_the_window() -> None:
     assert [i.content for i in plan.items] == ["Maya comes home for lunch."]
     assert [(w.code, w.detail) for w in warnings] == [("outside_window", {"turn": 0})]
     assert plan.window == Window(start=1, end=2, base=0)
+
+
+def test_a_fact_restated_by_s4_keeps_the_s2_quote_as_a_source_too() -> None:
+    """S2 and S4 state one fact in other words from two turns: the union keeps one item, grounding keeps both
+    turns as its sources; an absorbed quote that grounds stands in for one that does not."""
+    from tortoise_sdk.pipeline.merge import union
+    from tortoise_sdk.pipeline.s5_write import build_plan
+
+    turns = [hit(0, "I have two cats now"), hit(1, "yes, 2 cats at home")]
+    s2, _ = coerce_proposal({"points": [{"content": "Maya has two cats.", "quote": "I have two cats", "turn": 0}]},
+                            stage="s2")
+    s4, _ = coerce_proposal({"points": [{"content": "maya has 2 cats", "quote": "2 cats at home", "turn": 1}]},
+                            stage="s4")
+    grounded = ground(union(s2, s4), turns)
+    plan, _ = build_plan("s", grounded, {}, extraction_id="x", valid_at=None, receipt=None)
+    assert [(i.content, [(s.turn_id, s.quote) for s in i.sources]) for i in plan.items] == [
+        ("maya has 2 cats", [("t1", "2 cats at home"), ("t0", "I have two cats")])]
+    bad, _ = coerce_proposal({"points": [{"content": "maya has 2 cats", "quote": "never said", "turn": 1}]},
+                             stage="s4")
+    grounded = ground(union(s2, bad), turns)
+    assert grounded.rejected == 0
+    assert [(g.item.quote, g.source.turn_id, g.also) for g in grounded.points] == [("I have two cats", "t0", ())]

@@ -7,7 +7,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tortoise_sdk.pipeline.merge import Entity, Event, Point, Proposal, Retraction, coerce_proposal, identity, union
+from tortoise_sdk.pipeline.merge import (Entity, Event, Point, Proposal, Retraction, coerce_proposal, identity,
+                                         sources_of, union)
 
 WORDS = ["Maya", "works", "at", "Helix", "Health", "biscuit", "dog", "walks", "Rust", "learns"]
 
@@ -65,10 +66,13 @@ def test_union_rules(s2: Proposal, s4: Proposal) -> None:
         assert set(result) == base_keys | delta_keys
         assert len(getattr(merged, kind)) == len(result)
         for key, item in result.items():
+            bare = item.model_copy(update={"also": ()}) if hasattr(item, "also") else item
             if key in delta_keys:
-                assert item in delta  # S4 wins on collision
+                assert bare in delta  # S4 wins on collision
             else:
-                assert item in base
+                assert bare in base
+            # Provenance: the survivor cites every (quote, turn) of the items it stands for.
+            assert sources_of(item) == set().union(*(sources_of(i) for i in [*base, *delta] if identity(i) == key))
 
 
 def test_s4_wins_on_collision_and_s2_is_kept() -> None:
@@ -119,3 +123,50 @@ def test_coerce_refuses_a_reply_that_is_not_the_contract() -> None:
         coerce_proposal({"items": []}, stage="s4")
     with pytest.raises(ValueError):
         coerce_proposal([], stage="s4")
+
+
+# Facts restated in other words: each row is one fact, every variant must collapse to it.
+FACTS = [
+    ["Caroline moved to Paris.", "caroline MOVES to paris", "Caroline moved to  the Paris",
+     "Caroline moving to Paris!"],
+    ["Melanie has two kids", "Melanie has 2 kids.", "melanie has 2 kid", "Melanie has the two kids"],
+    ["Mel loves painting", "Mel really loves painting", "mel loved paintings", "Mel loves the painting."],
+    ["Caroline doesn't eat meat", "Caroline does not eat meat", "caroline does not eat meat."],
+    ["Caroline is not vegan"],
+    ["Caroline is vegan", "caroline is a vegan"],
+    ["Caroline will move to Berlin"],
+    ["Caroline moved from Berlin"],
+]
+variant = st.integers(0, len(FACTS) - 1).flatmap(
+    lambda f: st.tuples(st.just(f), st.sampled_from(FACTS[f]), st.sampled_from(["quote a", "quote b", None]),
+                        st.integers(0, 3)))
+
+
+def _restated(draws: list[tuple[int, str, str | None, int]]) -> Proposal:
+    return Proposal(points=tuple(Point(content=text, quote=q, turn=t) for _, text, q, t in draws))
+
+
+@settings(max_examples=150, deadline=None)
+@given(s2=st.lists(variant, max_size=8), s4=st.lists(variant, max_size=8), data=st.data())
+def test_restated_facts_collapse_to_one_each_whatever_the_order_with_every_source(
+        s2: list[Any], s4: list[Any], data: Any) -> None:
+    merged = union(_restated(s2), _restated(s4))
+    # One memory per fact (the wording never makes a second one), and only distinct facts stay apart.
+    assert sorted(identity(p) for p in merged.points) == sorted({identity(Point(content=FACTS[f][0])) for f, *_ in
+                                                                 s2 + s4})
+    # Every source of every variant is kept on the one that stands for it.
+    for p in merged.points:
+        expected = {(q, t) for f, text, q, t in s2 + s4 if identity(Point(content=text)) == identity(p)}
+        assert sources_of(p) == expected
+    # Any order and duplication, and S2 and S4 swapped for the facts' set: the same set of facts and sources.
+    again = union(shuffled_with_duplicates(_restated(s2), data), shuffled_with_duplicates(_restated(s4), data))
+    assert again == merged
+    swapped = union(_restated(s4), _restated(s2))
+    assert {(identity(p), frozenset(sources_of(p))) for p in swapped.points} == \
+        {(identity(p), frozenset(sources_of(p))) for p in merged.points}
+
+
+def test_a_reply_cannot_set_the_provenance_it_absorbed() -> None:
+    p, _ = coerce_proposal({"points": [{"content": "Maya has a dog", "quote": "my dog", "turn": 1,
+                                        "also": [["invented", 9]]}]}, stage="s2")
+    assert p.points[0].also == ()

@@ -265,3 +265,35 @@ def test_one_chat_extracted_in_parts(tmp_path: Any, model_endpoint: ModelEndpoin
     assert "- [point] Maya's neighbour Tomás walks Biscuit on Tuesdays and Thursdays." in s2[1]
     s4 = _prompts(vcr, "s4")[1]
     assert "Maya's neighbour Tomás walks Biscuit on Tuesdays and Thursdays. (about:" in s4.split("Draft list")[0]
+
+
+HOST_CATEGORIES = ["work", "pets", "health"]
+HOST_INSTRUCTIONS = "Keep facts about work and pets; ignore how people commute."
+
+
+def test_host_vocabulary_reaches_prompts_and_categories_are_stored(tmp_path: Any, model_endpoint: ModelEndpoint,
+                                                                   vcr: Any) -> None:
+    """Memory(categories=..., extraction_instructions=...): S1, S2 and S4 prompts carry them (the script answers
+    only such prompts), their hashes record them, and each memory keeps the host's category, filterable."""
+    with memory(tmp_path, model_endpoint, categories=HOST_CATEGORIES,
+                extraction_instructions=HOST_INSTRUCTIONS) as mem:
+        report = capture_demo(mem, "demo-1").extraction
+        assert report.status == "ok" and report.outcomes == {"ADD": 4}
+        assert [(d.stage, d.code) for d in report.warnings] == [("s5", "unknown_category")]
+        assert "'hobbies'" in report.warnings[0].message
+        # The vocabulary is part of the prompts' hashes (a change re-reads the session in full).
+        assert report.stages["s2"].prompt_hash != prompt_hash("s2_map")
+        assert report.stages["s1"].prompt_hash != prompt_hash("s1_narrate")
+        assert {m.content: m.category for m in mem.memories()} == {
+            "Maya finished her first week at Northwind Labs.": "work",
+            "Maya is a data engineer on the protein folding team at Northwind Labs.": "work",
+            "Maya has a two-year-old beagle named Biscuit who howls when she leaves at 7.": "pets",
+            "Maya's neighbour Tomás offered to walk Biscuit on Tuesdays and Thursdays.": None,
+        }
+        assert [m.content for m in mem.memories(category="PETS")] == [
+            "Maya has a two-year-old beagle named Biscuit who howls when she leaves at 7."]
+        assert len(mem.memories(category="work")) == 2 and mem.memories(category="health") == []
+    for stage in ("s1", "s2", "s4"):
+        (prompt,) = _prompts(vcr, stage)
+        assert HOST_INSTRUCTIONS in prompt
+        assert prompt.index(HOST_INSTRUCTIONS) < prompt.index("New turns (each line")

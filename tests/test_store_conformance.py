@@ -1502,3 +1502,85 @@ def test_a_lone_surrogate_reaching_the_store_is_invalid_input(store, ns, call):
     """Below ``Memory``'s checks, each engine still refuses it as input, never a UnicodeEncodeError."""
     with pytest.raises(InvalidInput, match="not valid Unicode"):
         call(store, ns)
+
+
+RESTATED = [["Maya works at Acme.", "maya WORKS at the Acme", "Maya really works at Acme!"],
+            ["Maya has two cats", "Maya has 2 cats.", "maya has two cat"],
+            ["Maya doesn't drink coffee", "Maya does not drink coffee"],
+            ["Maya adopted Miso", "Maya adopts Miso."]]
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(draws=st.lists(st.tuples(st.integers(0, len(RESTATED) - 1), st.integers(0, 2), st.integers(0, 1),
+                                st.integers(0, 2)), min_size=1, max_size=8))
+def test_restated_facts_are_one_memory_each_with_every_source_in_any_order(store: Store, draws):
+    """Facts restated in other words, in any order, duplicated, over several extractions: one memory per fact
+    (NOOP, never a second ADD) whose sources are the union of every restatement's."""
+    ns = f"ns_{uuid.uuid4().hex[:12]}"
+    r = store.capture(ns, req("s1", ["I work at Acme", "Acme, yes", "I have two cats", "two of them",
+                                     "no coffee for me", "never coffee", "I adopted Miso", "Miso is mine"]))
+    plans: list[list[ItemPlan]] = [[], [], []]
+    expected: dict[int, set] = {}
+    for fact, wording, turn, run in draws:
+        text = RESTATED[fact][wording % len(RESTATED[fact])]
+        source = r.turn_ids[2 * fact + turn]  # a source is a turn: two restatements from one turn are one source
+        plans[run].append(ItemPlan("point", text, sources=(SourcePlan(source, None),)))
+        expected.setdefault(fact, set()).add(source)
+    for items in plans:
+        if items:
+            store.write_extraction(ns, _plan("s1", items=items), finalize=_finalize)
+    mems = store.memories(ns)
+    assert len(mems) == len(expected)
+    assert sorted(sorted(s.turn_id for s in m.sources) for m in mems) == sorted(sorted(v) for v in expected.values())
+
+
+def test_a_memory_keeps_its_category_and_memories_filter_on_it(seeded):
+    store, ns, r = seeded
+    t0, t1 = r.turn_ids
+    store.write_extraction(ns, _plan("s1", items=[
+        ItemPlan("point", "Maya works at Acme", sources=(SourcePlan(t0, None),), category="work"),
+        ItemPlan("event", "Maya adopted a cat named Miso", sources=(SourcePlan(t1, None),), category="pets"),
+        ItemPlan("point", "Maya likes tea", sources=(SourcePlan(t1, None),)),
+    ]), finalize=_finalize)
+    assert [(m.content, m.category) for m in store.memories(ns)] == [
+        ("Maya works at Acme", "work"), ("Maya adopted a cat named Miso", "pets"), ("Maya likes tea", None)]
+    assert [m.content for m in store.memories(ns, category="pets")] == ["Maya adopted a cat named Miso"]
+    assert store.memories(ns, category="health") == []
+    assert store.get_memory(ns, store.memories(ns)[0].id).category == "work"
+
+
+def test_a_first_name_alone_resolves_to_the_one_known_person_it_begins(store: Store, ns):
+    """"Mel" after "Melanie Hart" is stored is her (one entity, the graph links her); with two people it
+    could be, or a name that is not a first name of anyone, it stays its own entity."""
+    r = store.capture(ns, req("s1", ["Melanie Hart is my wife", "Mel loves painting", "Caroline Ray and Caro"]))
+    t0, t1, t2 = r.turn_ids
+    store.write_extraction(ns, _plan("s1", entities=[EntityPlan("Melanie Hart", "person")], items=[
+        ItemPlan("point", "Melanie Hart is the user's wife", about=("Melanie Hart",), sources=(SourcePlan(t0, None),))]),
+        finalize=_finalize)
+    store.write_extraction(ns, _plan("s1", entities=[EntityPlan("Melanie", "person")], items=[
+        ItemPlan("point", "Melanie loves painting", about=("Melanie",), sources=(SourcePlan(t1, None),))]),
+        finalize=_finalize)
+    assert [e["name"] for e in store.find_entities(ns, ["Melanie", "Melanie Hart"])] == ["Melanie Hart"]
+    assert [m.content for m in store.memories_about(ns, ["melanie hart"], k=5)] == [
+        "Melanie loves painting", "Melanie Hart is the user's wife"]
+    # Two people named Melanie: "Melanie" alone is neither.
+    store.write_extraction(ns, _plan("s1", entities=[EntityPlan("Melanie Stone", "person"),
+                                                     EntityPlan("Melanie", "person")]), finalize=_finalize)
+    assert sorted(e["name"] for e in store.find_entities(ns, ["Melanie", "Melanie Stone", "Melanie Hart"])) == [
+        "Melanie", "Melanie Hart", "Melanie Stone"]
+    # A place is never taken for a person; a word that is no one's first name stays its own.
+    store.write_extraction(ns, _plan("s1", entities=[EntityPlan("Caroline Ray", "person"), EntityPlan("Ray", "person"),
+                                                     EntityPlan("Caroline", "place")]), finalize=_finalize)
+    assert sorted(e["name"] for e in store.find_entities(ns, ["Ray", "Caroline"])) == ["Caroline", "Ray"]
+
+
+def test_entities_lists_the_namespace_s_resolved_entities(store: Store, ns):
+    store.capture(ns, req("s1", ["Melanie Hart is my wife"]))
+    store.write_extraction(ns, _plan("s1", entities=[EntityPlan("Melanie Hart", "person", "the wife"),
+                                                     EntityPlan("Mel", "person"), EntityPlan("melanie", "person"),
+                                                     EntityPlan("Paris", "place")]), finalize=_finalize)
+    # "melanie" is Melanie Hart (a first name); "Mel", a nickname, is not resolved yet.
+    assert sorted((e["name"], e["kind"], e["note"]) for e in store.entities(ns)) == [
+        ("Mel", "person", None), ("Melanie Hart", "person", "the wife"), ("Paris", "place", None)]
+    assert store.entities(ns + "_other") == []
+    assert Memory(store=store, namespace=ns).entities() == store.entities(ns)

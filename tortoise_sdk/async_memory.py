@@ -162,9 +162,14 @@ class AsyncMemory:
         """``Memory.search_memories``."""
         return await self._run(self.sync.search_memories, query, k, include_superseded=include_superseded)
 
-    async def memories(self, session_id: str | None = None, include_superseded: bool = False) -> list[MemoryRecord]:
+    async def entities(self) -> list[dict[str, Any]]:
+        """``Memory.entities``."""
+        return await self._run(self.sync.entities)
+
+    async def memories(self, session_id: str | None = None, include_superseded: bool = False, *,
+                       category: str | None = None) -> list[MemoryRecord]:
         """``Memory.memories``."""
-        return await self._run(self.sync.memories, session_id, include_superseded)
+        return await self._run(self.sync.memories, session_id, include_superseded, category=category)
 
     async def memory_history(self, memory_id: str) -> list[MemoryRecord]:
         """``Memory.memory_history``."""

@@ -67,6 +67,8 @@ from .validate import (
     check_lines,
     check_number,
 )
+from .vocabulary import Vocabulary
+from .vocabulary import vocabulary as host_vocabulary
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -148,6 +150,11 @@ class Memory:
             Default ``$TORTOISE_EMBEDDER`` (``$TORTOISE_EMBED_API_BASE``, ``$TORTOISE_EMBED_API_KEY``); with
             none, words alone.
         embed_api_base, embed_api_key: the embedder's endpoint and key, when not the provider's defaults.
+        categories: the host's own memory categories (e.g. ``["health", "work"]``): S2 and S4 are asked
+            to give each memory one of them, and ``memories(category=...)`` filters on it. A category
+            outside the list is not stored (a warning says so).
+        extraction_instructions: what to keep and what to ignore, in the host's words; given to S1, S2
+            and S4. Both enter the prompts' hashes, so changing them re-reads sessions in full.
 
     Raises:
         ConfigError: a bad argument, named by its ``field``.
@@ -183,6 +190,8 @@ class Memory:
         embedder: str | EmbedFunction | None = None,
         embed_api_base: str | None = None,
         embed_api_key: str | None = None,
+        categories: Iterable[str] | None = None,
+        extraction_instructions: str | None = None,
     ) -> None:
         if not isinstance(namespace, str) or not namespace.strip() or "\x00" in namespace:
             raise ConfigError("namespace must be a non-blank string without NUL characters, "
@@ -212,6 +221,7 @@ class Memory:
         self.chunk_turns = chunk_turns
         self.concurrency = concurrency
         self.vet = vet
+        self.vocabulary: Vocabulary | None = host_vocabulary(categories, extraction_instructions)
         check_number(store_timeout_s, "store_timeout_s", above=True, optional=True, error=ConfigError)
         bound = DEFAULT_STORE_TIMEOUT_S if store_timeout_s is None else float(store_timeout_s)
         self.request_timeout_s = _request_timeout(request_timeout_s, self._model_settings)
@@ -805,9 +815,30 @@ class Memory:
             raise ConfigError(NO_MODEL_REASON, field="model")
         return self._extract(session_id, receipts[-1], full=full)
 
-    def memories(self, session_id: str | None = None, include_superseded: bool = False) -> list[MemoryRecord]:
-        """Extracted memories (events and points) with entities and sources, oldest first."""
-        return self.store.memories(self.namespace, check_id(session_id, "session_id", optional=True), include_superseded)
+    def entities(self) -> list[dict[str, Any]]:
+        """The people, places, organisations ... extraction resolved, oldest first: ``{id, name, kind, note}``.
+
+        Names resolve by normalised spelling, and a lone first name to the one known person whose
+        full name begins with it."""
+        return self.store.entities(self.namespace)
+
+    def memories(self, session_id: str | None = None, include_superseded: bool = False, *,
+                 category: str | None = None) -> list[MemoryRecord]:
+        """Extracted memories (events and points) with entities and sources, oldest first; ``category``:
+        only those the extraction filed under it (one of ``Memory(categories=...)``, case ignored).
+
+        Raises:
+            InvalidInput: ``category`` is not one of this memory's categories.
+        """
+        if category is not None:
+            known = self.vocabulary.category(category) if self.vocabulary and self.vocabulary.categories else None
+            if known is None:
+                listed = ", ".join(self.vocabulary.categories) if self.vocabulary else ""
+                raise InvalidInput(f"category {category!r} is not one of this memory's categories "
+                                   f"({listed or 'none: give Memory(categories=[...])'})")
+            category = known
+        return self.store.memories(self.namespace, check_id(session_id, "session_id", optional=True),
+                                   include_superseded, category=category)
 
     def process_pending(self, max_jobs: int | None = None, *, session_id: str | None = None,
                         due_only: bool = True) -> list[JobInfo]:
@@ -1008,7 +1039,7 @@ class Memory:
                     self._store_report(receipt, report)
                 return report
             options = PipelineOptions(chunk_turns=self.chunk_turns, concurrency=self.concurrency, vet=self.vet,
-                                      prompts_dir=self.prompts_dir, full=full)
+                                      prompts_dir=self.prompts_dir, full=full, vocabulary=self.vocabulary)
             report = extract_session(self.store, self.namespace, session_id, llm_config=config, options=options,
                                      receipt=receipt, fence=fence)
             fatal = next((d for d in report.errors if d.code in FATAL_CLASSES), None)

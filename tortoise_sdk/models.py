@@ -222,6 +222,7 @@ class MemoryRecord(BaseModel):
     superseded_by: str | None = None
     supersedes: str | None = Field(default=None, description="The memory this one replaced (UPDATE).")
     created_at: datetime = Field(default_factory=utc_now)
+    category: str | None = Field(default=None, description="The host's category (Memory(categories=...)).")
 
 
 class Pointer(BaseModel):

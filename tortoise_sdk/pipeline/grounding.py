@@ -89,6 +89,8 @@ class Grounded:
     item: _Grounded
     source: SourcePlan
     turn_index: int
+    #: Sources of the restatements the item absorbed (grounded, distinct from ``source``).
+    also: tuple[SourcePlan, ...] = ()
 
 
 @dataclass
@@ -120,6 +122,12 @@ def ground(proposal: Proposal, turns: Sequence[SearchHit], context: Sequence[Sea
         for item in getattr(proposal, key):
             found = _locate(item, keys)
             label = f"{key[:-1]} {item.content!r}"
+            # The quotes of restatements it absorbed (union, VET merge) are sources too; one that grounds
+            # stands in when the item's own quote does not.
+            extra = [(i, item.also[n][0]) for n, i in enumerate(_locate_also(item, keys)) if i is not None]
+            if found is None and extra:
+                (found, quote), extra = extra[0], extra[1:]
+                item = item.model_copy(update={"quote": quote, "turn": found})
             if found is None and context_keys and (earlier := _locate(item, context_keys)) is not None:
                 rejected += 1
                 warnings.append(Diagnostic(
@@ -146,11 +154,18 @@ def ground(proposal: Proposal, turns: Sequence[SearchHit], context: Sequence[Sea
                     detail={"cited": item.turn, "found": found},
                 ))
             turn = by_index[found]
-            out[key].append(Grounded(item, SourcePlan(turn.turn_id, item.quote), found))
+            sources = dict.fromkeys([SourcePlan(turn.turn_id, item.quote),
+                                     *(SourcePlan(by_index[i].turn_id, q) for i, q in extra)])
+            out[key].append(Grounded(item, SourcePlan(turn.turn_id, item.quote), found, tuple(sources)[1:]))
     used = {norm_name(n) for g in out["events"] + out["points"] for n in getattr(g.item, "about", ())}
     corpus = " ".join(norm_quote(text) for text in cleaned.values())
     entities = [e for e in proposal.entities if norm_name(e.name) in used or norm_quote(e.name) in corpus]
     return GroundingResult(out["events"], out["points"], out["retractions"], entities, warnings, rejected)
+
+
+def _locate_also(item: _Grounded, keys: Mapping[int, str]) -> list[int | None]:
+    """Where each absorbed (quote, turn) of ``item`` grounds, None where it does not."""
+    return [_locate(item.model_copy(update={"quote": q, "turn": t, "also": ()}), keys) for q, t in item.also]
 
 
 def _locate(item: _Grounded, keys: Mapping[int, str]) -> int | None:

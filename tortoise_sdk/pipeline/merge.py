@@ -1,14 +1,18 @@
 """The S2/S4 reply contract, identity keys, and the union of the S2 list with the S4 delta. Pure.
 
 Identity: an entity is (normalised name, normalised kind); an event, point or
-retraction is its normalised content. The union of an S2 list and an S4 delta:
+retraction is its :func:`~tortoise_sdk.text.fact_key` (content up to wording: case,
+punctuation, articles, number words, plural and tense endings). The union of an S2
+list and an S4 delta:
 
 - on an identity collision, S4 wins;
 - an S2 item absent from S4 is kept;
 - an S4-only item is added;
 - several items with one identity in the same list collapse to one chosen by a
   fixed total order (quoted and anchored first), so the result does not depend
-  on order or duplication. The output is sorted by (cited turn, identity).
+  on order or duplication. The output is sorted by (cited turn, identity);
+- nothing cites less: the (quote, turn) of every item a survivor stands for is kept
+  on it (``also``), so grounding keeps each as a source of the one memory.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ..models import Diagnostic
-from ..text import norm_content, norm_name
+from ..text import fact_key, norm_content, norm_name
 
 __all__ = (
     "Entity",
@@ -30,7 +34,9 @@ __all__ = (
     "Retraction",
     "coerce_proposal",
     "identity",
+    "sources_of",
     "union",
+    "with_sources",
 )
 
 
@@ -77,13 +83,16 @@ class _Grounded(_Item):
     quote: str | None = Field(default=None, description="Verbatim text of the cited turn.")
     turn: int | None = Field(default=None, description="Index of the source turn in the session.")
     supersedes: str | None = Field(default=None, description="S4 only: the prior (P-handle) this replaces.")
+    category: str | None = Field(default=None, description="One of the host's categories, when it gave some.")
+    #: Other (quote, turn) the same fact was stated with (set by the union and VET merges, never by a reply).
+    also: tuple[tuple[str | None, int | None], ...] = ()
 
     @field_validator("turn", mode="before")
     @classmethod
     def _coerce_turn(cls, value: Any) -> int | None:
         return _turn(value)
 
-    @field_validator("content", "quote", "supersedes", mode="before")
+    @field_validator("content", "quote", "supersedes", "category", mode="before")
     @classmethod
     def _text(cls, value: Any) -> Any:
         return value.strip() if isinstance(value, str) else value
@@ -145,7 +154,7 @@ def identity(item: _Item) -> tuple[str, ...]:
     """The identity key of an item (see the module docstring)."""
     if isinstance(item, Entity):
         return (norm_name(item.name), norm_name(item.kind))
-    return (norm_content(getattr(item, "content", "")),)
+    return (fact_key(getattr(item, "content", "")),)
 
 
 def coerce_proposal(value: Any, *, stage: str) -> tuple[Proposal, list[Diagnostic]]:
@@ -169,6 +178,8 @@ def coerce_proposal(value: Any, *, stage: str) -> tuple[Proposal, list[Diagnosti
         kept = []
         for i, item in enumerate(raw):
             try:
+                if isinstance(item, Mapping):
+                    item = {k: v for k, v in item.items() if k != "also"}  # provenance is ours to set
                 parsed = model.model_validate(item)
                 if not identity(parsed)[0]:
                     raise ValueError("empty name or content")
@@ -190,17 +201,37 @@ def union(s2: Proposal, s4: Proposal) -> Proposal:
 
 def _union(base: Iterable[I], delta: Iterable[I]) -> tuple[I, ...]:
     merged = _collapse(base)
-    merged.update(_collapse(delta))
+    for key, item in _collapse(delta).items():
+        merged[key] = with_sources(item, [merged[key]]) if key in merged else item
     return tuple(sorted(merged.values(), key=_position))
 
 
 def _collapse(items: Iterable[I]) -> dict[tuple[str, ...], I]:
-    out: dict[tuple[str, ...], I] = {}
+    groups: dict[tuple[str, ...], list[I]] = {}
     for item in items:
-        key = identity(item)
-        if key not in out or _preference(item) < _preference(out[key]):
-            out[key] = item
+        groups.setdefault(identity(item), []).append(item)
+    out: dict[tuple[str, ...], I] = {}
+    for key, group in groups.items():
+        best = min(group, key=_preference)
+        out[key] = with_sources(best, group)
     return out
+
+
+def sources_of(item: _Item) -> set[tuple[str | None, int | None]]:
+    """Every (quote, turn) an item stands for: its own and those it absorbed."""
+    if not isinstance(item, _Grounded):
+        return set()
+    return {(item.quote, item.turn), *item.also}
+
+
+def with_sources(item: I, others: Iterable[_Item]) -> I:
+    """``item`` also citing the (quote, turn) of ``others``, in a fixed order (order-independent results)."""
+    if not isinstance(item, _Grounded):
+        return item
+    own = (item.quote, item.turn)
+    pairs = set(item.also).union(*(sources_of(o) for o in others)) - {own}
+    also = tuple(sorted(pairs, key=lambda p: (p[0] is None, p[0] or "", p[1] is None, p[1] or 0)))
+    return item if also == item.also else item.model_copy(update={"also": also})  # type: ignore[return-value]
 
 
 def _preference(item: _Item) -> tuple[Any, ...]:
@@ -212,7 +243,9 @@ def _preference(item: _Item) -> tuple[Any, ...]:
 
 def _position(item: _Item) -> tuple[Any, ...]:
     turn = getattr(item, "turn", None)
-    return (turn is None, turn if turn is not None else 0, identity(item), _preference(item))
+    # Within a turn, by normalised wording (as before the fact key), then identity: a stable write order.
+    surface = (norm_content(item.content),) if isinstance(item, _Grounded) else identity(item)
+    return (turn is None, turn if turn is not None else 0, surface, identity(item), _preference(item))
 
 
 def _first_error(exc: Exception) -> str:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from ..errors import ConfigError
 from ..models import SearchHit
+from ..vocabulary import ANCHOR, Vocabulary
 
 __all__ = ("PROMPT_NAMES", "Prompt", "coding_section", "load_prompt")
 
@@ -43,6 +44,21 @@ class Prompt:
             raise ConfigError(f"prompt {self.origin} needs {sorted(missing)}; "
                               f"it may use only {sorted(values)}")
         return _FIELD.sub(lambda m: str(values[m.group(1)]) if m.group(1) in values else m.group(0), self.text)
+
+    def with_vocabulary(self, vocabulary: Vocabulary | None) -> Prompt:
+        """This template with the host's vocabulary section before its new turns (at the end, in a template
+        without that line), and the sha256 of the result. Unchanged without a vocabulary, so prompts,
+        hashes and recorded requests of a host that gives none stay as they were.
+
+        A ``{name}`` in the host's text gets a zero-width space after its brace, so it is never filled in."""
+        section = vocabulary.section(self.name) if vocabulary else ""
+        if not section:
+            return self
+        section = _FIELD.sub(lambda m: "{\u200b" + m.group(1) + "}", section)
+        at = self.text.find(ANCHOR)
+        text = (self.text[:at] + section + "\n\n" + self.text[at:]) if at >= 0 else self.text.rstrip("\n") + \
+            "\n\n" + section + "\n"
+        return Prompt(self.name, text, hashlib.sha256(text.encode()).hexdigest(), self.origin + " + vocabulary")
 
 
 def load_prompt(name: str, prompts_dir: str | Path | None = None) -> Prompt:

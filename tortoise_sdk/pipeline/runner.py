@@ -32,6 +32,7 @@ from ..errors import LeaseLost
 from ..models import CaptureReceipt, Diagnostic, ExtractionReport, StageStats
 from ..store.base import Store
 from ..store.plan import Fence, Window, WriteResult
+from ..vocabulary import Vocabulary
 from .common import diagnostic, run_sync
 from .grounding import ground
 from .merge import Proposal, union
@@ -49,8 +50,9 @@ __all__ = ("PipelineOptions", "aextract_session", "extract_session")
 
 @dataclass(frozen=True)
 class PipelineOptions:
-    """How the pipeline runs: chunking, concurrency, the optional gate, prompts, prior budget, and
-    ``full`` (re-read the whole session instead of the turns after its watermark)."""
+    """How the pipeline runs: chunking, concurrency, the optional gate, prompts, prior budget, ``full``
+    (re-read the whole session instead of the turns after its watermark) and the host's ``vocabulary``
+    (a section of the S1/S2/S4 prompts, so part of their hashes, and the categories memories may carry)."""
 
     chunk_turns: int = DEFAULT_CHUNK_TURNS
     concurrency: int = DEFAULT_CONCURRENCY
@@ -58,6 +60,7 @@ class PipelineOptions:
     prompts_dir: str | Path | None = None
     priors_k: int = DEFAULT_PRIORS
     full: bool = False
+    vocabulary: Vocabulary | None = None
 
 
 def extract_session(store: Store, namespace: str, session_id: str, *, llm_config: object,
@@ -80,8 +83,11 @@ async def aextract_session(store: Store, namespace: str, session_id: str, *, llm
 
     started = time.perf_counter()
     client = LLMClient(llm_config)  # type: ignore[arg-type]
-    prompts = {name: load_prompt(name, options.prompts_dir)
-               for name in ("s1_narrate", "s2_map", "vet", "s4_review", "coding")}
+    # The host's vocabulary is a section of S1, S2 and S4 (VET judges candidates, not topics; ``coding`` is
+    # a section of S1 and S2 itself).
+    prompts = {name: load_prompt(name, options.prompts_dir).with_vocabulary(
+        None if name in ("vet", "coding") else options.vocabulary)
+        for name in ("s1_narrate", "s2_map", "vet", "s4_review", "coding")}
     errors: list[Diagnostic] = []
     warnings: list[Diagnostic] = []
     local: dict[str, StageStats] = {}
@@ -218,7 +224,8 @@ async def aextract_session(store: Store, namespace: str, session_id: str, *, llm
     warnings += grounded.warnings
     local["ground"] = StageStats(wall_ms=(time.perf_counter() - t) * 1000)
     plan, plan_warnings = build_plan(session_id, grounded, priors.handles, extraction_id=f"x_{uuid.uuid4().hex}",
-                                     valid_at=_as_utc(session_date), receipt=receipt, window=window)
+                                     valid_at=_as_utc(session_date), receipt=receipt, window=window,
+                                     vocabulary=options.vocabulary)
     warnings += plan_warnings
     status = "partial" if (errors or partial or priors.degraded or held is not None) else "ok"
     if held is not None:

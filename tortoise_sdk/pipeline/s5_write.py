@@ -8,6 +8,7 @@ from datetime import datetime
 from ..models import CaptureReceipt, Diagnostic, ExtractionReport
 from ..store.base import Store
 from ..store.plan import EntityPlan, ExtractionPlan, Fence, ItemPlan, RetractionPlan, Window, WriteResult
+from ..vocabulary import Vocabulary
 from .grounding import Grounded, GroundingResult
 
 __all__ = ("build_plan", "write_plan")
@@ -22,12 +23,14 @@ def build_plan(
     valid_at: datetime | None,
     receipt: CaptureReceipt | None,
     window: Window | None = None,
+    vocabulary: Vocabulary | None = None,
 ) -> tuple[ExtractionPlan, list[Diagnostic]]:
     """The plan for S5; ``supersedes`` handles (P1 ...) become memory ids, unknown ones a warning.
 
     With a ``window``, an item grounded outside it (a turn an earlier extraction already read)
     is left out with a warning: new memories cite new turns. The plan carries the window, so S5
-    moves the session's watermark in its transaction.
+    moves the session's watermark in its transaction. An item's category is kept in the host's
+    spelling when it names one of ``vocabulary``'s categories; another is left out with a warning.
     """
     warnings: list[Diagnostic] = []
     known_ids = set(handles.values())
@@ -53,6 +56,16 @@ def build_plan(
                                    message=f"{label} cites {ref!r}, which is not one of the priors shown; ignored"))
         return None
 
+    vocabulary = vocabulary or Vocabulary()
+
+    def category(raw: str | None, label: str) -> str | None:
+        chosen = vocabulary.category(raw)
+        if raw and chosen is None:
+            warnings.append(Diagnostic(stage="s5", code="unknown_category",
+                                       message=f"{label} has category {raw!r}, not one of the host's "
+                                               f"({', '.join(vocabulary.categories)}); stored without one"))
+        return chosen
+
     items = []
     for kind, group in (("event", grounded.events), ("point", grounded.points)):
         for g in group:
@@ -61,11 +74,12 @@ def build_plan(
             it = g.item
             items.append(ItemPlan(
                 kind=kind, content=it.content, about=tuple(getattr(it, "about", ())), when=getattr(it, "when", None),
-                search_keys=tuple(getattr(it, "search_keys", ())), sources=(g.source,),
+                search_keys=tuple(getattr(it, "search_keys", ())), sources=(g.source, *g.also),
                 supersedes=target(it.supersedes, f"{kind} {it.content!r}"),
+                category=category(it.category, f"{kind} {it.content!r}"),
             ))
     retractions = [
-        RetractionPlan(content=g.item.content, sources=(g.source,),
+        RetractionPlan(content=g.item.content, sources=(g.source, *g.also),
                        target=target(g.item.supersedes, f"retraction {g.item.content!r}"))
         for g in grounded.retractions if inside(g, f"retraction {g.item.content!r}")
     ]

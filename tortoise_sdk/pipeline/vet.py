@@ -8,7 +8,7 @@ from typing import Any
 
 from ..models import Diagnostic, SearchHit
 from .common import diagnostic, format_transcript
-from .merge import Event, Point, Proposal
+from .merge import Event, Point, Proposal, with_sources
 from .prompts import Prompt
 
 __all__ = ("vet",)
@@ -27,8 +27,7 @@ async def vet(client: Any, prompt: Prompt, proposal: Proposal, turns: Sequence[S
     items = [*proposal.events, *proposal.points]
     if not items:
         return proposal, []
-    listing = "\n".join(f"c{i}: {json.dumps(it.model_dump(mode='json', exclude_none=True), ensure_ascii=False)}"
-                        for i, it in enumerate(items, 1))
+    listing = "\n".join(f"c{i}: {json.dumps(_shown(it), ensure_ascii=False)}" for i, it in enumerate(items, 1))
     text = prompt.render(candidates=listing, transcript=format_transcript(turns))
     try:
         result = await client.acomplete_json("vet", [{"role": "user", "content": text}], expect="object")
@@ -85,8 +84,13 @@ async def vet(client: Any, prompt: Prompt, proposal: Proposal, turns: Sequence[S
             if hasattr(it, "search_keys"):
                 update["search_keys"] = tuple(dict.fromkeys(
                     [*it.search_keys, *sorted({k for o in others for k in getattr(o, "search_keys", ())})]))
-            it = it.model_copy(update=update)
+            it = with_sources(it.model_copy(update=update), others)  # the merged ones' quotes stay its sources
         kept[h] = it
     events = tuple(it for it in kept.values() if isinstance(it, Event))
     points = tuple(it for it in kept.values() if isinstance(it, Point))
     return proposal.model_copy(update={"events": events, "points": points}), warnings
+
+
+def _shown(item: Event | Point) -> dict[str, Any]:
+    """A candidate as the gate sees it: the reply's fields, not the provenance the union kept."""
+    return item.model_dump(mode="json", exclude_none=True, exclude={"also"})

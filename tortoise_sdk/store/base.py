@@ -134,9 +134,10 @@ class Store(ABC):
     @abstractmethod
     def memories(
         self, namespace: str, session_id: str | None = None, include_superseded: bool = False, *,
-        latest: int | None = None,
+        latest: int | None = None, category: str | None = None,
     ) -> list[MemoryRecord]:
-        """Memories, oldest first; live only unless ``include_superseded`` (then every status).
+        """Memories, oldest first; live only unless ``include_superseded`` (then every status); of one
+        ``category`` (the host's, as stored) when given.
 
         ``latest``: only the newest that many (still oldest first).
         """
@@ -158,6 +159,10 @@ class Store(ABC):
     @abstractmethod
     def supersession_chain(self, namespace: str, memory_id: str) -> list[MemoryRecord]:
         """The versions of the fact ``memory_id`` belongs to, oldest first. Raises NotFoundError."""
+
+    @abstractmethod
+    def entities(self, namespace: str) -> list[dict[str, Any]]:
+        """Every entity of the namespace, oldest first: ``{id, name, kind, note}``."""
 
     @abstractmethod
     def find_entities(self, namespace: str, names: Sequence[str]) -> list[dict[str, Any]]:

@@ -17,7 +17,7 @@ from typing import Any
 
 from ..errors import LeaseLost, NotFoundError
 from ..models import Diagnostic, ExtractionReport, ExtractionState, JobInfo, MemoryRecord
-from ..text import jaccard, norm_content, norm_name
+from ..text import fact_key, jaccard, norm_content, norm_name
 from .plan import EntityPlan, ExtractionPlan, Fence, ItemPlan, RetractionPlan, SourcePlan, Window, WriteResult
 from .rows import Row, entity_id_for, memory_id_for
 
@@ -27,6 +27,12 @@ __all__ = ("RETRACTION_MATCH", "ExtractionCore")
 RETRACTION_MATCH = 0.5
 
 Conn = Any
+
+
+def _keys(content: str) -> tuple[str, str]:
+    """The stored keys a restatement of ``content`` may have: its fact key (memories written since the key
+    became the dedupe key), and its plain normalised content (memories written before)."""
+    return (fact_key(content), norm_content(content))
 
 
 def _bump(counter: dict[str, int], key: str) -> None:
@@ -73,8 +79,10 @@ class ExtractionCore:
     ) -> WriteResult:
         """Consolidate and write one session's extraction in one transaction.
 
-        Entities resolve to existing nodes by normalised name; each item becomes ADD,
-        NOOP (same normalised content as a live memory), UPDATE (``supersedes`` names a
+        Entities resolve to existing nodes by normalised name (a lone first name to the one stored
+        person whose full name begins with it, when exactly one does); each item becomes ADD,
+        NOOP (a live memory states the same fact up to wording, :func:`~tortoise_sdk.text.fact_key`:
+        its sources are added to that memory's), UPDATE (``supersedes`` names a
         live memory, which is kept, marked superseded and linked) or, for a retraction,
         DELETE. ``finalize`` turns the outcome into the report stored with the run and
         on the receipt, inside the same transaction.
@@ -140,6 +148,10 @@ class ExtractionCore:
     def _resolve_entity(self, c: Conn, namespace: str, e: EntityPlan, now: datetime) -> str:
         key = norm_name(e.name)
         found = self._find_entity(c, namespace, key, e.kind)
+        if found is None and " " not in key and norm_name(e.kind) in ("person", "other"):
+            # A first name alone ("Mel" as written, "Melanie Hart" stored) is the one person it begins, if one.
+            people = self._people_by_first_name(c, namespace, key)
+            found = people[0] if len(people) == 1 else None
         if found is not None:
             entity_id, note = found
             if e.note and not note:
@@ -151,12 +163,12 @@ class ExtractionCore:
 
     def _write_item(self, c: Conn, namespace: str, plan: ExtractionPlan, item: ItemPlan,
                     entity_ids: dict[str, str], result: WriteResult, now: datetime) -> None:
-        key = norm_content(item.content)
+        key = fact_key(item.content)
         for name in item.about:
             if norm_name(name) and norm_name(name) not in entity_ids:
                 entity_ids[norm_name(name)] = self._resolve_entity(c, namespace, EntityPlan(name, "other"), now)
         about = [entity_ids[norm_name(n)] for n in item.about if norm_name(n)]
-        same = self._live_with_content(c, namespace, key)
+        same = self._live_with_content(c, namespace, _keys(item.content))
         if same is not None:
             self._link(c, namespace, same, about, item.sources, plan.extraction_id)
             self._index(c, same)
@@ -224,7 +236,7 @@ class ExtractionCore:
 
     def _match_live(self, c: Conn, namespace: str, content: str) -> str | None:
         """The live memory a retraction names: same normalised content, else the best close match."""
-        same = self._live_with_content(c, namespace, norm_content(content))
+        same = self._live_with_content(c, namespace, _keys(content))
         if same is not None:
             return same
         best, best_score = None, RETRACTION_MATCH
@@ -415,6 +427,10 @@ class ExtractionCore:
         """``(entity_id, note)`` of the oldest entity with that normalised name, same kind first."""
         raise NotImplementedError
 
+    def _people_by_first_name(self, c: Conn, namespace: str, first: str) -> list[tuple[str, str | None]]:
+        """``(entity_id, note)`` of at most two person entities whose normalised name is ``first`` and more words."""
+        raise NotImplementedError
+
     def _set_entity_note(self, c: Conn, entity_id: str, note: str, now: datetime) -> None:
         raise NotImplementedError
 
@@ -422,8 +438,8 @@ class ExtractionCore:
                        now: datetime) -> None:
         raise NotImplementedError
 
-    def _live_with_content(self, c: Conn, namespace: str, key: str) -> str | None:
-        """The oldest live memory whose normalised content is ``key``."""
+    def _live_with_content(self, c: Conn, namespace: str, keys: Sequence[str]) -> str | None:
+        """The oldest live memory whose stored key (``norm_content`` column) is one of ``keys``."""
         raise NotImplementedError
 
     def _memory_state(self, c: Conn, namespace: str, memory_id: str) -> tuple[str, str | None] | None:

@@ -48,6 +48,7 @@ class ItemPlan:
     search_keys: tuple[str, ...] = ()
     sources: tuple[SourcePlan, ...] = ()
     supersedes: str | None = None
+    category: str | None = None
 
 
 @dataclass(frozen=True)

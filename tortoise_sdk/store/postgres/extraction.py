@@ -45,9 +45,9 @@ log = logging.getLogger("tortoise_sdk.store.postgres")
 _MEMORY_WEIGHTS = {"A": 1.0, "B": 0.8, "C": 0.6}
 _PLAIN_WEIGHTS = {"A": 1.0, "B": 1.0, "C": 1.0}
 _MEMORY_OUTPUT = ("id, memory_id, namespace, session_id, kind, content, status, when_text, search_keys, valid_at,"
-                  " invalid_at, superseded_by, supersedes, created_at")
+                  " invalid_at, superseded_by, supersedes, created_at, category")
 _MEMORY_COLUMNS = ("m.id, m.memory_id, m.namespace, m.session_id, m.kind, m.content, m.status, m.when_text,"
-                   " m.search_keys, m.valid_at, m.invalid_at, m.superseded_by, m.supersedes, m.created_at")
+                   " m.search_keys, m.valid_at, m.invalid_at, m.superseded_by, m.supersedes, m.created_at, m.category")
 # Advisory-lock class for per-namespace S5 writes (the object id is hashtext(namespace)).
 _S5_LOCK_CLASS = 0x7435
 
@@ -63,12 +63,13 @@ class PostgresExtractionMixin(ExtractionCore):
 
     def memories(
         self, namespace: str, session_id: str | None = None, include_superseded: bool = False, *,
-        latest: int | None = None,
+        latest: int | None = None, category: str | None = None,
     ) -> list[MemoryRecord]:
-        """Memories of a namespace (or one session), oldest first; live only unless asked; the newest ``latest``."""
+        """Memories of a namespace (or one session, or one category), oldest first; live only unless asked;
+        the newest ``latest``."""
         args: list[Any] = [namespace]
         sql = and_equal(f"SELECT {_MEMORY_COLUMNS} FROM memories m WHERE m.namespace = %s", args,
-                        {"m.session_id": session_id}, "%s")
+                        {"m.session_id": session_id, "m.category": category}, "%s")
         if not include_superseded:
             sql += " AND m.status = 'live'"
         if latest is not None:
@@ -153,6 +154,16 @@ class PostgresExtractionMixin(ExtractionCore):
             )
             return self._records(c, rows)
 
+    def entities(self, namespace: str) -> list[dict[str, Any]]:
+        """Every entity of the namespace, oldest first: ``{id, name, kind, note}``."""
+        with self.read() as c:
+            rows = c.execute(
+                "SELECT entity_id, name, kind, note FROM entities WHERE namespace = %s"
+                ' ORDER BY created_at, entity_id COLLATE "C"',
+                (namespace,),
+            ).fetchall()
+        return entity_dicts(rows)
+
     def find_entities(self, namespace: str, names: Sequence[str]) -> list[dict[str, Any]]:
         """Stored entities whose normalised name matches one of ``names``: ``{id, name, kind, note}``."""
         keys = norm_keys(names)
@@ -219,6 +230,15 @@ class PostgresExtractionMixin(ExtractionCore):
         ).fetchone()
         return None if row is None else (row[0], row[1])
 
+    def _people_by_first_name(self, c: psycopg.Connection, namespace: str, first: str) -> list[tuple[str, str | None]]:
+        prefix = first.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + " %"
+        rows = c.execute(
+            "SELECT entity_id, note FROM entities WHERE namespace = %s AND kind = 'person'"
+            " AND norm_name LIKE %s ESCAPE '\\' ORDER BY created_at, entity_id COLLATE \"C\" LIMIT 2",
+            (namespace, prefix),
+        ).fetchall()
+        return [(r[0], r[1]) for r in rows]
+
     def _set_entity_note(self, c: psycopg.Connection, entity_id: str, note: str, now: datetime) -> None:
         c.execute("UPDATE entities SET note = %s, updated_at = %s WHERE entity_id = %s", (note, now, entity_id))
 
@@ -230,11 +250,11 @@ class PostgresExtractionMixin(ExtractionCore):
             (entity_id, namespace, e.name.strip(), key, e.kind, e.note, now, now),
         )
 
-    def _live_with_content(self, c: psycopg.Connection, namespace: str, key: str) -> str | None:
+    def _live_with_content(self, c: psycopg.Connection, namespace: str, keys: Sequence[str]) -> str | None:
         row = c.execute(
-            "SELECT memory_id FROM memories WHERE namespace = %s AND norm_content = %s AND status = 'live'"
+            "SELECT memory_id FROM memories WHERE namespace = %s AND norm_content IN (%s, %s) AND status = 'live'"
             " ORDER BY id LIMIT 1",
-            (namespace, key),
+            (namespace, *keys),
         ).fetchone()
         return None if row is None else row[0]
 
@@ -250,11 +270,11 @@ class PostgresExtractionMixin(ExtractionCore):
                            item: ItemPlan, key: str, now: datetime, supersedes: str | None) -> None:
         c.execute(
             "INSERT INTO memories (memory_id, namespace, session_id, kind, content, norm_content, status, when_text,"
-            " search_keys, valid_at, supersedes, extraction_id, created_at)"
-            " VALUES (%s, %s, %s, %s, %s, %s, 'live', %s, %s, %s, %s, %s, %s)",
+            " search_keys, valid_at, supersedes, extraction_id, created_at, category)"
+            " VALUES (%s, %s, %s, %s, %s, %s, 'live', %s, %s, %s, %s, %s, %s, %s)",
             (memory_id, namespace, plan.session_id, item.kind, item.content.strip(), key, item.when,
              json.dumps(list(dict.fromkeys(item.search_keys)), ensure_ascii=False), plan.valid_at or now,
-             supersedes, plan.extraction_id, now),
+             supersedes, plan.extraction_id, now, item.category),
         )
 
     def _set_memory_status(self, c: psycopg.Connection, memory_id: str, status: str, invalid_at: datetime,

@@ -411,8 +411,19 @@ M009_VECTORS = Migration(
     ),
 )
 
+# The host's own category of a memory (``Memory(categories=[...])``), NULL when none was given or fitted.
+M010_CATEGORIES = Migration(
+    10,
+    "categories: the host's category of each memory",
+    (
+        "ALTER TABLE memories ADD COLUMN category TEXT",
+        "CREATE INDEX memories_category ON memories (namespace, category) WHERE category IS NOT NULL",
+    ),
+)
+
 POSTGRES_MIGRATIONS: list[Migration] = [M001_FOUNDATION, M002_EXTRACTION, M003_SUBAGENTS, M004_SUBAGENT_TURN_REF,
-                                        M005_CURSORS, M006_RANKING, M007_LOOP, M008_TOMBSTONES, M009_VECTORS]
+                                        M005_CURSORS, M006_RANKING, M007_LOOP, M008_TOMBSTONES, M009_VECTORS,
+                                        M010_CATEGORIES]
 
 _CREATE_VERSIONS = (
     "CREATE TABLE IF NOT EXISTS schema_migrations ("

@@ -41,11 +41,13 @@ class SQLiteExtractionMixin(ExtractionCore):
 
     def memories(
         self, namespace: str, session_id: str | None = None, include_superseded: bool = False, *,
-        latest: int | None = None,
+        latest: int | None = None, category: str | None = None,
     ) -> list[MemoryRecord]:
-        """Memories of a namespace (or one session), oldest first; live only unless asked; the newest ``latest``."""
+        """Memories of a namespace (or one session, or one category), oldest first; live only unless asked;
+        the newest ``latest``."""
         args: list[Any] = [namespace]
-        sql = and_equal("SELECT * FROM memories WHERE namespace = ?", args, {"session_id": session_id})
+        sql = and_equal("SELECT * FROM memories WHERE namespace = ?", args,
+                        {"session_id": session_id, "category": category})
         if not include_superseded:
             sql += " AND status = 'live'"
         if latest is not None:
@@ -93,6 +95,16 @@ class SQLiteExtractionMixin(ExtractionCore):
                 [namespace, *names, k],
             ).fetchall()
             return self._records(c, rows)
+
+    def entities(self, namespace: str) -> list[dict[str, Any]]:
+        """Every entity of the namespace, oldest first: ``{id, name, kind, note}``."""
+        with self.read() as c:
+            rows = c.execute(
+                "SELECT entity_id, name, kind, note FROM entities WHERE namespace = ?"
+                " ORDER BY created_at, entity_id",
+                (namespace,),
+            ).fetchall()
+        return entity_dicts(rows)
 
     def find_entities(self, namespace: str, names: Sequence[str]) -> list[dict[str, Any]]:
         """Stored entities whose normalised name matches one of ``names``: ``{id, name, kind, note}``."""
@@ -158,6 +170,15 @@ class SQLiteExtractionMixin(ExtractionCore):
         ).fetchone()
         return None if row is None else (row[0], row[1])
 
+    def _people_by_first_name(self, c: sqlite3.Connection, namespace: str, first: str) -> list[tuple[str, str | None]]:
+        prefix = first.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + " %"
+        rows = c.execute(
+            "SELECT entity_id, note FROM entities WHERE namespace = ? AND kind = 'person'"
+            " AND norm_name LIKE ? ESCAPE '\\' ORDER BY created_at, entity_id LIMIT 2",
+            (namespace, prefix),
+        ).fetchall()
+        return [(r[0], r[1]) for r in rows]
+
     def _set_entity_note(self, c: sqlite3.Connection, entity_id: str, note: str, now: datetime) -> None:
         c.execute("UPDATE entities SET note = ?, updated_at = ? WHERE entity_id = ?", (note, now.isoformat(), entity_id))
 
@@ -169,11 +190,11 @@ class SQLiteExtractionMixin(ExtractionCore):
             (entity_id, namespace, e.name.strip(), key, e.kind, e.note, now.isoformat(), now.isoformat()),
         )
 
-    def _live_with_content(self, c: sqlite3.Connection, namespace: str, key: str) -> str | None:
+    def _live_with_content(self, c: sqlite3.Connection, namespace: str, keys: Sequence[str]) -> str | None:
         row = c.execute(
-            "SELECT memory_id FROM memories WHERE namespace = ? AND norm_content = ? AND status = 'live'"
+            "SELECT memory_id FROM memories WHERE namespace = ? AND norm_content IN (?, ?) AND status = 'live'"
             " ORDER BY rowid LIMIT 1",
-            (namespace, key),
+            (namespace, *keys),
         ).fetchone()
         return None if row is None else row[0]
 
@@ -189,11 +210,11 @@ class SQLiteExtractionMixin(ExtractionCore):
                            item: ItemPlan, key: str, now: datetime, supersedes: str | None) -> None:
         c.execute(
             "INSERT INTO memories (memory_id, namespace, session_id, kind, content, norm_content, status, when_text,"
-            " search_keys, valid_at, supersedes, extraction_id, created_at)"
-            " VALUES (?, ?, ?, ?, ?, ?, 'live', ?, ?, ?, ?, ?, ?)",
+            " search_keys, valid_at, supersedes, extraction_id, created_at, category)"
+            " VALUES (?, ?, ?, ?, ?, ?, 'live', ?, ?, ?, ?, ?, ?, ?)",
             (memory_id, namespace, plan.session_id, item.kind, item.content.strip(), key, item.when,
              json.dumps(list(dict.fromkeys(item.search_keys)), ensure_ascii=False),
-             (plan.valid_at or now).isoformat(), supersedes, plan.extraction_id, now.isoformat()),
+             (plan.valid_at or now).isoformat(), supersedes, plan.extraction_id, now.isoformat(), item.category),
         )
 
     def _set_memory_status(self, c: sqlite3.Connection, memory_id: str, status: str, invalid_at: datetime,

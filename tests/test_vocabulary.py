@@ -1,0 +1,75 @@
+"""The host's vocabulary: validation, the optional prompt section and its hash, category matching."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tortoise_sdk import Memory
+from tortoise_sdk.errors import ConfigError, InvalidInput
+from tortoise_sdk.pipeline.prompts import load_prompt
+from tortoise_sdk.vocabulary import MAX_INSTRUCTIONS_CHARS, Vocabulary, vocabulary
+
+STAGES = ("s1_narrate", "s2_map", "s4_review")
+
+
+def test_without_a_vocabulary_the_prompts_and_their_hashes_are_unchanged() -> None:
+    for name in (*STAGES, "vet"):
+        shipped = load_prompt(name)
+        assert shipped.with_vocabulary(None) == shipped
+        assert shipped.with_vocabulary(Vocabulary()) == shipped
+
+
+def test_the_section_sits_before_the_new_turns_and_enters_the_hash() -> None:
+    vocab = vocabulary(["Health", "work"], "Keep medical facts; ignore small talk.")
+    for name in STAGES:
+        shipped = load_prompt(name)
+        prompt = shipped.with_vocabulary(vocab)
+        assert prompt.sha256 != shipped.sha256 and prompt.fields == shipped.fields
+        text = prompt.render(**{f: f"<{f}>" for f in prompt.fields})
+        assert text.index("Keep medical facts; ignore small talk.") < text.index("New turns (each line")
+        assert "Health, work" in text
+    s2 = load_prompt("s2_map").with_vocabulary(vocab)
+    assert load_prompt("s2_map").with_vocabulary(vocabulary(["Health"], None)).sha256 != s2.sha256
+    assert '"category": one of Health, work' in s2.text
+
+
+def test_a_placeholder_in_the_host_text_is_never_filled_in() -> None:
+    prompt = load_prompt("s2_map").with_vocabulary(vocabulary(None, "ignore {transcript} and {nothing}"))
+    assert prompt.fields == load_prompt("s2_map").fields  # render does not ask for {nothing}
+    text = prompt.render(**{f: "X" for f in prompt.fields})
+    assert "ignore {\u200btranscript} and {\u200bnothing}" in text
+
+
+@pytest.mark.parametrize(("categories", "instructions", "field"), [
+    ("health", None, "categories"),
+    (["ok", ""], None, "categories"),
+    (["ok", 3], None, "categories"),
+    (["a,b"], None, "categories"),
+    ([f"c{i}" for i in range(51)], None, "categories"),
+    (None, 42, "extraction_instructions"),
+    (None, "x" * (MAX_INSTRUCTIONS_CHARS + 1), "extraction_instructions"),
+])
+def test_a_malformed_vocabulary_is_refused_naming_its_argument(tmp_path: Path, categories, instructions,
+                                                              field) -> None:
+    with pytest.raises(ConfigError) as err:
+        Memory(str(tmp_path / "m.db"), categories=categories, extraction_instructions=instructions)
+    assert err.value.field == field
+
+
+def test_categories_are_matched_in_the_hosts_spelling() -> None:
+    vocab = vocabulary(["Health", "work", "health "], None)
+    assert vocab is not None and vocab.categories == ("Health", "work")
+    assert (vocab.category("HEALTH"), vocab.category(" work "), vocab.category("hobbies")) == ("Health", "work", None)
+    assert vocabulary(None, "  ") is None
+    assert Vocabulary().category("anything") == "anything"
+
+
+def test_memories_refuses_a_category_the_host_did_not_name(tmp_path: Path) -> None:
+    with Memory(str(tmp_path / "m.db"), categories=["work"]) as mem:
+        assert mem.memories(category="WORK") == []
+        with pytest.raises(InvalidInput, match="not one of this memory's categories"):
+            mem.memories(category="hobbies")
+    with Memory(str(tmp_path / "n.db")) as mem, pytest.raises(InvalidInput, match="Memory\\(categories"):
+        mem.memories(category="work")
