@@ -1,4 +1,4 @@
-"""The error tree as drawn (``errors.py``'s docstring, the README) is the tree the classes form."""
+"""The error tree as drawn (``errors.py``'s docstring, docs/guarantees.md) is the tree the classes form."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 from tortoise_sdk import errors
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+README = Path(__file__).resolve().parents[1] / "docs" / "guarantees.md"
 _NODE = re.compile(r"^(?P<indent>(?:[│ ] {3})*)(?:[├└]── )?(?P<name>\w+)(?: \(also (?P<also>\w+)\))?")
 
 
@@ -20,7 +20,7 @@ def drawn(text: str) -> list[str]:
     return [line.strip("\n")[len(lines[start]) - len(lines[start].lstrip()):] for line in lines[start:end + 1]]
 
 
-def test_the_readme_draws_the_same_tree_as_errors_py():
+def test_the_docs_draw_the_same_tree_as_errors_py():
     assert drawn(README.read_text(encoding="utf-8")) == drawn(errors.__doc__ or "")
 
 

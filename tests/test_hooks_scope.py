@@ -44,3 +44,10 @@ def test_print_names_the_file_it_would_write(tmp_path, capsys, where, name) -> N
 def test_shared_and_user_together_are_refused(capsys) -> None:
     assert main(["hooks", "install", "--user", "--shared"]) == 2
     assert "pass one of them" in capsys.readouterr().err
+
+
+def test_a_bare_project_flag_means_the_current_directory(tmp_path, capsys, monkeypatch) -> None:
+    """The README writes `tortoise hooks install --project --db …`; a DIR-less --project is the current directory."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["hooks", "install", "--project", "--db", "memory.db"]) == 0
+    assert (tmp_path / ".claude" / "settings.local.json").is_file()

@@ -29,8 +29,13 @@ def test_the_quick_start_runs_as_written(tmp_path, capsys, monkeypatch):
     script.write_text(code, encoding="utf-8")
     done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    assert "My dog Biscuit is a two-year-old beagle." in done.stdout
+    block = done.stdout[done.stdout.index("[tortoise memory]"):]
+    assert '"My dog Biscuit is a two-year-old beagle." ref:' in block  # Friday's block quotes Monday
     assert "['monday', 'friday'] 4 turns on Monday" in done.stdout
+    # Run again on the same file, as a user trying it twice does: a new conversation, nothing replayed or refused.
+    again = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, again.stderr
+    assert "['monday', 'friday'] 8 turns on Monday" in again.stdout
     monkeypatch.chdir(tmp_path)
     commands = blocks("shell")
     assert len(commands) == 2

@@ -178,7 +178,7 @@ def _cmd_jobs(args: argparse.Namespace) -> int:
               f"updated {job.updated_at.isoformat(timespec='seconds')}"
               + (f" - {job.last_error}" if job.last_error and job.status != "done" else ""))
     if not jobs:
-        print("no job" + (f" {args.status}" if args.status else ""))
+        print("no jobs" + (f" {args.status}" if args.status else ""))
     return 0
 
 

@@ -286,8 +286,8 @@ def _register_hooks(sub: argparse._SubParsersAction) -> None:
                                    "written into the hook command. Example: tortoise hooks install --user")
     p.add_argument("action", choices=("install", "uninstall"))
     where = p.add_mutually_exclusive_group()
-    where.add_argument("--project", metavar="DIR", help="the project's .claude/settings.json (default: the current "
-                                                        "directory)")
+    where.add_argument("--project", metavar="DIR", nargs="?", const=".",
+                       help="the project in DIR (default, and for a bare --project: the current directory)")
     where.add_argument("--user", action="store_true", help="~/.claude/settings.json")
     p.add_argument("--shared", action="store_true",
                    help="in a project, write .claude/settings.json (committed, shared with the team: the command is "
