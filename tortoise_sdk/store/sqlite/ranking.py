@@ -35,7 +35,7 @@ from ...search import (
 )
 from ..rows import turn_hit
 
-__all__ = ("INDEXED_TURN_COLUMNS", "MEMORY_WEIGHTS", "SQLiteRankingMixin", "TURN_COLUMNS", "memory_bm25", "with_heads")
+__all__ = ("INDEXED_TURN_COLUMNS", "MEMORY_WEIGHTS", "NEWEST_TURNS", "SQLiteRankingMixin", "TURN_COLUMNS", "memory_bm25", "with_heads")
 
 TURN_COLUMNS = "t.turn_id, t.external_id, t.session_id, s.session_date, t.idx, t.role, t.name, t.content"
 #: The same with the content cut to what is indexed: what the reflex's reads return.
@@ -72,6 +72,9 @@ def _head(c: sqlite3.Connection, rowid: int) -> str:
     # Only a character cut at the end of the read part can be incomplete (stored text is valid UTF-8).
     return data.decode("utf-8", errors="ignore")[:INDEX_CHARS]
 _TOKENIZE = "tokenize='porter unicode61 remove_diacritics 2'"
+#: How many of its newest turns stand in for a term whose postings exceed the budget: each is read
+#: and tokenized again for its term frequencies (~15 us a turn), 30x what reading a posting costs.
+NEWEST_TURNS = 500
 # Per-connection TEMP tables: a scratch index with the turn index's tokenizer (each captured
 # batch is tokenized there once, for its statistics; contentless, so emptying it is one
 # 'delete-all' rather than a second tokenization, and without positions, which the counts do not
@@ -181,7 +184,7 @@ class SQLiteRankingMixin:
         namespace) until their postings reach ``search.POSTINGS_BUDGET``; those retrieve and rank
         a candidate pool, and each remaining (common, low-IDF) term adds its IDF to the candidates
         whose indexed text mentions it, its BM25 share at tf = 1 and average length. When even the
-        rarest term has more postings than the budget, only its newest ``POSTINGS_BUDGET`` turns
+        rarest term has more postings than the budget, only its newest ``NEWEST_TURNS`` turns
         are candidates (the index walks a MATCH backwards, so the cost does not grow with the
         store); each is scored exactly as plain BM25 would. On a small namespace every term fits
         the budget and this is plain BM25. Ties go by session id, then position.
@@ -205,7 +208,8 @@ class SQLiteRankingMixin:
             weights = {t: index_idf(n_docs, dfs[t]) for t in lead}
             # Too many postings even for the rarest term: its newest turns, re-tokenized, stand in for the index.
             vocab = "temp.tortoise_turns_inst"
-            if session_id is None and dfs[lead[0]] > budget and self._newest_candidates(c, lead[0], ns_id, budget):
+            if session_id is None and dfs[lead[0]] > budget and self._newest_candidates(
+                    c, lead[0], ns_id, min(budget, NEWEST_TURNS)):
                 vocab = "temp.tortoise_cands_inst"
             scores: dict[int, float] = {}
             # Each (turn, term) pair is scored by SQLite in one grouped row: the term's weighted
