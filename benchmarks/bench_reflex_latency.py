@@ -404,11 +404,13 @@ def run_against(url: str, rev: str, n_queries: int, explain: bool) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         got = time_trees(url, {"this tree": ROOT, rev: _tree_of(rev, Path(tmp) / "base")}, qs)
     print(f"store: {url.rsplit('/', 1)[-1]}; {n_queries} queries, each timed on both trees in turn")
-    print(f"{'code':>12} | {'context p50':>11} {'p95':>7} {'max':>7} {'degraded@50ms':>13} | {'search p50':>10} {'p95':>7}")
+    print(f"{'code':>12} | {'context p50':>11} {'p95':>7} {'max':>7} {'degraded@50ms':>13} {'non-empty':>9} | "
+          f"{'search p50':>10} {'p95':>7}")
     for name, rows in got.items():
         lat, search = [r["ms"] for r in rows], [r["search_ms"] for r in rows]
         print(f"{name:>12} | {pct(lat, 50):>9.2f}ms {pct(lat, 95):>5.2f}ms {max(lat):>5.1f}ms "
-              f"{sum(r['degraded'] is not None for r in rows):>13} | {pct(search, 50):>8.2f}ms {pct(search, 95):>5.2f}ms")
+              f"{sum(r['degraded'] is not None for r in rows):>13} {sum(bool(r['ids']) for r in rows):>9} | "
+              f"{pct(search, 50):>8.2f}ms {pct(search, 95):>5.2f}ms")
     same = sum(a["ids"] == b["ids"] for a, b in zip(*got.values()))
     same_search = sum(a["search"] == b["search"] for a, b in zip(*got.values()))
     print(f"same block pointers: {same}/{len(qs)}; same search hits: {same_search}/{len(qs)}")

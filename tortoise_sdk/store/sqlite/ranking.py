@@ -25,6 +25,7 @@ from ...search import (
     INDEX_CHARS,
     NAME_INDEX_CHARS,
     NAME_WEIGHT,
+    POSTINGS_BUDGET,
     TF_CAP,
     idf,
     idf_bonus,
@@ -34,7 +35,7 @@ from ...search import (
 )
 from ..rows import turn_hit
 
-__all__ = ("INDEXED_TURN_COLUMNS", "MEMORY_WEIGHTS", "SQLiteRankingMixin", "TURN_COLUMNS", "memory_bm25", "with_heads")
+__all__ = ("INDEXED_TURN_COLUMNS", "MEMORY_WEIGHTS", "NEWEST_TURNS", "SQLiteRankingMixin", "TURN_COLUMNS", "memory_bm25", "with_heads")
 
 TURN_COLUMNS = "t.turn_id, t.external_id, t.session_id, s.session_date, t.idx, t.role, t.name, t.content"
 #: The same with the content cut to what is indexed: what the reflex's reads return.
@@ -71,6 +72,9 @@ def _head(c: sqlite3.Connection, rowid: int) -> str:
     # Only a character cut at the end of the read part can be incomplete (stored text is valid UTF-8).
     return data.decode("utf-8", errors="ignore")[:INDEX_CHARS]
 _TOKENIZE = "tokenize='porter unicode61 remove_diacritics 2'"
+#: How many of its newest turns stand in for a term whose postings exceed the budget: each is read
+#: and tokenized again for its term frequencies (~15 us a turn), 30x what reading a posting costs.
+NEWEST_TURNS = 500
 # Per-connection TEMP tables: a scratch index with the turn index's tokenizer (each captured
 # batch is tokenized there once, for its statistics; contentless, so emptying it is one
 # 'delete-all' rather than a second tokenization, and without positions, which the counts do not
@@ -81,6 +85,9 @@ _TEMP_TABLES = (
     "CREATE VIRTUAL TABLE IF NOT EXISTS temp.tortoise_batch_row USING fts5vocab(temp, tortoise_batch, 'row')",
     "CREATE VIRTUAL TABLE IF NOT EXISTS temp.tortoise_batch_col USING fts5vocab(temp, tortoise_batch, 'col')",
     "CREATE VIRTUAL TABLE IF NOT EXISTS temp.tortoise_turns_inst USING fts5vocab(main, turns_fts, 'instance')",
+    # A bounded search's candidates, tokenized again (with positions) for their term frequencies.
+    f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.tortoise_cands USING fts5(content, name, content='', {_TOKENIZE})",
+    "CREATE VIRTUAL TABLE IF NOT EXISTS temp.tortoise_cands_inst USING fts5vocab(temp, tortoise_cands, 'instance')",
     # Memory search: its phrases tokenized as memories_fts does, and that index's postings.
     f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.tortoise_phrases USING fts5(x, {_TOKENIZE})",
     "CREATE VIRTUAL TABLE IF NOT EXISTS temp.tortoise_phrases_inst USING fts5vocab(temp, tortoise_phrases, 'instance')",
@@ -176,9 +183,11 @@ class SQLiteRankingMixin:
         Terms are the index's stems of the words given. They are taken rarest first (in this
         namespace) until their postings reach ``search.POSTINGS_BUDGET``; those retrieve and rank
         a candidate pool, and each remaining (common, low-IDF) term adds its IDF to the candidates
-        whose indexed text mentions it, its BM25 share at tf = 1 and average length. On a small
-        namespace every term fits the budget and this is plain BM25. Ties go by session id, then
-        position.
+        whose indexed text mentions it, its BM25 share at tf = 1 and average length. When even the
+        rarest term has more postings than the budget, only its newest ``NEWEST_TURNS`` turns
+        are candidates (the index walks a MATCH backwards, so the cost does not grow with the
+        store); each is scored exactly as plain BM25 would. On a small namespace every term fits
+        the budget and this is plain BM25. Ties go by session id, then position.
         """
         stems = list(dict.fromkeys(s for st in self.analyze([t for t in terms if t]) for s in st))
         if not stems or k < 1:
@@ -192,17 +201,24 @@ class SQLiteRankingMixin:
             found = [t for t in stems if t in dfs]
             if not found:
                 return []
-            lead, rest = split_by_postings(found, dfs) if session_id is None else (found, [])
+            budget = POSTINGS_BUDGET
+            lead, rest = split_by_postings(found, dfs, budget) if session_id is None else (found, [])
             ensure_temp(c)
             avgdl = max(n_tokens / max(n_docs, 1), 1.0)
             weights = {t: index_idf(n_docs, dfs[t]) for t in lead}
+            # Too many postings even for the rarest term: its newest turns, re-tokenized, stand in for the index.
+            vocab = "temp.tortoise_turns_inst"
+            if session_id is None and dfs[lead[0]] > budget and self._newest_candidates(
+                    c, lead[0], ns_id, min(budget, NEWEST_TURNS)):
+                vocab = "temp.tortoise_cands_inst"
             scores: dict[int, float] = {}
             # Each (turn, term) pair is scored by SQLite in one grouped row: the term's weighted
             # frequency (content 1, name NAME_WEIGHT), capped, saturated with the turn's length.
             # The operations are search.saturation's, in its order; terms are added in sorted order.
             for term in sorted(lead):
-                for doc, score in c.execute(_TERM_SCORES, (weights[term], BM25_K1 + 1.0, BM25_K1, 1.0 - BM25_B,
-                                                           BM25_B, avgdl, NAME_WEIGHT, TF_CAP, term, ns_id)):
+                for doc, score in c.execute(_TERM_SCORES.format(vocab=vocab), (
+                        weights[term], BM25_K1 + 1.0, BM25_K1, 1.0 - BM25_B, BM25_B, avgdl, NAME_WEIGHT, TF_CAP,
+                        term, ns_id)):
                     scores[doc] = scores.get(doc, 0.0) + score
             if session_id is not None:
                 own = {r[0] for r in c.execute("SELECT rowid FROM turns WHERE namespace = ? AND session_id = ?",
@@ -215,13 +231,31 @@ class SQLiteRankingMixin:
                 scores = {d: scores[d] + idf_bonus(texts.get(d, ""), idfs) for d in pool}
             return _top(c, scores, k)
 
+    def _newest_candidates(self, c: sqlite3.Connection, stem: str, ns_id: int, n: int) -> bool:
+        """Fill ``temp.tortoise_cands`` with the indexed text of the ``n`` newest turns of ``ns_id`` holding ``stem``.
+
+        False (and nothing filled) when the stem does not tokenize to itself, so a MATCH on it
+        would look for another term: the caller then reads the whole posting list.
+        """
+        if self.analyze([stem]) != [[stem]]:
+            return False
+        c.execute("INSERT INTO temp.tortoise_cands (tortoise_cands) VALUES ('delete-all')")
+        c.execute(
+            "INSERT INTO temp.tortoise_cands (rowid, content, name)"
+            " SELECT t.rowid, substr(t.content, 1, ?), substr(t.name, 1, ?) FROM turns t WHERE t.rowid IN ("
+            "  SELECT f.rowid FROM turns_fts f JOIN rank_turns i ON i.rowid = f.rowid"
+            "  WHERE turns_fts MATCH ? AND i.ns_id = ? ORDER BY f.rowid DESC LIMIT ?)",
+            (INDEX_CHARS, NAME_INDEX_CHARS, '"' + stem.replace('"', '""') + '"', ns_id, n),
+        )
+        return True
+
 
 # One term's BM25 share per turn of a namespace: ?1 weight, ?2 k1 + 1, ?3 k1, ?4 1 - b, ?5 b, ?6 avgdl,
-# ?7 the name's weight, ?8 the frequency cap, ?9 the term, ?10 the namespace id.
+# ?7 the name's weight, ?8 the frequency cap, ?9 the term, ?10 the namespace id; {vocab} the postings read.
 _TERM_SCORES = """
     SELECT doc, ?1 * (f * ?2 / (f + ?3 * (?4 + ?5 * n / ?6))) FROM (
         SELECT v.doc AS doc, MIN(SUM(CASE v.col WHEN 'content' THEN 1.0 ELSE ?7 END), ?8) AS f, i.n_tokens AS n
-        FROM temp.tortoise_turns_inst v JOIN rank_turns i ON i.rowid = v.doc
+        FROM {vocab} v JOIN rank_turns i ON i.rowid = v.doc
         WHERE v.term = ?9 AND i.ns_id = ?10 GROUP BY v.doc
     )
 """

@@ -1,0 +1,85 @@
+"""SQLite's bounded search: when even the rarest query term has more postings than the budget.
+
+Only that term's newest ``POSTINGS_BUDGET`` turns are candidates; each keeps its plain-BM25
+score, and below the budget the search is plain BM25, as before.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tortoise_sdk.capture import prepare_capture
+from tortoise_sdk.store.sqlite import SQLiteStore
+
+BUDGET = 10
+
+
+def _turns() -> list[dict]:
+    # The best "common" turn (short, three times, and in the speaker's name) is the oldest, so a
+    # search that reads every posting returns it first and one bounded to the newest does not.
+    turns = [{"role": "user", "content": "common common common", "name": "Common"}]
+    for i in range(1, 40):
+        words = " ".join(["common"] * (1 + i % 3) + ["filler"] * (i % 5) + [f"word{i}"])
+        turns.append({"role": "user" if i % 2 else "assistant", "content": words + (" zebra" if i % 7 == 0 else "")})
+    turns += [{"role": "user", "content": f"filler only {i}"} for i in range(10)]
+    return turns
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = SQLiteStore(tmp_path / "bounded.db")
+    turns = _turns()
+    s.capture("ns", prepare_capture("s1", turns[:25], session_date=None, idempotency_key=None, max_turns=5000))
+    s.capture("ns", prepare_capture("s2", turns[25:], session_date=None, idempotency_key=None, max_turns=5000))
+    s.capture("other", prepare_capture("o1", [{"role": "user", "content": "common"}] * 30, session_date=None,
+                                       idempotency_key=None, max_turns=5000))
+    yield s
+    s.close()
+
+
+def _hits(store, terms, k=100):
+    return [(h.turn_id, h.score) for h in store.search_terms("ns", terms, k=k)]
+
+
+def _newest_with(store, word, n):
+    """The turn ids of the ``n`` newest turns of "ns" whose indexed text holds ``word`` (capture order)."""
+    everything = store.search_terms("ns", [word], k=1000)
+    order = {("s1", i): i for i in range(25)} | {("s2", i): 25 + i for i in range(25)}
+    return {h.turn_id for h in sorted(everything, key=lambda h: -order[(h.session_id, h.index)])[:n]}
+
+
+def test_while_the_rarest_term_fits_the_budget_results_are_unchanged(store, monkeypatch):
+    plain = _hits(store, ["zebra", "common"])
+    assert plain == _hits(store, ["common", "zebra"]) and len(plain) == 40  # every "common" turn: plain BM25
+    for budget in (BUDGET, 5):  # "zebra" has 5 postings: it fits both, "common" (40) joins neither
+        monkeypatch.setattr("tortoise_sdk.store.sqlite.ranking.POSTINGS_BUDGET", budget)
+        new = _hits(store, ["zebra", "common"])
+        monkeypatch.setattr(SQLiteStore, "_newest_candidates", lambda *a: False)  # the path before it existed
+        assert new == _hits(store, ["zebra", "common"])
+        monkeypatch.undo()
+
+
+def test_over_the_budget_only_the_newest_postings_are_scored_each_at_its_plain_score(store, monkeypatch):
+    plain = dict(_hits(store, ["common"], k=1000))
+    best_plain = max(plain, key=plain.get)
+    candidates = _newest_with(store, "common", BUDGET)
+    assert best_plain not in candidates  # the fixture's point: the oldest turn wins a full read
+    monkeypatch.setattr("tortoise_sdk.store.sqlite.ranking.POSTINGS_BUDGET", BUDGET)
+    bounded = _hits(store, ["common"], k=5)
+    assert len(bounded) == 5
+    assert {t for t, _ in bounded} <= candidates
+    assert all(score == pytest.approx(plain[t], rel=1e-12) for t, score in bounded)
+    # The best five of the candidates, in plain-BM25 order.
+    assert [s for _, s in bounded] == sorted((plain[t] for t in candidates), reverse=True)[:5]
+
+
+def test_over_the_budget_every_common_term_still_finds_candidates(store, monkeypatch):
+    postings = {w: len(_newest_with(store, w, 1000)) for w in ("common", "filler")}
+    lead = min(postings, key=lambda w: (postings[w], w))
+    assert postings[lead] > BUDGET
+    candidates = _newest_with(store, lead, BUDGET)
+    monkeypatch.setattr("tortoise_sdk.store.sqlite.ranking.POSTINGS_BUDGET", BUDGET)
+    hits = store.search_terms("ns", ["common", "filler"], k=5)
+    assert len(hits) == 5 and {h.turn_id for h in hits} <= candidates
+    # Another namespace's turns are never candidates.
+    assert all(h.session_id in ("s1", "s2") for h in hits)
