@@ -27,7 +27,6 @@ from .errors import (
     StreamParseError,
     TortoiseError,
 )
-from .async_memory import AsyncMemory
 from .ingest import IngestReport
 from .memory import Memory
 from .models import (
@@ -54,6 +53,16 @@ from .models import (
 )
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> object:
+    """``AsyncMemory`` is imported on first use: asyncio costs a fresh process (``tortoise hook``) tens of ms."""
+    if name == "AsyncMemory":
+        from .async_memory import AsyncMemory
+
+        return AsyncMemory
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "AdapterError",
