@@ -4,6 +4,8 @@ Capture every turn durably, search it verbatim, extract grounded memories with a
 staged LLM pipeline, and hand a bounded memory block to the host before each turn.
 """
 
+from typing import TYPE_CHECKING
+
 from .errors import (
     AdapterError,
     CaptureConflict,
@@ -51,6 +53,9 @@ from .models import (
     Tombstone,
     Turn,
 )
+
+if TYPE_CHECKING:  # for type checkers and the API docs; imported on first use below
+    from .async_memory import AsyncMemory
 
 __version__ = "0.1.0"
 
