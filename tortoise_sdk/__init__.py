@@ -4,6 +4,8 @@ Capture every turn durably, search it verbatim, extract grounded memories with a
 staged LLM pipeline, and hand a bounded memory block to the host before each turn.
 """
 
+from typing import TYPE_CHECKING
+
 from .errors import (
     AdapterError,
     CaptureConflict,
@@ -27,7 +29,6 @@ from .errors import (
     StreamParseError,
     TortoiseError,
 )
-from .async_memory import AsyncMemory
 from .ingest import IngestReport
 from .memory import Memory
 from .models import (
@@ -55,7 +56,20 @@ from .models import (
     Turn,
 )
 
+if TYPE_CHECKING:  # for type checkers and the API docs; imported on first use below
+    from .async_memory import AsyncMemory
+
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> object:
+    """``AsyncMemory`` is imported on first use: asyncio costs a fresh process (``tortoise hook``) tens of ms."""
+    if name == "AsyncMemory":
+        from .async_memory import AsyncMemory
+
+        return AsyncMemory
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "AdapterError",

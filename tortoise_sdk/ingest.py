@@ -9,16 +9,16 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from .errors import StreamParseError
-from .models import CaptureReceipt, Diagnostic, SubagentCounters
+from .models import CaptureReceipt, DeferredModel, Diagnostic, SubagentCounters
 from .streams.base import ParseReport
 
 __all__ = ("FollowedFile", "IngestReport", "TailSpan", "follow_state", "tail_span")
 
 
-class IngestReport(BaseModel):
+class IngestReport(DeferredModel):
     """The outcome of ingesting one transcript or stream: turns captured, sub-agent frames recorded."""
 
     format: str = Field(description="The format read: claude-code, stream-json, acp or turns.")

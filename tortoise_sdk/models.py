@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictStr, computed_field, mo
 __all__ = (
     "CaptureReceipt",
     "Cursor",
+    "DeferredModel",
     "Diagnostic",
     "EmbedReport",
     "ExpandResult",
@@ -56,6 +57,13 @@ MEMORY_BLOCK_END = "[/tortoise memory]"
 ROLES: tuple[str, ...] = ("user", "assistant", "system", "tool")
 
 
+class DeferredModel(BaseModel):
+    """The base of the SDK's shapes: each builds its validator on first use, so a process that uses few
+    (``tortoise hook``, a fresh process per prompt) does not pay for them all at import."""
+
+    model_config = ConfigDict(defer_build=True)
+
+
 def utc_now() -> datetime:
     """The current time, timezone-aware UTC."""
     return datetime.now(timezone.utc)
@@ -76,7 +84,7 @@ def _cut(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
-class Turn(BaseModel):
+class Turn(DeferredModel):
     """One message of a conversation, as the caller gives it."""
 
     model_config = ConfigDict(extra="forbid")
@@ -89,7 +97,7 @@ class Turn(BaseModel):
     metadata: dict[str, Any] | None = Field(default=None, description="Free-form caller data, kept verbatim.")
 
 
-class Diagnostic(BaseModel):
+class Diagnostic(DeferredModel):
     """A problem that did not stop the call: where it happened and what it was."""
 
     stage: str = Field(description="capture, s1, s2, vet, s3, s4, ground, s5, reflex, subagents ...")
@@ -98,7 +106,7 @@ class Diagnostic(BaseModel):
     detail: dict[str, Any] | None = Field(default=None, description="Structured context.")
 
 
-class StageStats(BaseModel):
+class StageStats(DeferredModel):
     """Cost and effort of one pipeline stage. Unreported figures stay None."""
 
     calls: int = 0
@@ -112,7 +120,7 @@ class StageStats(BaseModel):
     prompt_hash: str | None = Field(default=None, description="sha256 of the prompt template used.")
 
 
-class ExtractionReport(BaseModel):
+class ExtractionReport(DeferredModel):
     """What the extraction pipeline did for one session."""
 
     status: Literal["ok", "partial", "failed", "skipped", "queued"]
@@ -131,7 +139,7 @@ class ExtractionReport(BaseModel):
                                   "the next extraction reads them again; None: no turn waits.")
 
 
-class CaptureReceipt(BaseModel):
+class CaptureReceipt(DeferredModel):
     """The durable record of one ``capture`` call."""
 
     receipt_id: str
@@ -150,7 +158,7 @@ class CaptureReceipt(BaseModel):
     created_at: datetime = Field(default_factory=utc_now)
 
 
-class SearchHit(BaseModel):
+class SearchHit(DeferredModel):
     """A stored turn that matched a search."""
 
     turn_id: str
@@ -165,7 +173,7 @@ class SearchHit(BaseModel):
                                      "names (search).")
 
 
-class SearchResult(BaseModel):
+class SearchResult(DeferredModel):
     """A search with what it looked for: the terms, the hits, and why there are none when the query is the cause."""
 
     query: str
@@ -177,7 +185,7 @@ class SearchResult(BaseModel):
                                  "reciprocal rank) or 'words only: <why>'; None without one.")
 
 
-class SessionInfo(BaseModel):
+class SessionInfo(DeferredModel):
     """A captured session."""
 
     session_id: str
@@ -187,7 +195,7 @@ class SessionInfo(BaseModel):
     updated_at: datetime
 
 
-class NamespaceInfo(BaseModel):
+class NamespaceInfo(DeferredModel):
     """A namespace of a store and how much it holds."""
 
     name: str
@@ -196,7 +204,7 @@ class NamespaceInfo(BaseModel):
     memories: int = Field(description="Live memories (superseded and retracted versions not counted).")
 
 
-class Source(BaseModel):
+class Source(DeferredModel):
     """A turn a memory was drawn from, with the verbatim quote."""
 
     turn_id: str
@@ -205,7 +213,7 @@ class Source(BaseModel):
     quote: str | None = None
 
 
-class MemoryRecord(BaseModel):
+class MemoryRecord(DeferredModel):
     """An extracted memory: an event or a point, grounded in source turns."""
 
     id: str
@@ -225,7 +233,7 @@ class MemoryRecord(BaseModel):
     category: str | None = Field(default=None, description="The host's category (Memory(categories=...)).")
 
 
-class Pointer(BaseModel):
+class Pointer(DeferredModel):
     """One item of a memory block."""
 
     id: str
@@ -239,7 +247,7 @@ class Pointer(BaseModel):
     superseded: bool = False
 
 
-class MemoryBlock(BaseModel):
+class MemoryBlock(DeferredModel):
     """What the reflex hands the host before a turn: possibly empty, never raising."""
 
     block: str = ""
@@ -250,7 +258,7 @@ class MemoryBlock(BaseModel):
     elapsed_ms: float = 0.0
 
 
-class ExpandResult(BaseModel):
+class ExpandResult(DeferredModel):
     """The full record behind a pointer."""
 
     id: str
@@ -264,7 +272,7 @@ class ExpandResult(BaseModel):
     surrounding: list[SearchHit] = Field(default_factory=list)
 
 
-class SubagentContext(BaseModel):
+class SubagentContext(DeferredModel):
     """One sub-agent invocation, as recorded from the event stream (structure, no content)."""
 
     id: str
@@ -293,7 +301,7 @@ class SubagentContext(BaseModel):
     updated_at: datetime
 
 
-class SubagentCounters(BaseModel):
+class SubagentCounters(DeferredModel):
     """Persistent counters of the subagent recorder.
 
     Every frame handed to the recorder counts once in ``attempted`` and once in exactly one of
@@ -332,7 +340,7 @@ class SubagentCounters(BaseModel):
         return self.persisted
 
 
-class LaunchingCall(BaseModel):
+class LaunchingCall(DeferredModel):
     """A tool call in the captured turns that launched a sub-agent (e.g. a ``Task``/``Agent`` tool_use)."""
 
     session_id: str = Field(description="The session of the turn that holds the call.")
@@ -343,7 +351,7 @@ class LaunchingCall(BaseModel):
                                          "captured; None when neither is known.")
 
 
-class SubagentKey(BaseModel):
+class SubagentKey(DeferredModel):
     """A sub-agent row's key, with where it came from."""
 
     session_id: str
@@ -353,7 +361,7 @@ class SubagentKey(BaseModel):
     observed_at: datetime
 
 
-class SubagentHealth(BaseModel):
+class SubagentHealth(DeferredModel):
     """Expected versus observed sub-agent launches: two directed anti-joins, never netted against each other.
 
     Only a shortfall fails the check (``ok``): a row nobody expected is reported, never alarmed. No
@@ -382,7 +390,7 @@ class SubagentHealth(BaseModel):
         return not self.shortfall
 
 
-class EmbedReport(BaseModel):
+class EmbedReport(DeferredModel):
     """What one ``Memory.embed_pending`` run did."""
 
     model: str = Field(description="The embedding model the vectors are stored under.")
@@ -394,7 +402,7 @@ class EmbedReport(BaseModel):
                                                                "(None for a callable embedder).")
 
 
-class ForgetReport(BaseModel):
+class ForgetReport(DeferredModel):
     """What a ``forget_session``/``forget_memory`` call removed: all zeros when there was nothing (left) to forget."""
 
     namespace: str
@@ -415,7 +423,7 @@ class ForgetReport(BaseModel):
         return sum(self.removed.values())
 
 
-class Tombstone(BaseModel):
+class Tombstone(DeferredModel):
     """The audit row a forgetting leaves: what was removed (counts), when, by which call; no content, no id."""
 
     id: str
@@ -428,7 +436,7 @@ class Tombstone(BaseModel):
     forgotten_at: datetime
 
 
-class JobInfo(BaseModel):
+class JobInfo(DeferredModel):
     """A durable background extraction job."""
 
     job_id: str
@@ -455,7 +463,7 @@ class JobInfo(BaseModel):
         return self.errors[-1] if self.errors else None
 
 
-class ExtractionState(BaseModel):
+class ExtractionState(DeferredModel):
     """How far a session is extracted: the window of the last committed extraction."""
 
     session_id: str
@@ -466,7 +474,7 @@ class ExtractionState(BaseModel):
     updated_at: datetime
 
 
-class Cursor(BaseModel):
+class Cursor(DeferredModel):
     """Named state a host integration keeps in the store between processes (a transcript's read offset ...)."""
 
     name: str = Field(description="The cursor's name, unique in its namespace, e.g. 'claude-code:<path>'.")

@@ -9,9 +9,9 @@ from collections import Counter
 from datetime import datetime, timezone
 from typing import Any, ClassVar, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
-from tortoise_sdk.models import Turn, utc_now
+from tortoise_sdk.models import DeferredModel, Turn, utc_now
 
 __all__ = (
     "AGENT_TOOL_NAMES",
@@ -33,7 +33,7 @@ StreamFormat = Literal["turns", "claude-code", "stream-json", "acp"]
 AGENT_TOOL_NAMES: frozenset[str] = frozenset({"Task", "Agent"})
 
 
-class TurnEvent(BaseModel):
+class TurnEvent(DeferredModel):
     """One turn read from a stream, with where it came from."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -45,7 +45,7 @@ class TurnEvent(BaseModel):
     format: str = Field(description="claude-code, stream-json, acp or turns.")
 
 
-class SubagentFrame(BaseModel):
+class SubagentFrame(DeferredModel):
     """One observation of a sub-agent invocation: structure only, never prompt or result text."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -78,7 +78,7 @@ class SubagentFrame(BaseModel):
 Event = Union[TurnEvent, SubagentFrame]
 
 
-class SkippedLine(BaseModel):
+class SkippedLine(DeferredModel):
     """A line that produced no turn and no frame, and why."""
 
     line: int | None
@@ -86,7 +86,7 @@ class SkippedLine(BaseModel):
     reason: str
 
 
-class ParseReport(BaseModel):
+class ParseReport(DeferredModel):
     """What a parser read: every line counted by type, and every line it did not use."""
 
     format: str
@@ -102,7 +102,7 @@ class ParseReport(BaseModel):
         return dict(Counter(s.reason for s in self.skipped))
 
 
-class ParsedStream(BaseModel):
+class ParsedStream(DeferredModel):
     """The result of ``parse_stream``: turns by session, sub-agent frames, and the report."""
 
     format: str
