@@ -308,3 +308,14 @@ def pg_url(request: pytest.FixtureRequest) -> Iterator[str]:
     require_postgres()
     with temp_database(f"tortoise_{request.module.__name__.removeprefix('test_')}") as url:
         yield url
+
+
+@pytest.fixture(params=("sqlite", "postgres"))
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+    """A store on each engine (PostgreSQL: the module's ``pg_url``); a module may define its own ``store``."""
+    from tortoise_sdk.store import open_store
+
+    url = str(tmp_path / "store.db") if request.param == "sqlite" else request.getfixturevalue("pg_url")
+    s = open_store(url)
+    yield s
+    s.close()

@@ -11,15 +11,6 @@ import pytest
 
 from tortoise_sdk import AsyncMemory, Memory
 from tortoise_sdk.errors import CaptureConflict, IdempotencyConflict
-from tortoise_sdk.store import open_store
-
-
-@pytest.fixture(params=("sqlite", "postgres"))
-def store(request, tmp_path):
-    url = str(tmp_path / "m.db") if request.param == "sqlite" else request.getfixturevalue("pg_url")
-    s = open_store(url)
-    yield s
-    s.close()
 
 
 def pair(store):

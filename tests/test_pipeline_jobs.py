@@ -13,7 +13,7 @@ import time
 from datetime import datetime, timedelta, timezone
 
 import pytest
-from pgtemp import require_postgres, temp_database, temp_server
+from pgtemp import temp_server
 
 from tortoise_sdk.errors import LeaseLost
 from tortoise_sdk.models import ExtractionReport, JobInfo
@@ -22,21 +22,6 @@ from tortoise_sdk.store import open_store
 from tortoise_sdk.store.plan import Fence
 
 NS = "jobs"
-
-
-@pytest.fixture(scope="module")
-def pg_url():
-    require_postgres()
-    with temp_database("tortoise_jobs") as url:
-        yield url
-
-
-@pytest.fixture(params=("sqlite", "postgres"))
-def store(request, tmp_path):
-    url = str(tmp_path / "jobs.db") if request.param == "sqlite" else request.getfixturevalue("pg_url")
-    s = open_store(url)
-    yield s
-    s.close()
 
 
 @pytest.mark.parametrize("late", ["finishes", "crashes"])
