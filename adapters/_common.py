@@ -10,7 +10,7 @@ pointer comes back only when the user asks again ("remind me ...", a question) o
 after that many host turns.
 
 The host holds the messages it sends: the stored turns of the current session among them are
-not memory to show it again (issue 23). ``_context`` takes those messages as turns (converted as
+not memory to show it again. ``_context`` takes those messages as turns (converted as
 the adapter captures them) and passes ``Memory.context`` the index of the session's first
 stored turn among them, by message id or text, as ``held_from``: turns the host trimmed away
 before it are memory again, turns of earlier sessions always are.
@@ -28,10 +28,26 @@ from ..models import CaptureReceipt, JobInfo, MemoryBlock, tool_use_text, utc_no
 if TYPE_CHECKING:
     from ..memory import ExtractMode, Memory
 
-__all__ = ("DEFAULT_SHOWN_TURNS", "MemoryAdapter", "tool_use_text")
+__all__ = ("DEFAULT_SHOWN_TURNS", "MemoryAdapter", "first_held_index", "tool_use_text")
 
 #: Pointers a block showed in this many recent host turns of a session are not shown again unasked.
 DEFAULT_SHOWN_TURNS = 3
+
+
+def first_held_index(mem: Memory, session_id: str, held: Iterable[dict[str, Any] | None]) -> int | None:
+    """The index of ``session_id``'s first stored turn among ``held`` (the turns the host sends, matched by
+    ``id`` or by text), to pass ``Memory.context`` as ``held_from``; None when the host sends none of them."""
+    ids: set[str] = set()
+    texts: set[str] = set()
+    for turn in held:
+        if turn is not None:
+            if turn.get("id") is not None:
+                ids.add(str(turn["id"]))
+            texts.add(str(turn["content"]).strip())
+    if not ids and not texts:
+        return None
+    stored = mem.turns(session_id)
+    return next((t.index for t in stored if t.external_id in ids or t.content.strip() in texts), None)
 
 
 class MemoryAdapter:
@@ -68,22 +84,12 @@ class MemoryAdapter:
         return list(messages)[-self.window_turns:]
 
     def _held_from(self, session_id: str, held: Iterable[dict[str, Any] | None]) -> int | None:
-        """The index of ``session_id``'s first stored turn among ``held`` (the turns the host sends, by id or
-        text); None when the host sends none of them (or the store fails: then nothing is excluded, logged)."""
-        ids: set[str] = set()
-        texts: set[str] = set()
-        for turn in held:
-            if turn is not None:
-                ids.add(str(turn["id"]))
-                texts.add(str(turn["content"]).strip())
-        if not ids:
-            return None
+        """``first_held_index`` for this adapter's memory; a store failure is logged and excludes nothing."""
         try:
-            stored = self.mem.turns(session_id)
+            return first_held_index(self.mem, session_id, held)
         except Exception as exc:
             self._log().warning("tortoise: the turns %s holds not read: %s", session_id, exc)
             return None
-        return next((t.index for t in stored if t.external_id in ids or t.content.strip() in texts), None)
 
     def _context(self, window: Sequence[Any], session_id: str,
                  held: Iterable[dict[str, Any] | None] = ()) -> MemoryBlock:

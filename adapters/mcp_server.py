@@ -39,6 +39,7 @@ from ..models import (
     SessionInfo,
     Turn,
 )
+from ._common import first_held_index
 
 if TYPE_CHECKING:
     from ..memory import ExtractMode, Memory
@@ -63,6 +64,17 @@ class MemoriesResult(BaseModel):
     """Extracted memories, oldest first."""
 
     memories: list[MemoryRecord] = Field(description="Events and points with their entities and source quotes.")
+
+
+def _held_from(mem: Memory, session_id: str | None, turns: list[Turn]) -> int | None:
+    """Where the client's window starts in ``session_id``'s stored turns (None: nothing to hold back, or the
+    store could not say; the block is then built without that rule rather than failing)."""
+    if session_id is None:
+        return None
+    try:
+        return first_held_index(mem, session_id, (t.model_dump() for t in turns))
+    except TortoiseError:
+        return None
 
 
 def build_server(
@@ -105,8 +117,9 @@ def build_server(
                                                       "not repeated unless the user asks.")] = [],  # noqa: B006
         budget: Annotated[int, Field(ge=1, le=8, description="At most this many pointers.")] = 3,
         max_tokens: Annotated[int, Field(ge=1, le=4000, description="Token cap of the block.")] = 400,
-        session_id: Annotated[str | None, Field(description="The current conversation's session id; its "
-                                                            "turns in the window are not surfaced.")] = None,
+        session_id: Annotated[str | None, Field(description="The current conversation's session id: its stored "
+                                                            "turns from the first one in the window on are what "
+                                                            "the client holds, and are not surfaced.")] = None,
     ) -> Annotated[CallToolResult, MemoryBlock]:
         """The bounded memory block for the user's message: pointers to relevant earlier turns and memories.
 
@@ -114,8 +127,9 @@ def build_server(
         """
         turns = [*window, Turn(role="user", content=query)]
         prior = " ".join(f"ref:{p}" for p in shown) or None
+        held_from = _held_from(mem, session_id, turns)
         block = _call(lambda: mem.context(turns, prior, budget=budget, max_tokens=max_tokens,
-                                          session_id=session_id))
+                                          session_id=session_id, held_from=held_from))
         text = block.block or f"no memory block: nothing relevant{_reason(block)}"
         return _result(block, text)
 

@@ -96,6 +96,36 @@ def test_tools_capture_search_context_expand_over_stdio(tmp_path: Path) -> None:
     run(scenario())
 
 
+def test_the_clients_window_is_held_and_what_it_compacted_away_is_memory(tmp_path: Path) -> None:
+    """The window a client sends is what it holds: the session's stored turns from the first of them on are
+    never shown back, even those it did not send again; turns before the window are memory again."""
+    db = tmp_path / "m.db"
+    chat = [TURNS[0], TURNS[1]] + [
+        {"role": "user" if i % 2 == 0 else "assistant", "content": line, "id": f"x{i}"}
+        for i, line in enumerate(["Can you draft the quarterly budget summary?", "Here is a first draft.",
+                                  "Shorten the second paragraph please.", "Done, it is shorter now.",
+                                  "Add the travel costs table.", "Added the travel costs table.",
+                                  "Check the totals again.", "The totals add up.",
+                                  "Send it to Priya.", "Sent to Priya."])]
+
+    async def scenario() -> None:
+        async with server(db, "alice") as client:
+            await client.call_tool("memory_capture", {"session_id": "chat", "turns": chat})
+            query = {"query": "What does Biscuit eat these days?", "session_id": "chat"}
+            held = (await client.call_tool("memory_context", {**query, "window": chat})).structured_content
+            assert held["pointers"] == [] and held["block"] == ""
+            # A client that sends only the user's messages still holds the replies between them.
+            users = [t for t in chat[6:] if t["role"] == "user"]
+            asked = {"query": "Did you add the travel costs table?", "session_id": "chat", "window": users}
+            replies = (await client.call_tool("memory_context", asked)).structured_content
+            assert replies["pointers"] == [], replies
+            compacted = (await client.call_tool("memory_context", {**query, "window": chat[6:]})).structured_content
+            assert "u1" in {p["external_id"] for p in compacted["pointers"]}, compacted
+            assert "compacted" in compacted["block"]
+
+    run(scenario())
+
+
 def test_a_server_on_another_namespace_sees_nothing_of_the_first(tmp_path: Path) -> None:
     db = tmp_path / "m.db"
 
