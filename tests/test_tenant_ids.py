@@ -24,6 +24,7 @@ from tortoise_sdk.store.rows import subagent_id_for, tombstone_id_for
 from tortoise_sdk.streams import SubagentFrame
 
 T0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
+UNICODE_NS = "équipe-東京-🦊"
 
 
 @contextmanager
@@ -67,6 +68,12 @@ def _tenant_b(url: str, crowd: Any) -> dict[str, Any]:
         crowd()
         b.record_subagent(_frame("s2", "call-3"))
         b.record_subagent(_frame("s3", "call-0"))
+        b.remember("B sails with the harbour club", about=["Harbour Club"])
+        crowd()
+        seen["memories"] = [m.id for m in b.memories()]
+        seen["entities"] = [e["id"] for e in b.entities()]
+        b.store.enqueue_job("b", "s2")
+        seen["jobs"] = [j.job_id for j in b.jobs()]
         seen["subagents"] = [r.id for r in b.subagents()]
         seen["tombstones"] = [t.id for t in b.tombstones()]
         seen["turns"] = [t.turn_id for s in ("s2",) for t in b.turns(s)]
@@ -86,6 +93,7 @@ def _crowd(url: str) -> Any:
                 session = f"gone-{next(calls)}-{i}"
                 a.capture(session, _says("something to forget"))
                 a.forget_session(session)
+            a.remember(f"A fact number {next(calls)}", about=["Harbour Club"])
     return write
 
 
@@ -93,13 +101,15 @@ def test_other_tenants_writes_leave_every_id_a_tenant_sees_unchanged(engine, tmp
     with _database(engine, tmp_path, "alone") as alone, _database(engine, tmp_path, "crowded") as crowded:
         quiet = _tenant_b(alone, lambda: None)
         busy = _tenant_b(crowded, _crowd(crowded))
-    random_ids = {"receipts"}
+    random_ids = {"receipts", "jobs"}
     assert {k: v for k, v in quiet.items() if k not in random_ids} == \
         {k: v for k, v in busy.items() if k not in random_ids}
     assert len(set(quiet["subagents"])) == 3 and len(set(quiet["tombstones"])) == 2
+    assert len(quiet["memories"]) == 1 and len(quiet["entities"]) == 1 and quiet["jobs"]
     assert quiet["tombstones"] == [quiet["forget_s1"], quiet["forget_s1_again"]]
     for ids in (quiet, busy):  # random, not counted: a uuid4's 32 hex digits
         assert all(re.fullmatch(r"r_[0-9a-f]{32}", r) for r in ids["receipts"])
+        assert all(re.fullmatch(r"j_[0-9a-f]{32}", j) for j in ids["jobs"])
     assert all(re.fullmatch(r"a_[0-9a-f]{20}", i) for i in quiet["subagents"])
     assert all(re.fullmatch(r"f_[0-9a-f]{20}", i) for i in quiet["tombstones"])
 
@@ -125,9 +135,11 @@ def _previous_schema(url: str) -> None:
            " 'explore', {f}, 'live', {p}, {p})")
     tomb = ("INSERT INTO tombstones (namespace, subject, subject_hash, call, removed, forgotten_at)"
             " VALUES ({p}, {p}, {p}, 'Memory.forget_session', '{{\"turns\": 1}}', {p})")
-    subs = [("a", "x", None, "c1"), ("b", "s1", "m-1", "call-1"), ("a", "x", None, "c2"), ("b", "s2", None, "call-2")]
+    subs = [("a", "x", None, "c1"), ("b", "s1", "m-1", "call-1"), ("a", "x", None, "c2"), ("b", "s2", None, "call-2"),
+            (UNICODE_NS, "séance ☕", None, "appel-𝟙")]
     tombs = [("a", "session", subject_hash("a", "session", "g")), ("b", "session", subject_hash("b", "session", "s9")),
-             ("b", "session", subject_hash("b", "session", "s9")), ("b", "memory", subject_hash("b", "memory", "m_1"))]
+             ("b", "session", subject_hash("b", "session", "s9")), ("b", "memory", subject_hash("b", "memory", "m_1")),
+             (UNICODE_NS, "session", subject_hash(UNICODE_NS, "session", "séance ☕"))]
     if url.startswith("postgresql://"):
         import psycopg
 
@@ -166,6 +178,11 @@ def test_a_store_of_the_previous_version_gets_opaque_ids_and_keeps_every_row(eng
             assert [t.id for t in tombs] == [tombstone_id_for("b", s9, 0), tombstone_id_for("b", s9, 1),
                                              tombstone_id_for("b", subject_hash("b", "memory", "m_1"), 0)]
             assert store.tombstones("b", "session", "s9") == tombs[:2]
+            # the SQL that computes them on PostgreSQL hashes the UTF-8 bytes, as Python does
+            assert [r.id for r in store.subagents(UNICODE_NS)] == [
+                subagent_id_for(UNICODE_NS, "séance ☕", "unknown", "appel-𝟙")]
+            assert [t.id for t in store.tombstones(UNICODE_NS)] == [
+                tombstone_id_for(UNICODE_NS, subject_hash(UNICODE_NS, "session", "séance ☕"), 0)]
             # rows written after the migration carry on: the frame merges into its row, a new forgetting counts on
             again = store.upsert_subagent("b", _normalized(_frame("s1", "call-1")), now=T0)
             assert again.id == rows[0].id and again.turn_ref == "m-1"
