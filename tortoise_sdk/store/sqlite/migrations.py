@@ -23,13 +23,6 @@ __all__ = ("APPLICATION_ID", "SQLITE_MIGRATIONS", "applied_versions", "migrate_s
 APPLICATION_ID = 0x546F7274
 
 
-#: The sub-agent columns migration 11 copies as they are (all but ``id`` and the new ``public_id``).
-_SUBAGENT_COLUMNS = ("namespace, session_id, turn_id, agent_execution_id, tool_call_id, parent_tool_call_id,"
-                     " subagent_type, description, agent_id, child_session_id, model, agent_status, tool_status,"
-                     " is_async, total_tokens, tool_use_count, duration_ms, source, observed_at, settled_at,"
-                     " updated_at, turn_ref")
-
-
 M001_FOUNDATION = Migration(
     1,
     "foundation: sessions, turns, turn FTS, capture receipts",
@@ -417,6 +410,13 @@ M010_CATEGORIES = Migration(
         "CREATE INDEX memories_category ON memories (namespace, category) WHERE category IS NOT NULL",
     ),
 )
+
+#: The sub-agent columns migration 11 copies as they are (all but ``id`` and the new ``public_id``).
+_SUBAGENT_COLUMNS = ("namespace, session_id, turn_id, agent_execution_id, tool_call_id, parent_tool_call_id,"
+                     " subagent_type, description, agent_id, child_session_id, model, agent_status, tool_status,"
+                     " is_async, total_tokens, tool_use_count, duration_ms, source, observed_at, settled_at,"
+                     " updated_at, turn_ref")
+
 
 # Ids that tell nothing of other namespaces. The integer ``id`` of a sub-agent row or a tombstone was
 # a counter shared by every namespace, and the gap between two of a tenant's ids told how many such
