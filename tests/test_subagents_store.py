@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from tortoise_sdk import Memory
 from tortoise_sdk.models import SubagentCounters
 from tortoise_sdk.store.sqlite.migrations import SQLITE_MIGRATIONS, migrate_sqlite
+from tortoise_sdk.store.rows import subagent_id_for
 from tortoise_sdk.store.sqlite import SQLiteStore
 from tortoise_sdk.streams import SubagentFrame
 from tortoise_sdk.subagents import SubagentRecorder, is_terminal, normalize_frame, replay
@@ -143,8 +144,10 @@ def test_sql_upsert_equals_the_oracle_for_any_order_and_duplication(world, frame
     got, expected_counts = check_against_replay(store, order, nows, resolve)
     assert store.subagent_counters(NS) == expected_counts == recorder.counts
     listed = store.subagents(NS)
-    keys = [(r.observed_at, r.tool_call_id, r.agent_execution_id, r.session_id, int(r.id)) for r in listed]
+    keys = [(r.observed_at, r.tool_call_id, r.agent_execution_id, r.session_id) for r in listed]
     assert keys == sorted(keys)
+    assert [r.id for r in listed] == [subagent_id_for(NS, r.session_id, r.agent_execution_id, r.tool_call_id)
+                                      for r in listed]
 
     # the facts, stated directly; a backfill frame after the row turned live is ignored (AC-22)
     for key, row in got.items():

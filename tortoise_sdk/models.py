@@ -275,7 +275,8 @@ class ExpandResult(DeferredModel):
 class SubagentContext(DeferredModel):
     """One sub-agent invocation, as recorded from the event stream (structure, no content)."""
 
-    id: str
+    id: str = Field(description="'a_' and 20 hex digits: a hash of the namespace, session, execution and tool "
+                    "call ids, so the same invocation keeps its id and it tells nothing of other namespaces.")
     namespace: str
     session_id: str
     turn_id: str | None = None
@@ -426,7 +427,8 @@ class ForgetReport(DeferredModel):
 class Tombstone(DeferredModel):
     """The audit row a forgetting leaves: what was removed (counts), when, by which call; no content, no id."""
 
-    id: str
+    id: str = Field(description="'f_' and 20 hex digits: a hash of the namespace, the subject hash and how many "
+                    "tombstones the subject had before; it tells nothing of other namespaces.")
     namespace: str
     subject: Literal["session", "memory"]
     subject_hash: str = Field(description="sha256 of namespace, subject and the forgotten id: "

@@ -25,6 +25,7 @@ from pathlib import PurePath
 from typing import Any, ClassVar
 
 from ..models import ForgetReport, Tombstone, utc_now
+from .rows import tombstone_id_for
 from .subagent_core import DERIVED_MARKERS
 
 __all__ = ("HASHED_FOLLOW", "ForgetMixin", "subject_hash")
@@ -136,14 +137,15 @@ class ForgetMixin:
     def tombstones(self, namespace: str, subject: str | None = None, subject_id: str | None = None) -> list[Tombstone]:
         """The namespace's tombstones, oldest first; with ``subject`` and ``subject_id``, only that subject's."""
         p = self.PARAM
-        sql = f"SELECT id, subject, subject_hash, call, removed, forgotten_at FROM tombstones WHERE namespace = {p}"
+        sql = (f"SELECT public_id, subject, subject_hash, call, removed, forgotten_at FROM tombstones"
+               f" WHERE namespace = {p}")
         args: list[Any] = [namespace]
         if subject is not None and subject_id is not None:
             sql += f" AND subject_hash = {p}"
             args.append(subject_hash(namespace, subject, subject_id))
         with self.read() as c:
             rows = c.execute(sql + " ORDER BY id", args).fetchall()
-        return [Tombstone(id=str(r[0]), namespace=namespace, subject=r[1], subject_hash=r[2], call=r[3],
+        return [Tombstone(id=r[0], namespace=namespace, subject=r[1], subject_hash=r[2], call=r[3],
                           removed=json.loads(r[4]), forgotten_at=r[5]) for r in rows]
 
     # -- the steps ------------------------------------------------------------------------------
@@ -211,13 +213,20 @@ class ForgetMixin:
             return
         p = self.PARAM
         report.forgotten_at = utc_now()
-        row = c.execute(
-            "INSERT INTO tombstones (namespace, subject, subject_hash, call, removed, forgotten_at)"
-            f" VALUES ({p}, {p}, {p}, {p}, {p}, {p}) RETURNING id",
-            (report.namespace, report.subject, subject_hash(report.namespace, report.subject, subject_id), call,
+        hashed = subject_hash(report.namespace, report.subject, subject_id)
+        # The subject's own count in its namespace numbers its tombstones: no counter shared by namespaces.
+        n = c.execute(f"SELECT COUNT(*) FROM tombstones WHERE namespace = {p} AND subject_hash = {p}",
+                      (report.namespace, hashed)).fetchone()[0]
+        while c.execute(f"SELECT 1 FROM tombstones WHERE public_id = {p}",
+                        (tombstone_id_for(report.namespace, hashed, n),)).fetchone() is not None:
+            n += 1
+        report.tombstone_id = tombstone_id_for(report.namespace, hashed, n)
+        c.execute(
+            "INSERT INTO tombstones (public_id, namespace, subject, subject_hash, call, removed, forgotten_at)"
+            f" VALUES ({p}, {p}, {p}, {p}, {p}, {p}, {p})",
+            (report.tombstone_id, report.namespace, report.subject, hashed, call,
              json.dumps({k: v for k, v in report.removed.items() if v}), self._time_param(report.forgotten_at)),
-        ).fetchone()
-        report.tombstone_id = str(row[0])
+        )
 
     @staticmethod
     def _count(report: ForgetReport, table: str, cursor: Any) -> None:

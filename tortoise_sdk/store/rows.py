@@ -36,7 +36,9 @@ __all__ = (
     "norm_keys",
     "state_info",
     "subagent_context",
+    "subagent_id_for",
     "subagent_params",
+    "tombstone_id_for",
     "turn_hit",
     "utc",
 )
@@ -65,6 +67,17 @@ def memory_id_for(namespace: str, session_id: str, kind: str, content: str, n: i
     """Deterministic memory id (re-extraction and cassettes give the same ids)."""
     key = f"{namespace}\x00{session_id}\x00{kind}\x00{norm_content(content)}\x00{n}"
     return "m_" + hashlib.sha256(key.encode()).hexdigest()[:20]
+
+
+def subagent_id_for(namespace: str, session_id: str, agent_execution_id: str, tool_call_id: str) -> str:
+    """A sub-agent row's id: a hash of its namespace and key, so it tells nothing of other namespaces' rows."""
+    key = f"{namespace}\x00{session_id}\x00{agent_execution_id}\x00{tool_call_id}"
+    return "a_" + hashlib.sha256(key.encode()).hexdigest()[:20]
+
+
+def tombstone_id_for(namespace: str, subject_hash: str, n: int) -> str:
+    """The id of the ``n``-th tombstone (from 0) of one subject in a namespace: a hash, not a shared counter."""
+    return "f_" + hashlib.sha256(f"{namespace}\x00{subject_hash}\x00{n}".encode()).hexdigest()[:20]
 
 
 def iso_dt(text: str | None) -> datetime | None:
@@ -177,6 +190,7 @@ def subagent_params(namespace: str, frame: NormalizedFrame, now: datetime, *,
     """The upsert parameters of a frame; ``stamp`` stores a time, ``is_async`` is the stored flag."""
     at = stamp(now)
     return {
+        "public_id": subagent_id_for(namespace, *frame.key),
         "namespace": namespace,
         "session_id": frame.session_id,
         "turn_ref": frame.turn_id,
@@ -203,7 +217,7 @@ def subagent_params(namespace: str, frame: NormalizedFrame, now: datetime, *,
 
 def subagent_context(row: Row) -> SubagentContext:
     """A ``subagent_contexts`` row as ``SubagentContext``."""
-    return SubagentContext.model_validate({**row, "id": str(row["id"]), "is_async": bool(row["is_async"])})
+    return SubagentContext.model_validate({**row, "id": row["public_id"], "is_async": bool(row["is_async"])})
 
 
 def counter_rows(namespace: str, increments: Mapping[str, int]) -> list[tuple[str, str, int]]:

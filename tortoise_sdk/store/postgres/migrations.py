@@ -421,9 +421,38 @@ M010_CATEGORIES = Migration(
     ),
 )
 
+def _sha_id(prefix: str, *parts: str) -> str:
+    """SQL for ``prefix`` + the first 20 hex digits of the sha256 of ``parts`` (text expressions) joined by
+    NUL bytes: ``rows.subagent_id_for`` and ``rows.tombstone_id_for`` in SQL (text cannot hold a NUL; bytea can)."""
+    joined = " || '\\x00'::bytea || ".join(f"convert_to({p}, 'UTF8')" for p in parts)
+    return f"'{prefix}' || left(encode(sha256({joined}), 'hex'), 20)"
+
+
+# As SQLite's migration 11: callers see ``public_id``, derived from the row's own namespace; the shared
+# identity ``id`` stays, internal (insertion order).
+M011_OPAQUE_IDS = Migration(
+    11,
+    "ids: sub-agent rows and tombstones get ids derived from their own namespace",
+    (
+        "ALTER TABLE subagent_contexts ADD COLUMN public_id TEXT",
+        f"""UPDATE subagent_contexts
+            SET public_id = {_sha_id("a_", "namespace", "session_id", "agent_execution_id", "tool_call_id")}""",
+        "ALTER TABLE subagent_contexts ALTER COLUMN public_id SET NOT NULL",
+        "ALTER TABLE subagent_contexts ADD CONSTRAINT subagent_contexts_public_id UNIQUE (public_id)",
+        "ALTER TABLE tombstones ADD COLUMN public_id TEXT",
+        f"""UPDATE tombstones SET public_id = {_sha_id("f_", "r.namespace", "r.subject_hash", "r.n::text")}
+            FROM (SELECT id, namespace, subject_hash,
+                         row_number() OVER (PARTITION BY namespace, subject_hash ORDER BY id) - 1 AS n
+                  FROM tombstones) r
+            WHERE r.id = tombstones.id""",
+        "ALTER TABLE tombstones ALTER COLUMN public_id SET NOT NULL",
+        "ALTER TABLE tombstones ADD CONSTRAINT tombstones_public_id UNIQUE (public_id)",
+    ),
+)
+
 POSTGRES_MIGRATIONS: list[Migration] = [M001_FOUNDATION, M002_EXTRACTION, M003_SUBAGENTS, M004_SUBAGENT_TURN_REF,
                                         M005_CURSORS, M006_RANKING, M007_LOOP, M008_TOMBSTONES, M009_VECTORS,
-                                        M010_CATEGORIES]
+                                        M010_CATEGORIES, M011_OPAQUE_IDS]
 
 _CREATE_VERSIONS = (
     "CREATE TABLE IF NOT EXISTS schema_migrations ("

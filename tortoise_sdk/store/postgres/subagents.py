@@ -44,11 +44,11 @@ _RESOLVE_TURN = """COALESCE(
 
 _UPSERT = f"""
 INSERT INTO subagent_contexts AS s (
-    namespace, session_id, turn_ref, turn_id, agent_execution_id, tool_call_id, parent_tool_call_id, subagent_type,
+    public_id, namespace, session_id, turn_ref, turn_id, agent_execution_id, tool_call_id, parent_tool_call_id, subagent_type,
     description, agent_id, child_session_id, model, agent_status, tool_status, is_async, total_tokens,
     tool_use_count, duration_ms, source, observed_at, settled_at, updated_at
 ) VALUES (
-    %(namespace)s, %(session_id)s, %(turn_ref)s::text,
+    %(public_id)s, %(namespace)s, %(session_id)s, %(turn_ref)s::text,
     {_RESOLVE_TURN.format(session="%(session_id)s::text", ref="%(turn_ref)s::text")},
     %(agent_execution_id)s, %(tool_call_id)s,
     %(parent_tool_call_id)s, %(subagent_type)s, %(description)s, %(agent_id)s, %(child_session_id)s, %(model)s,

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 from ...errors import MigrationError, SchemaTooNew
 from ...search import INDEX_CHARS, NAME_INDEX_CHARS
+from ..rows import subagent_id_for, tombstone_id_for
 from ..schema import Migration
 
 __all__ = ("APPLICATION_ID", "SQLITE_MIGRATIONS", "applied_versions", "migrate_sqlite")
@@ -410,9 +411,87 @@ M010_CATEGORIES = Migration(
     ),
 )
 
+#: The sub-agent columns migration 11 copies as they are (all but ``id`` and the new ``public_id``).
+_SUBAGENT_COLUMNS = ("namespace, session_id, turn_id, agent_execution_id, tool_call_id, parent_tool_call_id,"
+                     " subagent_type, description, agent_id, child_session_id, model, agent_status, tool_status,"
+                     " is_async, total_tokens, tool_use_count, duration_ms, source, observed_at, settled_at,"
+                     " updated_at, turn_ref")
+
+
+# Ids that tell nothing of other namespaces. The integer ``id`` of a sub-agent row or a tombstone was
+# a counter shared by every namespace, and the gap between two of a tenant's ids told how many such
+# rows other tenants wrote meanwhile. It stays, internal (it orders rows by insertion); what callers
+# see is ``public_id``: a hash of the row's namespace and key (``rows.subagent_id_for``), and for a
+# tombstone of its namespace, subject hash and how many tombstones that subject had before it
+# (``rows.tombstone_id_for``). Rows already stored get theirs here, with the same formulas (SQL
+# functions registered by ``migrate_sqlite``), so nothing else changes: no other table holds these
+# ids. SQLite cannot add a NOT NULL column to a table, so both tables are rebuilt with their indexes.
+M011_OPAQUE_IDS = Migration(
+    11,
+    "ids: sub-agent rows and tombstones get ids derived from their own namespace",
+    (
+        """CREATE TABLE subagent_contexts_m11 (
+            id                  INTEGER PRIMARY KEY,
+            public_id           TEXT NOT NULL UNIQUE,
+            namespace           TEXT NOT NULL,
+            session_id          TEXT NOT NULL,
+            turn_id             TEXT,
+            agent_execution_id  TEXT NOT NULL DEFAULT 'unknown',
+            tool_call_id        TEXT NOT NULL,
+            parent_tool_call_id TEXT,
+            subagent_type       TEXT,
+            description         TEXT,
+            agent_id            TEXT,
+            child_session_id    TEXT,
+            model               TEXT,
+            agent_status        TEXT,
+            tool_status         TEXT,
+            is_async            INTEGER NOT NULL DEFAULT 0 CHECK (is_async IN (0, 1)),
+            total_tokens        INTEGER CHECK (total_tokens IS NULL OR total_tokens > 0),
+            tool_use_count      INTEGER CHECK (tool_use_count IS NULL OR tool_use_count >= 0),
+            duration_ms         INTEGER CHECK (duration_ms IS NULL OR duration_ms > 0),
+            source              TEXT NOT NULL CHECK (source IN ('live', 'backfill')),
+            observed_at         TEXT NOT NULL,
+            settled_at          TEXT,
+            updated_at          TEXT NOT NULL,
+            turn_ref            TEXT,
+            UNIQUE (namespace, session_id, agent_execution_id, tool_call_id)
+        )""",
+        f"""INSERT INTO subagent_contexts_m11 (id, public_id, {_SUBAGENT_COLUMNS})
+            SELECT id, tortoise_subagent_id(namespace, session_id, agent_execution_id, tool_call_id),
+                   {_SUBAGENT_COLUMNS}
+            FROM subagent_contexts ORDER BY id""",
+        "DROP TABLE subagent_contexts",
+        "ALTER TABLE subagent_contexts_m11 RENAME TO subagent_contexts",
+        """CREATE INDEX subagent_contexts_read
+            ON subagent_contexts (namespace, session_id, observed_at, tool_call_id, agent_execution_id)""",
+        "CREATE INDEX subagent_contexts_turn ON subagent_contexts (namespace, turn_id) WHERE turn_id IS NOT NULL",
+        """CREATE INDEX subagent_contexts_pending ON subagent_contexts (namespace, session_id)
+            WHERE turn_id IS NULL AND turn_ref IS NOT NULL""",
+        """CREATE TABLE tombstones_m11 (
+            id           INTEGER PRIMARY KEY,
+            public_id    TEXT NOT NULL UNIQUE,
+            namespace    TEXT NOT NULL,
+            subject      TEXT NOT NULL CHECK (subject IN ('session', 'memory')),
+            subject_hash TEXT NOT NULL,
+            call         TEXT NOT NULL,
+            removed      TEXT NOT NULL,
+            forgotten_at TEXT NOT NULL
+        )""",
+        """INSERT INTO tombstones_m11 (id, public_id, namespace, subject, subject_hash, call, removed, forgotten_at)
+            SELECT id, tortoise_tombstone_id(namespace, subject_hash,
+                       row_number() OVER (PARTITION BY namespace, subject_hash ORDER BY id) - 1),
+                   namespace, subject, subject_hash, call, removed, forgotten_at
+            FROM tombstones ORDER BY id""",
+        "DROP TABLE tombstones",
+        "ALTER TABLE tombstones_m11 RENAME TO tombstones",
+        "CREATE INDEX tombstones_subject ON tombstones (namespace, subject_hash)",
+    ),
+)
+
 SQLITE_MIGRATIONS: list[Migration] = [M001_FOUNDATION, M002_EXTRACTION, M003_SUBAGENTS, M004_SUBAGENT_TURN_REF,
                                       M005_CURSORS, M006_RANKING, M007_LOOP, M008_TOMBSTONES, M009_VECTORS,
-                                      M010_CATEGORIES]
+                                      M010_CATEGORIES, M011_OPAQUE_IDS]
 
 
 def applied_versions(conn: sqlite3.Connection) -> set[int]:
@@ -440,6 +519,9 @@ def migrate_sqlite(conn: sqlite3.Connection, migrations: Sequence[Migration] | N
     if newest > versions[-1]:
         raise SchemaTooNew(f"the database has schema version {newest}, newer than this tortoise-sdk knows "
                            f"({versions[-1]}): upgrade tortoise-sdk (pip install -U tortoise-sdk); nothing was written")
+    # Ids migration 11 computes for stored rows, with the formulas the stores use for new ones.
+    conn.create_function("tortoise_subagent_id", 4, subagent_id_for, deterministic=True)
+    conn.create_function("tortoise_tombstone_id", 3, tombstone_id_for, deterministic=True)
     done: list[int] = []
     for m in migrations:
         if m.version in applied_versions(conn):

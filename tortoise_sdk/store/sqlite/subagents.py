@@ -57,11 +57,11 @@ _RESOLVE_TURN = """COALESCE(
 # resolution. A backfill that meets a live row, or changes nothing, updates and returns no row.
 _UPSERT = f"""
 INSERT INTO subagent_contexts (
-    namespace, session_id, turn_ref, turn_id, agent_execution_id, tool_call_id, parent_tool_call_id, subagent_type,
+    public_id, namespace, session_id, turn_ref, turn_id, agent_execution_id, tool_call_id, parent_tool_call_id, subagent_type,
     description, agent_id, child_session_id, model, agent_status, tool_status, is_async, total_tokens,
     tool_use_count, duration_ms, source, observed_at, settled_at, updated_at
 ) VALUES (
-    :namespace, :session_id, :turn_ref, {_RESOLVE_TURN.format(session=":session_id", ref=":turn_ref")},
+    :public_id, :namespace, :session_id, :turn_ref, {_RESOLVE_TURN.format(session=":session_id", ref=":turn_ref")},
     :agent_execution_id, :tool_call_id, :parent_tool_call_id,
     :subagent_type, :description, :agent_id, :child_session_id, :model, :agent_status, :tool_status, :is_async,
     :total_tokens, :tool_use_count, :duration_ms, :source, :observed_at, :settled_at, :now
