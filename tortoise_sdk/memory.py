@@ -1122,6 +1122,7 @@ class Memory:
         time_budget_ms: float | None = 50.0,
         held_from: int | None = None,
         specific_only: bool = False,
+        categories: Sequence[str] | None = None,
     ) -> MemoryBlock:
         """The memory block to show the model before its next turn; never raises.
 
@@ -1138,16 +1139,30 @@ class Memory:
         ``session_id``'s first turn still in its context (0, or its last compaction summary's);
         those turns are never shown. ``specific_only`` lets a pointer through only on evidence
         specific to the prompt in this namespace (``reflex.gate``): generic prompts stay silent.
+        ``categories`` (some of ``Memory(categories=...)``, case ignored) shows only memories filed
+        under them, no turns; an unknown one gives an empty block whose ``degraded_reason`` says so.
 
         Example::
 
             block = mem.context([{"role": "user", "content": "what was my dog called?"}])
             messages = [{"role": "system", "content": block.block}, *messages] if block.block else messages
         """
+        chosen = None
+        if categories is not None and not isinstance(categories, str):
+            chosen = [self.vocabulary.category(x) if self.vocabulary and isinstance(x, str) else None
+                      for x in categories]
+            unknown = [x for x, c in zip(categories, chosen) if c is None]
+            if unknown:
+                listed = ", ".join(self.vocabulary.categories) if self.vocabulary else ""
+                reason = (f"invalid_input: categories: {unknown[0]!r} is not one of this memory's categories "
+                          f"({listed or 'none: give Memory(categories=[...])'})")
+                _log.warning("reflex: %s, returning an empty block", reason)
+                return MemoryBlock(degraded_reason=reason)
         return reflex.context(self.store, self.namespace, window, prior_context, budget=budget,
                               max_tokens=max_tokens, session_id=session_id, token_counter=token_counter,
                               time_budget_ms=time_budget_ms, held_from=held_from, specific_only=specific_only,
-                              semantic=self._semantic_search())
+                              semantic=self._semantic_search(),
+                              categories=categories if chosen is None else chosen)  # type: ignore[arg-type]
 
     def expand(self, pointer_id: str) -> ExpandResult:
         """The full turn or memory behind a pointer: content, status, supersession chain, sources, surrounding turns.
