@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+import zlib
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -30,13 +31,18 @@ def _turn(store: Store, ns: str, text: str = "a turn") -> str:
     return store.capture(ns, prepare_capture("s1", [turn], max_turns=10, idempotency_key=None)).turn_ids[0]
 
 
+def fact(name: str) -> str:
+    """A fact of its own for each spelling (the same words about one person would be one restated fact)."""
+    return f"fact {zlib.crc32(name.encode())} about {name}"
+
+
 def _say(store: Store, ns: str, name: str, content: str | None = None, *, kind: str = "person",
          about: tuple[str, ...] | None = None, note: str | None = None) -> None:
     """One extraction naming ``name`` (an entity of ``kind``) in one memory about it."""
     t = _turn(store, ns, content or name)
     plan = ExtractionPlan(session_id="s1", extraction_id=f"x_{uuid.uuid4().hex[:8]}", valid_at=None,
                           entities=[EntityPlan(name, kind, note)],
-                          items=[ItemPlan("point", content or f"fact about {name}", about=about or (name,),
+                          items=[ItemPlan("point", content or fact(name), about=about or (name,),
                                           sources=(SourcePlan(t, None),))])
     store.write_extraction(ns, plan, finalize=_finalize)
 
@@ -75,13 +81,12 @@ def test_a_nickname_or_clipped_name_is_the_one_person_it_can_be_in_either_order(
     assert sorted(ents) == ["Melanie Hart", "Robert Stone"]
     assert {a["name"]: a["how"] for a in ents["Melanie Hart"]["aliases"]} == {"Mel": "clipped name"}
     assert {a["name"]: a["how"] for a in ents["Robert Stone"]["aliases"]} == {"Bob": "nickname"}
-    assert _about(store, ns) == {"fact about Melanie Hart": "Melanie Hart", "fact about Mel": "Melanie Hart",
-                                 "fact about Bob": "Robert Stone", "fact about Robert Stone": "Robert Stone"}
+    assert _about(store, ns) == {fact("Melanie Hart"): "Melanie Hart", fact("Mel"): "Melanie Hart",
+                                 fact("Bob"): "Robert Stone", fact("Robert Stone"): "Robert Stone"}
     # the block's and S3's reads find her by the nickname too
     assert [e["name"] for e in store.find_entities(ns, ["mel"])] == ["Melanie Hart"]
     assert len(store.memories_about(ns, ["mel"], k=5)) == 2
-    assert {m.content for m, _ in store.search_memories(ns, '"mel"', k=5)} == {
-        "fact about Melanie Hart", "fact about Mel"}
+    assert {m.content for m, _ in store.search_memories(ns, '"mel"', k=5)} == {fact("Melanie Hart"), fact("Mel")}
 
 
 def test_a_short_form_two_people_share_stays_its_own(store: Store):
@@ -127,7 +132,7 @@ def test_merge_then_split_keeps_provenance(store: Store):
     lanie_id = next(e["id"] for e in store.entities(ns) if e["name"] == "Lanie")
     kept = store.merge_entities(ns, "Melanie Hart", "Lanie", now=utc_now())
     assert kept["name"] == "Melanie Hart" and [a["name"] for a in kept["aliases"]] == ["Lanie"]
-    assert _about(store, ns) == {"fact about Melanie Hart": "Melanie Hart", "Lanie paints": "Melanie Hart"}
+    assert _about(store, ns) == {fact("Melanie Hart"): "Melanie Hart", "Lanie paints": "Melanie Hart"}
     _say(store, ns, "Lanie", "Lanie sings")  # the merged name now resolves to her
     assert _about(store, ns)["Lanie sings"] == "Melanie Hart"
     [merge] = store.entity_events(ns)
@@ -138,7 +143,7 @@ def test_merge_then_split_keeps_provenance(store: Store):
 
     split = store.split_entity(ns, "Melanie Hart", "Lanie", now=utc_now())
     assert split["name"] == "Lanie"
-    assert _about(store, ns) == {"fact about Melanie Hart": "Melanie Hart", "Lanie paints": "Lanie",
+    assert _about(store, ns) == {fact("Melanie Hart"): "Melanie Hart", "Lanie paints": "Lanie",
                                  "Lanie sings": "Lanie"}
     assert [e["kind"] for e in store.entity_events(ns)] == ["merge", "split"]
     # kept apart for good: neither the name nor a short form goes back to her
@@ -155,7 +160,7 @@ def test_split_takes_a_wrongly_resolved_short_form_out(store: Store):
     _say(store, ns, "Melanie Hart")
     _say(store, ns, "Mel", "Mel fixed the sink")  # a plumber, not Melanie
     mel = store.split_entity(ns, "Melanie Hart", "Mel", now=utc_now())
-    assert _about(store, ns) == {"fact about Melanie Hart": "Melanie Hart", "Mel fixed the sink": "Mel"}
+    assert _about(store, ns) == {fact("Melanie Hart"): "Melanie Hart", "Mel fixed the sink": "Mel"}
     _say(store, ns, "Mel", "Mel fixed the roof")
     assert _about(store, ns)["Mel fixed the roof"] == "Mel"
     assert mel["id"] in {e["id"] for e in store.entities(ns)}
@@ -244,3 +249,21 @@ def test_any_order_and_duplication_of_the_same_mentions_gives_the_same_entities(
     reference = _replay(store, sorted(set(picked), key=_MENTIONS.index))
     shuffled = data.draw(st.permutations(picked + data.draw(st.lists(st.sampled_from(picked), max_size=4))))
     assert _replay(store, shuffled) == reference
+
+
+def test_a_fact_restated_under_another_name_of_the_person_is_one_memory(store: Store):
+    ns = _ns()
+    _say(store, ns, "Melanie Hart", "Melanie Hart loves pottery")
+    _say(store, ns, "Mel", "Mel loves pottery")
+    _say(store, ns, "Melanie", "Melanie's sister lives in Oslo")
+    _say(store, ns, "my wife", "My wife's sister lives in Oslo")  # before any memory says who the wife is
+    assert len(store.memories(ns)) == 3
+    _say(store, ns, "Melanie Hart", "Melanie Hart is the user's wife")  # the role merges "my wife" into her
+    _say(store, ns, "my wife", "my wife loves pottery")
+    assert sorted(_about(store, ns)) == ["Melanie Hart is the user's wife", "Melanie Hart loves pottery",
+                                         "Melanie's sister lives in Oslo", "My wife's sister lives in Oslo"]
+    # the memory kept under "my wife" now has her key: restating it by her name is no new memory
+    _say(store, ns, "Mel", "Mel's sister lives in Oslo")
+    assert len(store.memories(ns)) == 4
+    [pottery] = [m for m in store.memories(ns) if m.content == "Melanie Hart loves pottery"]
+    assert len(pottery.sources) == 3  # every restatement's source is kept

@@ -14,7 +14,7 @@ from functools import lru_cache
 
 from .text import norm_name
 
-__all__ = ("MIN_CLIPPED", "ROLES", "entities_named", "note_role", "role_key", "role_statements", "short_form_of",
+__all__ = ("MIN_CLIPPED", "ROLES", "ROLE_IN_TEXT", "entities_named", "note_role", "role_key", "role_statements", "short_form_of",
            "why_short")
 
 #: The fewest letters a clipped first name ("Mel", "Rob") must keep to count as a short form.
@@ -139,7 +139,8 @@ def note_role(note: str | None) -> str | None:
     return _key(m["poss"] or (f"{m['of']}'s" if m["of"] else None), m["role"])
 
 
-_ROLE_IN_TEXT = re.compile(rf"\b(?P<phrase>(?:(?:my|our|the user s|the users|user s|[\w]+ s|[\w]+s)\s+)?"
+#: A role phrase in normalised text ("my wife", "sams mother"), as ``phrase``.
+ROLE_IN_TEXT = re.compile(rf"\b(?P<phrase>(?:(?:my|our|the user s|the users|user s|[\w]+ s|[\w]+s)\s+)?"
                            rf"(?:{_ROLE_WORDS}))\b")
 
 
@@ -147,7 +148,7 @@ def entities_named(text: str, entities: list[dict]) -> list[str]:  # type: ignor
     """The names of the ``entities`` (``Store.entities`` dicts) that ``text`` names: by name, by an alias,
     by a person's first name, or by a role one of them holds ("my wife"); in the order of ``entities``."""
     words = f" {norm_name(text)} "
-    roles = {role_key(m["phrase"]) for m in _ROLE_IN_TEXT.finditer(norm_name(text))} - {None}
+    roles = {role_key(m["phrase"]) for m in ROLE_IN_TEXT.finditer(norm_name(text))} - {None}
     out = []
     for e in entities:
         forms = {norm_name(e["name"])}

@@ -20,24 +20,44 @@ in ``entity_events`` with what moved, so a split can put back what a merge took.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from ..errors import InvalidInput, NotFoundError
-from ..names import note_role, role_key, role_statements, why_short
-from ..text import norm_name
+from ..names import ROLE_IN_TEXT, note_role, role_key, role_statements, why_short
+from ..text import fact_key, norm_content, norm_name
 from .plan import EntityPlan
 from .rows import entity_id_for
 
-__all__ = ("EntityCore", "Names")
+__all__ = ("EntityCore", "Names", "entity_token", "with_tokens")
 
 Conn = Any
 _PEOPLE = ("person", "other")
 #: How a short form was resolved (``names.why_short``): re-checked on every write, never taken as settled.
 SHORT_HOWS = ("first name", "nickname", "clipped name")
+
+
+def entity_token(entity_id: str) -> str:
+    """The word an entity is in a dedupe key: letters and digits that no stemming rule changes."""
+    return f"x{int(hashlib.sha1(entity_id.encode()).hexdigest()[:10], 16)}q"
+
+
+def with_tokens(content: str, forms: dict[str, str], roles: dict[str, str]) -> str:
+    """``content`` normalised, each name form (``{normalised form: entity id}``, a possessive "s" too)
+    and each role phrase (``{role key: entity id}``) replaced by that entity's token."""
+    text = f" {norm_content(content)} "
+    for m in ROLE_IN_TEXT.finditer(text):
+        if (eid := roles.get(role_key(m["phrase"]) or "")) is not None:
+            text = text.replace(f" {m['phrase']} ", f" {entity_token(eid)} ", 1)
+    for form in sorted(forms, key=len, reverse=True):
+        if form:
+            text = re.sub(rf"(?<= ){re.escape(form)}s?(?= )", entity_token(forms[form]), text)
+    return text.strip()
 
 
 @dataclass
@@ -210,6 +230,30 @@ class EntityCore:
         if added and how not in ("not", "role"):
             self._reindex_entity(c, entity_id)  # its memories are found by the new name too
 
+    # -- the dedupe key ------------------------------------------------------------------------------
+
+    def entity_key(self, c: Conn, content: str, about: Sequence[str], mentions: Sequence[str]) -> str:
+        """The fact key of ``content`` with each name of its ``about`` entities (their names, aliases,
+        roles and the ``mentions`` used) replaced by the entity's :func:`entity_token`."""
+        marks = ", ".join(self.PARAM for _ in about)
+        forms: dict[str, str] = {}
+        for eid, mention in zip(about, mentions):
+            forms.setdefault(norm_name(mention), eid)
+        rows = c.execute(f"SELECT entity_id, norm_name FROM entities WHERE entity_id IN ({marks})"
+                         f" UNION ALL SELECT entity_id, norm_alias FROM entity_aliases WHERE entity_id IN ({marks})"
+                         " AND how NOT IN ('not', 'role')", [*about, *about]).fetchall()
+        roles = {r[0]: r[1] for r in c.execute(
+            f"SELECT norm_alias, entity_id FROM entity_aliases WHERE entity_id IN ({marks}) AND how = 'role'",
+            list(about)).fetchall()}
+        for eid, form in rows:
+            forms.setdefault(form, eid)
+        return fact_key(with_tokens(content, forms, roles))
+
+    def _retoken(self, c: Conn, memory_ids: Sequence[str], old: str, new: str) -> None:
+        """Memories that named ``old`` in their key name ``new`` now (a merge or a split moved them)."""
+        self._many(c, self._q("UPDATE memories SET entity_key = REPLACE(entity_key, ?, ?) WHERE memory_id = ?"),
+                   [(entity_token(old), entity_token(new), m) for m in memory_ids])
+
     # -- roles ---------------------------------------------------------------------------------------
 
     def _role_from_note(self, c: Conn, names: Names, entity_id: str, note: str | None) -> None:
@@ -274,6 +318,7 @@ class EntityCore:
                   "aliases": sorted({a[1] for a in aliases if a[2] != "not"} | {norm}), "how": how,
                   "evidence": evidence}
         self._event(c, names, "merge", keep, drop, detail, reason)
+        self._retoken(c, sorted({m for m, _, _ in links}), drop, keep)
         names.merged[drop] = keep
         if names.people is not None:
             names.people = [p for p in names.people if p.entity_id != drop]
@@ -372,6 +417,7 @@ class EntityCore:
                 [(namespace, m, new_id, rel, mention) for m, rel, mention in moved])
             self._many(c, self._q("DELETE FROM memory_entities WHERE entity_id = ? AND memory_id = ?"),
                           [(eid, m) for m, _, _ in moved])
+            self._retoken(c, [m for m, _, _ in moved], eid, new_id)
             for a in sorted(moving_aliases - {key}):
                 c.execute(self._q("UPDATE entity_aliases SET entity_id = ? WHERE entity_id = ? AND norm_alias = ?"
                                   " AND how <> 'not'"), (new_id, eid, a))

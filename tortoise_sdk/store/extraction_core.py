@@ -152,13 +152,15 @@ class ExtractionCore(EntityCore):
 
     def _write_item(self, c: Conn, namespace: str, plan: ExtractionPlan, item: ItemPlan,
                     entity_ids: dict[str, str], result: WriteResult, now: datetime, names: Names) -> None:
-        key = fact_key(item.content)
         for name in item.about:
             if norm_name(name) and norm_name(name) not in entity_ids:
                 entity_ids[norm_name(name)] = self.resolve_entity(c, names, EntityPlan(name, "other"))
         named = [n for n in item.about if norm_name(n)]
         about = [names.current(entity_ids[norm_name(n)]) for n in named]
-        same = self._live_with_content(c, namespace, _keys(item.content))
+        # The key names each entity by its id, so "Mel loves pottery" restates "Melanie Hart loves pottery".
+        ekey = self.entity_key(c, item.content, about, named) if about else None
+        key = fact_key(item.content)
+        same = self._live_with_content(c, namespace, _keys(item.content), ekey)
         if same is not None:
             self._link(c, namespace, same, about, item.sources, plan.extraction_id, mentions=named)
             self.roles_stated(c, names, same, item.content, named, entity_ids)
@@ -175,7 +177,7 @@ class ExtractionCore(EntityCore):
                     message=f"{item.kind} {item.content!r} names {item.supersedes!r} as superseded, but no live "
                             "memory has that id; added as new",
                 ))
-        memory_id = self._insert_memory(c, namespace, plan, item, key, now, supersedes=old)
+        memory_id = self._insert_memory(c, namespace, plan, item, key, now, supersedes=old, entity_key=ekey)
         if old is not None:
             self._set_memory_status(c, old, "superseded", plan.valid_at or now, superseded_by=memory_id)
             _bump(result.outcomes, "UPDATE")
@@ -188,12 +190,12 @@ class ExtractionCore(EntityCore):
         result.memory_ids.append(memory_id)
 
     def _insert_memory(self, c: Conn, namespace: str, plan: ExtractionPlan, item: ItemPlan,
-                       key: str, now: datetime, *, supersedes: str | None) -> str:
+                       key: str, now: datetime, *, supersedes: str | None, entity_key: str | None = None) -> str:
         n = 0
         while self._memory_exists(c, memory_id := memory_id_for(namespace, plan.session_id, item.kind,
                                                                 item.content, n)):
             n += 1
-        self._insert_memory_row(c, namespace, memory_id, plan, item, key, now, supersedes)
+        self._insert_memory_row(c, namespace, memory_id, plan, item, key, now, supersedes, entity_key)
         return memory_id
 
     def _retract(self, c: Conn, namespace: str, plan: ExtractionPlan, r: RetractionPlan,
@@ -415,8 +417,10 @@ class ExtractionCore(EntityCore):
         """Serialise S5 writes of the namespace (where the engine needs it); return the write's time."""
         raise NotImplementedError
 
-    def _live_with_content(self, c: Conn, namespace: str, keys: Sequence[str]) -> str | None:
-        """The oldest live memory whose stored key (``norm_content`` column) is one of ``keys``."""
+    def _live_with_content(self, c: Conn, namespace: str, keys: Sequence[str],
+                           entity_key: str | None = None) -> str | None:
+        """The oldest live memory whose stored key (``norm_content`` column) is one of ``keys``, or whose
+        ``entity_key`` is ``entity_key``."""
         raise NotImplementedError
 
     def _memory_state(self, c: Conn, namespace: str, memory_id: str) -> tuple[str, str | None] | None:
@@ -427,7 +431,7 @@ class ExtractionCore(EntityCore):
         raise NotImplementedError
 
     def _insert_memory_row(self, c: Conn, namespace: str, memory_id: str, plan: ExtractionPlan, item: ItemPlan,
-                           key: str, now: datetime, supersedes: str | None) -> None:
+                           key: str, now: datetime, supersedes: str | None, entity_key: str | None = None) -> None:
         raise NotImplementedError
 
     def _set_memory_status(self, c: Conn, memory_id: str, status: str, invalid_at: datetime,

@@ -246,11 +246,12 @@ class PostgresExtractionMixin(ExtractionCore):
             (entity_id, namespace, e.name.strip(), key, e.kind, e.note, now, now),
         )
 
-    def _live_with_content(self, c: psycopg.Connection, namespace: str, keys: Sequence[str]) -> str | None:
+    def _live_with_content(self, c: psycopg.Connection, namespace: str, keys: Sequence[str],
+                           entity_key: str | None = None) -> str | None:
         row = c.execute(
-            "SELECT memory_id FROM memories WHERE namespace = %s AND norm_content IN (%s, %s) AND status = 'live'"
-            " ORDER BY id LIMIT 1",
-            (namespace, *keys),
+            "SELECT memory_id FROM memories WHERE namespace = %s AND (norm_content IN"
+            f" ({', '.join('%s' for _ in keys)}) OR entity_key = %s) AND status = 'live' ORDER BY id LIMIT 1",
+            (namespace, *keys, entity_key),
         ).fetchone()
         return None if row is None else row[0]
 
@@ -263,14 +264,15 @@ class PostgresExtractionMixin(ExtractionCore):
         return c.execute("SELECT 1 FROM memories WHERE memory_id = %s", (memory_id,)).fetchone() is not None
 
     def _insert_memory_row(self, c: psycopg.Connection, namespace: str, memory_id: str, plan: ExtractionPlan,
-                           item: ItemPlan, key: str, now: datetime, supersedes: str | None) -> None:
+                           item: ItemPlan, key: str, now: datetime, supersedes: str | None,
+                           entity_key: str | None = None) -> None:
         c.execute(
             "INSERT INTO memories (memory_id, namespace, session_id, kind, content, norm_content, status, when_text,"
-            " search_keys, valid_at, supersedes, extraction_id, created_at, category)"
-            " VALUES (%s, %s, %s, %s, %s, %s, 'live', %s, %s, %s, %s, %s, %s, %s)",
+            " search_keys, valid_at, supersedes, extraction_id, created_at, category, entity_key)"
+            " VALUES (%s, %s, %s, %s, %s, %s, 'live', %s, %s, %s, %s, %s, %s, %s, %s)",
             (memory_id, namespace, plan.session_id, item.kind, item.content.strip(), key, item.when,
              json.dumps(list(dict.fromkeys(item.search_keys)), ensure_ascii=False), plan.valid_at or now,
-             supersedes, plan.extraction_id, now, item.category),
+             supersedes, plan.extraction_id, now, item.category, entity_key),
         )
 
     def _set_memory_status(self, c: psycopg.Connection, memory_id: str, status: str, invalid_at: datetime,

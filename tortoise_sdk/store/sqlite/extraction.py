@@ -186,11 +186,12 @@ class SQLiteExtractionMixin(ExtractionCore):
             (entity_id, namespace, e.name.strip(), key, e.kind, e.note, now.isoformat(), now.isoformat()),
         )
 
-    def _live_with_content(self, c: sqlite3.Connection, namespace: str, keys: Sequence[str]) -> str | None:
+    def _live_with_content(self, c: sqlite3.Connection, namespace: str, keys: Sequence[str],
+                           entity_key: str | None = None) -> str | None:
         row = c.execute(
-            "SELECT memory_id FROM memories WHERE namespace = ? AND norm_content IN (?, ?) AND status = 'live'"
-            " ORDER BY rowid LIMIT 1",
-            (namespace, *keys),
+            "SELECT memory_id FROM memories WHERE namespace = ? AND (norm_content IN"
+            f" ({', '.join('?' for _ in keys)}) OR entity_key = ?) AND status = 'live' ORDER BY rowid LIMIT 1",
+            (namespace, *keys, entity_key),
         ).fetchone()
         return None if row is None else row[0]
 
@@ -203,14 +204,16 @@ class SQLiteExtractionMixin(ExtractionCore):
         return c.execute("SELECT 1 FROM memories WHERE memory_id = ?", (memory_id,)).fetchone() is not None
 
     def _insert_memory_row(self, c: sqlite3.Connection, namespace: str, memory_id: str, plan: ExtractionPlan,
-                           item: ItemPlan, key: str, now: datetime, supersedes: str | None) -> None:
+                           item: ItemPlan, key: str, now: datetime, supersedes: str | None,
+                           entity_key: str | None = None) -> None:
         c.execute(
             "INSERT INTO memories (memory_id, namespace, session_id, kind, content, norm_content, status, when_text,"
-            " search_keys, valid_at, supersedes, extraction_id, created_at, category)"
-            " VALUES (?, ?, ?, ?, ?, ?, 'live', ?, ?, ?, ?, ?, ?, ?)",
+            " search_keys, valid_at, supersedes, extraction_id, created_at, category, entity_key)"
+            " VALUES (?, ?, ?, ?, ?, ?, 'live', ?, ?, ?, ?, ?, ?, ?, ?)",
             (memory_id, namespace, plan.session_id, item.kind, item.content.strip(), key, item.when,
              json.dumps(list(dict.fromkeys(item.search_keys)), ensure_ascii=False),
-             (plan.valid_at or now).isoformat(), supersedes, plan.extraction_id, now.isoformat(), item.category),
+             (plan.valid_at or now).isoformat(), supersedes, plan.extraction_id, now.isoformat(), item.category,
+             entity_key),
         )
 
     def _set_memory_status(self, c: sqlite3.Connection, memory_id: str, status: str, invalid_at: datetime,

@@ -442,6 +442,9 @@ M011_ENTITY_ALIASES = Migration(
         )""",
         "CREATE INDEX entity_events_entity ON entity_events (namespace, entity_id)",
         "ALTER TABLE memory_entities ADD COLUMN mention TEXT",
+        # the fact key with each entity named by its id ("Mel"/"my wife" -> Melanie's), beside ``norm_content``
+        "ALTER TABLE memories ADD COLUMN entity_key TEXT",
+        "CREATE INDEX memories_entity_key ON memories (namespace, entity_key) WHERE entity_key IS NOT NULL",
     ),
 )
 
