@@ -112,6 +112,9 @@ class EntityCore:
     def _index(self, c: Conn, memory_id: str) -> None:
         raise NotImplementedError
 
+    def _begin_s5(self, c: Conn, namespace: str) -> datetime:
+        raise NotImplementedError
+
     # -- resolution ----------------------------------------------------------------------------------
 
     def _q(self, sql: str) -> str:
@@ -364,6 +367,7 @@ class EntityCore:
         """
 
         def write(c: Conn) -> dict[str, Any]:
+            self._begin_s5(c, namespace)  # serialised with the namespace's S5 writes, as they are with each other
             k = self._entity_ref(c, namespace, keep)
             o = self._entity_ref(c, namespace, other)
             if k[0] == o[0]:
@@ -385,6 +389,7 @@ class EntityCore:
         """
 
         def write(c: Conn) -> dict[str, Any]:
+            self._begin_s5(c, namespace)
             eid, ename, enorm, kind = self._entity_ref(c, namespace, entity)
             key = norm_name(name)
             if not key or key == enorm:
