@@ -20,7 +20,7 @@ from ..models import Diagnostic, ExtractionReport, ExtractionState, JobInfo, Mem
 from ..text import fact_key, jaccard, norm_content, norm_name
 from .entity_core import EntityCore, Names
 from .plan import EntityPlan, ExtractionPlan, Fence, ItemPlan, RetractionPlan, SourcePlan, Window, WriteResult
-from .rows import Row, entity_id_for, memory_id_for
+from .rows import Row, memory_id_for
 
 __all__ = ("RETRACTION_MATCH", "ExtractionCore")
 
