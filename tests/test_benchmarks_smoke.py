@@ -32,6 +32,7 @@ CASES = [
     pytest.param("bench_follow_memory.py", id="follow_memory"),
     pytest.param("bench_serve.py", id="serve"),
     pytest.param("bench_embeddings.py", id="embeddings"),
+    pytest.param("bench_dedupe.py", id="dedupe", marks=_slow("four sessions through the stub model: ~10-40 s")),
     pytest.param("bench_coding_memory.py", id="coding_memory", marks=pytest.mark.shared_data("claude-projects")),
     pytest.param("bench_scale.py", id="scale", marks=_slow("builds stores on both engines and starts processes: ~30-90 s")),
     pytest.param("bench_workers.py", id="workers", marks=_slow("worker processes against a stub on PostgreSQL: ~20-60 s")),
@@ -62,3 +63,11 @@ def test_benchmark_runs_green_at_its_smoke_size(script: str, request: pytest.Fix
     assert done.returncode == 0, (f"{script} --smoke exited {done.returncode}:\n"
                                   f"{done.stdout[-2000:]}\n{done.stderr[-3000:]}")
     assert done.stdout.strip(), f"{script} --smoke printed nothing"
+
+
+def test_the_dedupe_replies_file_is_what_the_benchmark_replays(tmp_path: Path):
+    out = tmp_path / "replies.json"
+    done = subprocess.run([sys.executable, str(BENCHMARKS / "bench_dedupe.py"), "--write-script", str(out)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert out.read_text(encoding="utf-8") == (BENCHMARKS / "dedupe_replies.json").read_text(encoding="utf-8")

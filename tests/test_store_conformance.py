@@ -1579,8 +1579,12 @@ def test_entities_lists_the_namespace_s_resolved_entities(store: Store, ns):
     store.write_extraction(ns, _plan("s1", entities=[EntityPlan("Melanie Hart", "person", "the wife"),
                                                      EntityPlan("Mel", "person"), EntityPlan("melanie", "person"),
                                                      EntityPlan("Paris", "place")]), finalize=_finalize)
-    # "melanie" is Melanie Hart (a first name); "Mel", a nickname, is not resolved yet.
+    # "melanie" is Melanie Hart (a first name), "Mel" too (a clipped name), and her note names her role.
     assert sorted((e["name"], e["kind"], e["note"]) for e in store.entities(ns)) == [
-        ("Mel", "person", None), ("Melanie Hart", "person", "the wife"), ("Paris", "place", None)]
+        ("Melanie Hart", "person", "the wife"), ("Paris", "place", None)]
+    hart = next(e for e in store.entities(ns) if e["name"] == "Melanie Hart")
+    assert sorted((a["name"], a["how"]) for a in hart["aliases"]) == [
+        ("Mel", "clipped name"), ("melanie", "first name"), ("user's wife", "role")]
+    assert next(a for a in hart["aliases"] if a["how"] == "role")["evidence"] == "note: the wife"
     assert store.entities(ns + "_other") == []
     assert Memory(store=store, namespace=ns).entities() == store.entities(ns)

@@ -94,7 +94,8 @@ def _pk_order(table: str) -> str:
             "entities": "entity_id", "memories": "memory_id", "memory_entities": "memory_id, entity_id",
             "provenance": "memory_id, turn_id", "extractions": "extraction_id", "jobs": "job_id",
             "subagent_counters": "namespace, name", "cursors": "namespace, name",
-            "extraction_state": "namespace, session_id", "vectors": "namespace, kind, item_id"}.get(table, "id")
+            "extraction_state": "namespace, session_id", "vectors": "namespace, kind, item_id",
+            "entity_aliases": "namespace, norm_alias, entity_id"}.get(table, "id")
 
 
 def _norm(value):

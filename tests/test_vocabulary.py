@@ -73,3 +73,31 @@ def test_memories_refuses_a_category_the_host_did_not_name(tmp_path: Path) -> No
             mem.memories(category="hobbies")
     with Memory(str(tmp_path / "n.db")) as mem, pytest.raises(InvalidInput, match="Memory\\(categories"):
         mem.memories(category="work")
+
+
+def test_context_shows_only_memories_of_the_categories_asked_for(tmp_path: Path) -> None:
+    import uuid
+
+    from tortoise_sdk.models import ExtractionReport
+    from tortoise_sdk.store.plan import ExtractionPlan, ItemPlan, SourcePlan
+
+    mem = Memory(str(tmp_path / "m.db"), categories=["Health", "work"])
+    r = mem.capture("s1", [{"role": "user", "content": "Maya's knee surgery is in May, and Maya works at Acme"},
+                           {"role": "user", "content": "Maya's knee hurt on the Acme hike, her job is fun"}])
+    mem.store.write_extraction(mem.namespace, ExtractionPlan(
+        session_id="s1", extraction_id=f"x_{uuid.uuid4().hex[:8]}", valid_at=None, items=[
+            ItemPlan("event", "Maya has knee surgery in May", sources=(SourcePlan(r.turn_ids[0], None),),
+                     category="Health"),
+            ItemPlan("point", "Maya works at Acme as a designer", sources=(SourcePlan(r.turn_ids[0], None),),
+                     category="work")]),
+        finalize=lambda res: ExtractionReport(status="ok"))
+    ask = [{"role": "user", "content": "What do you remember about Maya, her knee and her job at Acme?"}]
+    every = mem.context(ask, budget=5)
+    assert {p.kind for p in every.pointers} == {"memory", "turn"}
+    health = mem.context(ask, budget=5, categories=["health"])
+    assert [p.synopsis for p in health.pointers] == ["Maya has knee surgery in May"]
+    both = mem.context(ask, budget=5, categories=["Health", "WORK"])
+    assert {p.kind for p in both.pointers} == {"memory"} and len(both.pointers) == 2
+    unknown = mem.context(ask, categories=["pets"])
+    assert unknown.block == "" and "'pets' is not one of this memory's categories" in (unknown.degraded_reason or "")
+    mem.close()

@@ -108,9 +108,9 @@ class AsyncMemory:
         """``Memory.remember``: add a memory by hand."""
         return await self._run(self.sync.remember, text, kind=kind, about=about, when=when)
 
-    async def correct_memory(self, memory_id: str, text: str) -> MemoryRecord:
+    async def correct_memory(self, memory_id: str, text: str, *, about: Sequence[str] | None = None) -> MemoryRecord:
         """``Memory.correct_memory``: supersede a memory, keeping its history."""
-        return await self._run(self.sync.correct_memory, memory_id, text)
+        return await self._run(self.sync.correct_memory, memory_id, text, about=about)
 
     async def forget_session(self, session_id: str) -> ForgetReport:
         """``Memory.forget_session``."""
@@ -165,6 +165,18 @@ class AsyncMemory:
     async def entities(self) -> list[dict[str, Any]]:
         """``Memory.entities``."""
         return await self._run(self.sync.entities)
+
+    async def merge_entities(self, keep: str, other: str) -> dict[str, Any]:
+        """``Memory.merge_entities``."""
+        return await self._run(self.sync.merge_entities, keep, other)
+
+    async def split_entity(self, entity: str, name: str) -> dict[str, Any]:
+        """``Memory.split_entity``."""
+        return await self._run(self.sync.split_entity, entity, name)
+
+    async def entity_events(self, entity_id: str | None = None) -> list[dict[str, Any]]:
+        """``Memory.entity_events``."""
+        return await self._run(self.sync.entity_events, entity_id)
 
     async def memories(self, session_id: str | None = None, include_superseded: bool = False, *,
                        category: str | None = None) -> list[MemoryRecord]:

@@ -816,11 +816,52 @@ class Memory:
         return self._extract(session_id, receipts[-1], full=full)
 
     def entities(self) -> list[dict[str, Any]]:
-        """The people, places, organisations ... extraction resolved, oldest first: ``{id, name, kind, note}``.
+        """The people, places, organisations ... extraction resolved, oldest first:
+        ``{id, name, kind, note, aliases}``, each alias ``{name, how, evidence}``.
 
-        Names resolve by normalised spelling, and a lone first name to the one known person whose
-        full name begins with it."""
+        A name resolves by normalised spelling; a person's first name, nickname ("Bob" for Robert)
+        or clipped name ("Mel" for Melanie) to the one known person it can be; a role ("my wife")
+        to the person a memory or note named in it; ``how`` and ``evidence`` say which and why
+        (see docs/extraction.md). Correct it with ``merge_entities`` and ``split_entity``."""
         return self.store.entities(self.namespace)
+
+    def merge_entities(self, keep: str, other: str) -> dict[str, Any]:
+        """Make ``other`` the same entity as ``keep`` (each an id, a name or an alias); returns ``keep``.
+
+        ``other``'s memories and names move to ``keep``; its name stays an alias (``how="merge"``) and
+        the merge is kept in ``entity_events`` with what moved, so ``split_entity`` can undo it.
+
+        Raises:
+            NotFoundError: no such entity. InvalidInput: both name one entity already.
+        """
+        from .models import utc_now
+        from .validate import check_text
+
+        check_text(keep, "keep")
+        check_text(other, "other")
+        return self.store.merge_entities(self.namespace, keep, other, now=utc_now())
+
+    def split_entity(self, entity: str, name: str) -> dict[str, Any]:
+        """Take ``name`` back out of ``entity`` as an entity of its own ("Mel" is not Melanie); returns it.
+
+        The memories that named ``entity`` by ``name``, and those a merge of an entity called ``name``
+        brought, move to the new entity; ``name`` never resolves to ``entity`` again. Recorded in
+        ``entity_events``.
+
+        Raises:
+            NotFoundError: no such entity. InvalidInput: ``name`` is the entity's own name or not one of its names.
+        """
+        from .models import utc_now
+        from .validate import check_text
+
+        check_text(entity, "entity")
+        check_text(name, "name")
+        return self.store.split_entity(self.namespace, entity, name, now=utc_now())
+
+    def entity_events(self, entity_id: str | None = None) -> list[dict[str, Any]]:
+        """The merges and splits of this namespace's entities (or of one entity id), oldest first:
+        ``{kind, entity_id, other_id, detail, reason, created_at}``; ``detail`` says what moved."""
+        return self.store.entity_events(self.namespace, check_id(entity_id, "entity_id", optional=True))
 
     def memories(self, session_id: str | None = None, include_superseded: bool = False, *,
                  category: str | None = None) -> list[MemoryRecord]:
@@ -1081,6 +1122,7 @@ class Memory:
         time_budget_ms: float | None = 50.0,
         held_from: int | None = None,
         specific_only: bool = False,
+        categories: Sequence[str] | None = None,
     ) -> MemoryBlock:
         """The memory block to show the model before its next turn; never raises.
 
@@ -1097,16 +1139,30 @@ class Memory:
         ``session_id``'s first turn still in its context (0, or its last compaction summary's);
         those turns are never shown. ``specific_only`` lets a pointer through only on evidence
         specific to the prompt in this namespace (``reflex.gate``): generic prompts stay silent.
+        ``categories`` (some of ``Memory(categories=...)``, case ignored) shows only memories filed
+        under them, no turns; an unknown one gives an empty block whose ``degraded_reason`` says so.
 
         Example::
 
             block = mem.context([{"role": "user", "content": "what was my dog called?"}])
             messages = [{"role": "system", "content": block.block}, *messages] if block.block else messages
         """
+        chosen = None
+        if categories is not None and not isinstance(categories, str):
+            chosen = [self.vocabulary.category(x) if self.vocabulary and isinstance(x, str) else None
+                      for x in categories]
+            unknown = [x for x, c in zip(categories, chosen) if c is None]
+            if unknown:
+                listed = ", ".join(self.vocabulary.categories) if self.vocabulary else ""
+                reason = (f"invalid_input: categories: {unknown[0]!r} is not one of this memory's categories "
+                          f"({listed or 'none: give Memory(categories=[...])'})")
+                _log.warning("reflex: %s, returning an empty block", reason)
+                return MemoryBlock(degraded_reason=reason)
         return reflex.context(self.store, self.namespace, window, prior_context, budget=budget,
                               max_tokens=max_tokens, session_id=session_id, token_counter=token_counter,
                               time_budget_ms=time_budget_ms, held_from=held_from, specific_only=specific_only,
-                              semantic=self._semantic_search())
+                              semantic=self._semantic_search(),
+                              categories=categories if chosen is None else chosen)  # type: ignore[arg-type]
 
     def expand(self, pointer_id: str) -> ExpandResult:
         """The full turn or memory behind a pointer: content, status, supersession chain, sources, surrounding turns.
@@ -1203,13 +1259,16 @@ class Memory:
         item = _host_item(text, kind, about, when)
         return self._host_write(item, "added by the host (Memory.remember)")
 
-    def correct_memory(self, memory_id: str, text: str) -> MemoryRecord:
+    def correct_memory(self, memory_id: str, text: str, *, about: Sequence[str] | None = None) -> MemoryRecord:
         """Replace a memory's content, keeping the old version in its history; returns the new version.
 
         The current version of the fact ``memory_id`` belongs to is marked superseded (kept, with
         ``superseded_by``) and the new one, added by the host like ``remember``, ``supersedes`` it,
-        with the same kind, entities and ``when``. ``memory_history`` lists the versions. A
-        correction whose text is already a live memory is that memory: nothing is superseded.
+        with the same kind and ``when``. Its entities are those of the new text: the known entities
+        it names (by name, alias, first name or role; the old version's entities it no longer names
+        are dropped), or ``about`` when given (a name not known yet becomes an entity). The old
+        version keeps its own. ``memory_history`` lists the versions. A correction whose text is
+        already a live memory is that memory: nothing is superseded.
 
         Raises:
             NotFoundError: no such memory in this namespace.
@@ -1220,7 +1279,11 @@ class Memory:
         if old.status == "deleted":
             raise InvalidInput(f"memory {memory_id!r} was retracted, so no version of it is live to correct; "
                                "add the fact anew with mem.remember(text)", field="memory_id")
-        item = _host_item(text, old.kind, old.entities, old.when, supersedes=old.id)
+        if about is None and isinstance(text, str):
+            from .names import entities_named
+
+            about = entities_named(text, self.store.entities(self.namespace))
+        item = _host_item(text, old.kind, () if about is None else about, old.when, supersedes=old.id)
         return self._host_write(item, f"corrected by the host (Memory.correct_memory of {old.id})")
 
     def memory_history(self, memory_id: str) -> list[MemoryRecord]:

@@ -141,7 +141,8 @@ async def aextract_session(store: Store, namespace: str, session_id: str, *, llm
             for d in vet_notes:
                 (warnings if d.code in ("drop", "merge") else errors).append(d)
         t = time.perf_counter()
-        priors = find_priors(store, namespace, candidates, k=options.priors_k, known=reading.known)
+        priors = find_priors(store, namespace, candidates, k=options.priors_k, known=reading.known,
+                             story=s1.story or "")
         local["s3"] = StageStats(wall_ms=(time.perf_counter() - t) * 1000)
         if priors.degraded:
             warnings.append(Diagnostic(stage="s3", code="degraded",

@@ -1,13 +1,15 @@
 """S3: what the namespace already knows that bears on this session's candidates.
 
-Entities by normalised name, memories by FTS over content and search keys, and
-one graph hop (networkx) from the matched entities to the memories about them.
+Entities by normalised name or alias, memories by FTS over content and search keys (for
+each candidate and for S1's story of the session, which names what the items may word
+differently), and one graph hop (networkx) from the matched entities to the memories about them.
 Runs on the embedded store; when it cannot run it reports ``degraded`` and the
 pipeline treats every candidate as new.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +24,10 @@ __all__ = ("Priors", "find_priors", "render_priors")
 
 DEFAULT_PRIORS = 30
 _PER_ITEM = 5
+#: Memories the story's own search adds (after every candidate's).
+_PER_STORY = 5
+#: Capitalised words of the story, looked up as entity names (S1 writes people's names as the session does).
+_NAME = re.compile(r"\b[A-Z][\w'’-]+(?:\s+[A-Z][\w'’-]+)*")
 
 
 @dataclass
@@ -39,11 +45,12 @@ class Priors:
 
 
 def find_priors(store: Store, namespace: str, proposal: Proposal, *, k: int = DEFAULT_PRIORS,
-                known: Sequence[MemoryRecord] = ()) -> Priors:
+                known: Sequence[MemoryRecord] = (), story: str = "") -> Priors:
     """Search the namespace for priors of the proposal; never raises (degraded instead).
 
     ``known`` (the session's own newest memories) are always among the ``k`` priors, so S4
-    can tell a restated or changed fact of the same conversation from a new one.
+    can tell a restated or changed fact of the same conversation from a new one. ``story``
+    (S1's) is searched too, and its capitalised names looked up as entities.
     """
     import networkx as nx
 
@@ -51,7 +58,10 @@ def find_priors(store: Store, namespace: str, proposal: Proposal, *, k: int = DE
         names = {e.name for e in proposal.entities}
         for item in (*proposal.events, *proposal.points):
             names.update(item.about)
-        entities = store.find_entities(namespace, sorted(names))
+        in_story = {m.group(0) for m in _NAME.finditer(story)} | {w for m in _NAME.finditer(story)
+                                                                   for w in m.group(0).split()}
+        entities = store.find_entities(namespace, sorted(names | in_story))
+        names.update(e["name"] for e in entities)
         g = nx.Graph()
         scores: dict[str, float] = {}
         records: dict[str, MemoryRecord] = {}
@@ -61,6 +71,11 @@ def find_priors(store: Store, namespace: str, proposal: Proposal, *, k: int = DE
                 continue
             for rec, score in store.search_memories(namespace, match, k=_PER_ITEM):
                 records[rec.id] = rec
+                scores[rec.id] = max(scores.get(rec.id, 0.0), score)
+        match = fts5_query(story) if story.strip() else None
+        if match is not None:
+            for rec, score in store.search_memories(namespace, match, k=_PER_STORY):
+                records.setdefault(rec.id, rec)
                 scores[rec.id] = max(scores.get(rec.id, 0.0), score)
         for rec in store.memories_about(namespace, sorted(names), k=k):
             records.setdefault(rec.id, rec)

@@ -50,6 +50,7 @@ def context(
     held_from: int | None = None,
     specific_only: bool = False,
     semantic: Semantic | None = None,
+    categories: Sequence[str] | None = None,
 ) -> MemoryBlock:
     """The memory block for the next host turn; never raises (see the ``tortoise_sdk.reflex`` docstring).
 
@@ -63,6 +64,8 @@ def context(
         held_from: the host holds ``session_id``'s turns from this index on: never surfaced (``host``).
         specific_only: a pointer only on evidence specific to the prompt (``gate``).
         semantic: neighbours by meaning join the candidates (``reflex.semantic``); its wait counts in the budget.
+        categories: only memories filed under one of these (the host's spelling) are shown; turns,
+            which carry no category, are not.
     """
     started = time.perf_counter()
     deadline = None
@@ -71,6 +74,9 @@ def context(
         check_id(session_id, "session_id", optional=True)
         check_count(budget, "budget", low=0)
         check_count(max_tokens, "max_tokens", low=0)
+        if categories is not None and (isinstance(categories, str)
+                                       or not all(isinstance(x, str) for x in categories)):
+            raise InvalidInput("must be a list of category names, e.g. categories=['health']", field="categories")
     except InvalidInput as exc:
         log.warning("reflex: %s, returning an empty block", exc)
         return MemoryBlock(degraded_reason=f"invalid_input: {exc}")
@@ -87,7 +93,7 @@ def context(
         with within(budget_s):
             block = _steps(Reading(store, namespace, token_counter or approx_tokens, deadline),
                            window, prior_context, budget, max_tokens, session_id, held_from, specific_only,
-                           semantic)
+                           semantic, None if categories is None else frozenset(categories))
     except (Timeout, StoreTimeout):
         block = MemoryBlock(degraded_reason="timeout")
     except (StoreError, sqlite3.Error) as exc:
@@ -104,7 +110,7 @@ def context(
 
 def _steps(r: Reading, window: Sequence[Any], prior: Any, budget: int, max_tokens: int,
            session_id: str | None, held_from: int | None = None, specific_only: bool = False,
-           semantic: Semantic | None = None) -> MemoryBlock:
+           semantic: Semantic | None = None, categories: frozenset[str] | None = None) -> MemoryBlock:
     budget = min(int(budget), MAX_BUDGET)
     max_tokens = int(max_tokens)
     if budget < 1 or max_tokens < 1:
@@ -160,4 +166,6 @@ def _steps(r: Reading, window: Sequence[Any], prior: Any, budget: int, max_token
     ranked = host.outside_host(ranked, session_id, held_from)
     if specific_only:
         ranked = gate.specific(r, ranked, query)
+    if categories is not None:  # the host asked for some kinds of memory only: turns carry no category
+        ranked = [c for c in ranked if c.memory is not None and c.memory.category in categories]
     return meaning.note(render(r, ranked[: budget * 2], budget, max_tokens, host.header(ranked[:budget], session_id)))

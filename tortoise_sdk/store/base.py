@@ -162,11 +162,25 @@ class Store(ABC):
 
     @abstractmethod
     def entities(self, namespace: str) -> list[dict[str, Any]]:
-        """Every entity of the namespace, oldest first: ``{id, name, kind, note}``."""
+        """Every entity of the namespace, oldest first: ``{id, name, kind, note, aliases}``."""
 
     @abstractmethod
     def find_entities(self, namespace: str, names: Sequence[str]) -> list[dict[str, Any]]:
-        """Stored entities whose normalised name is one of ``names``: ``{id, name, kind, note}``."""
+        """Stored entities whose normalised name or alias is one of ``names``: ``{id, name, kind, note}``."""
+
+    @abstractmethod
+    def merge_entities(self, namespace: str, keep: str, other: str, *, now: datetime,
+                       reason: str = "merged by the host") -> dict[str, Any]:
+        """Merge entity ``other`` into ``keep`` (ids, names or aliases), keeping provenance; the kept entity."""
+
+    @abstractmethod
+    def split_entity(self, namespace: str, entity: str, name: str, *, now: datetime,
+                     reason: str = "split by the host") -> dict[str, Any]:
+        """Take the name ``name`` back out of ``entity`` as an entity of its own; the new entity."""
+
+    @abstractmethod
+    def entity_events(self, namespace: str, entity: str | None = None) -> list[dict[str, Any]]:
+        """The namespace's entity merges and splits (of one entity id), oldest first."""
 
     @abstractmethod
     def turn_metadata(self, namespace: str, session_id: str, *, start: int = 0) -> dict[str, dict[str, Any] | None]:

@@ -18,8 +18,9 @@ from typing import Any
 from ..errors import LeaseLost, NotFoundError
 from ..models import Diagnostic, ExtractionReport, ExtractionState, JobInfo, MemoryRecord
 from ..text import fact_key, jaccard, norm_content, norm_name
+from .entity_core import EntityCore, Names
 from .plan import EntityPlan, ExtractionPlan, Fence, ItemPlan, RetractionPlan, SourcePlan, Window, WriteResult
-from .rows import Row, entity_id_for, memory_id_for
+from .rows import Row, memory_id_for
 
 __all__ = ("RETRACTION_MATCH", "ExtractionCore")
 
@@ -39,7 +40,7 @@ def _bump(counter: dict[str, int], key: str) -> None:
     counter[key] = counter.get(key, 0) + 1
 
 
-class ExtractionCore:
+class ExtractionCore(EntityCore):
     """Supersession reads, the S5 write and the job queue, over per-dialect hooks."""
 
     transaction: Callable[..., Any]
@@ -79,8 +80,8 @@ class ExtractionCore:
     ) -> WriteResult:
         """Consolidate and write one session's extraction in one transaction.
 
-        Entities resolve to existing nodes by normalised name (a lone first name to the one stored
-        person whose full name begins with it, when exactly one does); each item becomes ADD,
+        Entities resolve to existing nodes by name, alias, short form or role
+        (:mod:`~tortoise_sdk.store.entity_core`); each item becomes ADD,
         NOOP (a live memory states the same fact up to wording, :func:`~tortoise_sdk.text.fact_key`:
         its sources are added to that memory's), UPDATE (``supersedes`` names a
         live memory, which is kept, marked superseded and linked) or, for a retraction,
@@ -99,12 +100,16 @@ class ExtractionCore:
             if plan.window is not None and self._covered(c, namespace, plan.session_id, plan.window):
                 result.already_covered = True
                 return self._record_run(c, namespace, plan, result, finalize, fence, now)
-            entity_ids = {norm_name(e.name): self._resolve_entity(c, namespace, e, now) for e in plan.entities}
+            names = Names(namespace, now, plan.session_id)
+            entity_ids: dict[str, str] = {}
+            for e in plan.entities:
+                if norm_name(e.name):
+                    entity_ids[norm_name(e.name)] = self.resolve_entity(c, names, e)
             for item in plan.items:
-                self._write_item(c, namespace, plan, item, entity_ids, result, now)
+                self._write_item(c, namespace, plan, item, entity_ids, result, now, names)
             for retraction in plan.retractions:
                 self._retract(c, namespace, plan, retraction, result, now)
-            result.counts["entity"] = len(entity_ids)
+            result.counts["entity"] = len({names.current(i) for i in entity_ids.values()})
             if plan.window is not None:
                 self._advance_watermark(c, namespace, plan, now)
             return self._record_run(c, namespace, plan, result, finalize, fence, now)
@@ -145,32 +150,20 @@ class ExtractionCore:
         with self.read() as c:  # type: ignore[attr-defined]
             return self._extraction_state_in(c, namespace, session_id)
 
-    def _resolve_entity(self, c: Conn, namespace: str, e: EntityPlan, now: datetime) -> str:
-        key = norm_name(e.name)
-        found = self._find_entity(c, namespace, key, e.kind)
-        if found is None and " " not in key and norm_name(e.kind) in ("person", "other"):
-            # A first name alone ("Mel" as written, "Melanie Hart" stored) is the one person it begins, if one.
-            people = self._people_by_first_name(c, namespace, key)
-            found = people[0] if len(people) == 1 else None
-        if found is not None:
-            entity_id, note = found
-            if e.note and not note:
-                self._set_entity_note(c, entity_id, e.note, now)
-            return entity_id
-        entity_id = entity_id_for(namespace, e.name, e.kind)
-        self._insert_entity(c, namespace, entity_id, e, key, now)
-        return entity_id
-
     def _write_item(self, c: Conn, namespace: str, plan: ExtractionPlan, item: ItemPlan,
-                    entity_ids: dict[str, str], result: WriteResult, now: datetime) -> None:
-        key = fact_key(item.content)
+                    entity_ids: dict[str, str], result: WriteResult, now: datetime, names: Names) -> None:
         for name in item.about:
             if norm_name(name) and norm_name(name) not in entity_ids:
-                entity_ids[norm_name(name)] = self._resolve_entity(c, namespace, EntityPlan(name, "other"), now)
-        about = [entity_ids[norm_name(n)] for n in item.about if norm_name(n)]
-        same = self._live_with_content(c, namespace, _keys(item.content))
+                entity_ids[norm_name(name)] = self.resolve_entity(c, names, EntityPlan(name, "other"))
+        named = [n for n in item.about if norm_name(n)]
+        about = [names.current(entity_ids[norm_name(n)]) for n in named]
+        # The key names each entity by its id, so "Mel loves pottery" restates "Melanie Hart loves pottery".
+        ekey = self.entity_key(c, item.content, about, named) if about else None
+        key = fact_key(item.content)
+        same = self._live_with_content(c, namespace, _keys(item.content), ekey)
         if same is not None:
-            self._link(c, namespace, same, about, item.sources, plan.extraction_id)
+            self._link(c, namespace, same, about, item.sources, plan.extraction_id, mentions=named)
+            self.roles_stated(c, names, same, item.content, named, entity_ids)
             self._index(c, same)
             _bump(result.outcomes, "NOOP")
             result.memory_ids.append(same)
@@ -184,24 +177,25 @@ class ExtractionCore:
                     message=f"{item.kind} {item.content!r} names {item.supersedes!r} as superseded, but no live "
                             "memory has that id; added as new",
                 ))
-        memory_id = self._insert_memory(c, namespace, plan, item, key, now, supersedes=old)
+        memory_id = self._insert_memory(c, namespace, plan, item, key, now, supersedes=old, entity_key=ekey)
         if old is not None:
             self._set_memory_status(c, old, "superseded", plan.valid_at or now, superseded_by=memory_id)
             _bump(result.outcomes, "UPDATE")
         else:
             _bump(result.outcomes, "ADD")
         _bump(result.counts, item.kind)
-        self._link(c, namespace, memory_id, about, item.sources, plan.extraction_id)
+        self._link(c, namespace, memory_id, about, item.sources, plan.extraction_id, mentions=named)
         self._index(c, memory_id)
+        self.roles_stated(c, names, memory_id, item.content, named, entity_ids)
         result.memory_ids.append(memory_id)
 
     def _insert_memory(self, c: Conn, namespace: str, plan: ExtractionPlan, item: ItemPlan,
-                       key: str, now: datetime, *, supersedes: str | None) -> str:
+                       key: str, now: datetime, *, supersedes: str | None, entity_key: str | None = None) -> str:
         n = 0
         while self._memory_exists(c, memory_id := memory_id_for(namespace, plan.session_id, item.kind,
                                                                 item.content, n)):
             n += 1
-        self._insert_memory_row(c, namespace, memory_id, plan, item, key, now, supersedes)
+        self._insert_memory_row(c, namespace, memory_id, plan, item, key, now, supersedes, entity_key)
         return memory_id
 
     def _retract(self, c: Conn, namespace: str, plan: ExtractionPlan, r: RetractionPlan,
@@ -423,23 +417,10 @@ class ExtractionCore:
         """Serialise S5 writes of the namespace (where the engine needs it); return the write's time."""
         raise NotImplementedError
 
-    def _find_entity(self, c: Conn, namespace: str, key: str, kind: str) -> tuple[str, str | None] | None:
-        """``(entity_id, note)`` of the oldest entity with that normalised name, same kind first."""
-        raise NotImplementedError
-
-    def _people_by_first_name(self, c: Conn, namespace: str, first: str) -> list[tuple[str, str | None]]:
-        """``(entity_id, note)`` of at most two person entities whose normalised name is ``first`` and more words."""
-        raise NotImplementedError
-
-    def _set_entity_note(self, c: Conn, entity_id: str, note: str, now: datetime) -> None:
-        raise NotImplementedError
-
-    def _insert_entity(self, c: Conn, namespace: str, entity_id: str, e: EntityPlan, key: str,
-                       now: datetime) -> None:
-        raise NotImplementedError
-
-    def _live_with_content(self, c: Conn, namespace: str, keys: Sequence[str]) -> str | None:
-        """The oldest live memory whose stored key (``norm_content`` column) is one of ``keys``."""
+    def _live_with_content(self, c: Conn, namespace: str, keys: Sequence[str],
+                           entity_key: str | None = None) -> str | None:
+        """The oldest live memory whose stored key (``norm_content`` column) is one of ``keys``, or whose
+        ``entity_key`` is ``entity_key``."""
         raise NotImplementedError
 
     def _memory_state(self, c: Conn, namespace: str, memory_id: str) -> tuple[str, str | None] | None:
@@ -450,7 +431,7 @@ class ExtractionCore:
         raise NotImplementedError
 
     def _insert_memory_row(self, c: Conn, namespace: str, memory_id: str, plan: ExtractionPlan, item: ItemPlan,
-                           key: str, now: datetime, supersedes: str | None) -> None:
+                           key: str, now: datetime, supersedes: str | None, entity_key: str | None = None) -> None:
         raise NotImplementedError
 
     def _set_memory_status(self, c: Conn, memory_id: str, status: str, invalid_at: datetime,
@@ -459,12 +440,9 @@ class ExtractionCore:
         raise NotImplementedError
 
     def _link(self, c: Conn, namespace: str, memory_id: str, about: Sequence[str],
-              sources: Sequence[SourcePlan], extraction_id: str) -> None:
-        """Add about-edges and provenance, keeping the ones already stored."""
-        raise NotImplementedError
-
-    def _index(self, c: Conn, memory_id: str) -> None:
-        """Refresh the memory's full-text entry (content, search keys, entity names)."""
+              sources: Sequence[SourcePlan], extraction_id: str, *, mentions: Sequence[str] = ()) -> None:
+        """Add about-edges (each with the name the item used, ``mentions``, in ``about``'s order) and
+        provenance, keeping the ones already stored."""
         raise NotImplementedError
 
     def _retraction_candidates(self, c: Conn, namespace: str, content: str) -> Iterable[tuple[str, str]]:

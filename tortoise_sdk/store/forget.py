@@ -178,13 +178,22 @@ class ForgetMixin:
             self._updated(report, "memories", relinked)
             for table in ("provenance", "memory_entities"):
                 self._count(report, table, c.execute(f"DELETE FROM {table} WHERE memory_id = {p}", (memory_id,)))
+            # a role the memory stated goes with its words
+            self._count(report, "entity_aliases", c.execute(
+                f"DELETE FROM entity_aliases WHERE memory_id = {p}", (memory_id,)))
             self._unindex_memory(c, memory_id)
             self._count(report, "memories", c.execute(f"DELETE FROM memories WHERE memory_id = {p}", (memory_id,)))
 
     def _remove_orphan_entities(self, c: Conn, namespace: str, report: ForgetReport) -> None:
+        p = self.PARAM
         self._count(report, "entities", c.execute(
-            f"DELETE FROM entities WHERE namespace = {self.PARAM} AND NOT EXISTS"
+            f"DELETE FROM entities WHERE namespace = {p} AND NOT EXISTS"
             " (SELECT 1 FROM memory_entities me WHERE me.entity_id = entities.entity_id)", (namespace,)))
+        # An entity's other names and its merges and splits go with it (they hold names the user said).
+        for table in ("entity_aliases", "entity_events"):
+            self._count(report, table, c.execute(
+                f"DELETE FROM {table} WHERE namespace = {p} AND NOT EXISTS"
+                f" (SELECT 1 FROM entities e WHERE e.entity_id = {table}.entity_id)", (namespace,)))
 
     def _forget_cursors(self, c: Conn, namespace: str, sessions: Iterable[str], report: ForgetReport) -> None:
         """Cursors named ``<anything>:<session id>`` hold that session's host state (its view, the pointers shown):

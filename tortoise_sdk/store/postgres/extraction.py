@@ -148,21 +148,25 @@ class PostgresExtractionMixin(ExtractionCore):
                 f"SELECT {_MEMORY_COLUMNS}, COUNT(*) AS links FROM memories m"
                 " JOIN memory_entities me ON me.memory_id = m.memory_id"
                 " JOIN entities e ON e.entity_id = me.entity_id"
-                " WHERE m.namespace = %s AND m.status = 'live' AND e.norm_name = ANY(%s)"
+                " WHERE m.namespace = %s AND m.status = 'live' AND (e.norm_name = ANY(%s) OR e.entity_id IN"
+                " (SELECT entity_id FROM entity_aliases WHERE namespace = %s AND how <> 'not'"
+                " AND norm_alias = ANY(%s)))"
                 " GROUP BY m.id ORDER BY links DESC, m.id DESC LIMIT %s",
-                [namespace, names, k],
+                [namespace, names, namespace, names, k],
             )
             return self._records(c, rows)
 
     def entities(self, namespace: str) -> list[dict[str, Any]]:
-        """Every entity of the namespace, oldest first: ``{id, name, kind, note}``."""
+        """Every entity of the namespace, oldest first: ``{id, name, kind, note, aliases}`` (each alias
+        ``{name, how, evidence}``)."""
         with self.read() as c:
             rows = c.execute(
                 "SELECT entity_id, name, kind, note FROM entities WHERE namespace = %s"
                 ' ORDER BY created_at, entity_id COLLATE "C"',
                 (namespace,),
             ).fetchall()
-        return entity_dicts(rows)
+            aliases = self._aliases_of(c, [r[0] for r in rows])
+        return [{**d, "aliases": aliases.get(d["id"], [])} for d in entity_dicts(rows)]
 
     def find_entities(self, namespace: str, names: Sequence[str]) -> list[dict[str, Any]]:
         """Stored entities whose normalised name matches one of ``names``: ``{id, name, kind, note}``."""
@@ -171,9 +175,10 @@ class PostgresExtractionMixin(ExtractionCore):
             return []
         with self.read() as c:
             rows = c.execute(
-                "SELECT entity_id, name, kind, note FROM entities WHERE namespace = %s AND norm_name = ANY(%s)"
-                ' ORDER BY created_at, entity_id COLLATE "C"',
-                (namespace, keys),
+                "SELECT entity_id, name, kind, note FROM entities WHERE namespace = %s AND (norm_name = ANY(%s)"
+                " OR entity_id IN (SELECT entity_id FROM entity_aliases WHERE namespace = %s AND how <> 'not'"
+                ' AND norm_alias = ANY(%s))) ORDER BY created_at, entity_id COLLATE "C"',
+                (namespace, keys, namespace, keys),
             ).fetchall()
         return entity_dicts(rows)
 
@@ -230,15 +235,6 @@ class PostgresExtractionMixin(ExtractionCore):
         ).fetchone()
         return None if row is None else (row[0], row[1])
 
-    def _people_by_first_name(self, c: psycopg.Connection, namespace: str, first: str) -> list[tuple[str, str | None]]:
-        prefix = first.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + " %"
-        rows = c.execute(
-            "SELECT entity_id, note FROM entities WHERE namespace = %s AND kind = 'person'"
-            " AND norm_name LIKE %s ESCAPE '\\' ORDER BY created_at, entity_id COLLATE \"C\" LIMIT 2",
-            (namespace, prefix),
-        ).fetchall()
-        return [(r[0], r[1]) for r in rows]
-
     def _set_entity_note(self, c: psycopg.Connection, entity_id: str, note: str, now: datetime) -> None:
         c.execute("UPDATE entities SET note = %s, updated_at = %s WHERE entity_id = %s", (note, now, entity_id))
 
@@ -250,11 +246,12 @@ class PostgresExtractionMixin(ExtractionCore):
             (entity_id, namespace, e.name.strip(), key, e.kind, e.note, now, now),
         )
 
-    def _live_with_content(self, c: psycopg.Connection, namespace: str, keys: Sequence[str]) -> str | None:
+    def _live_with_content(self, c: psycopg.Connection, namespace: str, keys: Sequence[str],
+                           entity_key: str | None = None) -> str | None:
         row = c.execute(
-            "SELECT memory_id FROM memories WHERE namespace = %s AND norm_content IN (%s, %s) AND status = 'live'"
-            " ORDER BY id LIMIT 1",
-            (namespace, *keys),
+            "SELECT memory_id FROM memories WHERE namespace = %s AND (norm_content IN"
+            f" ({', '.join('%s' for _ in keys)}) OR entity_key = %s) AND status = 'live' ORDER BY id LIMIT 1",
+            (namespace, *keys, entity_key),
         ).fetchone()
         return None if row is None else row[0]
 
@@ -267,14 +264,15 @@ class PostgresExtractionMixin(ExtractionCore):
         return c.execute("SELECT 1 FROM memories WHERE memory_id = %s", (memory_id,)).fetchone() is not None
 
     def _insert_memory_row(self, c: psycopg.Connection, namespace: str, memory_id: str, plan: ExtractionPlan,
-                           item: ItemPlan, key: str, now: datetime, supersedes: str | None) -> None:
+                           item: ItemPlan, key: str, now: datetime, supersedes: str | None,
+                           entity_key: str | None = None) -> None:
         c.execute(
             "INSERT INTO memories (memory_id, namespace, session_id, kind, content, norm_content, status, when_text,"
-            " search_keys, valid_at, supersedes, extraction_id, created_at, category)"
-            " VALUES (%s, %s, %s, %s, %s, %s, 'live', %s, %s, %s, %s, %s, %s, %s)",
+            " search_keys, valid_at, supersedes, extraction_id, created_at, category, entity_key)"
+            " VALUES (%s, %s, %s, %s, %s, %s, 'live', %s, %s, %s, %s, %s, %s, %s, %s)",
             (memory_id, namespace, plan.session_id, item.kind, item.content.strip(), key, item.when,
              json.dumps(list(dict.fromkeys(item.search_keys)), ensure_ascii=False), plan.valid_at or now,
-             supersedes, plan.extraction_id, now, item.category),
+             supersedes, plan.extraction_id, now, item.category, entity_key),
         )
 
     def _set_memory_status(self, c: psycopg.Connection, memory_id: str, status: str, invalid_at: datetime,
@@ -284,13 +282,14 @@ class PostgresExtractionMixin(ExtractionCore):
                   (status, invalid_at, superseded_by, memory_id))
 
     def _link(self, c: psycopg.Connection, namespace: str, memory_id: str, about: Sequence[str],
-              sources: Sequence[SourcePlan], extraction_id: str) -> None:
+              sources: Sequence[SourcePlan], extraction_id: str, *, mentions: Sequence[str] = ()) -> None:
+        named = dict(zip(reversed(about), reversed(list(mentions)))) if mentions else {}
         with c.cursor() as cur:
             if about:
                 cur.executemany(
-                    "INSERT INTO memory_entities (namespace, memory_id, entity_id, relation)"
-                    " VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING",
-                    [(namespace, memory_id, eid, "about") for eid in dict.fromkeys(about)],
+                    "INSERT INTO memory_entities (namespace, memory_id, entity_id, relation, mention)"
+                    " VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
+                    [(namespace, memory_id, eid, "about", named.get(eid)) for eid in dict.fromkeys(about)],
                 )
             cur.executemany(
                 "INSERT INTO provenance (namespace, memory_id, turn_id, quote, extraction_id)"

@@ -222,8 +222,12 @@ def index_memories_sql(where: str) -> str:
                    to_tsvector('{FTS_CONFIG}'::regconfig, COALESCE((
                        SELECT string_agg(k, ' ') FROM jsonb_array_elements_text(m.search_keys::jsonb) AS k), '')) AS k,
                    to_tsvector('{FTS_CONFIG}'::regconfig, COALESCE((
-                       SELECT string_agg(e.name, ' ') FROM memory_entities me JOIN entities e
-                       ON e.entity_id = me.entity_id WHERE me.memory_id = m.memory_id), '')) AS e
+                       SELECT string_agg(n, ' ') FROM (
+                           SELECT e.name AS n FROM memory_entities me JOIN entities e
+                           ON e.entity_id = me.entity_id WHERE me.memory_id = m.memory_id
+                           UNION ALL SELECT a.alias FROM memory_entities me JOIN entity_aliases a
+                           ON a.entity_id = me.entity_id WHERE me.memory_id = m.memory_id
+                           AND a.how NOT IN ('not', 'role')) AS names), '')) AS e
             FROM memories m WHERE {where}
         ),
         upd AS (

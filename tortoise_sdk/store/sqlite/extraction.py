@@ -90,21 +90,25 @@ class SQLiteExtractionMixin(ExtractionCore):
                 "SELECT m.*, COUNT(*) AS links FROM memories m"
                 " JOIN memory_entities me ON me.memory_id = m.memory_id"
                 " JOIN entities e ON e.entity_id = me.entity_id"
-                f" WHERE m.namespace = ? AND m.status = 'live' AND e.norm_name IN ({marks})"
+                f" WHERE m.namespace = ? AND m.status = 'live' AND (e.norm_name IN ({marks}) OR e.entity_id IN"
+                f" (SELECT entity_id FROM entity_aliases WHERE namespace = ? AND how <> 'not'"
+                f" AND norm_alias IN ({marks})))"
                 " GROUP BY m.memory_id ORDER BY links DESC, m.rowid DESC LIMIT ?",
-                [namespace, *names, k],
+                [namespace, *names, namespace, *names, k],
             ).fetchall()
             return self._records(c, rows)
 
     def entities(self, namespace: str) -> list[dict[str, Any]]:
-        """Every entity of the namespace, oldest first: ``{id, name, kind, note}``."""
+        """Every entity of the namespace, oldest first: ``{id, name, kind, note, aliases}`` (each alias
+        ``{name, how, evidence}``)."""
         with self.read() as c:
             rows = c.execute(
                 "SELECT entity_id, name, kind, note FROM entities WHERE namespace = ?"
                 " ORDER BY created_at, entity_id",
                 (namespace,),
             ).fetchall()
-        return entity_dicts(rows)
+            aliases = self._aliases_of(c, [r[0] for r in rows])
+        return [{**d, "aliases": aliases.get(d["id"], [])} for d in entity_dicts(rows)]
 
     def find_entities(self, namespace: str, names: Sequence[str]) -> list[dict[str, Any]]:
         """Stored entities whose normalised name matches one of ``names``: ``{id, name, kind, note}``."""
@@ -114,9 +118,10 @@ class SQLiteExtractionMixin(ExtractionCore):
         marks = ", ".join("?" for _ in keys)
         with self.read() as c:
             rows = c.execute(
-                f"SELECT entity_id, name, kind, note FROM entities WHERE namespace = ? AND norm_name IN ({marks})"
-                " ORDER BY created_at, entity_id",
-                [namespace, *keys],
+                f"SELECT entity_id, name, kind, note FROM entities WHERE namespace = ? AND (norm_name IN ({marks})"
+                f" OR entity_id IN (SELECT entity_id FROM entity_aliases WHERE namespace = ? AND how <> 'not'"
+                f" AND norm_alias IN ({marks}))) ORDER BY created_at, entity_id",
+                [namespace, *keys, namespace, *keys],
             ).fetchall()
         return entity_dicts(rows)
 
@@ -170,15 +175,6 @@ class SQLiteExtractionMixin(ExtractionCore):
         ).fetchone()
         return None if row is None else (row[0], row[1])
 
-    def _people_by_first_name(self, c: sqlite3.Connection, namespace: str, first: str) -> list[tuple[str, str | None]]:
-        prefix = first.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + " %"
-        rows = c.execute(
-            "SELECT entity_id, note FROM entities WHERE namespace = ? AND kind = 'person'"
-            " AND norm_name LIKE ? ESCAPE '\\' ORDER BY created_at, entity_id LIMIT 2",
-            (namespace, prefix),
-        ).fetchall()
-        return [(r[0], r[1]) for r in rows]
-
     def _set_entity_note(self, c: sqlite3.Connection, entity_id: str, note: str, now: datetime) -> None:
         c.execute("UPDATE entities SET note = ?, updated_at = ? WHERE entity_id = ?", (note, now.isoformat(), entity_id))
 
@@ -190,11 +186,12 @@ class SQLiteExtractionMixin(ExtractionCore):
             (entity_id, namespace, e.name.strip(), key, e.kind, e.note, now.isoformat(), now.isoformat()),
         )
 
-    def _live_with_content(self, c: sqlite3.Connection, namespace: str, keys: Sequence[str]) -> str | None:
+    def _live_with_content(self, c: sqlite3.Connection, namespace: str, keys: Sequence[str],
+                           entity_key: str | None = None) -> str | None:
         row = c.execute(
-            "SELECT memory_id FROM memories WHERE namespace = ? AND norm_content IN (?, ?) AND status = 'live'"
-            " ORDER BY rowid LIMIT 1",
-            (namespace, *keys),
+            "SELECT memory_id FROM memories WHERE namespace = ? AND (norm_content IN"
+            f" ({', '.join('?' for _ in keys)}) OR entity_key = ?) AND status = 'live' ORDER BY rowid LIMIT 1",
+            (namespace, *keys, entity_key),
         ).fetchone()
         return None if row is None else row[0]
 
@@ -207,14 +204,16 @@ class SQLiteExtractionMixin(ExtractionCore):
         return c.execute("SELECT 1 FROM memories WHERE memory_id = ?", (memory_id,)).fetchone() is not None
 
     def _insert_memory_row(self, c: sqlite3.Connection, namespace: str, memory_id: str, plan: ExtractionPlan,
-                           item: ItemPlan, key: str, now: datetime, supersedes: str | None) -> None:
+                           item: ItemPlan, key: str, now: datetime, supersedes: str | None,
+                           entity_key: str | None = None) -> None:
         c.execute(
             "INSERT INTO memories (memory_id, namespace, session_id, kind, content, norm_content, status, when_text,"
-            " search_keys, valid_at, supersedes, extraction_id, created_at, category)"
-            " VALUES (?, ?, ?, ?, ?, ?, 'live', ?, ?, ?, ?, ?, ?, ?)",
+            " search_keys, valid_at, supersedes, extraction_id, created_at, category, entity_key)"
+            " VALUES (?, ?, ?, ?, ?, ?, 'live', ?, ?, ?, ?, ?, ?, ?, ?)",
             (memory_id, namespace, plan.session_id, item.kind, item.content.strip(), key, item.when,
              json.dumps(list(dict.fromkeys(item.search_keys)), ensure_ascii=False),
-             (plan.valid_at or now).isoformat(), supersedes, plan.extraction_id, now.isoformat(), item.category),
+             (plan.valid_at or now).isoformat(), supersedes, plan.extraction_id, now.isoformat(), item.category,
+             entity_key),
         )
 
     def _set_memory_status(self, c: sqlite3.Connection, memory_id: str, status: str, invalid_at: datetime,
@@ -223,10 +222,12 @@ class SQLiteExtractionMixin(ExtractionCore):
                   " WHERE memory_id = ?", (status, invalid_at.isoformat(), superseded_by, memory_id))
 
     def _link(self, c: sqlite3.Connection, namespace: str, memory_id: str, about: Sequence[str],
-              sources: Sequence[SourcePlan], extraction_id: str) -> None:
+              sources: Sequence[SourcePlan], extraction_id: str, *, mentions: Sequence[str] = ()) -> None:
+        named = dict(zip(reversed(about), reversed(list(mentions)))) if mentions else {}
         c.executemany(
-            "INSERT OR IGNORE INTO memory_entities (namespace, memory_id, entity_id, relation) VALUES (?, ?, ?, ?)",
-            [(namespace, memory_id, eid, "about") for eid in dict.fromkeys(about)],
+            "INSERT OR IGNORE INTO memory_entities (namespace, memory_id, entity_id, relation, mention)"
+            " VALUES (?, ?, ?, ?, ?)",
+            [(namespace, memory_id, eid, "about", named.get(eid)) for eid in dict.fromkeys(about)],
         )
         c.executemany(
             "INSERT OR IGNORE INTO provenance (namespace, memory_id, turn_id, quote, extraction_id)"
@@ -239,7 +240,9 @@ class SQLiteExtractionMixin(ExtractionCore):
                         (memory_id,)).fetchone()
         names = [r[0] for r in c.execute(
             "SELECT e.name FROM memory_entities me JOIN entities e ON e.entity_id = me.entity_id"
-            " WHERE me.memory_id = ?", (memory_id,))]
+            " WHERE me.memory_id = ? UNION ALL SELECT a.alias FROM memory_entities me JOIN entity_aliases a"
+            " ON a.entity_id = me.entity_id WHERE me.memory_id = ? AND a.how NOT IN ('not', 'role')",
+            (memory_id, memory_id))]
         c.execute("DELETE FROM memories_fts WHERE rowid = ?", (row[0],))
         c.execute("INSERT INTO memories_fts (rowid, content, search_keys, entities) VALUES (?, ?, ?, ?)",
                   (row[0], row[1], " ".join(json.loads(row[2])), " ".join(names)))

@@ -489,9 +489,47 @@ M011_OPAQUE_IDS = Migration(
     ),
 )
 
+# Entity resolution: the other names an entity is known by (a first name, a nickname, a role such as
+# "my wife", a name merged in), each with how and on what evidence it was resolved, or ``how = 'not'``
+# for a name a split keeps apart; the merges and splits themselves; and the name each memory used.
+M012_ENTITY_ALIASES = Migration(
+    12,
+    "entity aliases, merges and splits; the name a memory used for an entity",
+    (
+        """CREATE TABLE entity_aliases (
+            namespace  TEXT NOT NULL,
+            entity_id  TEXT NOT NULL,
+            alias      TEXT NOT NULL,
+            norm_alias TEXT NOT NULL,
+            how        TEXT NOT NULL,
+            evidence   TEXT,
+            session_id TEXT,
+            memory_id  TEXT,
+            created_at TEXT NOT NULL,
+            PRIMARY KEY (namespace, norm_alias, entity_id)
+        )""",
+        "CREATE INDEX entity_aliases_entity ON entity_aliases (entity_id)",
+        """CREATE TABLE entity_events (
+            id         INTEGER PRIMARY KEY,
+            namespace  TEXT NOT NULL,
+            kind       TEXT NOT NULL CHECK (kind IN ('merge', 'split')),
+            entity_id  TEXT NOT NULL,
+            other_id   TEXT NOT NULL,
+            detail     TEXT NOT NULL,
+            reason     TEXT NOT NULL,
+            created_at TEXT NOT NULL
+        )""",
+        "CREATE INDEX entity_events_entity ON entity_events (namespace, entity_id)",
+        "ALTER TABLE memory_entities ADD COLUMN mention TEXT",
+        # the fact key with each entity named by its id ("Mel"/"my wife" -> Melanie's), beside ``norm_content``
+        "ALTER TABLE memories ADD COLUMN entity_key TEXT",
+        "CREATE INDEX memories_entity_key ON memories (namespace, entity_key) WHERE entity_key IS NOT NULL",
+    ),
+)
+
 SQLITE_MIGRATIONS: list[Migration] = [M001_FOUNDATION, M002_EXTRACTION, M003_SUBAGENTS, M004_SUBAGENT_TURN_REF,
                                       M005_CURSORS, M006_RANKING, M007_LOOP, M008_TOMBSTONES, M009_VECTORS,
-                                      M010_CATEGORIES, M011_OPAQUE_IDS]
+                                      M010_CATEGORIES, M011_OPAQUE_IDS, M012_ENTITY_ALIASES]
 
 
 def applied_versions(conn: sqlite3.Connection) -> set[int]:

@@ -1,0 +1,269 @@
+"""Entity resolution on both engines: short forms, roles, the host's merges and splits, and order independence."""
+
+from __future__ import annotations
+
+import uuid
+import zlib
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tortoise_sdk.capture import prepare_capture
+from tortoise_sdk.errors import InvalidInput, NotFoundError
+from tortoise_sdk.memory import Memory
+from tortoise_sdk.models import ExtractionReport, utc_now
+from tortoise_sdk.names import entities_named, role_key, role_statements, short_form_of
+from tortoise_sdk.store import Store
+from tortoise_sdk.store.plan import EntityPlan, ExtractionPlan, ItemPlan, SourcePlan
+
+
+def _finalize(result):
+    return ExtractionReport(status="ok", counts=dict(result.counts), outcomes=dict(result.outcomes))
+
+
+def _ns() -> str:
+    return f"ns_{uuid.uuid4().hex[:12]}"
+
+
+def _turn(store: Store, ns: str, text: str = "a turn") -> str:
+    turn = {"role": "user", "content": text, "id": uuid.uuid4().hex}
+    return store.capture(ns, prepare_capture("s1", [turn], max_turns=10, idempotency_key=None)).turn_ids[0]
+
+
+def fact(name: str) -> str:
+    """A fact of its own for each spelling (the same words about one person would be one restated fact)."""
+    return f"fact {zlib.crc32(name.encode())} about {name}"
+
+
+def _say(store: Store, ns: str, name: str, content: str | None = None, *, kind: str = "person",
+         about: tuple[str, ...] | None = None, note: str | None = None) -> None:
+    """One extraction naming ``name`` (an entity of ``kind``) in one memory about it."""
+    t = _turn(store, ns, content or name)
+    plan = ExtractionPlan(session_id="s1", extraction_id=f"x_{uuid.uuid4().hex[:8]}", valid_at=None,
+                          entities=[EntityPlan(name, kind, note)],
+                          items=[ItemPlan("point", content or fact(name), about=about or (name,),
+                                          sources=(SourcePlan(t, None),))])
+    store.write_extraction(ns, plan, finalize=_finalize)
+
+
+def _about(store: Store, ns: str) -> dict[str, str]:
+    """Each live memory's content -> the name of the entity it is about."""
+    return {m.content: ", ".join(m.entities) for m in store.memories(ns)}
+
+
+# -- the rules ---------------------------------------------------------------------------------------
+
+
+def test_short_forms_nicknames_and_roles():
+    assert short_form_of("mel", "melanie hart") and short_form_of("bob", "robert stone")
+    assert short_form_of("melanie", "melanie hart") and short_form_of("mel hart", "melanie hart")
+    assert not short_form_of("me", "melanie") and not short_form_of("ray", "caroline ray")
+    assert not short_form_of("melanie hart", "melanie hart") and not short_form_of("mel stone", "melanie hart")
+    assert role_key("my wife") == role_key("the user's wife") == role_key("Wife") == "user's wife"
+    assert role_key("Sam's mom") == role_key("sam's mother") == "sam's mother"
+    assert role_key("Melanie") is None
+    assert role_statements("Melanie is the user's wife", ["Melanie"]) == [("Melanie", "user's wife")]
+    assert role_statements("My wife Melanie paints", ["Melanie"]) == [("Melanie", "user's wife")]
+    assert role_statements("Melanie loves her wife", ["Melanie"]) == []
+
+
+# -- resolution at write time -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("order", ["full first", "short first"])
+def test_a_nickname_or_clipped_name_is_the_one_person_it_can_be_in_either_order(store: Store, order):
+    ns = _ns()
+    names = ["Melanie Hart", "Mel", "Bob", "Robert Stone"]
+    for name in (names if order == "full first" else names[::-1]):
+        _say(store, ns, name)
+    ents = {e["name"]: e for e in store.entities(ns)}
+    assert sorted(ents) == ["Melanie Hart", "Robert Stone"]
+    assert {a["name"]: a["how"] for a in ents["Melanie Hart"]["aliases"]} == {"Mel": "clipped name"}
+    assert {a["name"]: a["how"] for a in ents["Robert Stone"]["aliases"]} == {"Bob": "nickname"}
+    assert _about(store, ns) == {fact("Melanie Hart"): "Melanie Hart", fact("Mel"): "Melanie Hart",
+                                 fact("Bob"): "Robert Stone", fact("Robert Stone"): "Robert Stone"}
+    # the block's and S3's reads find her by the nickname too
+    assert [e["name"] for e in store.find_entities(ns, ["mel"])] == ["Melanie Hart"]
+    assert len(store.memories_about(ns, ["mel"], k=5)) == 2
+    assert {m.content for m, _ in store.search_memories(ns, '"mel"', k=5)} == {fact("Melanie Hart"), fact("Mel")}
+
+
+def test_a_short_form_two_people_share_stays_its_own(store: Store):
+    ns = _ns()
+    for name in ("Melanie Hart", "Melvin Ross", "Mel"):
+        _say(store, ns, name)
+    assert sorted(e["name"] for e in store.entities(ns)) == ["Mel", "Melanie Hart", "Melvin Ross"]
+
+
+@pytest.mark.parametrize("order", ["role stated first", "role used first"])
+def test_my_wife_is_the_person_named_as_wife_with_the_evidence(store: Store, order):
+    ns = _ns()
+    steps = [lambda: _say(store, ns, "Melanie", "Melanie is the user's wife"),
+             lambda: _say(store, ns, "my wife", "my wife loves pottery")]
+    for step in (steps if order == "role stated first" else steps[::-1]):
+        step()
+    [melanie] = store.entities(ns)
+    assert melanie["name"] == "Melanie"
+    role = next(a for a in melanie["aliases"] if a["how"] == "role")
+    assert (role["name"], role["evidence"]) == ("user's wife", "Melanie is the user's wife")
+    assert _about(store, ns) == {"Melanie is the user's wife": "Melanie", "my wife loves pottery": "Melanie"}
+    # another namespace knows no wife
+    other = _ns()
+    _say(store, other, "my wife", "my wife loves pottery")
+    assert [e["name"] for e in store.entities(other)] == ["my wife"]
+
+
+def test_an_entity_note_names_a_role(store: Store):
+    ns = _ns()
+    _say(store, ns, "Robert Stone", note="the user's father")
+    _say(store, ns, "dad", "dad fixed the boat")
+    assert _about(store, ns)["dad fixed the boat"] == "Robert Stone"
+
+
+# -- the host corrects --------------------------------------------------------------------------------
+
+
+def test_merge_then_split_keeps_provenance(store: Store):
+    ns = _ns()
+    _say(store, ns, "Melanie Hart")
+    _say(store, ns, "Lanie", "Lanie paints")
+    assert sorted(e["name"] for e in store.entities(ns)) == ["Lanie", "Melanie Hart"]
+    lanie_id = next(e["id"] for e in store.entities(ns) if e["name"] == "Lanie")
+    kept = store.merge_entities(ns, "Melanie Hart", "Lanie", now=utc_now())
+    assert kept["name"] == "Melanie Hart" and [a["name"] for a in kept["aliases"]] == ["Lanie"]
+    assert _about(store, ns) == {fact("Melanie Hart"): "Melanie Hart", "Lanie paints": "Melanie Hart"}
+    _say(store, ns, "Lanie", "Lanie sings")  # the merged name now resolves to her
+    assert _about(store, ns)["Lanie sings"] == "Melanie Hart"
+    [merge] = store.entity_events(ns)
+    assert (merge["kind"], merge["entity_id"], merge["other_id"]) == ("merge", kept["id"], lanie_id)
+    assert merge["detail"]["name"] == "Lanie" and len(merge["detail"]["memory_ids"]) == 1
+    with pytest.raises(InvalidInput):
+        store.merge_entities(ns, "Melanie Hart", "Lanie", now=utc_now())
+
+    split = store.split_entity(ns, "Melanie Hart", "Lanie", now=utc_now())
+    assert split["name"] == "Lanie"
+    assert _about(store, ns) == {fact("Melanie Hart"): "Melanie Hart", "Lanie paints": "Lanie",
+                                 "Lanie sings": "Lanie"}
+    assert [e["kind"] for e in store.entity_events(ns)] == ["merge", "split"]
+    # kept apart for good: neither the name nor a short form goes back to her
+    _say(store, ns, "Lanie", "Lanie dances")
+    assert _about(store, ns)["Lanie dances"] == "Lanie"
+    with pytest.raises(InvalidInput):
+        store.split_entity(ns, "Melanie Hart", "Melanie Hart", now=utc_now())
+    with pytest.raises(NotFoundError):
+        store.merge_entities(ns, "Melanie Hart", "Nobody", now=utc_now())
+
+
+def test_split_takes_a_wrongly_resolved_short_form_out(store: Store):
+    ns = _ns()
+    _say(store, ns, "Melanie Hart")
+    _say(store, ns, "Mel", "Mel fixed the sink")  # a plumber, not Melanie
+    mel = store.split_entity(ns, "Melanie Hart", "Mel", now=utc_now())
+    assert _about(store, ns) == {fact("Melanie Hart"): "Melanie Hart", "Mel fixed the sink": "Mel"}
+    _say(store, ns, "Mel", "Mel fixed the roof")
+    assert _about(store, ns)["Mel fixed the roof"] == "Mel"
+    assert mel["id"] in {e["id"] for e in store.entities(ns)}
+
+
+def test_memory_merge_and_split_and_the_graph_use_the_resolved_entity(tmp_path):
+    mem = Memory(str(tmp_path / "m.db"))
+    _say(mem.store, mem.namespace, "Melanie Hart")
+    _say(mem.store, mem.namespace, "Mel", "Mel loves painting")
+    g = mem.graph()
+    entity_nodes = [n for n, d in g.nodes(data=True) if d.get("kind") == "entity"]
+    assert [g.nodes[n]["name"] for n in entity_nodes] == ["Melanie Hart"]
+    assert sum(1 for _, v, d in g.edges(data=True) if v == entity_nodes[0]) == 2
+    _say(mem.store, mem.namespace, "Lanie", "Lanie sings")
+    assert mem.merge_entities("Mel", "Lanie")["name"] == "Melanie Hart"
+    assert mem.split_entity("Melanie Hart", "Lanie")["name"] == "Lanie"
+    assert [e["kind"] for e in mem.entity_events()] == ["merge", "split"]
+    mem.close()
+
+
+def test_forgetting_takes_an_entity_s_names_along(store: Store):
+    ns = _ns()
+    _say(store, ns, "Melanie", "Melanie is the user's wife")
+    mid = store.memories(ns)[0].id
+    store.forget_memory(ns, mid)
+    assert store.entities(ns) == []
+    _say(store, ns, "my wife", "my wife loves pottery")
+    assert [e["name"] for e in store.entities(ns)] == ["my wife"]  # the role went with the memory that stated it
+
+
+# -- correct_memory re-links ----------------------------------------------------------------------------
+
+
+def test_correct_memory_links_the_entities_of_the_new_text(tmp_path):
+    mem = Memory(str(tmp_path / "m.db"))
+    _say(mem.store, mem.namespace, "Caroline Diaz")
+    first = mem.remember("Melanie adopted a cat", about=["Melanie"])
+    assert first.entities == ["Melanie"]
+    fixed = mem.correct_memory(first.id, "Caroline adopted a cat")
+    assert fixed.entities == ["Caroline Diaz"]  # her first name; Melanie is not in the new text
+    assert mem.memory_history(fixed.id)[0].entities == ["Melanie"]  # the old version keeps its own
+    again = mem.correct_memory(fixed.id, "Caroline and Sam adopted a cat", about=["Caroline Diaz", "Sam"])
+    assert again.entities == ["Caroline Diaz", "Sam"]
+    mem.close()
+
+
+def test_entities_named_finds_names_aliases_and_roles():
+    ents = [{"name": "Melanie Hart", "kind": "person",
+             "aliases": [{"name": "Mel", "how": "clipped name"}, {"name": "user's wife", "how": "role"}]},
+            {"name": "Paris", "kind": "place", "aliases": []}]
+    assert entities_named("Mel moved to Paris", ents) == ["Melanie Hart", "Paris"]
+    assert entities_named("My wife paints", ents) == ["Melanie Hart"]
+    assert entities_named("Melanie paints", ents) == ["Melanie Hart"]
+    assert entities_named("Melvin paints", ents) == []
+
+
+# -- order and duplication do not matter ----------------------------------------------------------------
+
+#: Mentions of three people and a place, none of whose short forms could be another's.
+_MENTIONS = [
+    ("Melanie Hart", None), ("Melanie", None), ("Mel", None), ("my wife", None),
+    ("Melanie", "Melanie is the user's wife"),
+    ("Robert Stone", None), ("Robert", None), ("Bob", None), ("Rob", None),
+    ("Caroline Diaz", None), ("Caro", None),
+    ("Paris", None),
+]
+
+
+def _partition(store: Store, ns: str) -> set[tuple[str, frozenset[str]]]:
+    by: dict[str, set[str]] = {}
+    for content, name in _about(store, ns).items():
+        by.setdefault(name, set()).add(content)
+    return {(name, frozenset(contents)) for name, contents in by.items()}
+
+
+def _replay(store: Store, mentions: list[tuple[str, str | None]]) -> set[tuple[str, frozenset[str]]]:
+    ns = _ns()
+    for name, content in mentions:
+        _say(store, ns, name, content, kind="place" if name == "Paris" else "person")
+    return _partition(store, ns)
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(picked=st.lists(st.sampled_from(_MENTIONS), min_size=1, max_size=9), data=st.data())
+def test_any_order_and_duplication_of_the_same_mentions_gives_the_same_entities(store: Store, picked, data):
+    reference = _replay(store, sorted(set(picked), key=_MENTIONS.index))
+    shuffled = data.draw(st.permutations(picked + data.draw(st.lists(st.sampled_from(picked), max_size=4))))
+    assert _replay(store, shuffled) == reference
+
+
+def test_a_fact_restated_under_another_name_of_the_person_is_one_memory(store: Store):
+    ns = _ns()
+    _say(store, ns, "Melanie Hart", "Melanie Hart loves pottery")
+    _say(store, ns, "Mel", "Mel loves pottery")
+    _say(store, ns, "Melanie", "Melanie's sister lives in Oslo")
+    _say(store, ns, "my wife", "My wife's sister lives in Oslo")  # before any memory says who the wife is
+    assert len(store.memories(ns)) == 3
+    _say(store, ns, "Melanie Hart", "Melanie Hart is the user's wife")  # the role merges "my wife" into her
+    _say(store, ns, "my wife", "my wife loves pottery")
+    assert sorted(_about(store, ns)) == ["Melanie Hart is the user's wife", "Melanie Hart loves pottery",
+                                         "Melanie's sister lives in Oslo", "My wife's sister lives in Oslo"]
+    # the memory kept under "my wife" now has her key: restating it by her name is no new memory
+    _say(store, ns, "Mel", "Mel's sister lives in Oslo")
+    assert len(store.memories(ns)) == 4
+    [pottery] = [m for m in store.memories(ns) if m.content == "Melanie Hart loves pottery"]
+    assert len(pottery.sources) == 3  # every restatement's source is kept
