@@ -178,11 +178,14 @@ def newest_turn_matches_sql() -> str:
             SELECT u.id FROM (
                 SELECT found.id FROM found
                 UNION ALL
-                (SELECT t.id FROM turns t
-                 WHERE (x.span IS NULL OR ((SELECT COUNT(*) FROM found) < x.per_term AND EXISTS (SELECT 1 FROM low)))
-                   AND t.namespace = x.ns AND t.fts @@ x.query AND ts_filter(t.fts, '{{a}}') @@ x.query
-                   AND (x.span IS NULL OR t.id < (SELECT low.id FROM low))
-                 ORDER BY t.id DESC LIMIT x.per_term)
+                (SELECT i.id FROM (
+                    SELECT t.id FROM turns t
+                    WHERE (x.span IS NULL OR ((SELECT COUNT(*) FROM found) < x.per_term AND EXISTS (SELECT 1 FROM low)))
+                      AND t.namespace = x.ns AND t.fts @@ x.query AND ts_filter(t.fts, '{{a}}') @@ x.query
+                      AND (x.span IS NULL OR t.id < (SELECT low.id FROM low))
+                    OFFSET 0
+                 ) AS i
+                 ORDER BY i.id DESC LIMIT x.per_term)
             ) AS u
             ORDER BY u.id DESC LIMIT x.per_term
         ) AS hit
