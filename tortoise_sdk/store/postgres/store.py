@@ -6,7 +6,7 @@ Needs the extra: ``pip install 'tortoise-sdk[postgres]'``.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, TypeVar
@@ -462,12 +462,17 @@ class PostgresStore(PostgresExtractionMixin, PostgresSubagentMixin, PostgresForg
     def term_stats(self, namespace: str, terms: Sequence[str]) -> tuple[int, dict[str, tuple[int, int]]]:
         """The namespace's turn count, and per lexeme its turns (content, speaker name), from ``rank_terms``."""
         unique = [t for t in dict.fromkeys(terms) if t and "\x00" not in t]
-        totals = self._rows("SELECT n_turns FROM rank_namespaces WHERE namespace = %s", (namespace,))
-        if not totals or not unique:
-            return (int(totals[0][0]) if totals else 0), {}
-        rows = self._rows("SELECT term, n_content, n_name FROM rank_terms WHERE namespace = %s AND term = ANY(%s)",
-                          (namespace, unique))
-        return int(totals[0][0]), {term: (content, name) for term, content, name in rows if content or name}
+        # One round trip: the total on every row, and one row without a term when none is held.
+        rows = self._rows(
+            "SELECT n.n_turns, r.term, r.n_content, r.n_name FROM rank_namespaces n"
+            " LEFT JOIN rank_terms r ON r.namespace = n.namespace AND r.term = ANY(%s)"
+            " WHERE n.namespace = %s",
+            (unique, namespace),
+        )
+        if not rows:
+            return 0, {}
+        return int(rows[0][0]), {term: (content, name) for _, term, content, name in rows
+                                 if term is not None and (content or name)}
 
     def candidate_turns(self, namespace: str, weighted_terms: Mapping[str, float], *, k: int,
                         per_term: int = 200) -> list[SearchHit]:
@@ -483,6 +488,29 @@ class PostgresStore(PostgresExtractionMixin, PostgresSubagentMixin, PostgresForg
         rows = self._rows(sql, (terms, namespace, per_term, [weighted_terms[t] for t in terms], k, namespace))
         rows.sort(key=lambda r: (-r[0], -r[1]))
         return [_hit(r[2:], r[0]) for r in rows]
+
+    def candidate_turns_near(self, namespace: str, weighted_terms: Mapping[str, float], *, k: int,
+                             per_term: int = 200, known: Collection[tuple[str, int]] = ()
+                             ) -> tuple[list[SearchHit], list[SearchHit]]:
+        """``candidate_turns`` and every turn next to one, in one statement (``known`` is not needed)."""
+        terms = [t for t in weighted_terms if t and "\x00" not in t]
+        if k < 1 or not terms:
+            return [], []
+        top = top_matches_sql(newest_turn_matches_sql(), alias="t", select=f"t.id, {_INDEXED_COLUMNS}",
+                              from_=f"turns t {_JOIN_SESSION}", where="t.namespace = %s")
+        sql = f"""
+            WITH top AS MATERIALIZED ({top})
+            SELECT TRUE AS hit, top.* FROM top
+            UNION ALL
+            SELECT FALSE, 0.0::float8, t.id, {_INDEXED_COLUMNS}
+            FROM (SELECT DISTINCT top.session_id, top.idx FROM top) AS p
+            JOIN turns t ON t.namespace = %s AND t.session_id = p.session_id AND t.idx IN (p.idx - 1, p.idx + 1)
+            {_JOIN_SESSION}
+        """
+        rows = self._rows(sql, (terms, namespace, per_term, [weighted_terms[t] for t in terms], k, namespace,
+                                namespace))
+        hits = sorted((r for r in rows if r[0]), key=lambda r: (-r[1], -r[2]))
+        return [_hit(r[3:], r[1]) for r in hits], [_hit(r[3:], 0.0) for r in rows if not r[0]]
 
     def turns_at(self, namespace: str, positions: Sequence[tuple[str, int]]) -> list[SearchHit]:
         keys = list(dict.fromkeys(positions))
