@@ -28,7 +28,7 @@ from ...errors import (
 )
 from ..deadline import DEFAULT_STORE_TIMEOUT_S, deadline, remaining, timeout_error
 from ...models import CaptureReceipt, Diagnostic, NamespaceInfo, SearchHit, SessionInfo, utc_now
-from ...search import INDEX_CHARS, idf, idf_bonus, indexed_text, split_by_postings
+from ...search import INDEX_CHARS, POSTINGS_BUDGET, idf, idf_bonus, indexed_text, split_by_postings
 from ...validate import not_unicode
 from ..base import NAMESPACES_SQL, Store
 from ..capture_plan import new_receipt, plan_append, receipt_row, repeated_tail, replay_or_conflict, session_date_for
@@ -62,6 +62,8 @@ _TURN_COLUMNS = "t.turn_id, t.external_id, t.session_id, s.session_date, t.idx, 
 _INDEXED_COLUMNS = _TURN_COLUMNS.replace("t.content", f"left(t.content, {INDEX_CHARS}) AS content")
 _JOIN_SESSION = "JOIN sessions s ON s.namespace = t.namespace AND s.session_id = t.session_id"
 _TX_ATTEMPTS = 8
+#: How many of its newest turns stand in for a search term whose postings exceed the budget (as on SQLite).
+NEWEST_TURNS = 500
 #: TCP keepalives on every connection (libpq names; a URL that sets one keeps its own): a server
 #: gone from the network is noticed in about 25 s even on an idle pooled connection.
 _KEEPALIVES = {"keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5, "keepalives_count": 3}
@@ -385,24 +387,30 @@ class PostgresStore(PostgresExtractionMixin, PostgresSubagentMixin, PostgresForg
             return []
         if session_id is not None:
             return self._bm25_turns(namespace, found, k=k, session_id=session_id)
-        lead, rest = split_by_postings(found, dfs)
+        lead, rest = split_by_postings(found, dfs, POSTINGS_BUDGET)
+        among = None
+        if dfs[lead[0]] > POSTINGS_BUDGET:
+            # Too many postings even for the rarest term: its newest turns are the candidates, as on SQLite.
+            among = [r[1] for r in self._rows(newest_turn_matches_sql(content_only=False),
+                                              ([lead[0]], namespace, min(POSTINGS_BUDGET, NEWEST_TURNS)))]
         if not rest:
-            return self._bm25_turns(namespace, lead, k=k)
+            return self._bm25_turns(namespace, lead, k=k, among=among)
         n_docs = self._rows("SELECT n_turns FROM rank_namespaces WHERE namespace = %s", (namespace,))[0][0]
         idfs = {t: idf(n_docs, dfs[t]) for t in rest}
         scored = [hit.model_copy(update={"score": hit.score + idf_bonus(indexed_text(hit.content), idfs)})
-                  for hit in self._bm25_turns(namespace, lead, k=max(5 * k, 50))]
+                  for hit in self._bm25_turns(namespace, lead, k=max(5 * k, 50), among=among)]
         scored.sort(key=lambda h: (-h.score, h.session_id, h.index))
         return scored[:k]
 
     def _bm25_turns(self, namespace: str, terms: Sequence[str], *, k: int,
-                    session_id: str | None = None) -> list[SearchHit]:
+                    session_id: str | None = None, among: Sequence[int] | None = None) -> list[SearchHit]:
         sql = turn_bm25_sql(
             select=_TURN_COLUMNS, from_=f"turns t {_JOIN_SESSION}",
             output="turn_id, external_id, session_id, session_date, idx, role, name, content",
             order_tail='matched.session_id COLLATE "C", matched.idx', session=session_id is not None,
+            among=among is not None,
         )
-        args = {"terms": list(terms), "ns": namespace, "k": k, "sid": session_id}
+        args = {"terms": list(terms), "ns": namespace, "k": k, "sid": session_id, "ids": list(among or ())}
         return [_hit(r, float(r[8])) for r in self._rows(sql, args)]
 
     def namespaces(self) -> list[NamespaceInfo]:
