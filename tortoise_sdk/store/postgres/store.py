@@ -510,10 +510,13 @@ class PostgresStore(PostgresExtractionMixin, PostgresSubagentMixin, PostgresForg
             WITH top AS MATERIALIZED ({top})
             SELECT TRUE AS hit, top.* FROM top
             UNION ALL
-            SELECT FALSE, 0.0::float8, t.id, {_INDEXED_COLUMNS}
-            FROM (SELECT DISTINCT top.session_id, top.idx FROM top) AS p
-            JOIN turns t ON t.namespace = %s AND t.session_id = p.session_id AND t.idx IN (p.idx - 1, p.idx + 1)
-            {_JOIN_SESSION}
+            SELECT FALSE, 0.0::float8, n.* FROM (
+                SELECT DISTINCT top.session_id, top.idx + d.d AS idx FROM top CROSS JOIN (VALUES (-1), (1)) AS d(d)
+            ) AS p
+            CROSS JOIN LATERAL (  -- one index probe a position (a join was planned as a scan of every session)
+                SELECT t.id, {_INDEXED_COLUMNS} FROM turns t {_JOIN_SESSION}
+                WHERE t.namespace = %s AND t.session_id = p.session_id AND t.idx = p.idx
+            ) AS n
         """
         rows = self._rows(sql, (terms, namespace, per_term, [weighted_terms[t] for t in terms], k, namespace,
                                 namespace))
