@@ -141,7 +141,9 @@ def newest_turn_matches_sql(*, content_only: bool = True) -> str:
     newest first (about ``per_term * N / n`` would do if the word were spread evenly); only when
     that window holds fewer than ``per_term`` of its matches does the index find the older ones.
     ``ts_match_vq`` (the function of ``@@``, which the planner cannot take to the index) rejects
-    most walked rows before ``ts_filter`` copies a vector. Both ways return the same rows as
+    most walked rows before ``ts_filter`` copies a vector. The index's way sits behind ``OFFSET 0``: the
+    planner cannot see how rare a word is, and with the ``LIMIT`` above it would walk the newest turns
+    testing each one, a scan of most of the store for a rare word. Both ways return the same rows as
     ``newest_matches_sql``. Parameters, in order: the terms (``text[]``), the namespace, the per-term limit.
     Without ``content_only``, a match anywhere in the turn's vector counts (content or speaker name),
     and ``n`` is the word's turns of either (``rank_terms.n_turns``).
