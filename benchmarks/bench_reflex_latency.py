@@ -344,20 +344,44 @@ def _time_pastes(size: int, plain: Memory, pasted: Memory, n_queries: int, n_pas
 # tree given as its first argument against the store given as its second: two of them, one per
 # tree, let two versions of the code be timed in turn on one store under the same load.
 _SERVE = r"""
-import json, sys, time
+import json, os, sys, time
 sys.path.insert(0, sys.argv[1])
 from tortoise_sdk import Memory
-mem = Memory(sys.argv[2], namespace="bench")
+url = sys.argv[2]
+cpu = lambda: time.process_time()
+if url.startswith("postgresql://"):
+    # CPU time, less sensitive to a shared machine's load than wall time: this process's, plus that of
+    # its server backends (same machine; found by an application_name of its own).
+    import psycopg
+    tag = f"tortoise_bench_{os.getpid()}"
+    url += ("&" if "?" in url else "?") + f"application_name={tag}"
+    admin = psycopg.connect(sys.argv[2], autocommit=True)
+    tick = os.sysconf("SC_CLK_TCK")
+
+    def backends():
+        total = 0
+        for (pid,) in admin.execute("SELECT pid FROM pg_stat_activity WHERE application_name = %s", (tag,)):
+            try:
+                fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            total += int(fields[11]) + int(fields[12])
+        return total / tick
+
+    cpu = lambda: time.process_time() + backends()
+mem = Memory(url, namespace="bench")
 for line in sys.stdin:
     window = [{"role": "user", "content": json.loads(line)}]
+    c0 = cpu()
     t = time.perf_counter()
     block = mem.context(window, budget=5, time_budget_ms=None)
     ms = (time.perf_counter() - t) * 1000
+    cpu_ms = (cpu() - c0) * 1000
     t = time.perf_counter()
     found = mem.search(window[0]["content"], k=5)
     search_ms = (time.perf_counter() - t) * 1000
     degraded = mem.context(window, budget=5).degraded_reason  # the default 50 ms budget
-    print(json.dumps({"ms": ms, "search_ms": search_ms, "ids": [p.id for p in block.pointers],
+    print(json.dumps({"ms": ms, "cpu_ms": cpu_ms, "search_ms": search_ms, "ids": [p.id for p in block.pointers],
                       "search": [h.turn_id for h in found], "degraded": degraded}), flush=True)
 """
 
@@ -408,12 +432,14 @@ def run_against(url: str, rev: str, n_queries: int, explain: bool) -> int:
         got = time_trees(url, {"this tree": ROOT, rev: _tree_of(rev, Path(tmp) / "base")}, qs)
     print(f"store: {url.rsplit('/', 1)[-1]}; {n_queries} queries, each timed on both trees in turn")
     print(f"{'code':>12} | {'context p50':>11} {'p95':>7} {'max':>7} {'degraded@50ms':>13} {'non-empty':>9} | "
-          f"{'search p50':>10} {'p95':>7}")
+          f"{'CPU mean':>8} | {'search p50':>10} {'p95':>7}")
     for name, rows in got.items():
-        lat, search = [r["ms"] for r in rows], [r["search_ms"] for r in rows]
+        lat, search, cpu = [r["ms"] for r in rows], [r["search_ms"] for r in rows], [r["cpu_ms"] for r in rows]
         print(f"{name:>12} | {pct(lat, 50):>9.2f}ms {pct(lat, 95):>5.2f}ms {max(lat):>5.1f}ms "
               f"{sum(r['degraded'] is not None for r in rows):>13} {sum(bool(r['ids']) for r in rows):>9} | "
-              f"{pct(search, 50):>8.2f}ms {pct(search, 95):>5.2f}ms")
+              f"{statistics.mean(cpu):>6.1f}ms | {pct(search, 50):>8.2f}ms {pct(search, 95):>5.2f}ms")
+    print("  (CPU mean: of one context(), this process's and its PostgreSQL backends' together; the server's is "
+          f"counted in {1000 / os.sysconf('SC_CLK_TCK'):.0f} ms ticks, hence a mean)")
     same = sum(a["ids"] == b["ids"] for a, b in zip(*got.values()))
     same_search = sum(a["search"] == b["search"] for a, b in zip(*got.values()))
     print(f"same block pointers: {same}/{len(qs)}; same search hits: {same_search}/{len(qs)}")
