@@ -20,12 +20,15 @@ With ``--engine postgres`` both stores are copied (``migrate-store``) into two f
 ``--store URL --against REV`` times an existing store (a PostgreSQL copy of ``build``'s, say) with
 this tree's code and git revision REV's, each in its own process, query by query in turn; ``--explain``
 then prints ``EXPLAIN (ANALYZE, BUFFERS)`` of every statement the slowest query's ``context()`` sends.
+``--store URL --live TURNS`` weighs the GIN indexes' pending list on a live PostgreSQL store: two
+copies, ``fastupdate`` on and off, get the same new turns, then are timed in turn (``run_live``).
 
 Usage::
 
     .venv/bin/python benchmarks/bench_reflex_latency.py [--sizes 10000 100000] [--queries 300]
     .venv/bin/python benchmarks/bench_reflex_latency.py --sizes 100000 --pastes 3 [--engine postgres]
     .venv/bin/python benchmarks/bench_reflex_latency.py --store postgresql://.../db --against main [--explain]
+    .venv/bin/python benchmarks/bench_reflex_latency.py --store postgresql://.../db --live 8000 --queries 100
 """
 
 from __future__ import annotations
@@ -341,20 +344,44 @@ def _time_pastes(size: int, plain: Memory, pasted: Memory, n_queries: int, n_pas
 # tree given as its first argument against the store given as its second: two of them, one per
 # tree, let two versions of the code be timed in turn on one store under the same load.
 _SERVE = r"""
-import json, sys, time
+import json, os, sys, time
 sys.path.insert(0, sys.argv[1])
 from tortoise_sdk import Memory
-mem = Memory(sys.argv[2], namespace="bench")
+url = sys.argv[2]
+cpu = lambda: time.process_time()
+if url.startswith("postgresql://"):
+    # CPU time, less sensitive to a shared machine's load than wall time: this process's, plus that of
+    # its server backends (same machine; found by an application_name of its own).
+    import psycopg
+    tag = f"tortoise_bench_{os.getpid()}"
+    url += ("&" if "?" in url else "?") + f"application_name={tag}"
+    admin = psycopg.connect(sys.argv[2], autocommit=True)
+    tick = os.sysconf("SC_CLK_TCK")
+
+    def backends():
+        total = 0
+        for (pid,) in admin.execute("SELECT pid FROM pg_stat_activity WHERE application_name = %s", (tag,)):
+            try:
+                fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            total += int(fields[11]) + int(fields[12])
+        return total / tick
+
+    cpu = lambda: time.process_time() + backends()
+mem = Memory(url, namespace="bench")
 for line in sys.stdin:
     window = [{"role": "user", "content": json.loads(line)}]
+    c0 = cpu()
     t = time.perf_counter()
     block = mem.context(window, budget=5, time_budget_ms=None)
     ms = (time.perf_counter() - t) * 1000
+    cpu_ms = (cpu() - c0) * 1000
     t = time.perf_counter()
     found = mem.search(window[0]["content"], k=5)
     search_ms = (time.perf_counter() - t) * 1000
     degraded = mem.context(window, budget=5).degraded_reason  # the default 50 ms budget
-    print(json.dumps({"ms": ms, "search_ms": search_ms, "ids": [p.id for p in block.pointers],
+    print(json.dumps({"ms": ms, "cpu_ms": cpu_ms, "search_ms": search_ms, "ids": [p.id for p in block.pointers],
                       "search": [h.turn_id for h in found], "degraded": degraded}), flush=True)
 """
 
@@ -405,12 +432,14 @@ def run_against(url: str, rev: str, n_queries: int, explain: bool) -> int:
         got = time_trees(url, {"this tree": ROOT, rev: _tree_of(rev, Path(tmp) / "base")}, qs)
     print(f"store: {url.rsplit('/', 1)[-1]}; {n_queries} queries, each timed on both trees in turn")
     print(f"{'code':>12} | {'context p50':>11} {'p95':>7} {'max':>7} {'degraded@50ms':>13} {'non-empty':>9} | "
-          f"{'search p50':>10} {'p95':>7}")
+          f"{'CPU mean':>8} | {'search p50':>10} {'p95':>7}")
     for name, rows in got.items():
-        lat, search = [r["ms"] for r in rows], [r["search_ms"] for r in rows]
+        lat, search, cpu = [r["ms"] for r in rows], [r["search_ms"] for r in rows], [r["cpu_ms"] for r in rows]
         print(f"{name:>12} | {pct(lat, 50):>9.2f}ms {pct(lat, 95):>5.2f}ms {max(lat):>5.1f}ms "
               f"{sum(r['degraded'] is not None for r in rows):>13} {sum(bool(r['ids']) for r in rows):>9} | "
-              f"{pct(search, 50):>8.2f}ms {pct(search, 95):>5.2f}ms")
+              f"{statistics.mean(cpu):>6.1f}ms | {pct(search, 50):>8.2f}ms {pct(search, 95):>5.2f}ms")
+    print("  (CPU mean: of one context(), this process's and its PostgreSQL backends' together; the server's is "
+          f"counted in {1000 / os.sysconf('SC_CLK_TCK'):.0f} ms ticks, hence a mean)")
     same = sum(a["ids"] == b["ids"] for a, b in zip(*got.values()))
     same_search = sum(a["search"] == b["search"] for a, b in zip(*got.values()))
     print(f"same block pointers: {same}/{len(qs)}; same search hits: {same_search}/{len(qs)}")
@@ -447,6 +476,74 @@ def _explain(url: str, qs: list[str]) -> None:
     mem.close()
 
 
+def run_live(url: str, n_turns: int, n_queries: int) -> int:
+    """The GIN pending list on a live store: ``fastupdate`` on (PostgreSQL's default) against off.
+
+    Two copies of the store at ``url`` (``CREATE DATABASE ... TEMPLATE``), one with ``fastupdate=off``
+    on both full-text indexes, get the same ``n_turns`` new turns, one 20-turn session per capture as a
+    host sends them, alternating between the copies; then each query is timed on both in turn.
+    Printed: capture time per session, the pending list's pages (``pgstatginindex``), ``context()``
+    p50/p95 and blocks degraded at the default 50 ms budget. The copies are dropped afterwards.
+    """
+    import psycopg
+
+    base, template = url.rsplit("/", 1)
+    names = {"on": f"{template}_live_on", "off": f"{template}_live_off"}
+    admin = f"{base}/postgres"
+    with psycopg.connect(admin, autocommit=True) as conn:
+        for name in names.values():
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
+    try:
+        for mode, name in names.items():
+            with psycopg.connect(f"{base}/{name}", autocommit=True) as conn:
+                conn.execute("CREATE EXTENSION IF NOT EXISTS pgstattuple")
+                for index in ("turns_fts", "memories_fts"):
+                    conn.execute(f"ALTER INDEX {index} SET (fastupdate = {mode})")
+        mems = {mode: Memory(f"{base}/{name}", namespace="bench") for mode, name in names.items()}
+        rng = random.Random(17)
+        vocab = [f"{a}{b}" for a in ("ka", "lo", "mi", "ne", "ru", "sa", "to", "vi", "ze", "po") for b in range(300)]
+        capture_ms: dict[str, list[float]] = {"on": [], "off": []}
+        for s in range(n_turns // 20):
+            turns = [{"role": "user" if i % 2 == 0 else "assistant", "content": _sentence(rng, vocab)}
+                     for i in range(20)]
+            for mode in (["on", "off"] if s % 2 else ["off", "on"]):
+                t = time.perf_counter()
+                mems[mode].capture(f"live{s}", turns, extract=False)
+                capture_ms[mode].append((time.perf_counter() - t) * 1000)
+        pending = {}
+        for mode, name in names.items():
+            with psycopg.connect(f"{base}/{name}", autocommit=True) as conn:
+                pending[mode] = conn.execute("SELECT pending_pages FROM pgstatginindex('turns_fts')").fetchone()[0]
+        qs = queries(n_queries)
+        for q in qs[:20]:
+            for mem in mems.values():
+                mem.context([{"role": "user", "content": q}], budget=5, time_budget_ms=None)
+        lat: dict[str, list[float]] = {"on": [], "off": []}
+        degraded = {"on": 0, "off": 0}
+        for i, q in enumerate(qs):
+            window = [{"role": "user", "content": q}]
+            for mode in (["on", "off"] if i % 2 else ["off", "on"]):
+                t = time.perf_counter()
+                mems[mode].context(window, budget=5, time_budget_ms=None)
+                lat[mode].append((time.perf_counter() - t) * 1000)
+                degraded[mode] += mems[mode].context(window, budget=5).degraded_reason is not None
+        print(f"live store: {n_turns} turns captured into a copy of {template}, 20 a capture; {n_queries} queries")
+        print(f"{'fastupdate':>10} | {'capture p50':>11} {'p95':>8} | {'pending pages':>13} | "
+              f"{'context p50':>11} {'p95':>8} {'degraded@50ms':>13}")
+        for mode in ("on", "off"):
+            print(f"{mode:>10} | {pct(capture_ms[mode], 50):>9.2f}ms {pct(capture_ms[mode], 95):>6.2f}ms | "
+                  f"{pending[mode]:>13} | {pct(lat[mode], 50):>9.2f}ms {pct(lat[mode], 95):>6.2f}ms "
+                  f"{degraded[mode]:>13}")
+        for mem in mems.values():
+            mem.close()
+    finally:
+        with psycopg.connect(admin, autocommit=True) as conn:
+            for name in names.values():
+                conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    return 0
+
+
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
@@ -459,9 +556,14 @@ if __name__ == "__main__":
                     help="also time another code beside this tree's, alternating: a checkout directory (e.g. ../main), "
                          "or with --store a git revision")
     ap.add_argument("--explain", action="store_true", help="with --store: EXPLAIN the slowest query's statements")
+    ap.add_argument("--live", type=int, metavar="TURNS",
+                    help="with --store (PostgreSQL): capture TURNS turns into two copies, GIN fastupdate on and off, "
+                         "and time both")
     args = ap.parse_args()
     if args.smoke:
         args.sizes, args.queries = [2_000], 20
+    if args.store and args.live:
+        sys.exit(run_live(args.store, args.live, args.queries))
     if args.store:
         sys.exit(run_against(args.store, args.against or "HEAD", args.queries, args.explain))
     sys.exit(run_pastes(args.sizes, args.queries, args.pastes, args.engine) if args.pastes

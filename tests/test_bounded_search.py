@@ -83,3 +83,44 @@ def test_over_the_budget_every_common_term_still_finds_candidates(store, monkeyp
     assert len(hits) == 5 and {h.turn_id for h in hits} <= candidates
     # Another namespace's turns are never candidates.
     assert all(h.session_id in ("s1", "s2") for h in hits)
+
+
+@pytest.fixture(scope="module")
+def pg_store():
+    from pgtemp import require_postgres, temp_database
+
+    from tortoise_sdk.store import open_store
+
+    require_postgres()
+    with temp_database("tortoise_bounded") as url:
+        s = open_store(url)
+        turns = _turns()
+        s.capture("ns", prepare_capture("s1", turns[:25], session_date=None, idempotency_key=None, max_turns=5000))
+        s.capture("ns", prepare_capture("s2", turns[25:], session_date=None, idempotency_key=None, max_turns=5000))
+        s.capture("other", prepare_capture("o1", [{"role": "user", "content": "common"}] * 30, session_date=None,
+                                           idempotency_key=None, max_turns=5000))
+        yield s
+        s.close()
+
+
+@pytest.mark.parametrize("walk", [False, True])
+def test_postgres_over_the_budget_scores_the_newest_postings_as_sqlite_does(pg_store, monkeypatch, walk):
+    """The same candidates as on SQLite (the rarest term's newest turns, content or speaker name),
+    each at its plain score; found by the GIN index or by the newest-first walk alike."""
+    from tortoise_sdk.store.postgres import fts
+    from tortoise_sdk.store.postgres import store as pg
+
+    store = pg_store
+    plain = dict(_hits(store, ["common"], k=1000))
+    candidates = _newest_with(store, "common", BUDGET)
+    assert max(plain, key=plain.get) not in candidates
+    monkeypatch.setattr(pg, "POSTINGS_BUDGET", BUDGET)
+    if walk:
+        monkeypatch.setattr(fts, "WALK_MIN", 1)
+        monkeypatch.setattr(fts, "WALK_FACTOR", 0.0)
+    bounded = _hits(store, ["common"], k=5)
+    assert len(bounded) == 5 and {t for t, _ in bounded} <= candidates
+    assert all(score == pytest.approx(plain[t], rel=1e-9) for t, score in bounded)
+    assert [s for _, s in bounded] == sorted((plain[t] for t in candidates), reverse=True)[:5]
+    hits = store.search_terms("ns", ["common", "filler"], k=5)
+    assert len(hits) == 5 and all(h.session_id in ("s1", "s2") for h in hits)

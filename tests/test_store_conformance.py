@@ -1240,6 +1240,35 @@ def test_candidate_memories_match_content_keys_and_entity_phrases(seeded):
     assert store.candidate_memories(ns + "_other", {"banana": 1.0}, k=5) == []
 
 
+def test_candidate_memories_carry_the_entities_and_sources_get_memory_reads(seeded):
+    store, ns, r = seeded
+    t0, t1 = r.turn_ids
+    store.write_extraction(ns, _plan("s1", receipt=r, items=[
+        ItemPlan("point", "Maya works at Acme as a designer", about=("Maya", "Acme"), search_keys=("job",),
+                 sources=(SourcePlan(t1, "adopted"), SourcePlan(t0, "started at Acme"))),
+        ItemPlan("point", "Maya likes Acme coffee"),
+    ]), finalize=_finalize)
+    found = store.candidate_memories(ns, {"acme": 1.0}, k=5)
+    assert len(found) == 2
+    for m, _ in found:
+        assert m == store.get_memory(ns, m.id)
+    designer = next(m for m, _ in found if m.sources)
+    assert [s.turn_id for s in designer.sources] == [t0, t1] and sorted(designer.entities) == ["Acme", "Maya"]
+
+
+def test_candidate_turns_near_are_the_candidates_and_their_neighbours(store: Store, ns):
+    store.capture(ns, req("s1", ["tea one", "plain two", "plain three", "tea four", "plain five", "plain six"]))
+    store.capture(ns, req("s2", ["plain", "tea"]))
+    weights = {"tea": 1.0}
+    hits, near = store.candidate_turns_near(ns, weights, k=10, known={("s1", 2)})
+    assert hits == store.candidate_turns(ns, weights, k=10)
+    got = {(h.session_id, h.index): h.content for h in near}
+    # Every neighbour not known is there; a store may return more (known ones, the candidates).
+    assert {("s1", 1): "plain two", ("s1", 4): "plain five", ("s2", 0): "plain"}.items() <= got.items()
+    assert ("s1", 5) not in got and ("s2", 2) not in got
+    assert store.candidate_turns_near(ns, {"zzz": 1.0}, k=10) == ([], [])
+
+
 def test_the_reflex_points_at_the_same_turns_on_both_engines(tmp_path):
     from tortoise_sdk.demo import load_demo_sessions
 

@@ -53,19 +53,18 @@ def widen_pool(r: Reading, content_terms: list[Term], extra: list[Term],
 
 def _with_neighbours(r: Reading, searched: list[Term],
                      by_pos: dict[tuple[str, int], SearchHit]) -> dict[tuple[str, int], SearchHit]:
-    hits = _said(r.store.candidate_turns(r.ns, {t.surface: t.weight for t in searched},
-                                        k=tuning.CANDIDATES, per_term=tuning.PER_TERM))
+    found, near = r.store.candidate_turns_near(r.ns, {t.surface: t.weight for t in searched},
+                                               k=tuning.CANDIDATES, per_term=tuning.PER_TERM, known=set(by_pos))
+    hits = _said(found)
     r.tick()
     if not hits:
         return by_pos
     for h in hits:
         by_pos.setdefault((h.session_id, h.index), h)
     wanted = [(h.session_id, h.index + d) for h in hits for d in (-1, 1)]
-    missing = list(dict.fromkeys(p for p in wanted if p not in by_pos and p[1] >= 0))
-    if missing:
-        for h in _said(r.store.turns_at(r.ns, missing)):
-            by_pos[(h.session_id, h.index)] = h
-        r.tick()
+    at = {(h.session_id, h.index): h for h in _said(near)}
+    for p in dict.fromkeys(p for p in wanted if p not in by_pos and p in at):
+        by_pos[p] = at[p]
     return by_pos
 
 

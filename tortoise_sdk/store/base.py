@@ -329,6 +329,20 @@ class Store(ABC):
         """
         return self.search_terms(namespace, list(weighted_terms), k=k)
 
+    def candidate_turns_near(self, namespace: str, weighted_terms: Mapping[str, float], *, k: int,
+                             per_term: int = 200, known: Collection[tuple[str, int]] = ()
+                             ) -> tuple[list[SearchHit], list[SearchHit]]:
+        """``candidate_turns``, and the turns next to each (index - 1 and + 1) not at a ``known`` position.
+
+        One call, so that a store across a network can answer both in one round trip; the
+        neighbours may include turns at known positions or the candidates' own.
+        """
+        hits = self.candidate_turns(namespace, weighted_terms, k=k, per_term=per_term)
+        have = set(known) | {(h.session_id, h.index) for h in hits}
+        wanted = list(dict.fromkeys((h.session_id, h.index + d) for h in hits for d in (-1, 1)
+                                    if h.index + d >= 0 and (h.session_id, h.index + d) not in have))
+        return hits, (self.turns_at(namespace, wanted) if wanted else [])
+
     def turn_fact_status(self, namespace: str, turn_ids: Sequence[str]) -> dict[str, tuple[int, int]]:
         """For turns that ground memories: ``turn_id -> (live, no longer live)`` memory counts.
 

@@ -80,12 +80,19 @@ def _wanted_ms(at: float | None) -> int:
     return 0 if left is None else max(int(left * 1000), 1)
 
 
+#: How much longer than the remaining budget a connection's setting may be and still serve: the
+#: server then cancels a statement at most this long after its deadline, well inside ``GRACE_S``,
+#: so the connection is kept; a call's later statements (the reflex sends several in 50 ms) need
+#: no ``SET`` of their own.
+LATE_MS = int(GRACE_S * 1000) // 2
+
+
 def _close_enough(current: int, wanted: int) -> bool:
-    # Within a tenth of the budget (at least 20 ms) either way: a call's statements then share one
-    # setting, and calls under the store's default bound never pay a round trip for it.
+    # At most a tenth of the budget (at least 20 ms) shorter, or LATE_MS longer: a call's statements
+    # then share one setting, and calls under the store's default bound never pay a round trip for it.
     if wanted == 0 or current == 0:
         return wanted == current
-    return abs(current - wanted) <= max(wanted // 10, 20)
+    return wanted - max(wanted // 10, 20) <= current <= wanted + max(wanted // 10, LATE_MS)
 
 
 def bound_statements(conn: psycopg.Connection, at: float | None, *, local: bool = False) -> None:

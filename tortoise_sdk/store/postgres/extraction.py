@@ -48,6 +48,14 @@ _MEMORY_OUTPUT = ("id, memory_id, namespace, session_id, kind, content, status, 
                   " invalid_at, superseded_by, supersedes, created_at, category")
 _MEMORY_COLUMNS = ("m.id, m.memory_id, m.namespace, m.session_id, m.kind, m.content, m.status, m.when_text,"
                    " m.search_keys, m.valid_at, m.invalid_at, m.superseded_by, m.supersedes, m.created_at, m.category")
+# A memory's entity names and sources, in the order ``_records`` reads them, as two columns of its own row.
+_MEMORY_LINKS = (
+    "(SELECT COALESCE(array_agg(e.name ORDER BY me.relation, e.name COLLATE \"C\"), '{}') FROM memory_entities me"
+    " JOIN entities e ON e.entity_id = me.entity_id WHERE me.memory_id = m.memory_id) AS entity_names,"
+    " (SELECT COALESCE(json_agg(json_build_array(p.turn_id, t.external_id, t.session_id, p.quote)"
+    " ORDER BY t.session_id COLLATE \"C\", t.idx), '[]') FROM provenance p JOIN turns t ON t.turn_id = p.turn_id"
+    " WHERE p.memory_id = m.memory_id) AS source_rows"
+)
 # Advisory-lock class for per-namespace S5 writes (the object id is hashtext(namespace)).
 _S5_LOCK_CLASS = 0x7435
 
@@ -130,12 +138,12 @@ class PostgresExtractionMixin(ExtractionCore):
         statuses = ["live", "superseded"] if include_superseded else ["live"]
         sql = top_matches_sql(newest_matches_sql(table="memories", alias="m",
                                                  where="m.namespace = %s AND m.status = ANY(%s)", content_only=False),
-                              alias="m", select=_MEMORY_COLUMNS, from_="memories m", where="TRUE")
-        with self.read() as c:
+                              alias="m", select=f"{_MEMORY_COLUMNS}, {_MEMORY_LINKS}", from_="memories m",
+                              where="TRUE")
+        with self.read() as c:  # one round trip: the reflex's budget is mostly round trips on a busy host
             rows = _dicts(c, sql, (terms, namespace, statuses, per_term, [weighted_terms[t] for t in terms], k))
-            rows.sort(key=lambda r: (-r["score"], -r["id"]))
-            records = self._records(c, rows)
-        return [(rec, r["score"]) for rec, r in zip(records, rows)]
+        rows.sort(key=lambda r: (-r["score"], -r["id"]))
+        return [(rec, r["score"]) for rec, r in zip(_linked_records(rows), rows)]
 
     def memories_about(self, namespace: str, entity_names: Sequence[str], *, k: int) -> list[MemoryRecord]:
         """Live memories linked to any of the entities (by normalised name), most links first."""
@@ -448,6 +456,12 @@ def index_memory(c: psycopg.Connection, memory_id: str | None) -> None:
         c.execute(index_memories_sql("TRUE"))
     else:
         c.execute(index_memories_sql("m.memory_id = %s"), (memory_id,))
+
+
+def _linked_records(rows: Sequence[dict[str, Any]]) -> list[MemoryRecord]:
+    """Records of rows that carry their links (``_MEMORY_LINKS``), with no further read."""
+    return memory_records(rows, [(r["memory_id"], name) for r in rows for name in r["entity_names"]],
+                          [(r["memory_id"], *src) for r in rows for src in r["source_rows"]])
 
 
 def _dicts(c: psycopg.Connection, sql: str, args: Sequence[Any]) -> list[dict[str, Any]]:

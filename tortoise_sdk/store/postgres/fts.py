@@ -130,7 +130,7 @@ def newest_matches_sql(*, table: str, alias: str, where: str, content_only: bool
     """
 
 
-def newest_turn_matches_sql() -> str:
+def newest_turn_matches_sql(*, content_only: bool = True) -> str:
     """``newest_matches_sql`` over the namespace's turns' content, choosing per term how to find its newest matches.
 
     A GIN index cannot give a word's matches newest first: for a word in a large share of the turns,
@@ -141,9 +141,17 @@ def newest_turn_matches_sql() -> str:
     newest first (about ``per_term * N / n`` would do if the word were spread evenly); only when
     that window holds fewer than ``per_term`` of its matches does the index find the older ones.
     ``ts_match_vq`` (the function of ``@@``, which the planner cannot take to the index) rejects
-    most walked rows before ``ts_filter`` copies a vector. Both ways return the same rows as
+    most walked rows before ``ts_filter`` copies a vector. The index's way sits behind ``OFFSET 0``: the
+    planner cannot see how rare a word is, and with the ``LIMIT`` above it would walk the newest turns
+    testing each one, a scan of most of the store for a rare word. Both ways return the same rows as
     ``newest_matches_sql``. Parameters, in order: the terms (``text[]``), the namespace, the per-term limit.
+    Without ``content_only``, a match anywhere in the turn's vector counts (content or speaker name),
+    and ``n`` is the word's turns of either (``rank_terms.n_turns``).
     """
+    count = "n_content" if content_only else "n_turns"
+    walked = ("CASE WHEN ts_match_vq(w.fts, x.query) THEN ts_filter(w.fts, '{a}') @@ x.query ELSE FALSE END"
+              if content_only else "ts_match_vq(w.fts, x.query)")
+    label = " AND ts_filter(t.fts, '{a}') @@ x.query" if content_only else ""
     return f"""
         SELECT x.ord, hit.id FROM (
             SELECT t.ord, q.query, p.ns, p.per_term,
@@ -156,7 +164,7 @@ def newest_turn_matches_sql() -> str:
                                 AS n_turns) AS s
             CROSS JOIN LATERAL (SELECT phraseto_tsquery('{FTS_CONFIG}'::regconfig, t.term) AS query) AS q
             CROSS JOIN LATERAL (
-                SELECT COALESCE(MIN(COALESCE(r.n_content, 0)), 0)::float8 AS n
+                SELECT COALESCE(MIN(COALESCE(r.{count}, 0)), 0)::float8 AS n
                 FROM unnest(tsvector_to_array(to_tsvector('{FTS_CONFIG}'::regconfig, t.term))) AS l(lexeme)
                 LEFT JOIN rank_terms r ON r.namespace = p.ns AND r.term = l.lexeme
             ) AS d
@@ -169,7 +177,7 @@ def newest_turn_matches_sql() -> str:
                     SELECT t.id, t.fts FROM turns t WHERE x.span IS NOT NULL AND t.namespace = x.ns
                     ORDER BY t.id DESC LIMIT x.span
                 ) AS w
-                WHERE CASE WHEN ts_match_vq(w.fts, x.query) THEN ts_filter(w.fts, '{{a}}') @@ x.query ELSE FALSE END
+                WHERE {walked}
                 ORDER BY w.id DESC LIMIT x.per_term
             ),
             low AS MATERIALIZED (
@@ -178,11 +186,14 @@ def newest_turn_matches_sql() -> str:
             SELECT u.id FROM (
                 SELECT found.id FROM found
                 UNION ALL
-                (SELECT t.id FROM turns t
-                 WHERE (x.span IS NULL OR ((SELECT COUNT(*) FROM found) < x.per_term AND EXISTS (SELECT 1 FROM low)))
-                   AND t.namespace = x.ns AND t.fts @@ x.query AND ts_filter(t.fts, '{{a}}') @@ x.query
-                   AND (x.span IS NULL OR t.id < (SELECT low.id FROM low))
-                 ORDER BY t.id DESC LIMIT x.per_term)
+                (SELECT i.id FROM (
+                    SELECT t.id FROM turns t
+                    WHERE (x.span IS NULL OR ((SELECT COUNT(*) FROM found) < x.per_term AND EXISTS (SELECT 1 FROM low)))
+                      AND t.namespace = x.ns AND t.fts @@ x.query{label}
+                      AND (x.span IS NULL OR t.id < (SELECT low.id FROM low))
+                    OFFSET 0
+                 ) AS i
+                 ORDER BY i.id DESC LIMIT x.per_term)
             ) AS u
             ORDER BY u.id DESC LIMIT x.per_term
         ) AS hit
@@ -272,15 +283,18 @@ def count_turns_sql() -> tuple[str, str]:
     return totals, terms
 
 
-def turn_bm25_sql(*, select: str, from_: str, output: str, order_tail: str, session: bool) -> str:
+def turn_bm25_sql(*, select: str, from_: str, output: str, order_tail: str, session: bool,
+                  among: bool = False) -> str:
     """BM25 over turns with the namespace's statistics (``rank_namespaces``, ``rank_terms``).
 
     ``select`` is evaluated over ``from_`` (where ``t`` is ``turns``). Named parameters:
-    ``terms`` (``text[]``), ``ns``, ``k``, and ``sid`` when ``session``. A term's frequency in a
-    turn counts at most ``search.TF_CAP``, as on SQLite.
+    ``terms`` (``text[]``), ``ns``, ``k``, ``sid`` when ``session``, and ``ids`` (turn ids,
+    ``bigint[]``) when ``among``: only those turns are scored. A term's frequency in a turn counts
+    at most ``search.TF_CAP``, as on SQLite.
     """
     f = f"LEAST(f.f, {TF_CAP!r})"
-    where = "t.namespace = %(ns)s" + (" AND t.session_id = %(sid)s" if session else "")
+    where = ("t.namespace = %(ns)s" + (" AND t.session_id = %(sid)s" if session else "")
+             + (" AND t.id = ANY(%(ids)s::bigint[])" if among else ""))
     return f"""
         WITH terms AS (
             SELECT t.ord, q.query, tsvector_to_array(to_tsvector('{FTS_CONFIG}'::regconfig, t.term)) AS lexemes

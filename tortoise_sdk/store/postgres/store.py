@@ -6,7 +6,7 @@ Needs the extra: ``pip install 'tortoise-sdk[postgres]'``.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, TypeVar
@@ -28,7 +28,7 @@ from ...errors import (
 )
 from ..deadline import DEFAULT_STORE_TIMEOUT_S, deadline, remaining, timeout_error
 from ...models import CaptureReceipt, Diagnostic, NamespaceInfo, SearchHit, SessionInfo, utc_now
-from ...search import INDEX_CHARS, idf, idf_bonus, indexed_text, split_by_postings
+from ...search import INDEX_CHARS, POSTINGS_BUDGET, idf, idf_bonus, indexed_text, split_by_postings
 from ...validate import not_unicode
 from ..base import NAMESPACES_SQL, Store
 from ..capture_plan import new_receipt, plan_append, receipt_row, repeated_tail, replay_or_conflict, session_date_for
@@ -62,6 +62,8 @@ _TURN_COLUMNS = "t.turn_id, t.external_id, t.session_id, s.session_date, t.idx, 
 _INDEXED_COLUMNS = _TURN_COLUMNS.replace("t.content", f"left(t.content, {INDEX_CHARS}) AS content")
 _JOIN_SESSION = "JOIN sessions s ON s.namespace = t.namespace AND s.session_id = t.session_id"
 _TX_ATTEMPTS = 8
+#: How many of its newest turns stand in for a search term whose postings exceed the budget (as on SQLite).
+NEWEST_TURNS = 500
 #: TCP keepalives on every connection (libpq names; a URL that sets one keeps its own): a server
 #: gone from the network is noticed in about 25 s even on an idle pooled connection.
 _KEEPALIVES = {"keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5, "keepalives_count": 3}
@@ -385,24 +387,30 @@ class PostgresStore(PostgresExtractionMixin, PostgresSubagentMixin, PostgresForg
             return []
         if session_id is not None:
             return self._bm25_turns(namespace, found, k=k, session_id=session_id)
-        lead, rest = split_by_postings(found, dfs)
+        lead, rest = split_by_postings(found, dfs, POSTINGS_BUDGET)
+        among = None
+        if dfs[lead[0]] > POSTINGS_BUDGET:
+            # Too many postings even for the rarest term: its newest turns are the candidates, as on SQLite.
+            among = [r[1] for r in self._rows(newest_turn_matches_sql(content_only=False),
+                                              ([lead[0]], namespace, min(POSTINGS_BUDGET, NEWEST_TURNS)))]
         if not rest:
-            return self._bm25_turns(namespace, lead, k=k)
+            return self._bm25_turns(namespace, lead, k=k, among=among)
         n_docs = self._rows("SELECT n_turns FROM rank_namespaces WHERE namespace = %s", (namespace,))[0][0]
         idfs = {t: idf(n_docs, dfs[t]) for t in rest}
         scored = [hit.model_copy(update={"score": hit.score + idf_bonus(indexed_text(hit.content), idfs)})
-                  for hit in self._bm25_turns(namespace, lead, k=max(5 * k, 50))]
+                  for hit in self._bm25_turns(namespace, lead, k=max(5 * k, 50), among=among)]
         scored.sort(key=lambda h: (-h.score, h.session_id, h.index))
         return scored[:k]
 
     def _bm25_turns(self, namespace: str, terms: Sequence[str], *, k: int,
-                    session_id: str | None = None) -> list[SearchHit]:
+                    session_id: str | None = None, among: Sequence[int] | None = None) -> list[SearchHit]:
         sql = turn_bm25_sql(
             select=_TURN_COLUMNS, from_=f"turns t {_JOIN_SESSION}",
             output="turn_id, external_id, session_id, session_date, idx, role, name, content",
             order_tail='matched.session_id COLLATE "C", matched.idx', session=session_id is not None,
+            among=among is not None,
         )
-        args = {"terms": list(terms), "ns": namespace, "k": k, "sid": session_id}
+        args = {"terms": list(terms), "ns": namespace, "k": k, "sid": session_id, "ids": list(among or ())}
         return [_hit(r, float(r[8])) for r in self._rows(sql, args)]
 
     def namespaces(self) -> list[NamespaceInfo]:
@@ -462,12 +470,17 @@ class PostgresStore(PostgresExtractionMixin, PostgresSubagentMixin, PostgresForg
     def term_stats(self, namespace: str, terms: Sequence[str]) -> tuple[int, dict[str, tuple[int, int]]]:
         """The namespace's turn count, and per lexeme its turns (content, speaker name), from ``rank_terms``."""
         unique = [t for t in dict.fromkeys(terms) if t and "\x00" not in t]
-        totals = self._rows("SELECT n_turns FROM rank_namespaces WHERE namespace = %s", (namespace,))
-        if not totals or not unique:
-            return (int(totals[0][0]) if totals else 0), {}
-        rows = self._rows("SELECT term, n_content, n_name FROM rank_terms WHERE namespace = %s AND term = ANY(%s)",
-                          (namespace, unique))
-        return int(totals[0][0]), {term: (content, name) for term, content, name in rows if content or name}
+        # One round trip: the total on every row, and one row without a term when none is held.
+        rows = self._rows(
+            "SELECT n.n_turns, r.term, r.n_content, r.n_name FROM rank_namespaces n"
+            " LEFT JOIN rank_terms r ON r.namespace = n.namespace AND r.term = ANY(%s)"
+            " WHERE n.namespace = %s",
+            (unique, namespace),
+        )
+        if not rows:
+            return 0, {}
+        return int(rows[0][0]), {term: (content, name) for _, term, content, name in rows
+                                 if term is not None and (content or name)}
 
     def candidate_turns(self, namespace: str, weighted_terms: Mapping[str, float], *, k: int,
                         per_term: int = 200) -> list[SearchHit]:
@@ -483,6 +496,32 @@ class PostgresStore(PostgresExtractionMixin, PostgresSubagentMixin, PostgresForg
         rows = self._rows(sql, (terms, namespace, per_term, [weighted_terms[t] for t in terms], k, namespace))
         rows.sort(key=lambda r: (-r[0], -r[1]))
         return [_hit(r[2:], r[0]) for r in rows]
+
+    def candidate_turns_near(self, namespace: str, weighted_terms: Mapping[str, float], *, k: int,
+                             per_term: int = 200, known: Collection[tuple[str, int]] = ()
+                             ) -> tuple[list[SearchHit], list[SearchHit]]:
+        """``candidate_turns`` and every turn next to one, in one statement (``known`` is not needed)."""
+        terms = [t for t in weighted_terms if t and "\x00" not in t]
+        if k < 1 or not terms:
+            return [], []
+        top = top_matches_sql(newest_turn_matches_sql(), alias="t", select=f"t.id, {_INDEXED_COLUMNS}",
+                              from_=f"turns t {_JOIN_SESSION}", where="t.namespace = %s")
+        sql = f"""
+            WITH top AS MATERIALIZED ({top})
+            SELECT TRUE AS hit, top.* FROM top
+            UNION ALL
+            SELECT FALSE, 0.0::float8, n.* FROM (
+                SELECT DISTINCT top.session_id, top.idx + d.d AS idx FROM top CROSS JOIN (VALUES (-1), (1)) AS d(d)
+            ) AS p
+            CROSS JOIN LATERAL (  -- one index probe a position (a join was planned as a scan of every session)
+                SELECT t.id, {_INDEXED_COLUMNS} FROM turns t {_JOIN_SESSION}
+                WHERE t.namespace = %s AND t.session_id = p.session_id AND t.idx = p.idx
+            ) AS n
+        """
+        rows = self._rows(sql, (terms, namespace, per_term, [weighted_terms[t] for t in terms], k, namespace,
+                                namespace))
+        hits = sorted((r for r in rows if r[0]), key=lambda r: (-r[1], -r[2]))
+        return [_hit(r[3:], r[1]) for r in hits], [_hit(r[3:], 0.0) for r in rows if not r[0]]
 
     def turns_at(self, namespace: str, positions: Sequence[tuple[str, int]]) -> list[SearchHit]:
         keys = list(dict.fromkeys(positions))
