@@ -3,8 +3,9 @@
 Optional (``Memory(embedder=...)``). ``Semantic`` holds what outlives one call: the embedding
 function (handed in by ``Memory``; the reflex calls no model itself), a cache of query vectors, and
 the namespace's vectors in memory, reloaded when the store's ``vector_version`` changes. Search
-is exact cosine similarity over every vector of the namespace under the embedder's model (numpy
-when installed, else plain Python): always correct, linear in the number of vectors.
+is exact cosine similarity over every vector of the namespace under the embedder's model: by the
+engine where it can (``Store.nearest_vectors``: sqlite-vec), else in memory (numpy when installed,
+else plain Python). Both are exact, so both give the same neighbours; linear in the number of vectors.
 
 The query is embedded in a worker thread, started as soon as the reflex knows the query, and
 waited for only as long as the reflex's time budget allows; a slow or failing embedder leaves the
@@ -14,6 +15,7 @@ fills the cache, so the same question asked again is embedded at once.
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 import time
@@ -23,7 +25,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
-from ..errors import NotFoundError
+from ..errors import NotFoundError, TortoiseError
 from ..models import MemoryBlock, SearchHit
 from ..store.base import Store
 from ..store.vectors import unpack
@@ -45,6 +47,8 @@ WORDS_ONLY = "words only"
 WAIT_SHARE = 0.5
 
 Neighbour = tuple[str, str, float]  # kind, id, cosine
+
+log = logging.getLogger("tortoise_sdk.reflex")
 
 
 class Semantic:
@@ -94,7 +98,16 @@ class Semantic:
 
     def neighbours(self, store: Store, namespace: str, vector: Sequence[float], k: int,
                    kind: str | None = None) -> list[Neighbour]:
-        """The ``k`` stored items closest to ``vector`` by cosine similarity, closest first."""
+        """The ``k`` stored items closest to ``vector`` by cosine similarity, closest first.
+
+        The engine's search when it has one; if that fails, the in-memory one (the failure is logged)."""
+        try:
+            near = store.nearest_vectors(namespace, self.model, vector, k, kind)
+        except TortoiseError as exc:
+            log.warning("vector search in the store failed (%s): searching in memory", exc)
+            near = None
+        if near is not None:
+            return near
         key = (id(store), namespace)
         version = store.vector_version(namespace, self.model)
         with self._lock:
@@ -135,13 +148,17 @@ class _Index:
         except ImportError:
             np = None
         self._np = np
-        vectors = [unpack(blob) for _, _, blob in rows]
         if np is not None:
-            matrix = np.asarray(vectors, dtype=np.float32).reshape(len(vectors), -1)
-            norms = np.linalg.norm(matrix, axis=1, keepdims=True) if len(vectors) else matrix
-            self.matrix: Any = matrix / np.where(norms == 0, 1, norms) if len(vectors) else matrix
+            dims = {len(blob) for _, _, blob in rows}
+            if len(dims) > 1:  # one model, one dimension: a mixture is not searchable as one matrix
+                rows, self.keys = [], []
+            dim = dims.pop() // 4 if len(dims) == 1 else 0
+            matrix = np.frombuffer(b"".join(blob for _, _, blob in rows), dtype="<f4").reshape(len(rows), dim)
+            norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+            self.matrix: Any = matrix / np.where(norms == 0, 1, norms)
+            self._kinds = np.array([kind for kind, _ in self.keys], dtype=object)
         else:
-            self.matrix = [_unit(v) for v in vectors]
+            self.matrix = [_unit(unpack(blob)) for _, _, blob in rows]
 
     def top(self, vector: Sequence[float], k: int, kind: str | None) -> list[Neighbour]:
         if not self.keys or k < 1:
@@ -152,7 +169,12 @@ class _Index:
             if self.matrix.shape[1] != len(query):
                 return []
             scores = self.matrix @ np.asarray(query, dtype=np.float32)
-            order = [int(i) for i in np.argsort(-scores, kind="stable")]
+            if kind is not None:
+                scores = np.where(self._kinds == kind, scores, -np.inf)
+            n = min(k, len(scores))
+            cut = np.partition(scores, len(scores) - n)[len(scores) - n]
+            chosen = np.flatnonzero(scores >= cut)  # ascending: the stable sort keeps ties in key order
+            order = [int(i) for i in chosen[np.argsort(-scores[chosen], kind="stable")]]
             sims = [float(scores[i]) for i in order]
         else:
             if len(self.matrix[0]) != len(query):

@@ -36,7 +36,8 @@ def unpack(blob: bytes) -> list[float]:
 
 
 class VectorMixin:
-    """``pending_embeddings``, ``save_vectors``, ``load_vectors``, ``vector_version`` and ``vector_counts``."""
+    """``pending_embeddings``, ``save_vectors``, ``load_vectors``, ``vector_version``, ``vector_counts``,
+    and the engine's own nearest-vector search where it has one (``nearest_vectors``, ``vector_search``)."""
 
     PARAM: ClassVar[str] = "?"
     ROW_ORDER: ClassVar[str] = "rowid"
@@ -103,6 +104,16 @@ class VectorMixin:
             row = c.execute(f"SELECT COUNT(*), MAX(created_at) FROM vectors WHERE namespace = {p} AND model = {p}",
                             (namespace, model)).fetchone()
         return int(row[0]), row[1]
+
+    def nearest_vectors(self, namespace: str, model: str, vector: Sequence[float], k: int,
+                        kind: str | None = None) -> list[tuple[str, str, float]] | None:
+        """The ``k`` items closest to ``vector`` by cosine as (kind, id, cosine), closest first, searched by
+        the engine; None where the engine has no such search (the caller then searches exactly in memory)."""
+        return None
+
+    def vector_search(self) -> str:
+        """How the namespace's vectors are searched here, for ``tortoise stats``."""
+        return "exact cosine in memory"
 
     def vector_counts(self, namespace: str) -> dict[str, int]:
         """Vectors of the namespace by model."""

@@ -1,0 +1,153 @@
+"""Where the nearest vectors are searched: sqlite-vec inside SQLite when the ``[vectors]`` extra is
+installed, else exactly in memory; both exact, so both give the same neighbours, and stats say which."""
+
+from __future__ import annotations
+
+import sqlite3
+import sys
+from typing import Any
+
+import numpy as np
+import pytest
+from stub_model import toy_embedding
+from test_embeddings import PEANUTS, SNACKS, TURNS, Toy
+
+from conftest import run_cli
+from tortoise_sdk import Memory
+from tortoise_sdk.errors import StoreError
+from tortoise_sdk.reflex.semantic import Semantic
+from tortoise_sdk.store.sqlite.store import SQLiteStore
+from tortoise_sdk.store.sqlite.vec import SqliteVec
+
+pytest.importorskip("sqlite_vec")
+
+
+def _no_sqlite_vec(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "sqlite_vec", None)  # import fails: as without the extra
+
+
+def _random_store(tmp_path: Any, seed: int, n: int = 400, dim: int = 24) -> tuple[SQLiteStore, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    matrix = rng.standard_normal((n, dim)).astype(np.float32)
+    mem = Memory(str(tmp_path / f"v{seed}.db"), namespace="ns")
+    mem.capture("s1", [{"role": "user", "content": f"turn number {i}"} for i in range(n)])
+    turns = [t.turn_id for t in mem.turns("s1")]
+    mem.store.save_vectors("ns", "m", [("turn", t, matrix[i].tolist()) for i, t in enumerate(turns)])
+    mem.store.save_vectors("other", "m", [("turn", t, matrix[i].tolist()) for i, t in enumerate(turns)])
+    return mem.store, rng.standard_normal((10, dim)).astype(np.float32)  # type: ignore[return-value]
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_sqlite_vec_finds_the_neighbours_the_exact_search_finds(tmp_path, seed: int) -> None:
+    store, queries = _random_store(tmp_path, seed)
+    semantic = Semantic("m", lambda texts: [])
+    vec, unavailable = store._sqlite_vec(), SqliteVec(":memory:")
+    try:
+        assert vec.available, vec.reason
+        for q in queries:
+            for k, kind in ((1, None), (10, None), (25, "turn"), (5, "memory")):
+                engine = store.nearest_vectors("ns", "m", q.tolist(), k, kind)
+                assert engine is not None
+                store._vec = unavailable  # the in-memory search answers
+                exact = semantic.neighbours(store, "ns", q.tolist(), k, kind)
+                store._vec = vec
+                assert [(kd, i) for kd, i, _ in engine] == [(kd, i) for kd, i, _ in exact]
+                assert [c for _, _, c in engine] == pytest.approx([c for _, _, c in exact], abs=1e-5)
+    finally:
+        store.close()
+
+
+def test_sqlite_vec_searches_one_namespace_and_model_and_dimension(tmp_path) -> None:
+    store, queries = _random_store(tmp_path, 7, n=30)
+    try:
+        assert len(store.nearest_vectors("ns", "m", queries[0].tolist(), 100) or []) == 30
+        assert store.nearest_vectors("ns", "other-model", queries[0].tolist(), 100) == []
+        assert store.nearest_vectors("nobody", "m", queries[0].tolist(), 100) == []
+        assert store.nearest_vectors("ns", "m", [1.0, 0.0], 100) == []  # another dimension: not comparable
+    finally:
+        store.close()
+
+
+def test_the_reflex_searches_inside_sqlite_without_loading_the_vectors(tmp_path, monkeypatch) -> None:
+    with Memory(str(tmp_path / "m.db"), embedder=Toy()) as mem:
+        mem.capture("s1", TURNS)
+        mem.embed_pending()
+
+        def no_load(*a: Any) -> Any:
+            raise AssertionError("the vectors were loaded into memory")
+
+        monkeypatch.setattr(mem.store, "load_vectors", no_load)
+        assert PEANUTS in mem.context([{"role": "user", "content": SNACKS}]).block
+        assert mem.explain_search("snacks to avoid").hits[0].content == PEANUTS
+
+
+def test_a_failing_engine_search_falls_back_to_the_exact_one(tmp_path, monkeypatch, caplog) -> None:
+    with Memory(str(tmp_path / "m.db"), embedder=Toy()) as mem:
+        mem.capture("s1", TURNS)
+        mem.embed_pending()
+
+        def broken(*a: Any, **k: Any) -> Any:
+            raise StoreError("sqlite-vec search failed: disk I/O error")
+
+        monkeypatch.setattr(mem.store, "nearest_vectors", broken)
+        block = mem.context([{"role": "user", "content": SNACKS}])
+        assert block.degraded_reason is None and PEANUTS in block.block
+        assert "searching in memory" in caplog.text
+
+
+def test_without_the_extra_the_search_is_exact_in_memory(tmp_path, monkeypatch) -> None:
+    _no_sqlite_vec(monkeypatch)
+    with Memory(str(tmp_path / "m.db"), embedder=Toy()) as mem:
+        mem.capture("s1", TURNS)
+        mem.embed_pending()
+        assert mem.store.nearest_vectors(mem.namespace, "toy-v1", toy_embedding(SNACKS), 3) is None
+        assert PEANUTS in mem.context([{"role": "user", "content": SNACKS}]).block
+        assert "pip install 'tortoise-sdk[vectors]'" in mem.vector_stats()["vector_search"]
+
+
+def test_a_fused_block_before_any_vector_is_stored_is_built(tmp_path, monkeypatch) -> None:
+    _no_sqlite_vec(monkeypatch)  # the in-memory search over no vectors at all
+    with Memory(str(tmp_path / "m.db"), embedder=Toy()) as mem:
+        mem.capture("s1", TURNS)
+        block = mem.context([{"role": "user", "content": "what about the mountains near Grenoble?"}])
+        assert block.degraded_reason is None and "Grenoble" in block.block
+
+
+@pytest.mark.parametrize("extra", [True, False])
+def test_stats_say_which_search_is_used(tmp_path, monkeypatch, capsys: pytest.CaptureFixture[str], extra: bool) -> None:
+    if not extra:
+        _no_sqlite_vec(monkeypatch)
+    db = str(tmp_path / "m.db")
+    with Memory(db, embedder=Toy()) as mem:
+        mem.capture("s1", TURNS)
+        mem.embed_pending()
+    code, out, _ = run_cli(capsys, "stats", "--db", db, "--json")
+    import json
+
+    search = json.loads(out)["vector_search"]
+    assert code == 0
+    if extra:
+        assert search.startswith("sqlite-vec ") and "exact cosine inside SQLite" in search
+    else:
+        assert search.startswith("exact cosine in memory (sqlite-vec not in use: the sqlite-vec package is not installed")
+
+
+def test_apsw_carries_the_extension_where_sqlite3_cannot_load_it(tmp_path, monkeypatch) -> None:
+    pytest.importorskip("apsw")
+    if hasattr(sqlite3.Connection, "enable_load_extension"):
+        monkeypatch.delattr(sqlite3.Connection, "enable_load_extension", raising=False)
+    vec = SqliteVec(str(tmp_path / "x.db"))
+    if hasattr(sqlite3.Connection, "enable_load_extension"):  # a builtin type: its attribute cannot be hidden
+        pytest.skip("this Python's sqlite3 loads extensions itself")
+    assert vec.driver == "apsw"
+
+
+@pytest.mark.skipif(not hasattr(sqlite3.Connection, "enable_load_extension"),
+                    reason="this Python's sqlite3 was built without extension loading (apsw carries it instead)")
+def test_sqlite3_carries_the_extension_where_it_can(tmp_path) -> None:
+    assert SqliteVec(str(tmp_path / "x.db")).driver == "sqlite3"
+
+
+def test_an_in_memory_database_is_searched_in_memory() -> None:
+    vec = SqliteVec(":memory:")
+    assert not vec.available and "in-memory database" in vec.describe()
