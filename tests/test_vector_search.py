@@ -13,9 +13,12 @@ from stub_model import toy_embedding
 from test_embeddings import PEANUTS, SNACKS, TURNS, Toy
 
 from conftest import run_cli
+from pgtemp import require_postgres, temp_database
 from tortoise_sdk import Memory
 from tortoise_sdk.errors import StoreError
 from tortoise_sdk.reflex.semantic import Semantic
+from tortoise_sdk.store.copy import copy_store
+from tortoise_sdk.store.postgres.pgvector import PgVector
 from tortoise_sdk.store.sqlite.store import SQLiteStore
 from tortoise_sdk.store.sqlite.vec import SqliteVec
 
@@ -33,7 +36,6 @@ def _random_store(tmp_path: Any, seed: int, n: int = 400, dim: int = 24) -> tupl
     mem.capture("s1", [{"role": "user", "content": f"turn number {i}"} for i in range(n)])
     turns = [t.turn_id for t in mem.turns("s1")]
     mem.store.save_vectors("ns", "m", [("turn", t, matrix[i].tolist()) for i, t in enumerate(turns)])
-    mem.store.save_vectors("other", "m", [("turn", t, matrix[i].tolist()) for i, t in enumerate(turns)])
     return mem.store, rng.standard_normal((10, dim)).astype(np.float32)  # type: ignore[return-value]
 
 
@@ -41,16 +43,14 @@ def _random_store(tmp_path: Any, seed: int, n: int = 400, dim: int = 24) -> tupl
 def test_sqlite_vec_finds_the_neighbours_the_exact_search_finds(tmp_path, seed: int) -> None:
     store, queries = _random_store(tmp_path, seed)
     semantic = Semantic("m", lambda texts: [])
-    vec, unavailable = store._sqlite_vec(), SqliteVec(":memory:")
+    vec = store._sqlite_vec()
     try:
         assert vec.available, vec.reason
         for q in queries:
             for k, kind in ((1, None), (10, None), (25, "turn"), (5, "memory")):
                 engine = store.nearest_vectors("ns", "m", q.tolist(), k, kind)
                 assert engine is not None
-                store._vec = unavailable  # the in-memory search answers
-                exact = semantic.neighbours(store, "ns", q.tolist(), k, kind)
-                store._vec = vec
+                exact = semantic._index_top(store, "ns", q.tolist(), k, kind)
                 assert [(kd, i) for kd, i, _ in engine] == [(kd, i) for kd, i, _ in exact]
                 assert [c for _, _, c in engine] == pytest.approx([c for _, _, c in exact], abs=1e-5)
     finally:
@@ -151,3 +151,107 @@ def test_sqlite3_carries_the_extension_where_it_can(tmp_path) -> None:
 def test_an_in_memory_database_is_searched_in_memory() -> None:
     vec = SqliteVec(":memory:")
     assert not vec.available and "in-memory database" in vec.describe()
+
+
+# -- PostgreSQL: pgvector where the server has it ----------------------------------------------------
+
+def _pg_offers_pgvector() -> bool:
+    import psycopg
+    from pgtemp import pg_base_url
+
+    with psycopg.connect(pg_base_url(), autocommit=True) as c:
+        return c.execute(PgVector.AVAILABLE_SQL).fetchone() is not None
+
+
+@pytest.fixture
+def pg_db() -> Any:
+    require_postgres()
+    with temp_database("tortoise_pgvector") as url:
+        yield url
+
+
+def _fill(url: str, seed: int, n: int = 300, dim: int = 24) -> tuple[Memory, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    matrix = rng.standard_normal((n, dim)).astype(np.float32)
+    mem = Memory(url, namespace="ns")
+    mem.capture("s1", [{"role": "user", "content": f"turn number {i}"} for i in range(n)])
+    turns = [t.turn_id for t in mem.turns("s1")]
+    mem.store.save_vectors("ns", "m", [("turn", t, matrix[i].tolist()) for i, t in enumerate(turns)])
+    return mem, rng.standard_normal((8, dim)).astype(np.float32)
+
+
+def test_pgvector_finds_the_neighbours_the_exact_search_finds(pg_db: str) -> None:
+    if not _pg_offers_pgvector():
+        pytest.skip("this PostgreSQL server has no pgvector (Debian: postgresql-NN-pgvector)")
+    mem, queries = _fill(pg_db, 11)
+    store = mem.store
+    semantic = Semantic("m", lambda texts: [])
+    try:
+        assert store._pg_vector().available, store._pg_vector().reason
+        assert store.vector_search().startswith("pgvector ")
+        for q in queries:
+            for k, kind in ((1, None), (10, None), (25, "turn"), (5, "memory")):
+                engine = store.nearest_vectors("ns", "m", q.tolist(), k, kind)
+                assert engine is not None
+                exact = semantic._index_top(store, "ns", q.tolist(), k, kind)
+                assert [(kd, i) for kd, i, _ in engine] == [(kd, i) for kd, i, _ in exact]
+                assert [c for _, _, c in engine] == pytest.approx([c for _, _, c in exact], abs=1e-5)
+        assert store.nearest_vectors("ns", "m", [1.0, 0.0], 5) == []  # another dimension: not comparable
+        assert store.nearest_vectors("other", "m", queries[0].tolist(), 100) == []
+        assert store.nearest_vectors("ns", "other-model", queries[0].tolist(), 5) == []
+        mem.forget_session("s1")  # a vector goes with its row
+        assert store.nearest_vectors("ns", "m", queries[0].tolist(), 5) == []
+    finally:
+        mem.close()
+
+
+def test_pgvector_reads_each_stored_float_exactly(pg_db: str) -> None:
+    if not _pg_offers_pgvector():
+        pytest.skip("this PostgreSQL server has no pgvector (Debian: postgresql-NN-pgvector)")
+    values = [0.0, -0.0, 1.0, -2.5, 3.4028234663852886e38, 1.1754943508222875e-38, 1.401298464324817e-45,
+              -1.401298464324817e-45, 0.1, -123456.789, 1e-20]
+    with Memory(pg_db, namespace="ns") as mem:
+        mem.capture("s1", [{"role": "user", "content": "one turn"}])
+        turn = mem.turns("s1")[0].turn_id
+        mem.store.save_vectors("ns", "m", [("turn", turn, values)])
+        with mem.store.read() as c:
+            got = c.execute("SELECT embedding::text FROM vectors").fetchone()[0]
+    got32 = np.array([float(x) for x in got.strip("[]").split(",")], dtype=np.float32)  # float4's shortest text
+    assert got32.tobytes() == np.array(values, dtype=np.float32).tobytes()
+
+
+def test_the_reflex_searches_inside_postgresql_and_migrate_store_keeps_it(tmp_path, pg_db: str, monkeypatch) -> None:
+    if not _pg_offers_pgvector():
+        pytest.skip("this PostgreSQL server has no pgvector (Debian: postgresql-NN-pgvector)")
+    src = str(tmp_path / "m.db")
+    with Memory(src, namespace="maya", embedder=Toy()) as mem:
+        mem.capture("s1", TURNS)
+        mem.embed_pending()
+    copy_store(src, pg_db)
+    with Memory(pg_db, namespace="maya", embedder=Toy()) as copied:
+        assert copied.embed_pending().embedded == 0  # the run sets pgvector up: the copied rows get their column
+        assert copied.vector_stats()["vector_search"].startswith("pgvector ")
+
+        def no_load(*a: Any) -> Any:
+            raise AssertionError("the vectors were loaded into memory")
+
+        monkeypatch.setattr(copied.store, "load_vectors", no_load)
+        assert PEANUTS in copied.context([{"role": "user", "content": SNACKS}]).block
+        assert copied.explain_search("snacks to avoid").hits[0].content == PEANUTS
+
+
+def test_without_pgvector_the_search_is_exact_in_memory(pg_db: str, monkeypatch, capsys) -> None:
+    monkeypatch.setattr(PgVector, "AVAILABLE_SQL", "SELECT 1 WHERE false")  # a server without the extension
+    with Memory(pg_db, namespace="maya", embedder=Toy()) as mem:
+        mem.capture("s1", TURNS)
+        mem.embed_pending()
+        assert mem.store.nearest_vectors("maya", "toy-v1", toy_embedding(SNACKS), 3) is None
+        assert PEANUTS in mem.context([{"role": "user", "content": SNACKS}]).block
+        with mem.store.read() as c:
+            assert c.execute("SELECT 1 FROM pg_extension WHERE extname = 'vector'").fetchone() is None
+    code, out, _ = run_cli(capsys, "stats", "--db", pg_db, "--namespace", "maya", "--json")
+    import json
+
+    assert code == 0
+    assert json.loads(out)["vector_search"].startswith("exact cosine in memory (pgvector not in use: pgvector is "
+                                                       "not installed on this server")

@@ -108,6 +108,11 @@ class Semantic:
             near = None
         if near is not None:
             return near
+        return self._index_top(store, namespace, vector, k, kind)
+
+    def _index_top(self, store: Store, namespace: str, vector: Sequence[float], k: int,
+                   kind: str | None) -> list[Neighbour]:
+        """The in-memory exact search: the namespace's vectors held in memory, reloaded when they changed."""
         key = (id(store), namespace)
         version = store.vector_version(namespace, self.model)
         with self._lock:
