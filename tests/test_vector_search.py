@@ -185,6 +185,8 @@ def test_pgvector_finds_the_neighbours_the_exact_search_finds(pg_db: str) -> Non
         pytest.skip("this PostgreSQL server has no pgvector (Debian: postgresql-NN-pgvector)")
     mem, queries = _fill(pg_db, 11)
     store = mem.store
+    assert store.nearest_vectors("ns", "m", queries[0].tolist(), 5) is None  # not set up before an embedding run
+    store._pg_vector().ensure()  # as each embedding run does: sets it up, fills the rows saved before
     semantic = Semantic("m", lambda texts: [])
     try:
         assert store._pg_vector().available, store._pg_vector().reason
@@ -213,6 +215,7 @@ def test_pgvector_reads_each_stored_float_exactly(pg_db: str) -> None:
     with Memory(pg_db, namespace="ns") as mem:
         mem.capture("s1", [{"role": "user", "content": "one turn"}])
         turn = mem.turns("s1")[0].turn_id
+        mem.store._pg_vector().ensure()  # as an embedding run does
         mem.store.save_vectors("ns", "m", [("turn", turn, values)])
         with mem.store.read() as c:
             got = c.execute("SELECT embedding::text FROM vectors").fetchone()[0]
@@ -255,3 +258,25 @@ def test_without_pgvector_the_search_is_exact_in_memory(pg_db: str, monkeypatch,
     assert code == 0
     assert json.loads(out)["vector_search"].startswith("exact cosine in memory (pgvector not in use: pgvector is "
                                                        "not installed on this server")
+
+
+def test_a_row_written_without_its_embedding_is_searched_exactly_until_filled(pg_db: str) -> None:
+    if not _pg_offers_pgvector():
+        pytest.skip("this PostgreSQL server has no pgvector (Debian: postgresql-NN-pgvector)")
+    mem, queries = _fill(pg_db, 12, n=40)
+    store = mem.store
+    try:
+        store._pg_vector().ensure()
+        q = queries[0].tolist()
+        before = store.nearest_vectors("ns", "m", q, 5)
+        assert before is not None
+        with store.read() as c:  # as an older tortoise-sdk would: new bytes, no embedding
+            c.execute("UPDATE vectors SET vector = %s WHERE item_id = %s",
+                      (np.asarray(q, dtype=np.float32).tobytes(), before[-1][1]))
+            assert c.execute("SELECT embedding IS NULL FROM vectors WHERE item_id = %s", (before[-1][1],)).fetchone()[0]
+        assert store.nearest_vectors("ns", "m", q, 5) is None  # the exact search in memory answers meanwhile
+        assert Semantic("m", lambda t: []).neighbours(store, "ns", q, 1)[0][1] == before[-1][1]
+        store._pg_vector().ensure()
+        assert store.nearest_vectors("ns", "m", q, 1)[0][1] == before[-1][1]  # type: ignore[index]
+    finally:
+        mem.close()

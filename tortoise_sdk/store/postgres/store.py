@@ -247,10 +247,8 @@ class PostgresStore(PostgresExtractionMixin, PostgresSubagentMixin, PostgresForg
         self._pg_vector().ensure()  # each embedding run sets pgvector up where it can, never the reflex
         return super().pending_embeddings(namespace, model, limit)
 
-    def save_vectors(self, namespace: str, model: str,
-                     items: Sequence[tuple[VectorKind, str, Sequence[float]]]) -> int:
-        self._pg_vector().ensure()
-        return super().save_vectors(namespace, model, items)
+    def _vector_extra(self) -> Any:
+        return self._pg_vector().column()
 
     def nearest_vectors(self, namespace: str, model: str, vector: Sequence[float], k: int,
                         kind: str | None = None) -> list[tuple[str, str, float]] | None:
