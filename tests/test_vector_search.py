@@ -276,7 +276,14 @@ def test_a_row_written_without_its_embedding_is_searched_exactly_until_filled(pg
             assert c.execute("SELECT embedding IS NULL FROM vectors WHERE item_id = %s", (before[-1][1],)).fetchone()[0]
         assert store.nearest_vectors("ns", "m", q, 5) is None  # the exact search in memory answers meanwhile
         assert Semantic("m", lambda t: []).neighbours(store, "ns", q, 1)[0][1] == before[-1][1]
-        store._pg_vector().ensure()
-        assert store.nearest_vectors("ns", "m", q, 1)[0][1] == before[-1][1]  # type: ignore[index]
+        store._pg_vector().ensure()  # the next embedding run fills it
+        again = store.nearest_vectors("ns", "m", q, 1)
+        assert again is not None and again[0][1] == before[-1][1]
+        store.save_vectors("ns", "m", [("turn", before[-1][1], q)])  # the same vector saved again keeps its column
+        assert store.nearest_vectors("ns", "m", q, 1) == again
+        q2 = queries[1].tolist()
+        store.save_vectors("ns", "m", [("turn", before[-1][1], q2)])  # a new vector through save_vectors: its column too
+        near = store.nearest_vectors("ns", "m", q2, 1)
+        assert near is not None and near[0][1] == before[-1][1]
     finally:
         mem.close()

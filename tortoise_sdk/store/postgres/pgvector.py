@@ -37,7 +37,9 @@ ENSURE_LOCK_KEY = 0x746F727476656301
 
 _CLEAR = ("""CREATE OR REPLACE FUNCTION vectors_embedding_stale() RETURNS trigger LANGUAGE plpgsql AS $$
         BEGIN
-            IF NEW.embedding IS NOT DISTINCT FROM OLD.embedding THEN NEW.embedding := NULL; END IF;
+            IF NEW.vector IS DISTINCT FROM OLD.vector AND NEW.embedding IS NOT DISTINCT FROM OLD.embedding THEN
+                NEW.embedding := NULL;
+            END IF;
             RETURN NEW;
         END $$""",
           """CREATE TRIGGER vectors_embedding_bu BEFORE UPDATE OF vector ON vectors
