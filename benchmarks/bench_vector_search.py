@@ -7,11 +7,13 @@ measures search and fusion, not a model's quality or an embedding request's late
 each code (this tree, and ``--rev`` alternating with it through ``revision.py``), in a fresh process:
 
 - ``words``: no embedder;
-- ``fused``: the code's own vector search (this tree: sqlite-vec when the ``[vectors]`` extra is
-  installed; a code without it: exact in memory);
+- ``fused``: the code's own vector search (this tree: the vectors held in memory while current, else
+  sqlite-vec while they load in the background, with the ``[vectors]`` extra; a code without it:
+  exact in memory, loaded when they changed);
+- ``engine only``: this tree, sqlite-vec on every call (nothing held in memory);
 - ``exact``: this tree with sqlite-vec turned off, the exact search over the vectors held in memory;
 - ``... after a write``: one vector is written before each query (as the background embedding does
-  while a session goes on), so an in-memory index is reloaded each time.
+  while a session goes on), so the vectors held in memory are stale each time.
 
 Each query is a LoCoMo question (a fresh one each time, so its vector is computed, by the toy);
 ``context()`` runs without a time budget, so the figures are whole run times. p50/p95 in ms.
@@ -42,7 +44,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from locomo import load_questions, load_sessions, locomo_files  # noqa: E402
 from revision import add_options, alternate  # noqa: E402
 
-MODES = ("words", "fused", "exact", "fused after a write", "exact after a write")
+MODES = ("words", "fused", "engine only", "exact", "fused after a write", "engine only after a write",
+         "exact after a write")
 
 
 def hashing(texts: list[str]) -> list[list[float]]:
@@ -97,7 +100,7 @@ def measure(db: str, queries: int, write_queries: int) -> dict[str, float]:
     _, questions = corpus(queries)
     plain = Memory(db, namespace="big")
     fused = Memory(db, namespace="big", embedder=hashing)
-    exact = None
+    exact = engine = None
     try:
         from tortoise_sdk.store.sqlite.vec import SqliteVec
     except ImportError:  # a code without the engine search: its fused search is the exact one
@@ -105,14 +108,19 @@ def measure(db: str, queries: int, write_queries: int) -> dict[str, float]:
     if SqliteVec is not None:
         exact = Memory(db, namespace="big", embedder=hashing)
         exact.store._vec = SqliteVec(":memory:")  # unavailable: the exact search in memory answers
-    arms = {"words": plain, "fused": fused, "exact": exact}
+        engine = Memory(db, namespace="big", embedder=hashing)
+        engine._semantic_search().keep_in_memory = False
+    arms = {"words": plain, "fused": fused, "engine only": engine, "exact": exact}
     writer = Memory(db, namespace="big")
     some_turn = writer.turns("s0")[0].turn_id
     out: dict[str, float] = {}
     times: dict[str, dict[str, list[float]]] = {m: {"context": [], "search": []} for m in MODES}
-    for mem in (fused, exact):  # the in-memory index is loaded before timing starts
+    for mem in (fused, exact, engine):  # the in-memory index is loaded before timing starts
         if mem is not None:
             mem.context([{"role": "user", "content": "warm up"}], time_budget_ms=None)
+            semantic = mem._semantic_search()
+            if hasattr(semantic, "loaded"):
+                semantic.loaded()
     for i, q in enumerate(questions):
         for name, mem in arms.items():
             if mem is None:
@@ -124,7 +132,8 @@ def measure(db: str, queries: int, write_queries: int) -> dict[str, float]:
             mem.search(f"{q} ({name} {i} s)", k=10)
             times[name]["search"].append((time.perf_counter() - t) * 1000)
     for i, q in enumerate(questions[:write_queries]):
-        for name, mem in (("fused after a write", fused), ("exact after a write", exact)):
+        for name, mem in (("fused after a write", fused), ("engine only after a write", engine),
+                          ("exact after a write", exact)):
             if mem is None:
                 continue
             writer.store.save_vectors("big", hashing.model_name, [("turn", some_turn, hashing([f"{q} {i}"])[0])])
@@ -139,7 +148,7 @@ def measure(db: str, queries: int, write_queries: int) -> dict[str, float]:
                 out[f"{mode}|{call}|p95"] = values[max(0, int(round(0.95 * (len(values) - 1))))]
     path = fused.vector_stats()["vector_search"] if hasattr(fused, "vector_stats") else "?"
     print(f"{tortoise_sdk.__file__}: fused search {path}", file=sys.stderr)
-    for m in (plain, fused, writer, *([exact] if exact else [])):
+    for m in (plain, fused, writer, *([exact, engine] if exact else [])):
         m.close()
     return out
 
@@ -153,7 +162,7 @@ def show(label: str, figures: dict[str, float]) -> None:
             if p50 is not None and p95 is not None:
                 row.append(f"{call}() p50 {p50:7.1f} p95 {p95:7.1f}")
         if row:
-            print(f"    {mode:22s} " + "   ".join(row))
+            print(f"    {mode:26s} " + "   ".join(row))
 
 
 def main() -> None:

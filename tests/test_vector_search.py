@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sqlite3
 import sys
+import threading
 from typing import Any
 
 import numpy as np
@@ -68,17 +69,37 @@ def test_sqlite_vec_searches_one_namespace_and_model_and_dimension(tmp_path) -> 
         store.close()
 
 
-def test_the_reflex_searches_inside_sqlite_without_loading_the_vectors(tmp_path, monkeypatch) -> None:
+def test_the_engine_answers_while_the_vectors_load_in_the_background(tmp_path, monkeypatch) -> None:
     with Memory(str(tmp_path / "m.db"), embedder=Toy()) as mem:
         mem.capture("s1", TURNS)
         mem.embed_pending()
+        semantic = mem._semantic_search()
+        assert semantic is not None
+        gate, loads, engine = threading.Event(), [], []
+        load_vectors, nearest = mem.store.load_vectors, mem.store.nearest_vectors
 
-        def no_load(*a: Any) -> Any:
-            raise AssertionError("the vectors were loaded into memory")
+        def slow_load(*a: Any) -> Any:
+            gate.wait(10)
+            loads.append(a)
+            return load_vectors(*a)
 
-        monkeypatch.setattr(mem.store, "load_vectors", no_load)
+        def counted(*a: Any, **k: Any) -> Any:
+            engine.append(a)
+            return nearest(*a, **k)
+
+        monkeypatch.setattr(mem.store, "load_vectors", slow_load)
+        monkeypatch.setattr(mem.store, "nearest_vectors", counted)
+        assert PEANUTS in mem.context([{"role": "user", "content": SNACKS}]).block  # not waiting for the load
+        assert len(engine) == 1 and not loads
+        gate.set()
+        semantic.loaded()
+        assert len(loads) == 1
+        assert mem.explain_search("snacks to avoid").hits[0].content == PEANUTS  # from memory now
+        assert len(engine) == 1
+        mem.capture("s2", [{"role": "user", "content": "a new turn about peanut butter"}])
+        mem.embed_pending()  # the vectors changed: the engine again, and a new load
         assert PEANUTS in mem.context([{"role": "user", "content": SNACKS}]).block
-        assert mem.explain_search("snacks to avoid").hits[0].content == PEANUTS
+        assert len(engine) == 2
 
 
 def test_a_failing_engine_search_falls_back_to_the_exact_one(tmp_path, monkeypatch, caplog) -> None:

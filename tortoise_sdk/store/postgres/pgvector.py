@@ -79,7 +79,8 @@ class PgVector:
         """Which search is used, for ``tortoise stats``."""
         if not self.available:
             return f"exact cosine in memory (pgvector not in use: {self.reason})"
-        return f"pgvector {self._version}: exact cosine inside PostgreSQL (a scan, no ANN index)"
+        return (f"pgvector {self._version}: exact cosine inside PostgreSQL (a scan, no ANN index) until the vectors "
+                "are loaded into memory, then exact cosine in memory until they change")
 
     def ensure(self) -> None:
         """Create the extension and the ``embedding`` column where the server allows it; never raises."""

@@ -47,7 +47,8 @@ class SqliteVec:
         """Which search is used, for ``tortoise stats``."""
         if self.driver is None:
             return f"exact cosine in memory (sqlite-vec not in use: {self.reason})"
-        return f"sqlite-vec {self._version()}: exact cosine inside SQLite ({self.driver} connection)"
+        return (f"sqlite-vec {self._version()}: exact cosine inside SQLite ({self.driver} connection) until the "
+                "vectors are loaded into memory, then exact cosine in memory until they change")
 
     def nearest(self, namespace: str, model: str, vector: Sequence[float], k: int,
                 kind: str | None) -> list[tuple[str, str, float]]:
