@@ -308,3 +308,21 @@ def test_a_row_written_without_its_embedding_is_searched_exactly_until_filled(pg
         assert near is not None and near[0][1] == before[-1][1]
     finally:
         mem.close()
+
+
+def test_a_refused_create_extension_keeps_the_search_in_memory_and_is_logged(pg_db: str, monkeypatch, caplog) -> None:
+    if not _pg_offers_pgvector():
+        pytest.skip("this PostgreSQL server has no pgvector (Debian: postgresql-NN-pgvector)")
+    import psycopg
+
+    def refused(self: PgVector) -> None:
+        raise psycopg.errors.InsufficientPrivilege("permission denied to create extension \"vector\"")
+
+    monkeypatch.setattr(PgVector, "_create", refused)
+    with Memory(pg_db, namespace="maya", embedder=Toy()) as mem:
+        mem.capture("s1", TURNS)
+        assert mem.embed_pending().embedded == 4
+        assert mem.store.nearest_vectors("maya", "toy-v1", toy_embedding(SNACKS), 3) is None
+        assert "permission denied to create extension" in mem.vector_stats()["vector_search"]
+        assert PEANUTS in mem.context([{"role": "user", "content": SNACKS}]).block
+    assert "permission denied to create extension" in caplog.text

@@ -16,6 +16,7 @@ migration: the column exists only where the extension does, and its absence chan
 
 from __future__ import annotations
 
+import logging
 import struct
 import threading
 import time
@@ -31,6 +32,8 @@ except ImportError:  # the plain-Python path below
     np = None
 
 __all__ = ("PgVector",)
+
+log = logging.getLogger("tortoise_sdk.store.postgres")
 
 #: Serialises ``ensure`` across processes (b"tortvec" + 1 read as an int64), as migrations do with theirs.
 ENSURE_LOCK_KEY = 0x746F727476656301
@@ -96,6 +99,8 @@ class PgVector:
                 self._create()
             except Exception as exc:  # noqa: BLE001 - refused or failed: the exact search in memory stays
                 self.reason = f"pgvector could not be set up ({type(exc).__name__}: {str(exc).strip()[:200]})"
+                self._probed_at = time.monotonic()
+                log.warning("%s; vectors are searched in memory", self.reason)
                 return
             self.reason = None
             self._probe()
