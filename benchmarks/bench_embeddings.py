@@ -53,7 +53,7 @@ class MiniLM:
 
     model_name = "all-MiniLM-L6-v2 (numpy)"
 
-    def __init__(self) -> None:
+    def __init__(self, max_tokens: int = 256) -> None:
         import all_minilm_l6_v2
         from tokenizers import Tokenizer
 
@@ -61,7 +61,7 @@ class MiniLM:
             self.config = json.loads(z.read("config.json"))
             self.tok = Tokenizer.from_str(z.read("tokenizer.json").decode())
             self.w = _safetensors(z.read("model.safetensors"))
-        self.tok.enable_truncation(256)
+        self.tok.enable_truncation(max_tokens)
         self.tok.enable_padding()
         self.heads = self.config["num_attention_heads"]
 

@@ -463,7 +463,7 @@ class Memory:
     def vector_stats(self) -> dict[str, Any]:
         """The namespace's vectors by model, the embedder's model, and how they are searched."""
         return {"embedder": self.embedder_model, "vectors": self.store.vector_counts(self.namespace),
-                "vector_search": "exact cosine over the namespace's vectors (no sqlite-vec or pgvector index in use)"}
+                "vector_search": self.store.vector_search()}
 
     def sessions(self) -> list[SessionInfo]:
         """Captured sessions in this namespace, oldest first."""

@@ -3,8 +3,10 @@
 Optional (``Memory(embedder=...)``). ``Semantic`` holds what outlives one call: the embedding
 function (handed in by ``Memory``; the reflex calls no model itself), a cache of query vectors, and
 the namespace's vectors in memory, reloaded when the store's ``vector_version`` changes. Search
-is exact cosine similarity over every vector of the namespace under the embedder's model (numpy
-when installed, else plain Python): always correct, linear in the number of vectors.
+is exact cosine similarity over every vector of the namespace under the embedder's model: in memory
+while the vectors held there are current (numpy when installed, else plain Python), else by the
+engine where it can (``Store.nearest_vectors``: sqlite-vec, pgvector) while they load in the
+background. All are exact, so all give the same neighbours; linear in the number of vectors.
 
 The query is embedded in a worker thread, started as soon as the reflex knows the query, and
 waited for only as long as the reflex's time budget allows; a slow or failing embedder leaves the
@@ -14,6 +16,7 @@ fills the cache, so the same question asked again is embedded at once.
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 import time
@@ -23,7 +26,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
-from ..errors import NotFoundError
+from ..errors import NotFoundError, TortoiseError
 from ..models import MemoryBlock, SearchHit
 from ..store.base import Store
 from ..store.vectors import unpack
@@ -46,6 +49,8 @@ WAIT_SHARE = 0.5
 
 Neighbour = tuple[str, str, float]  # kind, id, cosine
 
+log = logging.getLogger("tortoise_sdk.reflex")
+
 
 class Semantic:
     """The query side of embeddings for one ``Memory``: thread-safe; shared by its ``context`` and ``search`` calls.
@@ -66,6 +71,10 @@ class Semantic:
         self._pending: dict[str, Future[list[float]]] = {}
         self._pool: ThreadPoolExecutor | None = None
         self._index: dict[tuple[int, str], _Index] = {}
+        self._loading: dict[tuple[int, str], threading.Thread] = {}
+        #: Whether the vectors are loaded into memory behind the engine's search (False: the engine's search
+        #: whenever there is one).
+        self.keep_in_memory = True
 
     def ask(self, query: str) -> Future[list[float]]:
         """The query's vector: done at once from the cache, else being embedded in a worker thread."""
@@ -94,9 +103,35 @@ class Semantic:
 
     def neighbours(self, store: Store, namespace: str, vector: Sequence[float], k: int,
                    kind: str | None = None) -> list[Neighbour]:
-        """The ``k`` stored items closest to ``vector`` by cosine similarity, closest first."""
+        """The ``k`` stored items closest to ``vector`` by cosine similarity, closest first.
+
+        The vectors held in memory while they are current (the fastest); else the engine's search
+        (sqlite-vec, pgvector), which reads nothing into memory, while a daemon thread loads them for
+        the next call; else, or if the engine's search fails (logged), a load here and now. All exact.
+        """
         key = (id(store), namespace)
         version = store.vector_version(namespace, self.model)
+        with self._lock:
+            index = self._index.get(key)
+        if index is not None and index.version == version:
+            return index.top(vector, k, kind)
+        try:
+            near = store.nearest_vectors(namespace, self.model, vector, k, kind)
+        except TortoiseError as exc:
+            log.warning("vector search in the store failed (%s): searching in memory", exc)
+            near = None
+        if near is None:
+            return self._index_top(store, namespace, vector, k, kind, version)
+        if self.keep_in_memory:
+            self._load_later(store, namespace, key, version)
+        return near
+
+    def _index_top(self, store: Store, namespace: str, vector: Sequence[float], k: int,
+                   kind: str | None, version: Any = None) -> list[Neighbour]:
+        """The in-memory exact search: the namespace's vectors held in memory, reloaded when they changed."""
+        key = (id(store), namespace)
+        if version is None:
+            version = store.vector_version(namespace, self.model)
         with self._lock:
             index = self._index.get(key)
         if index is None or index.version != version:
@@ -104,6 +139,32 @@ class Semantic:
             with self._lock:
                 self._index[key] = index
         return index.top(vector, k, kind)
+
+    def _load_later(self, store: Store, namespace: str, key: tuple[int, str], version: Any) -> None:
+        with self._lock:
+            running = self._loading.get(key)
+            if running is not None and running.is_alive():
+                return
+
+            def load() -> None:
+                try:
+                    index = _Index(version, store.load_vectors(namespace, self.model))
+                except Exception as exc:  # noqa: BLE001 - a closed store, a timeout: the engine answers meanwhile
+                    log.debug("loading the vectors in the background failed: %s", exc)
+                    return
+                with self._lock:
+                    self._index[key] = index
+
+            # A daemon thread: a short-lived process (a hook) exits without waiting for it.
+            thread = self._loading[key] = threading.Thread(target=load, name="tortoise-vectors", daemon=True)
+        thread.start()
+
+    def loaded(self, timeout: float | None = None) -> None:
+        """Wait for the background loads started so far (tests, benchmarks)."""
+        with self._lock:
+            threads = list(self._loading.values())
+        for t in threads:
+            t.join(timeout)
 
     def close(self) -> None:
         """Stop the worker threads (a running embedding is not waited for)."""
@@ -135,13 +196,17 @@ class _Index:
         except ImportError:
             np = None
         self._np = np
-        vectors = [unpack(blob) for _, _, blob in rows]
         if np is not None:
-            matrix = np.asarray(vectors, dtype=np.float32).reshape(len(vectors), -1)
-            norms = np.linalg.norm(matrix, axis=1, keepdims=True) if len(vectors) else matrix
-            self.matrix: Any = matrix / np.where(norms == 0, 1, norms) if len(vectors) else matrix
+            dims = {len(blob) for _, _, blob in rows}
+            if len(dims) > 1:  # one model, one dimension: a mixture is not searchable as one matrix
+                rows, self.keys = [], []
+            dim = dims.pop() // 4 if len(dims) == 1 else 0
+            matrix = np.frombuffer(b"".join(blob for _, _, blob in rows), dtype="<f4").reshape(len(rows), dim)
+            norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+            self.matrix: Any = matrix / np.where(norms == 0, 1, norms)
+            self._kinds = np.array([kind for kind, _ in self.keys], dtype=object)
         else:
-            self.matrix = [_unit(v) for v in vectors]
+            self.matrix = [_unit(unpack(blob)) for _, _, blob in rows]
 
     def top(self, vector: Sequence[float], k: int, kind: str | None) -> list[Neighbour]:
         if not self.keys or k < 1:
@@ -152,7 +217,12 @@ class _Index:
             if self.matrix.shape[1] != len(query):
                 return []
             scores = self.matrix @ np.asarray(query, dtype=np.float32)
-            order = [int(i) for i in np.argsort(-scores, kind="stable")]
+            if kind is not None:
+                scores = np.where(self._kinds == kind, scores, -np.inf)
+            n = min(k, len(scores))
+            cut = np.partition(scores, len(scores) - n)[len(scores) - n]
+            chosen = np.flatnonzero(scores >= cut)  # ascending: the stable sort keeps ties in key order
+            order = [int(i) for i in chosen[np.argsort(-scores[chosen], kind="stable")]]
             sims = [float(scores[i]) for i in order]
         else:
             if len(self.matrix[0]) != len(query):

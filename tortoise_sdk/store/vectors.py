@@ -36,7 +36,8 @@ def unpack(blob: bytes) -> list[float]:
 
 
 class VectorMixin:
-    """``pending_embeddings``, ``save_vectors``, ``load_vectors``, ``vector_version`` and ``vector_counts``."""
+    """``pending_embeddings``, ``save_vectors``, ``load_vectors``, ``vector_version``, ``vector_counts``,
+    and the engine's own nearest-vector search where it has one (``nearest_vectors``, ``vector_search``)."""
 
     PARAM: ClassVar[str] = "?"
     ROW_ORDER: ClassVar[str] = "rowid"
@@ -72,18 +73,22 @@ class VectorMixin:
         """
         p = self.PARAM
         at = utc_now().isoformat()
+        extra = self._vector_extra()
+        col, val, upd = (f", {extra[0]}", f", {extra[1]}", f", {extra[0]} = excluded.{extra[0]}") if extra else ("", "", "")
 
         def run(c: Any) -> int:
             n = 0
             for kind, item_id, vector in items:
                 table, column = _ROWS[kind]
+                more = (extra[2](vector),) if extra else ()
                 n += max(c.execute(
-                    f"INSERT INTO vectors (namespace, kind, item_id, model, dim, vector, created_at)"
-                    f" SELECT {p}, {p}, {p}, {p}, {p}, {p}, {p}"
+                    f"INSERT INTO vectors (namespace, kind, item_id, model, dim, vector, created_at{col})"
+                    f" SELECT {p}, {p}, {p}, {p}, {p}, {p}, {p}{val}"
                     f" WHERE EXISTS (SELECT 1 FROM {table} WHERE namespace = {p} AND {column} = {p})"
                     " ON CONFLICT (namespace, kind, item_id) DO UPDATE SET model = excluded.model,"
-                    " dim = excluded.dim, vector = excluded.vector, created_at = excluded.created_at",
-                    (namespace, kind, item_id, model, len(vector), pack(vector), at, namespace, item_id)).rowcount, 0)
+                    f" dim = excluded.dim, vector = excluded.vector, created_at = excluded.created_at{upd}",
+                    (namespace, kind, item_id, model, len(vector), pack(vector), at, *more, namespace, item_id)
+                ).rowcount, 0)
             return n
 
         return int(self.transaction(run))
@@ -103,6 +108,20 @@ class VectorMixin:
             row = c.execute(f"SELECT COUNT(*), MAX(created_at) FROM vectors WHERE namespace = {p} AND model = {p}",
                             (namespace, model)).fetchone()
         return int(row[0]), row[1]
+
+    def _vector_extra(self) -> tuple[str, str, Callable[[Sequence[float]], Any]] | None:
+        """A column the engine keeps beside the bytes (name, placeholder SQL, value of a vector), or None."""
+        return None
+
+    def nearest_vectors(self, namespace: str, model: str, vector: Sequence[float], k: int,
+                        kind: str | None = None) -> list[tuple[str, str, float]] | None:
+        """The ``k`` items closest to ``vector`` by cosine as (kind, id, cosine), closest first, searched by
+        the engine; None where the engine has no such search (the caller then searches exactly in memory)."""
+        return None
+
+    def vector_search(self) -> str:
+        """How the namespace's vectors are searched here, for ``tortoise stats``."""
+        return "exact cosine in memory"
 
     def vector_counts(self, namespace: str) -> dict[str, int]:
         """Vectors of the namespace by model."""

@@ -35,7 +35,7 @@ from ..capture_plan import new_receipt, plan_append, receipt_row, repeated_tail,
 from ..cursors import CursorMixin
 from ..rows import and_equal
 from ..rows import turn_hit as _hit
-from ..vectors import VectorMixin
+from ..vectors import VectorKind, VectorMixin
 from .deadline import Health, bound_statements, connection_class, is_statement_timeout, watchdog
 from .extraction import PostgresExtractionMixin
 from .forget import PostgresForgetMixin
@@ -51,6 +51,7 @@ from .fts import (
 )
 from .lexemes import LexemeCache
 from .migrations import POSTGRES_MIGRATIONS, migrate_postgres
+from .pgvector import PgVector
 from .subagents import PostgresSubagentMixin, fill_subagent_turns
 
 __all__ = ("PostgresStore", "redact_url")
@@ -118,6 +119,7 @@ class PostgresStore(PostgresExtractionMixin, PostgresSubagentMixin, PostgresForg
         self.timeout_s = timeout_s
         self._health = Health()
         self._lexemes = LexemeCache()
+        self._pgvector: PgVector | None = None  # pgvector's search, probed on first use
         given = conninfo_to_dict(url) if url else {}
         options: dict[str, Any] = {k: v for k, v in _KEEPALIVES.items() if k not in given}
         options["connect_timeout"] = max(int(connect_timeout), 2)
@@ -229,6 +231,34 @@ class PostgresStore(PostgresExtractionMixin, PostgresSubagentMixin, PostgresForg
             raise
         except psycopg.Error as exc:
             raise StoreError(f"PostgreSQL migration failed: {str(exc).strip()}") from exc
+
+    # -- vectors (the rest is VectorMixin's) ---------------------------------------------------
+
+    @contextmanager
+    def _unbounded(self) -> Iterator[psycopg.Connection]:
+        with self._connection(None, "setting up pgvector") as conn:
+            bound_statements(conn, None)
+            yield conn
+
+    def _pg_vector(self) -> PgVector:
+        if self._pgvector is None:
+            self._pgvector = PgVector(self.read, self._unbounded, self.read_only)
+        return self._pgvector
+
+    def pending_embeddings(self, namespace: str, model: str, limit: int) -> list[tuple[VectorKind, str, str]]:
+        self._pg_vector().ensure()  # each embedding run sets pgvector up where it can, never the reflex
+        return super().pending_embeddings(namespace, model, limit)
+
+    def _vector_extra(self) -> Any:
+        return self._pg_vector().column()
+
+    def nearest_vectors(self, namespace: str, model: str, vector: Sequence[float], k: int,
+                        kind: str | None = None) -> list[tuple[str, str, float]] | None:
+        pg = self._pg_vector()
+        return pg.nearest(namespace, model, vector, k, kind) if pg.available else None
+
+    def vector_search(self) -> str:
+        return self._pg_vector().describe()
 
     def schema_version(self) -> int:
         return self._rows("SELECT COALESCE(MAX(version), 0) FROM schema_migrations", ())[0][0]

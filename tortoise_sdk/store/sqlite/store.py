@@ -45,6 +45,7 @@ from .ranking import INDEXED_TURN_COLUMNS as _INDEXED_COLUMNS
 from .ranking import TURN_COLUMNS as _TURN_COLUMNS
 from .ranking import SQLiteRankingMixin, with_heads
 from .subagents import SQLiteSubagentMixin, fill_subagent_turns
+from .vec import SqliteVec
 
 __all__ = ("SQLiteStore",)
 
@@ -121,6 +122,7 @@ class SQLiteStore(SQLiteRankingMixin, SQLiteExtractionMixin, SQLiteSubagentMixin
         self._identity: tuple[int, int] | None = None  # the opened file's (device, inode): see _check_file
         # As SQLite resolves it when it opens the file, whatever chdir follows.
         self._abs_path = self.path if self.path == ":memory:" else os.path.abspath(self.path)
+        self._vec: SqliteVec | None = None  # the sqlite-vec search, probed on first use
         # Nothing is written before the file is known to be a tortoise memory this code can run.
         state = inspect_file(self.path, SQLITE_MIGRATIONS[-1].version)
         self._uri = state.uri
@@ -356,11 +358,36 @@ class SQLiteStore(SQLiteRankingMixin, SQLiteExtractionMixin, SQLiteSubagentMixin
                 holding(self._abs_path, opened=False)
             self._closed = True
             self._conn.close()
+            if self._vec is not None:
+                self._vec.close()
             while self._readers is not None:
                 try:
                     self._readers.get_nowait().close()
                 except queue.Empty:
                     break
+
+    # -- vectors (the rest is VectorMixin's) ---------------------------------------------------
+
+    def _sqlite_vec(self) -> SqliteVec:
+        if self._vec is None:
+            self._vec = SqliteVec(self._abs_path)
+        return self._vec
+
+    def nearest_vectors(self, namespace: str, model: str, vector: Sequence[float], k: int,
+                        kind: str | None = None) -> list[tuple[str, str, float]] | None:
+        vec = self._sqlite_vec()
+        if not vec.available:
+            return None
+        if self._closed:
+            raise StoreError(f"SQLite read failed: the store {self.path!r} is closed")
+        self._check_file()
+        try:
+            return vec.nearest(namespace, model, vector, k, kind)
+        except Exception as exc:  # sqlite3's or apsw's: one boundary for both drivers
+            raise StoreError(f"sqlite-vec search failed: {exc}") from exc
+
+    def vector_search(self) -> str:
+        return self._sqlite_vec().describe()
 
     # -- capture ------------------------------------------------------------------------------
 
