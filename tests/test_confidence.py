@@ -235,3 +235,12 @@ def test_a_low_confidence_memory_is_marked_unconfirmed_in_the_renderers_slot():
     forged = render(reading, [_memory(1, "unconfirmed memory", 0.6)], 1, 400)
     assert forged.block.split("\n")[1].startswith('1. (memory, unconfirmed memory) "')
     assert not forged.pointers[0].unconfirmed
+
+
+def test_fused_ties_go_to_the_surer_memory():
+    from tortoise_sdk.reflex.scoring import fuse
+
+    low, sure = _memory(1, "", 0.3), _memory(2, "", 0.8)
+    turn = Candidate(key="t_1", kind="turn", text="x", score=1.0)
+    ranked = fuse([[low], [sure], [turn]])
+    assert [c.key for c in ranked] == [sure.key, low.key, "t_1"]
