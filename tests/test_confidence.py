@@ -244,3 +244,13 @@ def test_fused_ties_go_to_the_surer_memory():
     turn = Candidate(key="t_1", kind="turn", text="x", score=1.0)
     ranked = fuse([[low], [sure], [turn]])
     assert [c.key for c in ranked] == [sure.key, low.key, "t_1"]
+
+
+def test_forgetting_a_session_takes_back_the_promotion_its_turns_gave(store):
+    ns = f"ns_{uuid.uuid4().hex[:10]}"
+    turns = _seed(store, ns)
+    (mid,) = _write(store, ns, "s1", ItemPlan("point", "Maya bakes bread", sources=(SourcePlan(turns["s1"][0], None),)))
+    _write(store, ns, "s2", ItemPlan("point", "Maya bakes bread", sources=(SourcePlan(turns["s2"][0], None),)))
+    assert store.get_memory(ns, mid).confidence == pytest.approx(BASE[AGREED] + 2 * PROMOTION_STEP)
+    store.forget_session(ns, "s2")
+    assert store.get_memory(ns, mid).confidence == BASE[AGREED]
