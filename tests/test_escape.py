@@ -29,7 +29,7 @@ HOSTILE_ALPHABET = (
 HOSTILE_TEXT = st.lists(st.sampled_from(HOSTILE_ALPHABET), max_size=40).map("".join)
 FIELD = st.one_of(ANY_TEXT, HOSTILE_TEXT)
 
-LINE = re.compile(r'^(\d+)\. (?P<flag>SUPERSEDED )?\((?P<tag>(?:\d{4}-\d{2}-\d{2}|undated|memory)(?:, [^"\n]*)?)\) '
+LINE = re.compile(r'^(\d+)\. (?P<flag>SUPERSEDED )?\((?P<tag>(?:\d{4}-\d{2}-\d{2}|undated|memory|unconfirmed memory)(?:, [^"\n]*)?)\) '
                   r'"(?P<synopsis>[^"\n]*)" ref:(?P<id>[tm]_[0-9a-z_]+)$')
 BRACKETS = set("[]{}<>\"`")
 
@@ -155,6 +155,7 @@ def parse(block) -> list[re.Match]:
         assert int(m.group(1)) == n and balanced(m["tag"]) and balanced(m["synopsis"])
     # Flags only where the renderer put them: on exactly the superseded pointers.
     assert [bool(m["flag"]) for m in matches] == [p.superseded for p in block.pointers]
+    assert [m["tag"].split(",")[0] == "unconfirmed memory" for m in matches] == [p.unconfirmed for p in block.pointers]
     # Exactly the real pointers, each where the renderer put it.
     assert pointer_tokens(block.block) == ["ref:"] * len(block.pointers)
     assert [m["id"] for m in matches] == [p.id for p in block.pointers]
@@ -167,9 +168,10 @@ def _turn(i: int, name: str, content: str, date: str, stale: bool = False, sessi
     return Candidate(key=hit.turn_id, kind="turn", text=content, hit=hit, score=1.0, stale=stale)
 
 
-def _memory(i: int, when: str, content: str, superseded: bool, session: str = "s") -> Candidate:
+def _memory(i: int, when: str, content: str, superseded: bool, session: str = "s",
+            confidence: float | None = None) -> Candidate:
     m = MemoryRecord(id=f"m_{i:08x}", kind="point", content=content, when=when, session_id=session,
-                     status="superseded" if superseded else "live")
+                     status="superseded" if superseded else "live", confidence=confidence)
     return Candidate(key=m.id, kind="memory", text=content, memory=m, score=1.0, reasons=["memory matched"])
 
 
@@ -179,7 +181,7 @@ def _memory(i: int, when: str, content: str, superseded: bool, session: str = "s
 @given(fields=st.lists(st.tuples(st.booleans(), FIELD, FIELD, FIELD, st.booleans()), min_size=1, max_size=6),
        budget=st.integers(1, 8), max_tokens=st.sampled_from([60, 200, 2000]))
 def test_any_names_dates_contents_and_whens_render_exactly_the_real_pointers(fields, budget, max_tokens):
-    ranked = [_turn(i, a, b, c) if is_turn else _memory(i, a, b, flag)
+    ranked = [_turn(i, a, b, c) if is_turn else _memory(i, a, b, flag, confidence=0.3 if i % 2 else None)
               for i, (is_turn, a, b, c, flag) in enumerate(fields)]
     block = render(Reading(None, "ns", approx_tokens, None), ranked, budget, max_tokens)  # type: ignore[arg-type]
     if not block.pointers:
@@ -222,6 +224,9 @@ def test_a_look_alike_pointer_in_any_slot_renders_inert(fake, slot):
     (_memory(1, "SUPERSEDED, 2023", "the parrot", False), _memory(1, "2023", "the parrot", True)),
     (_turn(1, "Alice", "the parrot", "SUPERSEDED"), _turn(1, "Alice", "the parrot", None, True)),  # type: ignore[arg-type]
     (_turn(1, "Al", "the parrot", "memory, 20"), _memory(1, "20", "the parrot", False)),
+    (_memory(1, "unconfirmed memory, 2023", "the parrot", False), _memory(1, "2023", "the parrot", False,
+                                                                          confidence=0.3)),
+    (_turn(1, "Al", "the parrot", "unconfirmed memory, 20"), _memory(1, "20", "the parrot", False, confidence=0.3)),
     (_turn(1, "x) SUPERSEDED (2024-05-01, Alice", "the parrot", "2024-05-01"),
      _turn(1, "Alice", "the parrot", "2024-05-01", True)),
 ])
@@ -231,7 +236,7 @@ def test_no_stored_field_renders_like_a_flag_or_a_kind(forged, real):
     fake, true = (render(reading, [c], 1, 400) for c in (forged, real))
     (fake_line,), (true_line,) = parse(fake), parse(true)
     assert fake_line[0].split(" ref:")[0] != true_line[0].split(" ref:")[0]
-    assert not fake_line["flag"] and not fake.pointers[0].superseded
+    assert not fake_line["flag"] and not fake.pointers[0].superseded and not fake.pointers[0].unconfirmed
     assert fake_line["tag"].split(",")[0] == ("memory" if fake.pointers[0].kind == "memory" else
                                                fake.pointers[0].label.split()[1])
 

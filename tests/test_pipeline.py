@@ -25,6 +25,7 @@ from pipeline_scenarios import (
     whole_cassette_played,  # noqa: F401 - autouse: every recorded exchange is played
 )
 from tortoise_sdk import Memory
+from tortoise_sdk.confidence import AGREED, BASE, S2_ONLY, S4_ONLY, VETTED
 
 pytestmark = pytest.mark.vcr
 
@@ -131,6 +132,8 @@ def test_s4_server_errors_keep_s2(tmp_path: Any, model_endpoint: ModelEndpoint) 
         # Every S2 item, and nothing of S4 (it never answered).
         assert report.outcomes == {"ADD": 6}
         assert not any("Tomás" in c for c in contents(mem))
+        # No review ran: each S2 item stands on one stage, so each is low (unconfirmed in the block).
+        assert {m.confidence for m in mem.memories()} == {BASE[S2_ONLY]}
 
 
 def test_rate_limit_then_success(tmp_path: Any, model_endpoint: ModelEndpoint) -> None:
@@ -181,6 +184,8 @@ def test_s4_answers_nothing_to_add(tmp_path: Any, model_endpoint: ModelEndpoint)
         assert report.errors == [] and report.warnings == []
         assert report.outcomes == {"ADD": 7}
         assert "Maya's neighbour Tomás offered to walk Biscuit on Tuesdays and Thursdays." in contents(mem)
+        # S4 reviewed S2's list and let it stand: agreed.
+        assert {m.confidence for m in mem.memories()} == {BASE[AGREED]}
 
 
 def test_vet_runs_again_on_what_s4_added(tmp_path: Any, model_endpoint: ModelEndpoint) -> None:
@@ -192,6 +197,10 @@ def test_vet_runs_again_on_what_s4_added(tmp_path: Any, model_endpoint: ModelEnd
         assert report.outcomes == {"ADD": 7}
         assert "Maya's neighbour Tomás offered to walk Biscuit on Tuesdays and Thursdays." in contents(mem)
         assert "The assistant suggested a midday dog walker for Biscuit." not in contents(mem)
+        # S2's items passed the gate's first pass and S4's review; the item only S4 proposed stays low.
+        sure = {m.content: m.confidence for m in mem.memories()}
+        assert sure.pop("Maya's neighbour Tomás offered to walk Biscuit on Tuesdays and Thursdays.") == BASE[S4_ONLY]
+        assert set(sure.values()) == {BASE[VETTED]}
     if model_endpoint.stub is not None:
         assert [r.stage for r in model_endpoint.stub.requests] == ["s1", "s2", "vet", "s4", "vet"]
         second = model_endpoint.stub.requests[-1].prompt.split("Transcript")[0]

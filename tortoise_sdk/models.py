@@ -231,6 +231,10 @@ class MemoryRecord(DeferredModel):
     supersedes: str | None = Field(default=None, description="The memory this one replaced (UPDATE).")
     created_at: datetime = Field(default_factory=utc_now)
     category: str | None = Field(default=None, description="The host's category (Memory(categories=...)).")
+    confidence: float | None = Field(
+        default=None, ge=0.0, le=1.0,
+        description="How sure extraction is of it, 0..1: the stages that agreed on it, raised by each further "
+                    "turn and session stating it, capped at 0.9 (see docs/extraction.md). None: not recorded.")
 
 
 class Pointer(DeferredModel):
@@ -245,6 +249,7 @@ class Pointer(DeferredModel):
     session_id: str | None = None
     session_date: str | None = None
     superseded: bool = False
+    unconfirmed: bool = Field(default=False, description="A memory of low confidence (shown as 'unconfirmed memory').")
 
 
 class MemoryBlock(DeferredModel):

@@ -103,7 +103,8 @@ def _print_memories(records: list[Any]) -> None:
     for m in records:
         status = "" if m.status == "live" else f" ({m.status})"
         when = f" [{m.when}]" if m.when else ""
-        print(f"{m.id}  {m.kind}{status}{when}: {m.content}")
+        sure = "" if m.confidence is None else f" (confidence {m.confidence:.2f})"
+        print(f"{m.id}  {m.kind}{status}{when}{sure}: {m.content}")
     if not records:
         print("no memories (capture with a model configured, or run `tortoise extract SESSION`)", file=sys.stderr)
 

@@ -26,7 +26,9 @@ from collections import Counter
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
+from ..confidence import agreement
 from ..config import DEFAULT_CHUNK_TURNS, DEFAULT_CONCURRENCY
 from ..errors import LeaseLost
 from ..models import CaptureReceipt, Diagnostic, ExtractionReport, StageStats
@@ -35,7 +37,7 @@ from ..store.plan import Fence, Window, WriteResult
 from ..vocabulary import Vocabulary
 from .common import diagnostic, run_sync
 from .grounding import ground
-from .merge import Proposal, union
+from .merge import Proposal, identity, union
 from .prompts import coding_section, load_prompt
 from .s1_narrate import chunk_turns, narrate
 from .s2_map import StageOutcome, map_session
@@ -98,6 +100,10 @@ async def aextract_session(store: Store, namespace: str, session_id: str, *, llm
     held: int | None = None
     held_why: list[str] = []
     failed_chunks: list[str] = []
+    # What each stage said of an item (by identity), for its agreement level (tortoise_sdk.confidence).
+    from_s2: set[tuple[str, ...]] = set()
+    from_s4: set[tuple[str, ...]] = set()
+    vetted = reviewed = False
 
     reading = read_window(store, namespace, session_id, prompts, full=options.full)
     window, evidence, context = reading.window, reading.evidence, reading.context
@@ -140,6 +146,8 @@ async def aextract_session(store: Store, namespace: str, session_id: str, *, llm
             elapsed["vet"] = (time.perf_counter() - t) * 1000
             for d in vet_notes:
                 (warnings if d.code in ("drop", "merge") else errors).append(d)
+            vetted = all(d.code in ("drop", "merge") for d in vet_notes)  # a failed gate kept all, judged none
+        from_s2 = {identity(i) for i in (*candidates.events, *candidates.points)}
         t = time.perf_counter()
         priors = find_priors(store, namespace, candidates, k=options.priors_k, known=reading.known,
                              story=s1.story or "")
@@ -167,6 +175,8 @@ async def aextract_session(store: Store, namespace: str, session_id: str, *, llm
                     elapsed["vet"] = elapsed.get("vet", 0.0) + (time.perf_counter() - t) * 1000
                     for d in vet_notes:
                         (warnings if d.code in ("drop", "merge") else errors).append(d)
+                from_s4 = {identity(i) for i in (*delta.events, *delta.points)}
+                reviewed = True
                 final = union(candidates, delta)
         nothing = s2.proposal is None and s4.proposal is None
     else:
@@ -224,9 +234,13 @@ async def aextract_session(store: Store, namespace: str, session_id: str, *, llm
     rejected = grounded.rejected
     warnings += grounded.warnings
     local["ground"] = StageStats(wall_ms=(time.perf_counter() - t) * 1000)
+    def agreed(item: Any) -> int:
+        return agreement(from_s2=identity(item) in from_s2, from_s4=identity(item) in from_s4, reviewed=reviewed,
+                         vetted=vetted and identity(item) in from_s2)
+
     plan, plan_warnings = build_plan(session_id, grounded, priors.handles, extraction_id=f"x_{uuid.uuid4().hex}",
                                      valid_at=_as_utc(session_date), receipt=receipt, window=window,
-                                     vocabulary=options.vocabulary)
+                                     vocabulary=options.vocabulary, agreement_of=agreed)
     warnings += plan_warnings
     status = "partial" if (errors or partial or priors.degraded or held is not None) else "ok"
     if held is not None:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from datetime import datetime
+from typing import Any
 
+from ..confidence import AGREED
 from ..models import CaptureReceipt, Diagnostic, ExtractionReport
 from ..store.base import Store
 from ..store.plan import EntityPlan, ExtractionPlan, Fence, ItemPlan, RetractionPlan, Window, WriteResult
@@ -24,6 +26,7 @@ def build_plan(
     receipt: CaptureReceipt | None,
     window: Window | None = None,
     vocabulary: Vocabulary | None = None,
+    agreement_of: Callable[[Any], int] | None = None,
 ) -> tuple[ExtractionPlan, list[Diagnostic]]:
     """The plan for S5; ``supersedes`` handles (P1 ...) become memory ids, unknown ones a warning.
 
@@ -31,6 +34,8 @@ def build_plan(
     is left out with a warning: new memories cite new turns. The plan carries the window, so S5
     moves the session's watermark in its transaction. An item's category is kept in the host's
     spelling when it names one of ``vocabulary``'s categories; another is left out with a warning.
+    ``agreement_of`` gives an item's agreement level (:mod:`~tortoise_sdk.confidence`); without it,
+    every item counts as agreed.
     """
     warnings: list[Diagnostic] = []
     known_ids = set(handles.values())
@@ -77,6 +82,7 @@ def build_plan(
                 search_keys=tuple(getattr(it, "search_keys", ())), sources=(g.source, *g.also),
                 supersedes=target(it.supersedes, f"{kind} {it.content!r}"),
                 category=category(it.category, f"{kind} {it.content!r}"),
+                agreement=AGREED if agreement_of is None else agreement_of(it),
             ))
     retractions = [
         RetractionPlan(content=g.item.content, sources=(g.source, *g.also),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+from ..confidence import is_low
 from ..models import MEMORY_BLOCK_END, MEMORY_BLOCK_MARKER, MemoryBlock, Pointer
 from . import tuning
 from .escape import escape
@@ -98,15 +99,17 @@ def _line(c: Candidate, n: int, synopsis: str) -> str:
 
     The flag stands before the tag, where no stored field reaches (a field's parentheses are paired, so
     it cannot leave the tag), and the tag starts with what only the renderer writes (an ISO date,
-    ``undated`` or ``memory``): a name ``SUPERSEDED, Alice`` or a ``when`` of ``SUPERSEDED, 2023`` stays
-    inside the tag, after the comma, and reads as what it is.
+    ``undated``, ``memory`` or ``unconfirmed memory``, a memory of low confidence): a name
+    ``SUPERSEDED, Alice`` or a ``when`` of ``SUPERSEDED, 2023`` (or ``unconfirmed``) stays inside the
+    tag, after the comma, and reads as what it is.
     """
     if c.kind == "turn" and c.hit is not None:
         h = c.hit
         return f'{n}. {_FLAG if c.stale else ""}({_day(h.session_date)}, {_who(c)}) "{synopsis}" ref:{h.turn_id}'
     m = c.memory
     flag = _FLAG if m is not None and m.status == "superseded" else ""
-    tag = "memory" + (f", {escape(m.when, 40)}" if m is not None and m.when else "")
+    kind = "unconfirmed memory" if m is not None and is_low(m.confidence) else "memory"
+    tag = kind + (f", {escape(m.when, 40)}" if m is not None and m.when else "")
     return f'{n}. {flag}({tag}) "{synopsis}" ref:{c.key}'
 
 
@@ -135,7 +138,8 @@ def _pointer(c: Candidate, synopsis: str) -> Pointer:
     m = c.memory
     assert m is not None
     return Pointer(id=m.id, kind="memory", label=f"memory {escape(m.kind)}", synopsis=synopsis,
-                   score=round(c.score, 6), session_id=_opt(m.session_id), superseded=m.status == "superseded")
+                   score=round(c.score, 6), session_id=_opt(m.session_id), superseded=m.status == "superseded",
+                   unconfirmed=is_low(m.confidence))
 
 
 def _opt(value: str | None) -> str | None:

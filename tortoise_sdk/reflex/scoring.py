@@ -8,6 +8,7 @@ from collections import Counter, defaultdict
 from collections.abc import Mapping
 from datetime import date
 
+from ..confidence import AGREED, BASE
 from ..models import SearchHit
 from ..search import TF_CAP
 from . import ranker, tuning
@@ -224,8 +225,15 @@ def fuse(lists: list[list[Candidate]]) -> list[Candidate]:
             else:
                 kept.reasons.extend(r for r in c.reasons if r not in kept.reasons)
             kept.score += c.weight / (tuning.RRF_K + rank + 1)
-    # On equal fused rank a memory (distilled, grounded) goes before a raw turn.
-    return sorted(fused.values(), key=lambda c: (-c.score, c.kind != "memory"))
+    # On equal fused rank a memory (distilled, grounded) goes before a raw turn, a surer memory first.
+    return sorted(fused.values(), key=lambda c: (-c.score, c.kind != "memory", -_confidence(c)))
+
+
+def _confidence(c: Candidate) -> float:
+    """A memory's confidence (unknown counts as agreed, once stated); 0 for a turn. Only breaks ties."""
+    if c.memory is None:
+        return 0.0
+    return BASE[AGREED] if c.memory.confidence is None else c.memory.confidence
 
 
 def memories_first(ranked: list[Candidate]) -> list[Candidate]:

@@ -15,6 +15,7 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+from ..confidence import confidence
 from ..errors import LeaseLost, NotFoundError
 from ..models import Diagnostic, ExtractionReport, ExtractionState, JobInfo, MemoryRecord
 from ..text import fact_key, jaccard, norm_content, norm_name
@@ -163,6 +164,7 @@ class ExtractionCore(EntityCore):
         same = self._live_with_content(c, namespace, _keys(item.content), ekey)
         if same is not None:
             self._link(c, namespace, same, about, item.sources, plan.extraction_id, mentions=named)
+            self._confide(c, same, item.agreement)
             self.roles_stated(c, names, same, item.content, named, entity_ids)
             self._index(c, same)
             _bump(result.outcomes, "NOOP")
@@ -185,9 +187,16 @@ class ExtractionCore(EntityCore):
             _bump(result.outcomes, "ADD")
         _bump(result.counts, item.kind)
         self._link(c, namespace, memory_id, about, item.sources, plan.extraction_id, mentions=named)
+        self._confide(c, memory_id, item.agreement)
         self._index(c, memory_id)
         self.roles_stated(c, names, memory_id, item.content, named, entity_ids)
         result.memory_ids.append(memory_id)
+
+    def _confide(self, c: Conn, memory_id: str, level: int) -> None:
+        """Set the memory's confidence from the best agreement it was stated with and all its sources."""
+        stored, sources = self._support(c, memory_id)
+        best = max(stored, level)
+        self._save_confidence(c, memory_id, best, confidence(best, sources))
 
     def _insert_memory(self, c: Conn, namespace: str, plan: ExtractionPlan, item: ItemPlan,
                        key: str, now: datetime, *, supersedes: str | None, entity_key: str | None = None) -> str:
@@ -447,6 +456,13 @@ class ExtractionCore(EntityCore):
 
     def _retraction_candidates(self, c: Conn, namespace: str, content: str) -> Iterable[tuple[str, str]]:
         """``(memory_id, content)`` of the 20 live memories ranking best for ``content``."""
+        raise NotImplementedError
+
+    def _support(self, c: Conn, memory_id: str) -> tuple[int, list[tuple[str, str]]]:
+        """The memory's stored agreement and the ``(session_id, turn_id)`` of each of its sources."""
+        raise NotImplementedError
+
+    def _save_confidence(self, c: Conn, memory_id: str, agreement: int, value: float) -> None:
         raise NotImplementedError
 
     def _insert_extraction(self, c: Conn, namespace: str, plan: ExtractionPlan, report: ExtractionReport,

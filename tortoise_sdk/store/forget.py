@@ -55,6 +55,8 @@ class ForgetMixin:
     _time_param: Callable[[Any], Any]  # CursorMixin's: a time as the engine stores it
     #: The ranking mixin's: take turns out of the namespace's statistics before they are deleted.
     unindex_turns: Callable[[Any, str, Sequence[str]], None]
+    #: ExtractionCore's: a memory's confidence again from its (remaining) sources.
+    _confide: Callable[[Any, str, int], None]
 
     def forget_session(self, namespace: str, session_id: str) -> ForgetReport:
         """Remove a session, its derived sessions and everything derived from their turns; one transaction.
@@ -92,6 +94,8 @@ class ForgetMixin:
                 self._updated(report, "memories", c.execute(
                     f"UPDATE memories SET session_id = {p}, extraction_id = {p} WHERE memory_id = {p} AND {where}",
                     [first[0], first[1], memory_id, *args]).rowcount)
+                # nor does the forgotten evidence keep promoting it (the agreement it was stated with stays)
+                self._confide(c, memory_id, 0)
             self._remove_memories(c, namespace, gone, report)
             other = f"NOT {where}"
             unlinked = c.execute(f"UPDATE subagent_contexts SET turn_id = NULL WHERE namespace = {p}"

@@ -49,6 +49,8 @@ class ItemPlan:
     sources: tuple[SourcePlan, ...] = ()
     supersedes: str | None = None
     category: str | None = None
+    #: How many stages agreed on it (``tortoise_sdk.confidence``: S4_ONLY 0 .. VETTED 3).
+    agreement: int = 2
 
 
 @dataclass(frozen=True)

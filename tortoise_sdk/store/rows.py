@@ -141,6 +141,7 @@ def memory_records(rows: Sequence[Row], entity_rows: Iterable[Sequence[Any]],
             search_keys=json.loads(r["search_keys"]), sources=sources.get(r["memory_id"], []),
             valid_at=to_dt(r["valid_at"]), invalid_at=to_dt(r["invalid_at"]), superseded_by=r["superseded_by"],
             supersedes=r["supersedes"], created_at=to_dt(r["created_at"]), category=r["category"],
+            confidence=r["confidence"],
         )
         for r in rows
     ]

@@ -45,9 +45,10 @@ log = logging.getLogger("tortoise_sdk.store.postgres")
 _MEMORY_WEIGHTS = {"A": 1.0, "B": 0.8, "C": 0.6}
 _PLAIN_WEIGHTS = {"A": 1.0, "B": 1.0, "C": 1.0}
 _MEMORY_OUTPUT = ("id, memory_id, namespace, session_id, kind, content, status, when_text, search_keys, valid_at,"
-                  " invalid_at, superseded_by, supersedes, created_at, category")
+                  " invalid_at, superseded_by, supersedes, created_at, category, confidence")
 _MEMORY_COLUMNS = ("m.id, m.memory_id, m.namespace, m.session_id, m.kind, m.content, m.status, m.when_text,"
-                   " m.search_keys, m.valid_at, m.invalid_at, m.superseded_by, m.supersedes, m.created_at, m.category")
+                   " m.search_keys, m.valid_at, m.invalid_at, m.superseded_by, m.supersedes, m.created_at, m.category,"
+                   " m.confidence")
 # A memory's entity names and sources, in the order ``_records`` reads them, as two columns of its own row.
 _MEMORY_LINKS = (
     "(SELECT COALESCE(array_agg(e.name ORDER BY me.relation, e.name COLLATE \"C\"), '{}') FROM memory_entities me"
@@ -276,11 +277,11 @@ class PostgresExtractionMixin(ExtractionCore):
                            entity_key: str | None = None) -> None:
         c.execute(
             "INSERT INTO memories (memory_id, namespace, session_id, kind, content, norm_content, status, when_text,"
-            " search_keys, valid_at, supersedes, extraction_id, created_at, category, entity_key)"
-            " VALUES (%s, %s, %s, %s, %s, %s, 'live', %s, %s, %s, %s, %s, %s, %s, %s)",
+            " search_keys, valid_at, supersedes, extraction_id, created_at, category, entity_key, agreement)"
+            " VALUES (%s, %s, %s, %s, %s, %s, 'live', %s, %s, %s, %s, %s, %s, %s, %s, %s)",
             (memory_id, namespace, plan.session_id, item.kind, item.content.strip(), key, item.when,
              json.dumps(list(dict.fromkeys(item.search_keys)), ensure_ascii=False), plan.valid_at or now,
-             supersedes, plan.extraction_id, now, item.category, entity_key),
+             supersedes, plan.extraction_id, now, item.category, entity_key, item.agreement),
         )
 
     def _set_memory_status(self, c: psycopg.Connection, memory_id: str, status: str, invalid_at: datetime,
@@ -304,6 +305,16 @@ class PostgresExtractionMixin(ExtractionCore):
                 " VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
                 [(namespace, memory_id, s.turn_id, s.quote, extraction_id) for s in sources],
             )
+
+    def _support(self, c: psycopg.Connection, memory_id: str) -> tuple[int, list[tuple[str, str]]]:
+        level = c.execute("SELECT agreement FROM memories WHERE memory_id = %s", (memory_id,)).fetchone()[0]
+        pairs = c.execute("SELECT t.session_id, p.turn_id FROM provenance p JOIN turns t ON t.turn_id = p.turn_id"
+                          " WHERE p.memory_id = %s", (memory_id,)).fetchall()
+        return level, [(r[0], r[1]) for r in pairs]
+
+    def _save_confidence(self, c: psycopg.Connection, memory_id: str, agreement: int, value: float) -> None:
+        c.execute("UPDATE memories SET agreement = %s, confidence = %s WHERE memory_id = %s",
+                  (agreement, value, memory_id))
 
     def _index(self, c: psycopg.Connection, memory_id: str) -> None:
         index_memory(c, memory_id)

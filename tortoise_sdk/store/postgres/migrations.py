@@ -488,9 +488,26 @@ M012_ENTITY_ALIASES = Migration(
     ),
 )
 
+# Confidence: how many pipeline stages agreed on a memory (``agreement``, tortoise_sdk.confidence: 0 S4
+# only .. 3 vetted) and the confidence that and its distinct sources give. A memory written before has no
+# record of its stages: it counts as agreed (2, base 0.6), promoted by 0.1 per further source turn and per
+# further source session, capped at 0.9 (the rule of tortoise_sdk.confidence as shipped with this migration).
+M013_CONFIDENCE = Migration(
+    13,
+    "memory confidence: stage agreement and repeated evidence",
+    (
+        "ALTER TABLE memories ADD COLUMN agreement INTEGER NOT NULL DEFAULT 2",
+        "ALTER TABLE memories ADD COLUMN confidence DOUBLE PRECISION",
+        """UPDATE memories SET confidence = (
+            SELECT round(LEAST(0.9, 0.6 + 0.1 * (GREATEST(1, count(DISTINCT p.turn_id)) - 1
+                                               + GREATEST(1, count(DISTINCT t.session_id)) - 1))::numeric, 2)
+            FROM provenance p JOIN turns t ON t.turn_id = p.turn_id WHERE p.memory_id = memories.memory_id)""",
+    ),
+)
+
 POSTGRES_MIGRATIONS: list[Migration] = [M001_FOUNDATION, M002_EXTRACTION, M003_SUBAGENTS, M004_SUBAGENT_TURN_REF,
                                         M005_CURSORS, M006_RANKING, M007_LOOP, M008_TOMBSTONES, M009_VECTORS,
-                                        M010_CATEGORIES, M011_OPAQUE_IDS, M012_ENTITY_ALIASES]
+                                        M010_CATEGORIES, M011_OPAQUE_IDS, M012_ENTITY_ALIASES, M013_CONFIDENCE]
 
 _CREATE_VERSIONS = (
     "CREATE TABLE IF NOT EXISTS schema_migrations ("

@@ -208,12 +208,12 @@ class SQLiteExtractionMixin(ExtractionCore):
                            entity_key: str | None = None) -> None:
         c.execute(
             "INSERT INTO memories (memory_id, namespace, session_id, kind, content, norm_content, status, when_text,"
-            " search_keys, valid_at, supersedes, extraction_id, created_at, category, entity_key)"
-            " VALUES (?, ?, ?, ?, ?, ?, 'live', ?, ?, ?, ?, ?, ?, ?, ?)",
+            " search_keys, valid_at, supersedes, extraction_id, created_at, category, entity_key, agreement)"
+            " VALUES (?, ?, ?, ?, ?, ?, 'live', ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (memory_id, namespace, plan.session_id, item.kind, item.content.strip(), key, item.when,
              json.dumps(list(dict.fromkeys(item.search_keys)), ensure_ascii=False),
              (plan.valid_at or now).isoformat(), supersedes, plan.extraction_id, now.isoformat(), item.category,
-             entity_key),
+             entity_key, item.agreement),
         )
 
     def _set_memory_status(self, c: sqlite3.Connection, memory_id: str, status: str, invalid_at: datetime,
@@ -234,6 +234,16 @@ class SQLiteExtractionMixin(ExtractionCore):
             " VALUES (?, ?, ?, ?, ?)",
             [(namespace, memory_id, s.turn_id, s.quote, extraction_id) for s in sources],
         )
+
+    def _support(self, c: sqlite3.Connection, memory_id: str) -> tuple[int, list[tuple[str, str]]]:
+        level = c.execute("SELECT agreement FROM memories WHERE memory_id = ?", (memory_id,)).fetchone()[0]
+        pairs = c.execute("SELECT t.session_id, p.turn_id FROM provenance p JOIN turns t ON t.turn_id = p.turn_id"
+                          " WHERE p.memory_id = ?", (memory_id,)).fetchall()
+        return level, [(r[0], r[1]) for r in pairs]
+
+    def _save_confidence(self, c: sqlite3.Connection, memory_id: str, agreement: int, value: float) -> None:
+        c.execute("UPDATE memories SET agreement = ?, confidence = ? WHERE memory_id = ?",
+                  (agreement, value, memory_id))
 
     def _index(self, c: sqlite3.Connection, memory_id: str) -> None:
         row = c.execute("SELECT rowid, content, search_keys FROM memories WHERE memory_id = ?",
