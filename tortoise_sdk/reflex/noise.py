@@ -34,7 +34,7 @@ BOILERPLATE_TOOLS = frozenset({"TodoWrite"})
 _WORD = re.compile(r"\w+")
 #: Words of an acknowledgement, beside the stop words: an assistant turn of only these states nothing.
 FILLER_WORDS = frozenset("""
-    sure thanks thank noted alright right fine great good cool understood certainly absolutely course done
+    hello sure thanks thank noted alright right fine great good cool understood certainly absolutely course done
     sounds perfect nice glad happy help welcome problem np hmm mm hm ah see gotcha roger will thing
     please let know anything else definitely indeed agreed alrighty yup yep k kk
     """.split())
