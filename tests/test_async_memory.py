@@ -48,6 +48,7 @@ def test_async_and_sync_give_the_same_results(store):
              sync.append("chat", exchange("My dog Biscuit is a beagle", "Nice")),
              sync.append("chat", exchange("My dog Biscuit is a beagle", "Nice"), idempotency_key="k2"),
              sync.append("chat", exchange("My dog Biscuit is a beagle", "Nice"), idempotency_key="k2")]
+    s_block = sync.context([{"role": "user", "content": "what breed is Biscuit?"}])  # where the async side asked
     fact = sync.remember("Biscuit is a beagle", about=["Biscuit"])
     sync.correct_memory(fact.id, "Biscuit is a beagle cross")
     assert [r.replayed for r in a_out] == [r.replayed for r in s_out] == [False, False, False, True]
@@ -55,8 +56,7 @@ def test_async_and_sync_give_the_same_results(store):
     assert [r.turns_stored for r in a_out] == [r.turns_stored for r in s_out]
     assert [(h.role, h.content) for h in a_turns] == [(h.role, h.content) for h in sync.turns("chat")]
     assert [h.content for h in a_hits] == [h.content for h in sync.search("beagle")]
-    assert a_block.block.count("ref:") == sync.context([{"role": "user", "content": "what breed is Biscuit?"}]
-                                                       ).block.count("ref:")
+    assert a_block.block.count("ref:") == s_block.block.count("ref:")
     assert [(m.content, m.status) for m in a_history] == [(m.content, m.status)
                                                           for m in sync.memory_history(fact.id)]
     assert [m.id for m in a_found] == [a_new.id]

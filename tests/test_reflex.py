@@ -356,6 +356,51 @@ def test_an_asking_turn_brings_two_replies_at_most_and_none_from_the_window(tmp_
         assert chain[0] not in shown and chain[2] not in shown  # the window's question brings no reply
 
 
+def test_an_assistants_filler_is_never_evidence(tmp_path):
+    """A repeated question must not bring back the content-free reply it got ("OK.") ahead of the answer."""
+    with Memory(str(tmp_path / "o.db"), namespace="o") as m:
+        m.capture("s1", [{"role": "user", "content": "My dog is called Biscuit, he is a beagle."},
+                         {"role": "assistant", "content": "Biscuit is a lovely name for a beagle!"}],
+                  session_date="2024-03-01T10:00:00")
+        m.capture("pad", [{"role": "user", "content": f"unrelated chatter number {i} about work"} for i in range(50)],
+                  session_date="2024-03-02T10:00:00")
+        m.capture("s2", [{"role": "user", "content": "Do you remember what my dog is called?"},
+                         {"role": "assistant", "content": "Sure, happy to help!"},
+                         {"role": "user", "content": "What is my dog called?"},
+                         {"role": "assistant", "content": "OK."}], session_date="2024-03-05T10:00:00")
+        for window, session in [([{"role": "user", "content": "What is my dog called?"}], "s2"),
+                                ([{"role": "user", "content": "What is my dog called?"}], None),
+                                ([{"role": "user", "content": "Do you remember what my dog is called?"}], "s3")]:
+            said = [p.synopsis for p in m.context(window, session_id=session, budget=4, time_budget_ms=None).pointers]
+            assert session == "s3" or "My dog is called Biscuit, he is a beagle." in said, (window, said)
+            assert "OK." not in said and "Sure, happy to help!" not in said, (window, said)
+        # A person's short reply may answer its question: only an assistant's filler is left out.
+        m.capture("s4", [{"role": "assistant", "content": "Shall we call the new puppy Pepper?"},
+                         {"role": "user", "content": "Yes, sure."}], session_date="2024-03-06T10:00:00")
+        said = [p.synopsis for p in ask(m, "Shall we call the puppy Pepper?", budget=4).pointers]
+        assert "Yes, sure." in said
+
+
+_FILLER = sorted({"ok", "okay", "sure", "got", "it", "thanks", "happy", "to", "help", "will", "do", "noted", "great"})
+
+
+@given(st.lists(st.sampled_from(_FILLER), min_size=1, max_size=8), st.sampled_from([".", "!", "", " :)"]),
+       st.sampled_from(["dog", "Biscuit", "postgres", "beagle", "42"]), st.integers(0, 8))
+def test_filler_is_only_an_assistants_turn_of_acknowledgement_words(words, end, content, at):
+    from tortoise_sdk.models import SearchHit
+    from tortoise_sdk.reflex.noise import is_filler
+
+    def hit(text, role="assistant"):
+        return SearchHit(turn_id="t", external_id=None, session_id="s", session_date=None, index=0, role=role,
+                         name=None, content=text, score=0.0)
+
+    said = " ".join(words).capitalize() + end
+    assert is_filler(hit(said)) and not is_filler(hit(said, role="user"))
+    # One word that states something, anywhere in it, and it is no longer filler.
+    stated = [*words[:at], content, *words[at:]]
+    assert not is_filler(hit(" ".join(stated) + end))
+
+
 def test_a_short_block_is_filled_with_the_exchange_around_its_turns(tmp_path, monkeypatch):
     with Memory(str(tmp_path / "f.db"), namespace="f") as m:
         m.capture("s1", [{"role": "user", "content": "How was the weekend?", "name": "Jon"},

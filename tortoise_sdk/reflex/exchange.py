@@ -7,6 +7,7 @@ from collections.abc import Mapping
 
 from ..models import SearchHit
 from . import tuning
+from .noise import is_filler
 from .shapes import Candidate, Reading
 
 __all__ = ("asks", "filled", "with_replies")
@@ -47,7 +48,8 @@ def with_replies(r: Reading, turns: list[Candidate], pool: Mapping[Pos, SearchHi
 
     Only a question about what the query asks brings its reply: its last sentence names one of
     the query's words. A reply that asks back ("What's yours?") brings its own reply, within those
-    places too; no chain goes further (``_HOPS``). The reply is the session's next turn, by another speaker, from the pool (the
+    places too; no chain goes further (``_HOPS``). An assistant's filler ("OK.") is no reply: it states
+    nothing (``noise.is_filler``). The reply is the session's next turn, by another speaker, from the pool (the
     neighbours of what the full-text query found) or one read of the few positions it lacks.
     Only turns the ranking already holds are followed, so an empty ranking (an unrelated
     question) stays empty.
@@ -77,7 +79,7 @@ def with_replies(r: Reading, turns: list[Candidate], pool: Mapping[Pos, SearchHi
             if asker is None or asker.hit is None or len(out) >= places or not asks(asker.text):
                 break
             h = hits.get(_pos(asker.hit, 1))
-            if h is None or (h.name or h.role) == (asker.hit.name or asker.hit.role):
+            if h is None or (h.name or h.role) == (asker.hit.name or asker.hit.role) or is_filler(h):
                 break
             reply = by_pos.get(_pos(h)) or Candidate(key=h.turn_id, kind="turn", text=h.content, hit=h)
             asker = reply
@@ -105,7 +107,7 @@ def filled(r: Reading, turns: list[Candidate], pool: Mapping[Pos, SearchHit], pl
         h = hits.get(p)
         if len(out) >= places:
             break
-        if h is None or h.turn_id in keys:
+        if h is None or h.turn_id in keys or is_filler(h):
             continue
         keys.add(h.turn_id)
         out.append(Candidate(key=h.turn_id, kind="turn", text=h.content, hit=h, score=out[-1].score,

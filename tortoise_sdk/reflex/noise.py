@@ -9,15 +9,21 @@ TodoWrite tool's result (one boilerplate sentence, matching "continue", "todo", 
 a turn of fewer than ``MIN_WORDS`` words ("yes", "3", "option 3": a reply that points at its
 context, which the block cannot carry). Matches inside such text do not count; a turn made only
 of it never counts.
+
+In any conversation, an assistant's filler ("OK.", "Sure, happy to help!", "Got it.") states
+nothing: it is never evidence (``is_filler``), neither as a candidate nor as the reply an asking
+turn brings. A person's short reply ("Yes.", "Thanks!") is left alone: it may answer its question.
 """
 
 from __future__ import annotations
 
 import re
 
+from ..models import SearchHit
+from ..search import STOP_WORDS, tokenize
 from .shapes import Candidate, Reading
 
-__all__ = ("MIN_WORDS", "cleaned_matches", "evidence_text", "is_dump", "is_noise")
+__all__ = ("MIN_WORDS", "cleaned_matches", "evidence_text", "is_dump", "is_filler", "is_noise")
 
 #: Words a turn must say (outside host text) to be evidence on its own.
 MIN_WORDS = 3
@@ -26,6 +32,14 @@ DUMP_TOOLS = frozenset({"Read", "Grep", "Glob", "LS", "WebFetch"})
 #: Tools whose results are the same boilerplate every time.
 BOILERPLATE_TOOLS = frozenset({"TodoWrite"})
 _WORD = re.compile(r"\w+")
+#: Words of an acknowledgement, beside the stop words: an assistant turn of only these states nothing.
+FILLER_WORDS = frozenset("""
+    hello sure thanks thank noted alright right fine great good cool understood certainly absolutely course done
+    sounds perfect nice glad happy help welcome problem np hmm mm hm ah see gotcha roger will thing
+    please let know anything else definitely indeed agreed alrighty yup yep k kk
+    """.split())
+#: Longer than this many words, an assistant turn is not filler whatever its words.
+FILLER_MAX_WORDS = 12
 
 _HOST_TEXT = re.compile(
     r"<system-reminder>.*?(?:</system-reminder>|\Z)"
@@ -45,6 +59,14 @@ def is_dump(c: Candidate) -> bool:
     """A tool result that dumps a file or a search (``DUMP_TOOLS``)."""
     h = c.hit
     return bool(h is not None and h.role == "tool" and h.name and set(h.name.split(",")) <= DUMP_TOOLS)
+
+
+def is_filler(hit: SearchHit | None) -> bool:
+    """An assistant turn that states nothing: a few words, all stop words or acknowledgement (``FILLER_WORDS``)."""
+    if hit is None or hit.role != "assistant":
+        return False
+    words = tokenize(hit.content)
+    return len(words) <= FILLER_MAX_WORDS and all(w in STOP_WORDS or w in FILLER_WORDS for w in words)
 
 
 def is_noise(c: Candidate) -> bool:
