@@ -30,6 +30,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import figures
+
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
@@ -200,6 +202,7 @@ def _extraction_runs(store: Any) -> dict[str, int]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    figures.add_option(parser)
     parser.add_argument("--procs", type=int, default=8)
     parser.add_argument("--captures", type=int, default=500)
     parser.add_argument("--workers", type=int, default=4)
@@ -247,4 +250,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    figures.record_if_asked(__file__)
     sys.exit(main())

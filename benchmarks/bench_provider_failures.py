@@ -31,6 +31,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import figures
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -83,6 +85,7 @@ def baseline(ref: str) -> list[dict[str, object]]:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
+    figures.add_option(ap)
     ap.add_argument("--baseline", default="main", help="git revision to compare with (default: %(default)s)")
     ap.add_argument("--json", action="store_true", help=argparse.SUPPRESS)  # one side, for the baseline run
     ap.add_argument("--smoke", action="store_true", help="baseline: the checked-out HEAD, for the tests")
@@ -104,4 +107,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    figures.record_if_asked(__file__)
     main()
