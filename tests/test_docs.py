@@ -6,7 +6,7 @@ Benchmark figures come from runs: ``docs/figures/*.md`` are what a script printe
 (``benchmarks/figures.py``), each one well-formed, named after its own command and included by a
 page; a figure a page states outside those fragments must appear in one of them, unless the passage
 is marked as typed by hand (``<!-- hand-typed -->`` on the line, or between ``<!-- hand-typed: begin
--->`` and ``<!-- hand-typed: end -->``), which stays the exception until the run is recorded."""
+-->`` and ``<!-- hand-typed: end -->``), which stays the exception until the run is recorded. No page cites the project's internal issue numbers."""
 
 from __future__ import annotations
 
@@ -133,3 +133,11 @@ def test_every_fragment_is_included_by_a_page(fragment):
 def test_every_included_fragment_was_recorded(page):
     missing = [f for f in _included(page) if not (REPO / "docs" / f).is_file() or not f.startswith("figures/")]
     assert not missing, f"{page.relative_to(REPO)} includes {missing}: run the benchmark with --record"
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(REPO)))
+def test_pages_cite_no_internal_issue_numbers(page):
+    """Readers cannot open the project's issue tracker: a page says what changed, not which issue asked for it."""
+    text = re.sub(r"\[[^\]]*\]\(https?://[^)]*\)", "", page.read_text(encoding="utf-8"))  # a public issue, linked
+    cited = re.findall(r"\bissues?\s+#?\d+(?:\s+and\s+\d+)?", text, re.I)
+    assert not cited, f"{page.relative_to(REPO)} cites {cited}: say what it refers to, or link a public page"
