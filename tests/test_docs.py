@@ -136,6 +136,26 @@ def test_every_included_fragment_was_recorded(page):
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(REPO)))
+def test_a_figure_a_page_states_comes_from_a_recorded_run(page):
+    """Quoting a recorded fragment is fine; a number typed from memory, or left over from an older run, is not."""
+    recorded = "\n".join(figures.parse(f.read_text(encoding="utf-8"))["output"] for f in FRAGMENTS)
+    settings = SETTINGS.get(str(page.relative_to(REPO)), set())
+    stray = [f"line {n}: {num}" for n, num in _stated_figures(page) if num not in settings
+             and not re.search(rf"(?<![\d.,]){re.escape(num)}(?![\d]|[.,]\d)", recorded)]
+    assert not stray, (f"{page.relative_to(REPO)} states figures no recorded run printed: {stray}. Quote a fragment in "
+                       "docs/figures/ (run the benchmark with --record), or mark the passage <!-- hand-typed -->")
+
+
+def test_the_figure_pattern_finds_figures_and_skips_goals_and_sizes(tmp_path):
+    page = tmp_path / "p.md"
+    page.write_text("p50 2.56 ms, 38,318 turns/s (0.81x), recall 0.694\n"
+                    "goal p95 ≤ 20 ms, ≥ 0.68, 100,000 turns, default 50 ms\n"
+                    "typed 1.25 ms <!-- hand-typed -->\n<!-- hand-typed: begin -->\n3.5 ms\n<!-- hand-typed: end -->\n",
+                    encoding="utf-8")
+    assert _stated_figures(page) == [(1, "2.56"), (1, "38,318"), (1, "0.81"), (1, "0.694")]
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(REPO)))
 def test_pages_cite_no_internal_issue_numbers(page):
     """Readers cannot open the project's issue tracker: a page says what changed, not which issue asked for it."""
     text = re.sub(r"\[[^\]]*\]\(https?://[^)]*\)", "", page.read_text(encoding="utf-8"))  # a public issue, linked
