@@ -81,6 +81,8 @@ def record_if_asked(script: str, argv: Sequence[str] | None = None) -> None:
     name = fragment_name(script, label)
     if "--smoke" in rest and "TORTOISE_FIGURES_DIR" not in os.environ:
         raise SystemExit("--record with --smoke would put a smoke run's figures in the docs; drop one of them")
+    revision = _git("rev-parse", "--short", "HEAD")  # the code measured: read before a commit can move HEAD
+    modified = bool(_git("status", "--porcelain", "--untracked-files=no", "--", ".", ":!docs"))
     load_before, started = os.getloadavg(), time.monotonic()
     env = {**os.environ, "TORTOISE_FIGURES_CHILD": "1", "PYTHONUNBUFFERED": "1"}
     child = subprocess.Popen([sys.executable, script, *rest], stdout=subprocess.PIPE, text=True, env=env)
@@ -97,8 +99,8 @@ def record_if_asked(script: str, argv: Sequence[str] | None = None) -> None:
     flag = f"--record={label}" if label else "--record"
     meta: dict[str, Any] = {
         "command": shlex.join(["python", f"benchmarks/{Path(script).name}", *rest, flag]),
-        "revision": _git("rev-parse", "--short", "HEAD"),
-        "modified": bool(_git("status", "--porcelain", "--untracked-files=no", "--", ".", ":!docs")),
+        "revision": revision,
+        "modified": modified,
         "recorded_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "seconds": round(time.monotonic() - started, 1),
         "load_before": [round(x, 2) for x in load_before],
