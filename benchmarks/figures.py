@@ -2,13 +2,14 @@
 
 Each ``bench_*.py`` calls ``record_if_asked(__file__)`` first. Run with ``--record`` (or
 ``--record=LABEL`` for a second configuration of the same script), the script runs again in a
-subprocess without that option; everything it prints on stdout is shown as usual and, if it exits
-0, written to ``docs/figures/<script>.md`` (``<script>-<label>.md``): the exact output, the command
-line that regenerates the fragment, the git revision measured, the date, the run time and the
-machine's load average before and after. Docs pages include a fragment with pymdownx.snippets
-(``--8<-- "figures/bench_capture.md"``); ``tests/test_docs.py`` checks that every fragment is
-well-formed, included by a page and named after its own command, and that a figure a page quotes
-appears in a fragment.
+subprocess without that option; what it prints on stdout is shown as usual and, if it printed
+anything, written to ``docs/figures/<script>.md`` (``<script>-<label>.md``): the exact output, its
+exit status (a script exits 1 when a goal is missed), the command line that regenerates the
+fragment, the git revision measured, the date, the run time, the machine's load average before and
+after, and a checksum of the output (so an edit by hand is caught). Docs pages include a fragment
+with pymdownx.snippets (``--8<-- "figures/bench_capture.md"``); ``tests/test_docs.py`` checks that
+every fragment is well-formed, included by a page and named after its own command, and that a
+figure a page quotes appears in a fragment.
 
 Not a benchmark itself (the smoke tests skip it).
 """
@@ -38,7 +39,7 @@ _LABEL = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
 _HEAD = "<!-- Recorded by benchmarks/figures.py: do not edit, run the command below again. -->"
 _META = re.compile(r"\A" + re.escape(_HEAD) + r"\n<!-- figure (\{.*?\}) -->\n", re.S)
 _KEYS = {"command", "revision", "modified", "recorded_at", "seconds", "load_before", "load_after", "cpus",
-         "python", "output"}
+         "python", "exit_status", "output"}
 
 
 def add_option(ap: argparse.ArgumentParser) -> None:
@@ -93,9 +94,9 @@ def record_if_asked(script: str, argv: Sequence[str] | None = None) -> None:
         sys.stdout.flush()
         lines.append(line)
     code = child.wait()
-    if code != 0:
-        print(f"{Path(script).name} exited {code}: nothing recorded", file=sys.stderr)
-        raise SystemExit(code)
+    if not "".join(lines).strip():  # nothing measured (a bad option, a crash before the first figure)
+        print(f"{Path(script).name} exited {code} and printed nothing: nothing recorded", file=sys.stderr)
+        raise SystemExit(code or 1)
     flag = f"--record={label}" if label else "--record"
     meta: dict[str, Any] = {
         "command": shlex.join(["python", f"benchmarks/{Path(script).name}", *rest, flag]),
@@ -107,6 +108,7 @@ def record_if_asked(script: str, argv: Sequence[str] | None = None) -> None:
         "load_after": [round(x, 2) for x in os.getloadavg()],
         "cpus": os.cpu_count(),
         "python": platform.python_version(),
+        "exit_status": code,
         "output": "".join(lines).rstrip("\n"),
     }
     out = Path(os.environ.get("TORTOISE_FIGURES_DIR") or FIGURES)
@@ -114,7 +116,7 @@ def record_if_asked(script: str, argv: Sequence[str] | None = None) -> None:
     path = out / f"{name}.md"
     path.write_text(render(meta), encoding="utf-8")
     print(f"recorded in {path.relative_to(REPO) if path.is_relative_to(REPO) else path}", file=sys.stderr)
-    raise SystemExit(0)
+    raise SystemExit(code)
 
 
 def render(meta: dict[str, Any]) -> str:
@@ -129,7 +131,11 @@ def render(meta: dict[str, Any]) -> str:
     return (f"{_HEAD}\n<!-- figure {header} -->\n\n{fence}text\n{meta['output']}\n{fence}\n\n"
             f"*Recorded {when} UTC, code at {code}, Python {meta['python']}, {meta['cpus']} CPUs, "
             f"load average (1 / 5 / 15 min) {_load(meta['load_before'])} before and {_load(meta['load_after'])} after, "
-            f"{meta['seconds']:.0f} s:* `{meta['command']}`\n")
+            f"{meta['seconds']:.0f} s{_status(meta['exit_status'])}:* `{meta['command']}`\n")
+
+
+def _status(code: int) -> str:
+    return "" if code == 0 else f", exit status {code} (a goal missed, or a failure: read the output)"
 
 
 def _digest(output: str) -> str:

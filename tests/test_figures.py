@@ -17,7 +17,7 @@ import figures  # noqa: E402
 
 META = {"command": "python benchmarks/bench_capture.py --record", "revision": "a44858e", "modified": False,
         "recorded_at": "2026-12-01T19:00:00Z", "seconds": 12.0, "load_before": [1.5, 1.0, 0.5],
-        "load_after": [1.6, 1.1, 0.6], "cpus": 2, "python": "3.11.7"}
+        "load_after": [1.6, 1.1, 0.6], "cpus": 2, "python": "3.11.7", "exit_status": 0}
 
 
 def _run(into: Path, *argv: str) -> subprocess.CompletedProcess[str]:
@@ -40,6 +40,17 @@ def test_a_failed_run_records_nothing(tmp_path):
     done = _run(tmp_path / "figures", "--turns", "many", "--record")
     assert done.returncode == 2 and "nothing recorded" in done.stderr
     assert not (tmp_path / "figures").exists()
+
+
+def test_a_run_that_misses_a_goal_is_recorded_with_its_exit_status(tmp_path):
+    script = tmp_path / "bench_goal.py"
+    script.write_text(f"import sys\nsys.path.insert(0, {str(REPO / 'benchmarks')!r})\nimport figures\n"
+                      "figures.record_if_asked(__file__)\nprint('p95 43.54 ms: goal <= 20 ms MISSED')\nsys.exit(1)\n")
+    env = {**os.environ, "TORTOISE_FIGURES_DIR": str(tmp_path / "figures")}
+    done = subprocess.run([sys.executable, str(script), "--record"], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    text = (tmp_path / "figures" / "bench_goal.md").read_text(encoding="utf-8")
+    assert figures.parse(text)["exit_status"] == 1 and "exit status 1" in text and "MISSED" in text
 
 
 def test_a_smoke_run_is_not_recorded_into_the_docs():
