@@ -231,7 +231,7 @@ def cross(ablations: bool) -> int:
         with ctx.Pool(2) as pool:
             # Stage 1: the parts the reflex had before issue 16, every constant chosen on the train side.
             base = pool.map(_fit, [(db, tr, te, GRID, off_all) for tr, te in directions])
-            rows: list[tuple[str, dict[str, list[object]]]] = [("before issue 16 (its parts)", {})]
+            rows: list[tuple[str, dict[str, list[object]]]] = [("before the methods below (its parts)", {})]
             # Stage 2: a method on top of what stage 1 chose on the same train side, its strength
             # chosen there too, so a row differs from the first only by the method.
             if ablations:
