@@ -77,6 +77,9 @@ def baseline(ref: str) -> list[dict[str, object]]:
         archive = subprocess.run(["git", "-C", str(REPO), "archive", ref, "tortoise_sdk", "prompts"],
                                  check=True, capture_output=True).stdout
         subprocess.run(["tar", "-x", "-C", d], input=archive, check=True)
+        # The repository's prompts/ ship as tortoise_sdk.prompts (mapped at build time): without this the
+        # baseline's code would read the installed checkout's prompts, and fail on a placeholder it lacks.
+        (Path(d) / "prompts").rename(Path(d) / "tortoise_sdk" / "prompts")
         env = {**os.environ, "PYTHONPATH": d}
         out = subprocess.run([sys.executable, __file__, "--json"], env=env, check=True, capture_output=True,
                              text=True).stdout
