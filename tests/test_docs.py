@@ -155,7 +155,7 @@ def test_the_figure_pattern_finds_figures_and_skips_goals_and_sizes(tmp_path):
     assert _stated_figures(page) == [(1, "2.56"), (1, "38,318"), (1, "0.81"), (1, "0.694")]
 
 
-@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(REPO)))
+@pytest.mark.parametrize("page", PAGES + FRAGMENTS, ids=lambda p: str(p.relative_to(REPO)))
 def test_pages_cite_no_internal_issue_numbers(page):
     """Readers cannot open the project's issue tracker: a page says what changed, not which issue asked for it."""
     text = re.sub(r"\[[^\]]*\]\(https?://[^)]*\)", "", page.read_text(encoding="utf-8"))  # a public issue, linked
