@@ -22,6 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import figures
 import revision
 from tortoise_sdk import Memory
 
@@ -84,6 +85,7 @@ def measure(turns: int, repeat: int) -> dict[str, float]:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
+    figures.add_option(ap)
     ap.add_argument("--turns", type=int, default=10_000)
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--smoke", action="store_true", help="a tiny size (500 turns, 1 run), for the tests")
@@ -116,4 +118,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    figures.record_if_asked(__file__)
     main()

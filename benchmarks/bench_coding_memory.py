@@ -45,6 +45,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import figures
+
 ROOT = Path(__file__).resolve().parents[1]
 QUESTIONS = ROOT / "tests" / "data" / "coding_memory_questions.json"
 DATA = Path(os.environ.get("TORTOISE_TEST_SHARED_DATA") or ROOT.parent / "shared" / "data") / "claude-projects"
@@ -360,6 +362,7 @@ def pct(values: list[float], p: float) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    figures.add_option(ap)
     ap.add_argument("--project", action="append", help="only these projects (default: all in the JSON)")
     ap.add_argument("--hook-runs", type=int, default=12, help="fresh-process hook calls per code")
     ap.add_argument("--no-main", action="store_true", help="only this checkout's code")
@@ -453,4 +456,5 @@ def _f(v: float | None) -> str:
 
 
 if __name__ == "__main__":
+    figures.record_if_asked(__file__)
     main()

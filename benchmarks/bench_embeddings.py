@@ -41,6 +41,7 @@ sys.path.insert(0, str(ROOT))
 
 from locomo import SKIP_REASON, load_questions, load_sessions, locomo_files  # noqa: E402
 
+import figures  # noqa: E402
 from tortoise_sdk import Memory  # noqa: E402
 from tortoise_sdk.evaluation.locomo import evidence_recall as recall  # noqa: E402
 from tortoise_sdk.reflex import semantic as semantic_module  # noqa: E402
@@ -236,7 +237,9 @@ def latency_part(items: int, queries: int) -> None:
 
 
 if __name__ == "__main__":
+    figures.record_if_asked(__file__)
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    figures.add_option(ap)
     ap.add_argument("--items", type=int, default=10_000)
     ap.add_argument("--queries", type=int, default=100)
     ap.add_argument("--conversations", type=int, default=2, help="LoCoMo conversations for the recall part")

@@ -22,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from stub_model import StubModel  # noqa: E402
 
+import figures  # noqa: E402
 from tortoise_sdk import Memory  # noqa: E402
 
 TOPICS = ["hiking", "the new job", "her sister", "a pottery class", "the garden", "a trip to Porto", "chess",
@@ -86,7 +87,9 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    figures.record_if_asked(__file__)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    figures.add_option(parser)
     parser.add_argument("--delay", type=float, default=0.5, help="seconds the stub waits before each reply")
     parser.add_argument("--turns", type=int, default=200)
     parser.add_argument("--smoke", action="store_true", help="a short stub delay, for the tests (no time goal)")

@@ -19,6 +19,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+import figures
+
 HERE = Path(__file__).resolve().parent.parent
 SHORT = HERE / "tests" / "data" / "claude_code_short.jsonl"
 
@@ -47,6 +49,7 @@ def _which(src: Path, cwd: str) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    figures.add_option(ap)
     ap.add_argument("--mb", type=int, default=200)
     ap.add_argument("--rev", type=Path, help="a directory holding another tortoise_sdk to compare")
     ap.add_argument("--rounds", type=int, default=2)
@@ -78,4 +81,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    figures.record_if_asked(__file__)
     main()

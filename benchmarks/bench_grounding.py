@@ -35,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from locomo import load_sessions, locomo_files  # noqa: E402
 
+import figures  # noqa: E402
 from tortoise_sdk.pipeline.grounding import match_key, quote_parts  # noqa: E402
 from tortoise_sdk.pipeline.grounding import _match as new_match  # noqa: E402
 from tortoise_sdk.text import norm_quote  # noqa: E402
@@ -327,6 +328,7 @@ def rate(hits: list[bool]) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
+    figures.add_option(ap)
     ap.add_argument("--per-class", type=int, default=2000)
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--smoke", action="store_true", help="50 quotes a class, for the tests")
@@ -432,4 +434,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    figures.record_if_asked(__file__)
     main()

@@ -29,6 +29,8 @@ from pathlib import Path
 
 from bench_startup import wall  # the same baseline measure as the start-up benchmark
 
+import figures
+
 SHARED = Path(os.environ.get("TORTOISE_TEST_SHARED_DATA") or Path(__file__).resolve().parents[2] / "shared" / "data")
 SOURCE = SHARED / "claude-transcripts" / "subagent.jsonl"
 SESSION = "bench-session"
@@ -71,6 +73,7 @@ def hook(tortoise: str, db: str, event: dict) -> tuple[float, str]:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
+    figures.add_option(ap)
     ap.add_argument("--mb", type=float, default=8.0, help="transcript size in MiB (default: %(default)s)")
     ap.add_argument("--repeat", type=int, default=10)
     ap.add_argument("--smoke", action="store_true", help="a tiny size (0.3 MiB, 2 runs), for the tests")
@@ -114,4 +117,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    figures.record_if_asked(__file__)
     main()

@@ -30,6 +30,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import figures
+
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
@@ -200,6 +202,7 @@ def _extraction_runs(store: Any) -> dict[str, int]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    figures.add_option(parser)
     parser.add_argument("--procs", type=int, default=8)
     parser.add_argument("--captures", type=int, default=500)
     parser.add_argument("--workers", type=int, default=4)
@@ -214,11 +217,11 @@ def main() -> int:
 
     from stub_model import StubModel
 
-    figures: dict[str, dict[str, Any]] = {}
+    results: dict[str, dict[str, Any]] = {}
     with StubModel(STUB_SCRIPT) as stub, tempfile.TemporaryDirectory() as tmp:
         for backend in args.backends.split(","):
             if backend == "sqlite":
-                figures["sqlite"] = run_backend("sqlite", str(Path(tmp) / "load.db"), args, stub.base_url)
+                results["sqlite"] = run_backend("sqlite", str(Path(tmp) / "load.db"), args, stub.base_url)
             elif backend == "postgres":
                 os.environ["TORTOISE_TEST_PG_URL"] = args.pg_url
                 from pgtemp import pg_unavailable_reason, temp_database
@@ -227,19 +230,19 @@ def main() -> int:
                     print(f"postgres: skipped: {reason}", file=sys.stderr)
                     continue
                 with temp_database("tortoise_load") as url:
-                    figures["postgres"] = run_backend("postgres", url, args, stub.base_url)
+                    results["postgres"] = run_backend("postgres", url, args, stub.base_url)
             else:
                 raise SystemExit(f"unknown backend {backend!r}; use sqlite and/or postgres")
         unanswered = len(stub.unanswered)
     if args.json:
-        print(json.dumps(figures, indent=2))
+        print(json.dumps(results, indent=2))
         return 0
     n_caps = args.procs * args.captures
     print(f"load: {args.procs} capture processes x {args.captures} captures, {args.workers} extraction workers, "
           f"stub model on loopback; every turn and job accounted for (stub unanswered: {unanswered})")
     print(f"{'backend':10} {'captures/s':>11} {'jobs/s':>8} {'capture s':>10} {'drain s':>8} "
           f"{'turns':>6} {'jobs':>5} {'memories':>8} {'retried':>7} {'fenced':>6}")
-    for name, f in figures.items():
+    for name, f in results.items():
         print(f"{name:10} {n_caps / f['capture_wall']:11.0f} {f['jobs'] / f['total_wall']:8.1f} "
               f"{f['capture_wall']:10.1f} {f['total_wall']:8.1f} {f['turns']:6d} {f['jobs']:5d} "
               f"{f['memories']:8d} {f['retried_jobs']:7d} {f['fenced']:6d}")
@@ -247,4 +250,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    figures.record_if_asked(__file__)
     sys.exit(main())

@@ -45,6 +45,7 @@ from locomo import LOCOMO_DIR, SKIP_REASON, load_chat  # noqa: E402
 from reading_model import answer  # noqa: E402
 from stub_model import StubModel  # noqa: E402
 
+import figures  # noqa: E402
 from tortoise_sdk import Memory  # noqa: E402
 from tortoise_sdk.adapters.loop import MemorySession  # noqa: E402
 
@@ -192,7 +193,9 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    figures.record_if_asked(__file__)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    figures.add_option(parser)
     parser.add_argument("--delay", type=float, default=0.1, help="seconds the stub waits before each reply")
     parser.add_argument("--turns", type=int, default=300)
     parser.add_argument("--modes", nargs="+", choices=list(MODES), default=list(MODES))

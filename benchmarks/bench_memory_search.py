@@ -21,6 +21,7 @@ import uuid
 from datetime import datetime, timezone
 from pathlib import Path
 
+import figures
 from tortoise_sdk.capture import prepare_capture
 from tortoise_sdk.models import ExtractionReport
 from tortoise_sdk.search import fts5_query
@@ -89,6 +90,7 @@ def run(label: str, url: str, args) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
+    figures.add_option(ap)
     ap.add_argument("--memories", type=int, default=2_000)
     ap.add_argument("--tenant", type=int, default=20_000)
     ap.add_argument("--pg", help="a PostgreSQL URL for a throwaway database (omit to run SQLite only)")
@@ -103,4 +105,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    figures.record_if_asked(__file__)
     main()

@@ -31,6 +31,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import figures
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -75,6 +77,9 @@ def baseline(ref: str) -> list[dict[str, object]]:
         archive = subprocess.run(["git", "-C", str(REPO), "archive", ref, "tortoise_sdk", "prompts"],
                                  check=True, capture_output=True).stdout
         subprocess.run(["tar", "-x", "-C", d], input=archive, check=True)
+        # The repository's prompts/ ship as tortoise_sdk.prompts (mapped at build time): without this the
+        # baseline's code would read the installed checkout's prompts, and fail on a placeholder it lacks.
+        (Path(d) / "prompts").rename(Path(d) / "tortoise_sdk" / "prompts")
         env = {**os.environ, "PYTHONPATH": d}
         out = subprocess.run([sys.executable, __file__, "--json"], env=env, check=True, capture_output=True,
                              text=True).stdout
@@ -83,6 +88,7 @@ def baseline(ref: str) -> list[dict[str, object]]:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
+    figures.add_option(ap)
     ap.add_argument("--baseline", default="main", help="git revision to compare with (default: %(default)s)")
     ap.add_argument("--json", action="store_true", help=argparse.SUPPRESS)  # one side, for the baseline run
     ap.add_argument("--smoke", action="store_true", help="baseline: the checked-out HEAD, for the tests")
@@ -104,4 +110,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    figures.record_if_asked(__file__)
     main()

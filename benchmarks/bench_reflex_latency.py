@@ -51,6 +51,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+import figures  # noqa: E402
 from tortoise_sdk import Memory  # noqa: E402
 from tortoise_sdk.models import ExtractionReport  # noqa: E402
 from tortoise_sdk.reflex import tuning  # noqa: E402
@@ -545,7 +546,9 @@ def run_live(url: str, n_turns: int, n_queries: int) -> int:
 
 
 if __name__ == "__main__":
+    figures.record_if_asked(__file__)
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    figures.add_option(ap)
     ap.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
     ap.add_argument("--queries", type=int, default=300)
     ap.add_argument("--pastes", type=int, default=0, help="compare with a copy holding this many 5 MB pastes")

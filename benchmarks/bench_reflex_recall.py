@@ -51,6 +51,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from locomo import SKIP_REASON, load_questions, load_sessions, locomo_files  # noqa: E402
 
+import figures  # noqa: E402
 from tortoise_sdk import Memory  # noqa: E402
 from tortoise_sdk.evaluation.locomo import evidence_recall as recall  # noqa: E402
 from tortoise_sdk.reflex import ranker, tuning  # noqa: E402
@@ -230,7 +231,7 @@ def cross(ablations: bool) -> int:
         with ctx.Pool(2) as pool:
             # Stage 1: the parts the reflex had before issue 16, every constant chosen on the train side.
             base = pool.map(_fit, [(db, tr, te, GRID, off_all) for tr, te in directions])
-            rows: list[tuple[str, dict[str, list[object]]]] = [("before issue 16 (its parts)", {})]
+            rows: list[tuple[str, dict[str, list[object]]]] = [("before the methods below (its parts)", {})]
             # Stage 2: a method on top of what stage 1 chose on the same train side, its strength
             # chosen there too, so a row differs from the first only by the method.
             if ablations:
@@ -531,7 +532,9 @@ def run(ablations: bool, smoke: bool = False) -> int:
 
 
 if __name__ == "__main__":
+    figures.record_if_asked(__file__)
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    figures.add_option(ap)
     ap.add_argument("--ablations", action="store_true", help="also run the reflex with each part switched off")
     ap.add_argument("--cross", action="store_true",
                     help="choose every constant on one conversation, report on the other (both directions)")

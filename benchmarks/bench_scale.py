@@ -35,6 +35,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from bench_reflex_latency import _sentence, _tree_of, pct, queries, time_trees  # noqa: E402
 
+import figures  # noqa: E402
 from tortoise_sdk import Memory  # noqa: E402
 from tortoise_sdk.store.sqlite import SQLiteStore  # noqa: E402
 
@@ -115,6 +116,7 @@ def bytes_per_turn(engine: str, target: str, size: int) -> float:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    figures.add_option(ap)
     ap.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
     ap.add_argument("--engines", nargs="+", choices=["sqlite", "postgres"], default=["sqlite", "postgres"])
     ap.add_argument("--queries", type=int, default=100)
@@ -157,4 +159,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    figures.record_if_asked(__file__)
     sys.exit(main())

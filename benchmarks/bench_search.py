@@ -24,6 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
+import figures  # noqa: E402
 import revision  # noqa: E402
 from locomo import load_questions, load_sessions, locomo_files  # noqa: E402
 
@@ -75,6 +76,7 @@ def measure(sessions: list[dict], questions: list) -> dict[str, float]:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
+    figures.add_option(ap)
     ap.add_argument("--turns", type=int, default=100_000)
     ap.add_argument("--baseline-queries", type=int, default=60, help="rank_bm25 is slow; time a subset")
     ap.add_argument("--smoke", action="store_true", help="a tiny size (3,000 turns), for the tests")
@@ -128,4 +130,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    figures.record_if_asked(__file__)
     main()

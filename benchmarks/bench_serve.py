@@ -34,6 +34,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+import figures  # noqa: E402
 from tortoise_sdk import Memory  # noqa: E402
 
 PEOPLE = ["Maya", "Jon", "Gina", "Priya", "Tom", "Lena", "Omar", "Sofia", "Ken", "Ava"]
@@ -139,6 +140,7 @@ def measure(sides: list[Side], clients: int, queries: list[str], args: argparse.
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    figures.add_option(ap)
     ap.add_argument("--items", type=int, default=5000, help="turns in the store (default 5,000; try 100000)")
     ap.add_argument("--clients", type=int, nargs="+", default=[1, 4], help="concurrent callers on each side, one "
                                                                        "table per count (default: 1 4)")
@@ -196,4 +198,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    figures.record_if_asked(__file__)
     raise SystemExit(main())

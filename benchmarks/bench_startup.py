@@ -15,6 +15,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import figures
+
 
 def wall(cmd: list[str], repeat: int) -> float:
     times = []
@@ -27,6 +29,7 @@ def wall(cmd: list[str], repeat: int) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
+    figures.add_option(ap)
     ap.add_argument("--repeat", type=int, default=10)
     ap.add_argument("--smoke", action="store_true", help="one run of each, for the tests")
     args = ap.parse_args()
@@ -49,4 +52,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    figures.record_if_asked(__file__)
     main()

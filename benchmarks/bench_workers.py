@@ -31,6 +31,8 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 from bench_load import FACT, STUB_SCRIPT, _extraction_runs  # noqa: E402
 
+import figures  # noqa: E402
+
 NAMESPACE = "load"
 
 
@@ -82,6 +84,7 @@ def run(url: str, n_workers: int, n_jobs: int, api_base: str) -> dict[str, Any]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    figures.add_option(ap)
     ap.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4, 8])
     ap.add_argument("--jobs", type=int, default=48)
     ap.add_argument("--delay", type=float, default=0.1, help="seconds the stub holds every reply")
@@ -113,4 +116,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    figures.record_if_asked(__file__)
     sys.exit(main())

@@ -1,6 +1,12 @@
 """The README and docs/ hold together: the README fits on a screen, every relative link points at a
 file, every Python snippet parses and names only what tortoise_sdk has, and the site builds with
-``mkdocs build --strict`` (a broken link or a docstring the API reference cannot render fails)."""
+``mkdocs build --strict`` (a broken link or a docstring the API reference cannot render fails).
+
+Benchmark figures come from runs: ``docs/figures/*.md`` are what a script printed with ``--record``
+(``benchmarks/figures.py``), each one well-formed, named after its own command and included by a
+page; a figure a page states outside those fragments must appear in one of them, unless the passage
+is marked as typed by hand (``<!-- hand-typed -->`` on the line, or between ``<!-- hand-typed: begin
+-->`` and ``<!-- hand-typed: end -->``), which stays the exception until the run is recorded. No page cites the project's internal issue numbers."""
 
 from __future__ import annotations
 
@@ -17,7 +23,8 @@ import pytest
 from needs import skip_or_fail
 
 REPO = Path(__file__).resolve().parents[1]
-PAGES = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
+FIGURES = REPO / "docs" / "figures"
+PAGES = [REPO / "README.md", *sorted(p for p in (REPO / "docs").rglob("*.md") if FIGURES not in p.parents)]
 LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
 SNIPPET = re.compile(r"```python\n(.*?)```", re.S)
 
@@ -69,3 +76,89 @@ def test_the_docs_site_builds_strictly(tmp_path):
                           env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
     assert done.returncode == 0, done.stdout + done.stderr
     assert (tmp_path / "site" / "api" / "index.html").is_file()
+
+
+sys.path.insert(0, str(REPO / "benchmarks"))
+import figures  # noqa: E402
+
+INCLUDE = re.compile(r'^[ \t]*--8<--[ \t]+"([^"]+)"[ \t]*$', re.M)
+# A measured figure as the pages write them: a decimal or thousands-grouped number with a time, rate or
+# ratio unit ("2.56 ms", "38,318 turns/s", "0.81x"), or a three-decimal score ("0.694"). Bare integers
+# ("50 ms") are sizes and settings, and a number after a comparison ("p95 <= 20 ms") is a goal.
+FIGURE = re.compile(r"(?<![\w.,])(?:(?P<num>\d[\d,]*\.\d+|\d{1,3}(?:,\d{3})+)"
+                    r"(?: ?(?:ms|s|turns/s|captures/s|jobs/s)\b|x\b)|(?P<score>[01]\.\d{3})(?!\d))")
+GOAL = re.compile(r"[≤≥<>=~]\s*$")
+# Settings that read like figures (timeouts and deadlines the code sets, not something measured).
+SETTINGS = {"docs/guarantees.md": {"0.1"}, "docs/postgres.md": {"0.1"}, "docs/extraction.md": {"0.5", "0.3"},
+            "docs/reflex.md": {"1.110"}}  # litellm's version, whose price table the cost table reads
+FRAGMENTS = sorted(FIGURES.glob("*.md"))
+
+
+def _included(page: Path) -> list[str]:
+    return INCLUDE.findall(page.read_text(encoding="utf-8"))
+
+
+def _stated_figures(page: Path) -> list[tuple[int, str]]:
+    """(line, number) of each figure the page states itself: outside included fragments and hand-typed passages."""
+    found, typed = [], False
+    for n, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1):
+        if "<!-- hand-typed: begin" in line:
+            typed = True
+        if "<!-- hand-typed: end" in line:
+            typed = False
+            continue
+        if typed or "<!-- hand-typed -->" in line or INCLUDE.match(line):
+            continue
+        found += [(n, m["num"] or m["score"]) for m in FIGURE.finditer(line) if not GOAL.search(line[:m.start()])]
+    return found
+
+
+@pytest.mark.parametrize("fragment", FRAGMENTS, ids=lambda p: p.name)
+def test_every_fragment_is_what_its_own_command_recorded(fragment):
+    meta = figures.parse(fragment.read_text(encoding="utf-8"))  # ValueError when edited by hand
+    argv = meta["command"].split()
+    assert argv[:1] == ["python"] and (REPO / argv[1]).is_file(), f"{fragment.name}: no script in {meta['command']!r}"
+    label = next((a.partition("=")[2] for a in argv if a == "--record" or a.startswith("--record=")), None)
+    assert label is not None and figures.fragment_name(argv[1], label) == fragment.stem, (
+        f"{fragment.name}: its command {meta['command']!r} would write another file")
+    assert "--smoke" not in argv and meta["revision"], f"{fragment.name}: a smoke run or no git revision"
+
+
+@pytest.mark.parametrize("fragment", FRAGMENTS, ids=lambda p: p.name)
+def test_every_fragment_is_included_by_a_page(fragment):
+    assert any(f"figures/{fragment.name}" in _included(p) for p in PAGES), (
+        f"no page includes {fragment.name} (--8<-- \"figures/{fragment.name}\"): include it or delete it")
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(REPO)))
+def test_every_included_fragment_was_recorded(page):
+    missing = [f for f in _included(page) if not (REPO / "docs" / f).is_file() or not f.startswith("figures/")]
+    assert not missing, f"{page.relative_to(REPO)} includes {missing}: run the benchmark with --record"
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(REPO)))
+def test_a_figure_a_page_states_comes_from_a_recorded_run(page):
+    """Quoting a recorded fragment is fine; a number typed from memory, or left over from an older run, is not."""
+    recorded = "\n".join(figures.parse(f.read_text(encoding="utf-8"))["output"] for f in FRAGMENTS)
+    settings = SETTINGS.get(str(page.relative_to(REPO)), set())
+    stray = [f"line {n}: {num}" for n, num in _stated_figures(page) if num not in settings
+             and not re.search(rf"(?<![\d.,]){re.escape(num)}(?![\d]|[.,]\d)", recorded)]
+    assert not stray, (f"{page.relative_to(REPO)} states figures no recorded run printed: {stray}. Quote a fragment in "
+                       "docs/figures/ (run the benchmark with --record), or mark the passage <!-- hand-typed -->")
+
+
+def test_the_figure_pattern_finds_figures_and_skips_goals_and_sizes(tmp_path):
+    page = tmp_path / "p.md"
+    page.write_text("p50 2.56 ms, 38,318 turns/s (0.81x), recall 0.694\n"
+                    "goal p95 ≤ 20 ms, ≥ 0.68, 100,000 turns, default 50 ms\n"
+                    "typed 1.25 ms <!-- hand-typed -->\n<!-- hand-typed: begin -->\n3.5 ms\n<!-- hand-typed: end -->\n",
+                    encoding="utf-8")
+    assert _stated_figures(page) == [(1, "2.56"), (1, "38,318"), (1, "0.81"), (1, "0.694")]
+
+
+@pytest.mark.parametrize("page", PAGES + FRAGMENTS, ids=lambda p: str(p.relative_to(REPO)))
+def test_pages_cite_no_internal_issue_numbers(page):
+    """Readers cannot open the project's issue tracker: a page says what changed, not which issue asked for it."""
+    text = re.sub(r"\[[^\]]*\]\(https?://[^)]*\)", "", page.read_text(encoding="utf-8"))  # a public issue, linked
+    cited = re.findall(r"\bissues?\s+#?\d+(?:\s+and\s+\d+)?", text, re.I)
+    assert not cited, f"{page.relative_to(REPO)} cites {cited}: say what it refers to, or link a public page"
