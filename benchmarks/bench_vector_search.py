@@ -82,8 +82,8 @@ def build(db: str, items: int) -> float:
             {"role": "user" if j % 2 == 0 else "assistant", "content": f"{texts[(i + j) % len(texts)]} (#{i + j})"}
             for j in range(50)]} for i in range(0, items, 50)]
         mem.capture_many(sessions, chunk_size=200)
-        # Straight into the store, in large transactions: embed_pending's batches would measure the
-        # background job (its pending query rescans the namespace per batch), not the search.
+        # Straight into the store, in large transactions: the build is not what this bench measures
+        # (embed_pending's batches of 64, each its own transaction, would dominate its time).
         pending = mem.store.pending_embeddings("big", hashing.model_name, items + 1)
         for start in range(0, len(pending), 5000):
             chunk = pending[start:start + 5000]

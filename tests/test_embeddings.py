@@ -318,3 +318,40 @@ def test_fused_hits_are_the_union_once_each_best_first(lexical: list[str], seman
 @given(st.lists(st.floats(width=32, allow_nan=False, allow_infinity=False), min_size=1, max_size=64))
 def test_a_stored_vector_reads_back_exactly(vector: list[float]) -> None:
     assert unpack(pack(vector)) == vector
+
+
+# -- a run reads each row once ------------------------------------------------------------------------
+
+def test_a_run_in_batches_goes_on_from_its_last_item_and_embeds_everything(memory: Memory) -> None:
+    """Each batch starts after the last item of the one before (a batch that read from the start again
+    passed every row already embedded: a run over n rows cost n²/batch row reads)."""
+    store, ns = memory.store, memory.namespace
+    memory.remember("Biscuit is a greyhound who eats salmon kibble.")
+    seen: list[tuple[str, str] | None] = []
+    real = store.pending_embeddings
+
+    def spy(namespace: str, model: str, limit: int, *, after: Any = None) -> Any:
+        seen.append(after)
+        return real(namespace, model, limit, after=after)
+
+    store.pending_embeddings = spy  # type: ignore[method-assign]
+    report = embed_pending(store, ns, memory._embedder, batch_size=2)
+    total = len([t for t in memory.turns("s1") if t.content.strip()]) + 1
+    assert (report.embedded, report.more) == (total, False)
+    assert _vectors(memory) == {"toy-v1": total}
+    batches = [a for a in seen[:-1]]  # the last call is the check for more, from the start
+    assert batches[0] is None and all(a is not None for a in batches[1:]) and seen[-1] is None
+    assert len(set(map(str, batches))) == len(batches)
+
+
+def test_after_a_row_forgotten_meanwhile_the_read_starts_its_kind_over(memory: Memory) -> None:
+    store, ns = memory.store, memory.namespace
+    first = store.pending_embeddings(ns, "toy-v1", 2)
+    assert [k for k, _, _ in first] == ["turn", "turn"]
+    rest = store.pending_embeddings(ns, "toy-v1", 100, after=first[-1][:2])
+    assert {i for _, i, _ in rest}.isdisjoint({i for _, i, _ in first})
+    assert len(first) + len(rest) == len(store.pending_embeddings(ns, "toy-v1", 100))
+    memory.forget_session("s1")
+    memory.capture("s2", TURNS)
+    again = store.pending_embeddings(ns, "toy-v1", 100, after=first[-1][:2])
+    assert len(again) == len(store.pending_embeddings(ns, "toy-v1", 100)) > 0

@@ -24,11 +24,13 @@ def embed_pending(store: Store, namespace: str, embedder: Embedder, *, limit: in
     """
     report = EmbedReport(model=embedder.model)
     before = embedder.stats
+    after = None
     while limit is None or report.embedded < limit:
         want = batch_size if limit is None else min(batch_size, limit - report.embedded)
-        items = store.pending_embeddings(namespace, embedder.model, want)
+        items = store.pending_embeddings(namespace, embedder.model, want, after=after)
         if not items:
             break
+        after = (items[-1][0], items[-1][1])
         try:
             vectors = embedder.embed([text for _, _, text in items])
         except ModelError as exc:

@@ -44,24 +44,41 @@ class VectorMixin:
     transaction: Callable[[Callable[[Any], Any]], Any]
     read: Callable[[], AbstractContextManager[Any]]
 
-    def pending_embeddings(self, namespace: str, model: str, limit: int) -> list[tuple[VectorKind, str, str]]:
+    def pending_embeddings(self, namespace: str, model: str, limit: int, *,
+                           after: tuple[VectorKind, str] | None = None) -> list[tuple[VectorKind, str, str]]:
         """Up to ``limit`` (kind, id, text) with no vector under ``model``: turns first (system turns never),
-        oldest first, then live memories. A turn's text is what its full-text index holds."""
+        oldest first, then live memories. A turn's text is what its full-text index holds.
+
+        ``after`` is the (kind, id) of the last item a previous call returned: the read goes on from
+        there instead of passing every row already embedded again (a run over n rows in batches reads
+        each row once, not n / batch times). An ``after`` row deleted meanwhile starts its kind over.
+        """
         p, order = self.PARAM, self.ROW_ORDER
         missing = (f"NOT EXISTS (SELECT 1 FROM vectors v WHERE v.namespace = {p} AND v.kind = {p}"
                    f" AND v.item_id = {{id}} AND v.model = {p})")
+
+        def past(table: str, column: str, kind: VectorKind) -> tuple[str, tuple[str, ...]]:
+            if after is None or after[0] != kind:
+                return "", ()
+            return (f" AND {order} > COALESCE((SELECT {order} FROM {table} WHERE namespace = {p}"
+                    f" AND {column} = {p}), 0)", (namespace, after[1]))
+
+        out: list[tuple[VectorKind, str, str]] = []
         with self.read() as c:
-            rows = c.execute(
-                f"SELECT turn_id, substr(content, 1, {INDEX_CHARS}) FROM turns WHERE namespace = {p}"
-                f" AND role <> 'system' AND length(trim(content)) > 0 AND {missing.format(id='turns.turn_id')}"
-                f" ORDER BY {order} LIMIT {p}",
-                (namespace, namespace, "turn", model, limit)).fetchall()
-            out: list[tuple[VectorKind, str, str]] = [("turn", r[0], r[1]) for r in rows]
+            if after is None or after[0] == "turn":
+                cond, args = past("turns", "turn_id", "turn")
+                rows = c.execute(
+                    f"SELECT turn_id, substr(content, 1, {INDEX_CHARS}) FROM turns WHERE namespace = {p}"
+                    f" AND role <> 'system' AND length(trim(content)) > 0 AND {missing.format(id='turns.turn_id')}"
+                    f"{cond} ORDER BY {order} LIMIT {p}",
+                    (namespace, namespace, "turn", model, *args, limit)).fetchall()
+                out += [("turn", r[0], r[1]) for r in rows]
             if len(out) < limit:
+                cond, args = past("memories", "memory_id", "memory")
                 rows = c.execute(
                     f"SELECT memory_id, content FROM memories WHERE namespace = {p} AND status = 'live'"
-                    f" AND {missing.format(id='memories.memory_id')} ORDER BY {order} LIMIT {p}",
-                    (namespace, namespace, "memory", model, limit - len(out))).fetchall()
+                    f" AND {missing.format(id='memories.memory_id')}{cond} ORDER BY {order} LIMIT {p}",
+                    (namespace, namespace, "memory", model, *args, limit - len(out))).fetchall()
                 out += [("memory", r[0], r[1]) for r in rows]
         return out
 

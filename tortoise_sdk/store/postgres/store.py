@@ -245,9 +245,10 @@ class PostgresStore(PostgresExtractionMixin, PostgresSubagentMixin, PostgresForg
             self._pgvector = PgVector(self.read, self._unbounded, self.read_only)
         return self._pgvector
 
-    def pending_embeddings(self, namespace: str, model: str, limit: int) -> list[tuple[VectorKind, str, str]]:
+    def pending_embeddings(self, namespace: str, model: str, limit: int, *,
+                           after: tuple[VectorKind, str] | None = None) -> list[tuple[VectorKind, str, str]]:
         self._pg_vector().ensure()  # each embedding run sets pgvector up where it can, never the reflex
-        return super().pending_embeddings(namespace, model, limit)
+        return super().pending_embeddings(namespace, model, limit, after=after)
 
     def _vector_extra(self) -> Any:
         return self._pg_vector().column()
