@@ -7,8 +7,11 @@ score, and below the budget the search is plain BM25, as before.
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tortoise_sdk.capture import prepare_capture
+from tortoise_sdk.search import BM25_B, BM25_K1, NAME_WEIGHT, TF_CAP, index_idf
 from tortoise_sdk.store.sqlite import SQLiteStore
 
 BUDGET = 10
@@ -124,3 +127,50 @@ def test_postgres_over_the_budget_scores_the_newest_postings_as_sqlite_does(pg_s
     assert [s for _, s in bounded] == sorted((plain[t] for t in candidates), reverse=True)[:5]
     hits = store.search_terms("ns", ["common", "filler"], k=5)
     assert len(hits) == 5 and all(h.session_id in ("s1", "s2") for h in hits)
+
+
+# -- below the budget: plain BM25, bit for bit ---------------------------------------------------
+
+_WORDS = ["kayak", "lake", "trip", "canoe", "river", "pasta", "garden", "maya", "jon"]
+_TURN = st.fixed_dictionaries({
+    "role": st.sampled_from(["user", "assistant"]),
+    "content": st.lists(st.sampled_from(_WORDS), min_size=1, max_size=9).map(" ".join),
+}, optional={"name": st.sampled_from(["Maya", "Jon", "Lake Kayak"])})
+
+
+def _plain_bm25(store: SQLiteStore, turns: list[dict], stems: list[str], k: int) -> list[tuple[int, float]]:
+    """BM25 as ``search_terms`` documents it, in Python from the turns themselves: ``(position, score)``,
+    best first, ties by position (one session). Terms are summed in sorted order, as the store does."""
+    content = [store.analyze([t["content"]])[0] for t in turns]
+    names = [store.analyze([t.get("name") or ""])[0] for t in turns]
+    lengths = [len(c) + len(n) for c, n in zip(content, names)]
+    avgdl = max(sum(lengths) / len(turns), 1.0)
+    scores: dict[int, float] = {}
+    for term in sorted(stems):
+        df = sum(term in c or term in n for c, n in zip(content, names))
+        if not df:
+            continue
+        w = index_idf(len(turns), df)
+        for i, (c, n) in enumerate(zip(content, names)):
+            f = min(c.count(term) + NAME_WEIGHT * n.count(term), TF_CAP)
+            if f:
+                s = w * (f * (BM25_K1 + 1.0) / (f + BM25_K1 * ((1.0 - BM25_B) + BM25_B * lengths[i] / avgdl)))
+                scores[i] = scores.get(i, 0.0) + s
+    return sorted(scores.items(), key=lambda x: (-x[1], x[0]))[:k]
+
+
+@settings(max_examples=60, deadline=None)
+@given(turns=st.lists(_TURN, min_size=1, max_size=40), other=st.lists(_TURN, max_size=10),
+       query=st.lists(st.sampled_from(_WORDS), min_size=1, max_size=6, unique=True), k=st.integers(1, 15))
+def test_search_terms_is_plain_bm25_summed_term_by_term_whatever_another_namespace_holds(
+        tmp_path_factory, turns, other, query, k):
+    # Several terms per turn: any other order of adding a turn's term scores could change a last bit.
+    s = SQLiteStore(tmp_path_factory.mktemp("plain") / "plain.db")
+    try:
+        s.capture("ns", prepare_capture("s", turns, session_date=None, idempotency_key=None, max_turns=5000))
+        if other:
+            s.capture("other", prepare_capture("o", other, session_date=None, idempotency_key=None, max_turns=5000))
+        got = [(h.index, h.score) for h in s.search_terms("ns", query, k=k)]
+        assert got == _plain_bm25(s, turns, [st_ for w in query for st_ in s.analyze([w])[0]], k)
+    finally:
+        s.close()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import re
 from datetime import date
 import unicodedata
@@ -23,8 +24,8 @@ from tortoise_sdk import Memory, MemoryBlock, NotFoundError, StoreError
 from tortoise_sdk.demo import load_demo_sessions
 from tortoise_sdk.models import MEMORY_BLOCK_MARKER, ExtractionReport
 from tortoise_sdk.reflex import MAX_BUDGET, MEMORY_BLOCK_END, approx_tokens, tuning
-from tortoise_sdk.reflex.query import date_words, named_days, speaking
-from tortoise_sdk.reflex.shapes import Term
+from tortoise_sdk.reflex.query import date_words, named_days, speaking, weigh_terms
+from tortoise_sdk.reflex.shapes import Reading, Term
 from tortoise_sdk.store.plan import EntityPlan, ExtractionPlan, ItemPlan, SourcePlan
 
 _OK = lambda r: ExtractionReport(status="ok")  # noqa: E731
@@ -83,6 +84,35 @@ def test_courtesy_fires_nothing(mem, text):
                                   "what did the senate vote on March 2, 2024?"])
 def test_unrelated_question_is_gated(mem, text):
     assert ask(mem, text).pointers == []
+
+
+def test_an_unseen_word_weighs_alike_in_a_larger_namespace_so_the_coverage_gate_does_not_tighten_with_size():
+    # "remind" and "said" are in no turn. Their IDF grew as log(2n): at 1,000,000 turns the two
+    # words the turns do hold carried 18.8 % of the query's weight (under MIN_COVERAGE), at 100,000
+    # 21.6 %, so bench_reflex_latency's "remind me what <person> said about <activity>" lost its block.
+    class Stub:
+        def __init__(self, n: int) -> None:
+            self.n = n
+
+        def analyze(self, texts):
+            return [[t.lower()] for t in texts]
+
+        def term_stats(self, namespace, stems):
+            return self.n, {"lena": (self.n * 31 // 1000, 0), "woodworking": (self.n * 38 // 1000, 0)}
+
+    def weights(n: int) -> dict[str, float]:
+        r = Reading(Stub(n), "ns", approx_tokens, None)  # type: ignore[arg-type]
+        return {t.stem: t.weight for t in weigh_terms(r, "remind me what Lena said about woodworking")}
+
+    def coverage(w: dict[str, float]) -> float:
+        return (w["lena"] + w["woodworking"]) / sum(w.values())
+
+    small, large = weights(100_000), weights(1_000_000)
+    assert large["remind"] == small["remind"] and large["said"] == small["said"]
+    assert large["lena"] == pytest.approx(small["lena"], rel=1e-3)  # a seen word's IDF depends on its share
+    assert coverage(large) == pytest.approx(coverage(small), rel=1e-3) and coverage(large) >= tuning.MIN_COVERAGE
+    # Up to UNSEEN_WEIGHTING_TURNS nothing changed: an unseen word weighs log(1 + (n + 0.5) / 0.5).
+    assert weights(5_000)["remind"] == math.log(1 + (5_000 + 0.5) / 0.5)
 
 
 def test_short_follow_up_uses_the_previous_user_turn(mem):

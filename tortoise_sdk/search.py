@@ -84,7 +84,10 @@ _TOKEN = re.compile(r"[^\W_]+(?:'[^\W_]+)?", re.UNICODE)
 
 def tokenize(text: str) -> list[str]:
     """Lower-cased word tokens (letters and digits, inner apostrophes kept)."""
-    return [m.group(0).lower() for m in _TOKEN.finditer(text or "")]
+    text = text or ""
+    if text.isascii():  # lower-casing ASCII moves no token boundary, so it can come first (one C call)
+        return _TOKEN.findall(text.lower())
+    return [m.group(0).lower() for m in _TOKEN.finditer(text)]
 
 
 def query_terms(text: str) -> list[str]:
@@ -197,8 +200,26 @@ def mentions(words: set[str], term: str) -> bool:
 
 def idf_bonus(text: str, idfs: Mapping[str, float]) -> float:
     """The summed IDF of the common terms ``text`` mentions: their BM25 share at tf = 1 and average length."""
-    words = set(tokenize(text))
-    return sum(w for t, w in idfs.items() if mentions(words, t))
+    text = text or ""
+    if text.isascii():
+        # A token of ASCII text, and so the start of one, is a substring of the lower-cased text:
+        # when no term's (or its stem's) is, nothing is mentioned and the text need not be split.
+        lowered = text.lower()
+        if not any(t[: max(4, len(t) - 2)] in lowered for t in idfs):
+            return 0
+        tokens = _TOKEN.findall(lowered)
+    else:
+        tokens = tokenize(text)
+    # ``mentions`` as substring tests on the tokens joined by newlines, which no token holds:
+    # "\nterm\n" is a whole token, "\nstem" the start of one (a search scores ~50 texts this way).
+    joined = "\n" + "\n".join(tokens) + "\n"
+
+    def mentioned(term: str) -> bool:
+        if not term or "\n" in term:
+            return mentions(set(tokens), term)
+        return f"\n{term}\n" in joined or (len(term) > 4 and "\n" + term[: max(4, len(term) - 2)] in joined)
+
+    return sum(w for t, w in idfs.items() if mentioned(t))
 
 
 _QUOTED = re.compile(r'"((?:[^"]|"")*)"')

@@ -147,7 +147,8 @@ def weigh_terms(r: Reading, query: str, earlier: str = "") -> list[Term]:
     terms = []
     for stem, (surface, context) in seen.items():
         df_content, df_name = stats.get(stem, (0, 0))
-        weight = math.log(1 + (sized - df_content + 0.5) / (df_content + 0.5)) if n else 1.0
+        size = sized if df_content else min(sized, tuning.UNSEEN_WEIGHTING_TURNS)
+        weight = math.log(1 + (size - df_content + 0.5) / (df_content + 0.5)) if n else 1.0
         terms.append(Term(surface, stem, weight * (tuning.CONTEXT_WEIGHT if context else 1.0), df_content,
                           is_name=df_name > 0, context=context, date=surface in dated))
     terms.sort(key=lambda t: (t.context, -t.weight))

@@ -49,6 +49,7 @@ __all__ = (
     "SUBJECT_SPEAKER",
     "SYNOPSIS_CHARS",
     "TOPIC_WORDS",
+    "UNSEEN_WEIGHTING_TURNS",
     "WHEN_BOOST",
 )
 
@@ -58,6 +59,9 @@ MAX_DF_SHARE = 0.04      # terms in more than this share of turns are pruned fro
 COMMON_DF_FLOOR = 10     # ... but in a small store no word is common below this many turns
 MIN_WEIGHTING_TURNS = 250  # IDF weights count a smaller namespace as this large: in a one-turn store
                            # the word it holds is not "too common" to matter beside an unknown word
+UNSEEN_WEIGHTING_TURNS = 100_000  # ... and a word no turn holds weighs as in a namespace at most this large:
+                           # its IDF, log(2n), would keep growing with the store and, through MIN_COVERAGE,
+                           # silence more questions the larger it is (no namespace up to this size is affected)
 MAX_QUERY_TERMS = 6      # of those, the rarest searched in the index
 PER_TERM = 200           # newest matches read per term: bounds the cost of common terms
 K1, B = 1.2, 0.75

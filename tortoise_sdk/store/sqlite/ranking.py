@@ -212,14 +212,18 @@ class SQLiteRankingMixin:
                     c, lead[0], ns_id, min(budget, NEWEST_TURNS)):
                 vocab = "temp.tortoise_cands_inst"
             scores: dict[int, float] = {}
+            rows = _tuples(c)
             # Each (turn, term) pair is scored by SQLite in one grouped row: the term's weighted
             # frequency (content 1, name NAME_WEIGHT), capped, saturated with the turn's length.
             # The operations are search.saturation's, in its order; terms are added in sorted order.
             for term in sorted(lead):
-                for doc, score in c.execute(_TERM_SCORES.format(vocab=vocab), (
-                        weights[term], BM25_K1 + 1.0, BM25_K1, 1.0 - BM25_B, BM25_B, avgdl, NAME_WEIGHT, TF_CAP,
-                        term, ns_id)):
-                    scores[doc] = scores.get(doc, 0.0) + score
+                part = dict(rows.execute(_TERM_SCORES.format(vocab=vocab), (
+                    weights[term], BM25_K1 + 1.0, BM25_K1, 1.0 - BM25_B, BM25_B, avgdl, NAME_WEIGHT, TF_CAP,
+                    term, ns_id)))
+                # scores[doc] += score for each row, with a Python step only for turns an earlier term scored.
+                for doc in part.keys() & scores.keys():
+                    part[doc] = scores[doc] + part[doc]
+                scores.update(part)
             if session_id is not None:
                 own = {r[0] for r in c.execute("SELECT rowid FROM turns WHERE namespace = ? AND session_id = ?",
                                                (namespace, session_id))}
@@ -293,10 +297,17 @@ def _dfs(c: sqlite3.Connection, ns_id: int, terms: Sequence[str]) -> dict[str, t
     return out
 
 
+def _tuples(c: sqlite3.Connection) -> sqlite3.Cursor:
+    """A cursor of ``c`` whose rows are plain tuples (cheaper than ``sqlite3.Row`` for thousands of rows)."""
+    cur = c.cursor()
+    cur.row_factory = None
+    return cur
+
+
 def _indexed_texts(c: sqlite3.Connection, rowids: Sequence[int]) -> dict[int, str]:
     if not rowids:
         return {}
-    return {r[0]: indexed_text(r[1]) for r in c.execute(
+    return {r[0]: indexed_text(r[1]) for r in _tuples(c).execute(
         f"SELECT rowid, substr(content, 1, ?) FROM turns WHERE rowid IN ({', '.join('?' * len(rowids))})",
         (INDEX_CHARS, *rowids))}
 
