@@ -318,3 +318,17 @@ def test_fused_hits_are_the_union_once_each_best_first(lexical: list[str], seman
 @given(st.lists(st.floats(width=32, allow_nan=False, allow_infinity=False), min_size=1, max_size=64))
 def test_a_stored_vector_reads_back_exactly(vector: list[float]) -> None:
     assert unpack(pack(vector)) == vector
+
+
+def test_cli_embed_missing_key_names_the_embedders_key_not_the_models(tmp_path, monkeypatch, capsys) -> None:
+    # `tortoise embed` takes no --api-key and never reads TORTOISE_API_KEY: the advice must name what it reads.
+    for name in ("OPENAI_API_KEY", "TORTOISE_API_KEY", "TORTOISE_EMBED_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    db = str(tmp_path / "m.db")
+    with Memory(db) as mem:
+        mem.capture("s1", TURNS)
+    code, out, err = run_cli(capsys, "--db", db, "embed", "--embedder", "openai/text-embedding-3-small",
+                             "--embed-api-base", "http://127.0.0.1:9/v1")
+    assert code == 3 and "(auth)" in err
+    assert "TORTOISE_EMBED_API_KEY" in err and "embed_api_key=" in err
+    assert "--api-key" not in err and "TORTOISE_API_KEY" not in err.replace("TORTOISE_EMBED_API_KEY", "")
