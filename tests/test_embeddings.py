@@ -332,3 +332,13 @@ def test_cli_embed_missing_key_names_the_embedders_key_not_the_models(tmp_path, 
     assert code == 3 and "(auth)" in err
     assert "TORTOISE_EMBED_API_KEY" in err and "embed_api_key=" in err
     assert "--api-key" not in err and "TORTOISE_API_KEY" not in err.replace("TORTOISE_EMBED_API_KEY", "")
+
+
+def test_cli_embed_without_an_embedder_names_the_option_and_variable(tmp_path, monkeypatch, capsys) -> None:
+    monkeypatch.delenv("TORTOISE_EMBEDDER", raising=False)
+    db = str(tmp_path / "m.db")
+    with Memory(db) as mem:
+        mem.capture("s1", TURNS)
+    code, _, err = run_cli(capsys, "--db", db, "embed")
+    assert code == 2 and "--embedder" in err and "TORTOISE_EMBEDDER" in err
+    assert "Memory(" not in err  # the Python spelling means nothing on the command line
