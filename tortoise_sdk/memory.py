@@ -859,8 +859,12 @@ class Memory:
         return self.store.split_entity(self.namespace, entity, name, now=utc_now())
 
     def entity_events(self, entity_id: str | None = None) -> list[dict[str, Any]]:
-        """The merges and splits of this namespace's entities (or of one entity id), oldest first:
-        ``{kind, entity_id, other_id, detail, reason, created_at}``; ``detail`` says what moved."""
+        """The merges and splits of this namespace's entities (or of one entity: an id, a name or an alias),
+        oldest first: ``{kind, entity_id, other_id, detail, reason, created_at}``; ``detail`` says what moved.
+
+        Raises:
+            NotFoundError: no entity has that name (an id of an entity merged away still finds its events).
+        """
         return self.store.entity_events(self.namespace, check_id(entity_id, "entity_id", optional=True))
 
     def memories(self, session_id: str | None = None, include_superseded: bool = False, *,
