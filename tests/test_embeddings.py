@@ -342,3 +342,26 @@ def test_cli_embed_without_an_embedder_names_the_option_and_variable(tmp_path, m
     code, _, err = run_cli(capsys, "--db", db, "embed")
     assert code == 2 and "--embedder" in err and "TORTOISE_EMBEDDER" in err
     assert "Memory(" not in err  # the Python spelling means nothing on the command line
+
+
+class Encoder:
+    """A model object whose bound ``encode`` is the embedder, as ``Memory(embedder=model.encode)`` passes it."""
+
+    def __init__(self, model_name: str) -> None:
+        self.model_name = model_name
+
+    def encode(self, texts: list[str]) -> list[list[float]]:
+        return [toy_embedding(t) for t in texts]
+
+
+def test_a_bound_method_is_named_by_its_objects_model_name(tmp_path) -> None:
+    # Every model's `.encode` has the same module and qualified name: without the object's model_name,
+    # changing models kept the old vectors under one name, and nothing was embedded again.
+    assert Embedder(Encoder("mini-v1").encode).model == "mini-v1"
+    db = str(tmp_path / "m.db")
+    with Memory(db, embedder=Encoder("mini-v1").encode) as mem:
+        mem.capture("s1", TURNS)
+        assert mem.embed_pending().embedded == 4
+    with Memory(db, embedder=Encoder("mpnet-v2").encode) as mem:
+        assert mem.embed_pending().embedded == 4
+        assert _vectors(mem) == {"mpnet-v2": 4}
