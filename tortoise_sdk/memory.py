@@ -885,7 +885,7 @@ class Memory:
         known = self.vocabulary.category(category) if self.vocabulary and self.vocabulary.categories else None
         if known is None:
             listed = ", ".join(self.vocabulary.categories) if self.vocabulary else ""
-            raise InvalidInput(f"category {category!r} is not one of this memory's categories "
+            raise InvalidInput(f"{category!r} is not one of this memory's categories "
                                f"({listed or 'none: give Memory(categories=[...])'})", field="category")
         return known
 
