@@ -125,7 +125,8 @@ def map_error(exc: BaseException, *, model: str | None = None, api_base: str | N
             detail = f"{detail.rstrip('. ')} ({root})"
     message = f"{model or 'model'} call failed ({error_class}"
     message += f", HTTP {status})" if status else ")"
-    message += f": {detail}. {_hint(error_class, model, api_base, key_sent=_key_sent(exc, status), embedding=embedding)}".rstrip()
+    hint = _hint(error_class, model, api_base, key_sent=_key_sent(exc, status), embedding=embedding)
+    message += f": {detail}. {hint}".rstrip()
     kind = ModelTimeout if error_class == "timeout" else ModelError
     return kind(message, model=model, status_code=status, error_class=error_class, body=_body(exc))
 
