@@ -355,3 +355,50 @@ def test_after_a_row_forgotten_meanwhile_the_read_starts_its_kind_over(memory: M
     memory.capture("s2", TURNS)
     again = store.pending_embeddings(ns, "toy-v1", 100, after=first[-1][:2])
     assert len(again) == len(store.pending_embeddings(ns, "toy-v1", 100)) > 0
+
+
+def test_cli_embed_missing_key_names_the_embedders_key_not_the_models(tmp_path, monkeypatch, capsys) -> None:
+    # `tortoise embed` takes no --api-key and never reads TORTOISE_API_KEY: the advice must name what it reads.
+    for name in ("OPENAI_API_KEY", "TORTOISE_API_KEY", "TORTOISE_EMBED_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    db = str(tmp_path / "m.db")
+    with Memory(db) as mem:
+        mem.capture("s1", TURNS)
+    code, out, err = run_cli(capsys, "--db", db, "embed", "--embedder", "openai/text-embedding-3-small",
+                             "--embed-api-base", "http://127.0.0.1:9/v1")
+    assert code == 3 and "(auth)" in err
+    assert "TORTOISE_EMBED_API_KEY" in err and "embed_api_key=" in err
+    assert "--api-key" not in err and "TORTOISE_API_KEY" not in err.replace("TORTOISE_EMBED_API_KEY", "")
+
+
+def test_cli_embed_without_an_embedder_names_the_option_and_variable(tmp_path, monkeypatch, capsys) -> None:
+    monkeypatch.delenv("TORTOISE_EMBEDDER", raising=False)
+    db = str(tmp_path / "m.db")
+    with Memory(db) as mem:
+        mem.capture("s1", TURNS)
+    code, _, err = run_cli(capsys, "--db", db, "embed")
+    assert code == 2 and "--embedder" in err and "TORTOISE_EMBEDDER" in err
+    assert "Memory(" not in err  # the Python spelling means nothing on the command line
+
+
+class Encoder:
+    """A model object whose bound ``encode`` is the embedder, as ``Memory(embedder=model.encode)`` passes it."""
+
+    def __init__(self, model_name: str) -> None:
+        self.model_name = model_name
+
+    def encode(self, texts: list[str]) -> list[list[float]]:
+        return [toy_embedding(t) for t in texts]
+
+
+def test_a_bound_method_is_named_by_its_objects_model_name(tmp_path) -> None:
+    # Every model's `.encode` has the same module and qualified name: without the object's model_name,
+    # changing models kept the old vectors under one name, and nothing was embedded again.
+    assert Embedder(Encoder("mini-v1").encode).model == "mini-v1"
+    db = str(tmp_path / "m.db")
+    with Memory(db, embedder=Encoder("mini-v1").encode) as mem:
+        mem.capture("s1", TURNS)
+        assert mem.embed_pending().embedded == 4
+    with Memory(db, embedder=Encoder("mpnet-v2").encode) as mem:
+        assert mem.embed_pending().embedded == 4
+        assert _vectors(mem) == {"mpnet-v2": 4}

@@ -267,3 +267,19 @@ def test_a_fact_restated_under_another_name_of_the_person_is_one_memory(store: S
     assert len(store.memories(ns)) == 4
     [pottery] = [m for m in store.memories(ns) if m.content == "Melanie Hart loves pottery"]
     assert len(pottery.sources) == 3  # every restatement's source is kept
+
+
+def test_entity_events_takes_a_name_as_merge_and_split_do(store: Store):
+    # A name used to match no id and gave [] silently, though merge_entities and split_entity take names.
+    ns = _ns()
+    _say(store, ns, "Melanie Hart")
+    _say(store, ns, "Lanie", "Lanie sings")
+    kept = store.merge_entities(ns, "Melanie Hart", "Lanie", now=utc_now())
+    by_id = store.entity_events(ns, kept["id"])
+    assert [e["kind"] for e in by_id] == ["merge"]
+    assert store.entity_events(ns, "Melanie Hart") == by_id
+    assert store.entity_events(ns, "Lanie") == by_id  # an alias names the entity it was merged into
+    gone = by_id[0]["other_id"]
+    assert store.entity_events(ns, gone) == by_id  # a merged-away entity's id still finds its events
+    with pytest.raises(NotFoundError, match="mem.entities"):
+        store.entity_events(ns, "Nobody")

@@ -101,3 +101,28 @@ def test_context_shows_only_memories_of_the_categories_asked_for(tmp_path: Path)
     unknown = mem.context(ask, categories=["pets"])
     assert unknown.block == "" and "'pets' is not one of this memory's categories" in (unknown.degraded_reason or "")
     mem.close()
+
+
+def test_a_memory_added_by_hand_is_filed_under_the_hosts_category(tmp_path: Path) -> None:
+    # remember() had no category: a host's own memories never showed in context(categories=[...]).
+    with Memory(str(tmp_path / "m.db"), categories=["Health", "work"]) as mem:
+        knee = mem.remember("Maya has knee surgery in May", kind="event", category="health")
+        assert knee.category == "Health"  # the host's spelling
+        mem.remember("Maya works at Acme as a designer", category="work")
+        ask = [{"role": "user", "content": "What about Maya's knee and her job at Acme?"}]
+        assert [p.synopsis for p in mem.context(ask, categories=["health"]).pointers] == [knee.content]
+        assert [m.content for m in mem.memories(category="HEALTH")] == [knee.content]
+        assert mem.correct_memory(knee.id, "Maya has knee surgery in June").category == "Health"
+        with pytest.raises(InvalidInput, match="not one of this memory's categories"):
+            mem.remember("Maya likes jazz", category="hobbies")
+    with Memory(str(tmp_path / "n.db")) as mem, pytest.raises(InvalidInput, match="Memory\\(categories"):
+        mem.remember("Maya likes jazz", category="hobbies")
+    import asyncio
+
+    from tortoise_sdk import AsyncMemory
+
+    async def by_hand() -> str | None:
+        async with AsyncMemory(str(tmp_path / "a.db"), categories=["work"]) as amem:
+            return (await amem.remember("Maya works at Acme", category="WORK")).category
+
+    assert asyncio.run(by_hand()) == "work"

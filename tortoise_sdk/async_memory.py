@@ -104,9 +104,9 @@ class AsyncMemory:
         return await self._run(self.sync.capture_many, sessions, extract=extract, chunk_size=chunk_size)
 
     async def remember(self, text: str, *, kind: Literal["event", "point"] = "point", about: Sequence[str] = (),
-                       when: str | None = None) -> MemoryRecord:
+                       when: str | None = None, category: str | None = None) -> MemoryRecord:
         """``Memory.remember``: add a memory by hand."""
-        return await self._run(self.sync.remember, text, kind=kind, about=about, when=when)
+        return await self._run(self.sync.remember, text, kind=kind, about=about, when=when, category=category)
 
     async def correct_memory(self, memory_id: str, text: str, *, about: Sequence[str] | None = None) -> MemoryRecord:
         """``Memory.correct_memory``: supersede a memory, keeping its history."""

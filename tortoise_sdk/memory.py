@@ -859,8 +859,12 @@ class Memory:
         return self.store.split_entity(self.namespace, entity, name, now=utc_now())
 
     def entity_events(self, entity_id: str | None = None) -> list[dict[str, Any]]:
-        """The merges and splits of this namespace's entities (or of one entity id), oldest first:
-        ``{kind, entity_id, other_id, detail, reason, created_at}``; ``detail`` says what moved."""
+        """The merges and splits of this namespace's entities (or of one entity: an id, a name or an alias),
+        oldest first: ``{kind, entity_id, other_id, detail, reason, created_at}``; ``detail`` says what moved.
+
+        Raises:
+            NotFoundError: no entity has that name (an id of an entity merged away still finds its events).
+        """
         return self.store.entity_events(self.namespace, check_id(entity_id, "entity_id", optional=True))
 
     def memories(self, session_id: str | None = None, include_superseded: bool = False, *,
@@ -872,14 +876,18 @@ class Memory:
             InvalidInput: ``category`` is not one of this memory's categories.
         """
         if category is not None:
-            known = self.vocabulary.category(category) if self.vocabulary and self.vocabulary.categories else None
-            if known is None:
-                listed = ", ".join(self.vocabulary.categories) if self.vocabulary else ""
-                raise InvalidInput(f"category {category!r} is not one of this memory's categories "
-                                   f"({listed or 'none: give Memory(categories=[...])'})")
-            category = known
+            category = self._host_category(category)
         return self.store.memories(self.namespace, check_id(session_id, "session_id", optional=True),
                                    include_superseded, category=category)
+
+    def _host_category(self, category: str) -> str:
+        """``category`` in the host's spelling. Raises InvalidInput when it is not one of ``Memory(categories=...)``."""
+        known = self.vocabulary.category(category) if self.vocabulary and self.vocabulary.categories else None
+        if known is None:
+            listed = ", ".join(self.vocabulary.categories) if self.vocabulary else ""
+            raise InvalidInput(f"{category!r} is not one of this memory's categories "
+                               f"({listed or 'none: give Memory(categories=[...])'})", field="category")
+        return known
 
     def process_pending(self, max_jobs: int | None = None, *, session_id: str | None = None,
                         due_only: bool = True) -> list[JobInfo]:
@@ -1245,18 +1253,21 @@ class Memory:
                                                              include_superseded=include_superseded)]
 
     def remember(self, text: str, *, kind: Literal["event", "point"] = "point", about: Sequence[str] = (),
-                 when: str | None = None) -> MemoryRecord:
+                 when: str | None = None, category: str | None = None) -> MemoryRecord:
         """Add a memory by hand (what the host knows, not what a model extracted); returns it as stored.
 
         No turn is invented for it: its ``sources`` is empty and its ``session_id`` is
         ``HOST_SESSION``; the write is recorded as an extraction run of that session whose report
-        says the host added it. ``about`` names the entities it is about. Remembering the same text
+        says the host added it. ``about`` names the entities it is about; ``category`` files it under
+        one of ``Memory(categories=...)`` (case ignored), as extraction does. Remembering the same text
         again (same normalised content as a live memory) returns that memory (NOOP).
 
         Raises:
-            InvalidInput: ``text`` is blank or not storable, ``kind`` unknown, ``about`` not a list of names.
+            InvalidInput: ``text`` is blank or not storable, ``kind`` unknown, ``about`` not a list of names,
+                ``category`` not one of this memory's categories.
         """
-        item = _host_item(text, kind, about, when)
+        chosen = None if category is None else self._host_category(category)
+        item = _host_item(text, kind, about, when, category=chosen)
         return self._host_write(item, "added by the host (Memory.remember)")
 
     def correct_memory(self, memory_id: str, text: str, *, about: Sequence[str] | None = None) -> MemoryRecord:
@@ -1283,7 +1294,8 @@ class Memory:
             from .names import entities_named
 
             about = entities_named(text, self.store.entities(self.namespace))
-        item = _host_item(text, old.kind, () if about is None else about, old.when, supersedes=old.id)
+        item = _host_item(text, old.kind, () if about is None else about, old.when, supersedes=old.id,
+                          category=old.category)
         return self._host_write(item, f"corrected by the host (Memory.correct_memory of {old.id})")
 
     def memory_history(self, memory_id: str) -> list[MemoryRecord]:
@@ -1393,7 +1405,8 @@ def _require_id(value: Any, field: str) -> None:
     check_id(value, field)  # no stored id is longer: a 10 MB one is refused before the database reads it
 
 
-def _host_item(text: Any, kind: Any, about: Any, when: Any, supersedes: str | None = None) -> Any:
+def _host_item(text: Any, kind: Any, about: Any, when: Any, supersedes: str | None = None,
+               category: str | None = None) -> Any:
     """A ``remember``/``correct_memory`` argument set as the S5 item it writes, checked first."""
     from .store.plan import ItemPlan
     from .validate import check_text
@@ -1412,7 +1425,8 @@ def _host_item(text: Any, kind: Any, about: Any, when: Any, supersedes: str | No
         check_text(name, f"about[{i}]")
     if when is not None:
         check_text(when, "when")
-    return ItemPlan(kind=kind, content=text.strip(), about=tuple(about), when=when, supersedes=supersedes)
+    return ItemPlan(kind=kind, content=text.strip(), about=tuple(about), when=when, supersedes=supersedes,
+                    category=category)
 
 
 def migrate_store(src: str, dst: str, *, progress: Callable[[str, int], None] | None = None) -> CopyReport:

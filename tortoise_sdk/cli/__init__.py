@@ -97,6 +97,9 @@ def _in_cli_terms(exc: TortoiseError) -> str:
     field = getattr(exc, "field", None)
     if isinstance(exc, ConfigError) and field == "model":
         return NO_MODEL_HINT
+    if isinstance(exc, ConfigError) and field == "embedder" and "no embedder configured" in str(exc):
+        return ("no embedder configured: pass --embedder (a litellm embedding model, e.g. "
+                "--embedder openai/text-embedding-3-small) or set TORTOISE_EMBEDDER")
     if isinstance(exc, ConfigError) and field == "namespace":
         return "--namespace must be a non-blank name without NUL characters, e.g. --namespace alice"
     text = str(exc)

@@ -110,8 +110,11 @@ _NETWORK_NAMES = frozenset(
 )
 
 
-def map_error(exc: BaseException, *, model: str | None = None, api_base: str | None = None) -> ModelError:
-    """Turn a litellm (or transport) exception into a classified :class:`ModelError` whose message says what to do."""
+def map_error(exc: BaseException, *, model: str | None = None, api_base: str | None = None,
+              embedding: bool = False) -> ModelError:
+    """Turn a litellm (or transport) exception into a classified :class:`ModelError` whose message says what to do.
+
+    ``embedding``: the call was an embedding, whose key is ``embed_api_key=`` / ``$TORTOISE_EMBED_API_KEY``."""
     if isinstance(exc, ModelError):
         return exc
     error_class, status = _classify(exc)
@@ -122,7 +125,8 @@ def map_error(exc: BaseException, *, model: str | None = None, api_base: str | N
             detail = f"{detail.rstrip('. ')} ({root})"
     message = f"{model or 'model'} call failed ({error_class}"
     message += f", HTTP {status})" if status else ")"
-    message += f": {detail}. {_hint(error_class, model, api_base, key_sent=_key_sent(exc, status))}".rstrip()
+    hint = _hint(error_class, model, api_base, key_sent=_key_sent(exc, status), embedding=embedding)
+    message += f": {detail}. {hint}".rstrip()
     kind = ModelTimeout if error_class == "timeout" else ModelError
     return kind(message, model=model, status_code=status, error_class=error_class, body=_body(exc))
 
@@ -148,17 +152,20 @@ def _key_sent(exc: BaseException, status: int | None) -> bool:
     return status is not None and not any(w in text for w in _MISSING_KEY_WORDS)
 
 
-def _hint(error_class: str, model: str | None, api_base: str | None, *, key_sent: bool = False) -> str:
+def _hint(error_class: str, model: str | None, api_base: str | None, *, key_sent: bool = False,
+          embedding: bool = False) -> str:
     if error_class == "auth":
         names = key_variables(model)
+        # An embedder's key is its own: the CLI has no --api-key for it and never reads $TORTOISE_API_KEY.
+        given, dummy = (("embed_api_key= (or $TORTOISE_EMBED_API_KEY)", "TORTOISE_EMBED_API_KEY=x") if embedding
+                        else ("api_key= (CLI: --api-key or TORTOISE_API_KEY)", "--api-key x"))
         if key_sent:  # a dummy key for a keyless local server would not help: this server checks keys
             where = f"{' or '.join(names)} if no key is passed" if names else "the provider's key variable"
-            return (f"the server refused the key it was sent: check the key given by api_key= "
-                    f"(CLI: --api-key or TORTOISE_API_KEY), else {where}, and that it may use this model")
+            return (f"the server refused the key it was sent: check the key given by {given}, else {where}, "
+                    f"and that it may use this model")
         where = f"set {' or '.join(names)}" if names else "set the provider's key variable"
-        local = " (a local server that takes any key still needs one: --api-key x)" if api_base else ""
-        return (f"the key is missing or was refused: {where}, or pass api_key= "
-                f"(CLI: --api-key or TORTOISE_API_KEY){local}")
+        local = f" (a local server that takes any key still needs one: {dummy})" if api_base else ""
+        return f"the key is missing or was refused: {where}, or pass {given}{local}"
     if error_class == "unreachable":
         where = f"api_base {api_base}" if api_base else "the provider's default endpoint"
         return f"nothing answered at {where}: check that the server runs there, the URL, DNS and TLS"

@@ -287,7 +287,7 @@ class LLMClient:
 
     def _retrying_sync(self, tally: Tally, request: dict[str, Any], send: str = "completion") -> Any:
         def attempt() -> Any:
-            with self._attempt(tally):
+            with self._attempt(tally, embedding=send.endswith("embedding")):
                 response = getattr(load_litellm(), send)(**request)
             tally.add_usage(response)
             return response
@@ -297,7 +297,7 @@ class LLMClient:
 
     async def _retrying_async(self, tally: Tally, request: dict[str, Any], send: str = "acompletion") -> Any:
         async def attempt() -> Any:
-            with self._attempt(tally):
+            with self._attempt(tally, embedding=send.endswith("embedding")):
                 response = await asyncio.wait_for(getattr(load_litellm(), send)(**request), self._config.timeout_s)
             tally.add_usage(response)
             return response
@@ -316,13 +316,13 @@ class LLMClient:
             raise
 
     @contextmanager
-    def _attempt(self, tally: Tally) -> Iterator[None]:
+    def _attempt(self, tally: Tally, *, embedding: bool = False) -> Iterator[None]:
         """Counts one HTTP attempt and maps its failure to a classified ModelError."""
         tally.attempts += 1
         try:
             yield
         except Exception as exc:
-            raise self._failed(tally, exc) from exc
+            raise self._failed(tally, exc, embedding=embedding) from exc
 
     def _retry_policy(self, tally: Tally) -> dict[str, Any]:
         return {
@@ -351,8 +351,8 @@ class LLMClient:
             delay = max(delay, min(hinted, cfg.backoff_max_s))
         return delay
 
-    def _failed(self, tally: Tally, exc: BaseException) -> ModelError:
-        error = map_error(exc, model=self._config.model, api_base=self._config.api_base)
+    def _failed(self, tally: Tally, exc: BaseException, *, embedding: bool = False) -> ModelError:
+        error = map_error(exc, model=self._config.model, api_base=self._config.api_base, embedding=embedding)
         tally.errors[error.error_class] += 1
         return error
 

@@ -49,7 +49,8 @@ class Embedder:
         vectors = embedder.embed(["I'm allergic to peanuts"])
 
     Args:
-        model: a litellm embedding model name, or a callable ``list[str] -> list[list[float]]``.
+        model: a litellm embedding model name, or a callable ``list[str] -> list[list[float]]``, whose
+            vectors are kept under its ``model_name`` (or its object's, for a bound method like ``m.encode``).
         api_base, api_key: the endpoint and key (a local server: ``openai/<name>`` with its ``/v1`` URL).
         timeout_s: the deadline of one request.
         breaker_s: how long calls pause after a fatal failure; 0 never pauses.
@@ -70,8 +71,7 @@ class Embedder:
             self.model = self._config.model
         else:
             self._function = model
-            self.model = str(getattr(model, "model_name", None)
-                             or f"callable:{getattr(model, '__module__', '?')}.{getattr(model, '__qualname__', '?')}")
+            self.model = _callable_name(model)
         self._breaker = CircuitBreaker(breaker_s)
         self._lock = threading.Lock()
         self._stats = StageStats()
@@ -143,3 +143,11 @@ def _checked(vectors: list[list[float]], expected: int, model: str) -> list[list
                          f"for {expected} text(s); it must return one vector of one fixed length per text",
                          model=model, error_class="parse")
     return vectors
+
+
+def _callable_name(function: EmbedFunction) -> str:
+    """The model name a callable's vectors are kept under: its ``model_name``, a bound method's object's
+    ``model_name`` (every model of one class shares ``encode``'s module and qualified name, so without it a
+    changed model would not re-embed), else ``callable:<module>.<qualified name>``."""
+    name = getattr(function, "model_name", None) or getattr(getattr(function, "__self__", None), "model_name", None)
+    return str(name or f"callable:{getattr(function, '__module__', '?')}.{getattr(function, '__qualname__', '?')}")

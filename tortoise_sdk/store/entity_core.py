@@ -457,13 +457,24 @@ class EntityCore:
         return out
 
     def entity_events(self, namespace: str, entity: str | None = None) -> list[dict[str, Any]]:
-        """The merges and splits of the namespace (or touching one entity id), oldest first."""
+        """The merges and splits of the namespace (or touching one entity: an id, a name or an alias), oldest first.
+
+        An id of an entity merged away still finds its events. Raises NotFoundError for a name no entity has.
+        """
         sql = "SELECT kind, entity_id, other_id, detail, reason, created_at FROM entity_events WHERE namespace = ?"
         args: list[Any] = [namespace]
-        if entity is not None:
-            sql += " AND (entity_id = ? OR other_id = ?)"
-            args += [entity, entity]
         with self.read() as c:
+            if entity is not None:
+                try:
+                    entity = self._entity_ref(c, namespace, entity)[0]
+                except NotFoundError:
+                    known = c.execute(self._q("SELECT 1 FROM entity_events WHERE namespace = ? AND "
+                                              "(entity_id = ? OR other_id = ?) LIMIT 1"),
+                                      (namespace, entity, entity)).fetchone()
+                    if known is None:
+                        raise
+                sql += " AND (entity_id = ? OR other_id = ?)"
+                args += [entity, entity]
             rows = c.execute(self._q(sql + " ORDER BY id"), args).fetchall()
         return [{"kind": r[0], "entity_id": r[1], "other_id": r[2], "detail": json.loads(r[3]), "reason": r[4],
                  "created_at": r[5]} for r in rows]
