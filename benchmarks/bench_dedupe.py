@@ -35,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no fetch of litellm's price list
 
+import figures  # noqa: E402
 import revision  # noqa: E402
 from stub_model import StubModel  # noqa: E402
 
@@ -223,6 +224,7 @@ def measure(households: int) -> dict[str, float]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    figures.add_option(ap)
     ap.add_argument("--households", type=int, default=len(HOUSEHOLDS), help="households replayed (4 sessions each)")
     ap.add_argument("--smoke", action="store_true", help="one household (4 sessions), for the tests")
     ap.add_argument("--write-script", metavar="FILE", help="write the sessions and scripted replies as JSON and exit")
@@ -252,4 +254,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    figures.record_if_asked(__file__)
     sys.exit(main())
