@@ -183,3 +183,17 @@ def test_content_parts_are_captured_with_a_note(capsys, db, tmp_path):
         report = mem.ingest([json.dumps(rows[0])], format="turns", session_id="s2")
         assert (report.turns_stored, mem.turns("s2")[0].content) == (1, "My cat is called Milo")
         assert mem.search("Milo")[0].content == "My cat is called Milo"
+
+
+def test_memories_show_their_category_and_filter_on_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from tortoise_sdk import Memory
+
+    db = str(tmp_path / "m.db")
+    with Memory(db, categories=["health", "work"]) as mem:
+        mem.remember("Maya is allergic to peanuts.", category="health")
+        mem.remember("Maya started at Helix Health in June.", category="work")
+        mem.remember("Maya likes long walks.")
+    code, out, _ = run(capsys, "memories", "--db", db)
+    assert code == 0 and "{health}" in out and "{work}" in out and len(out.splitlines()) == 3
+    code, out, _ = run(capsys, "memories", "--db", db, "--category", "Health")
+    assert code == 0 and out.splitlines() == [line for line in out.splitlines() if "peanuts" in line] and out

@@ -95,8 +95,12 @@ def _register_namespaces(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_memories(args: argparse.Namespace) -> int:
-    return run_and_print(args, lambda mem: mem.memories(args.session, include_superseded=args.all), _print_memories,
-                         empty_hint=True)
+    def read(mem: Any) -> list[Any]:
+        records = mem.memories(args.session, include_superseded=args.all)
+        wanted = args.category.casefold() if args.category else None
+        return [m for m in records if wanted is None or (m.category or "").casefold() == wanted]
+
+    return run_and_print(args, read, _print_memories, empty_hint=True)
 
 
 def _print_memories(records: list[Any]) -> None:
@@ -104,7 +108,8 @@ def _print_memories(records: list[Any]) -> None:
         status = "" if m.status == "live" else f" ({m.status})"
         when = f" [{m.when}]" if m.when else ""
         sure = "" if m.confidence is None else f" (confidence {m.confidence:.2f})"
-        print(f"{m.id}  {m.kind}{status}{when}{sure}: {m.content}")
+        filed = f" {{{m.category}}}" if m.category else ""
+        print(f"{m.id}  {m.kind}{filed}{status}{when}{sure}: {m.content}")
     if not records:
         print("no memories (capture with a model configured, or run `tortoise extract SESSION`)", file=sys.stderr)
 
@@ -114,6 +119,7 @@ def _register_memories(sub: argparse._SubParsersAction) -> None:
                        description="Example: tortoise memories --session s1 --json")
     p.add_argument("--session", help="only memories from this session")
     p.add_argument("--all", action="store_true", help="include superseded and retracted memories")
+    p.add_argument("--category", help="only memories filed under this category (case ignored)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=_cmd_memories)
 
