@@ -27,7 +27,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import statistics
 import sys
@@ -35,32 +34,17 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))  # the LoCoMo loader only; tortoise_sdk comes from PYTHONPATH or the install
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from locomo import load_questions, load_sessions, locomo_files  # noqa: E402
+from bench_embeddings import hashing  # noqa: E402  (the same 384-dimension toy as the embeddings bench)
 from revision import add_options, alternate  # noqa: E402
 
 MODES = ("words", "fused", "engine only", "exact", "fused after a write", "engine only after a write",
          "exact after a write")
-
-
-def hashing(texts: list[str]) -> list[list[float]]:
-    """A 384-dimension hashing-trick vector per text: a stand-in for a model's cost shape, not for its meaning."""
-    out = []
-    for text in texts:
-        v = np.zeros(384, dtype=np.float32)
-        for word in text.lower().split():
-            h = int.from_bytes(hashlib.blake2b(word.encode(), digest_size=8).digest(), "little")
-            v[h % 384] += 1.0 if h >> 63 else -1.0
-        out.append((v / (np.linalg.norm(v) or 1.0)).tolist())
-    return out
-
-
-hashing.model_name = "hashing-384"  # type: ignore[attr-defined]
 
 
 def corpus(queries: int) -> tuple[list[str], list[str]]:
