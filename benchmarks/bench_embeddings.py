@@ -22,7 +22,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import hashlib
 import io
 import json
 import math
@@ -42,6 +41,7 @@ sys.path.insert(0, str(ROOT))
 from locomo import SKIP_REASON, load_questions, load_sessions, locomo_files  # noqa: E402
 
 import figures  # noqa: E402
+from toy_vectors import hashing  # noqa: E402
 from tortoise_sdk import Memory  # noqa: E402
 from tortoise_sdk.evaluation.locomo import evidence_recall as recall  # noqa: E402
 from tortoise_sdk.reflex import semantic as semantic_module  # noqa: E402
@@ -127,21 +127,6 @@ def _norm(x: np.ndarray, w: dict[str, np.ndarray], name: str) -> np.ndarray:
     mu = x.mean(-1, keepdims=True)
     var = x.var(-1, keepdims=True)
     return (x - mu) / np.sqrt(var + 1e-12) * w[name + ".weight"] + w[name + ".bias"]
-
-
-def hashing(texts: list[str]) -> list[list[float]]:
-    """A 384-dimension hashing-trick vector per text: a stand-in for a model's cost shape, not for its meaning."""
-    out = []
-    for text in texts:
-        v = np.zeros(384, dtype=np.float32)
-        for word in text.lower().split():
-            h = int.from_bytes(hashlib.blake2b(word.encode(), digest_size=8).digest(), "little")
-            v[h % 384] += 1.0 if h >> 63 else -1.0
-        out.append((v / (np.linalg.norm(v) or 1.0)).tolist())
-    return out
-
-
-hashing.model_name = "hashing-384"  # type: ignore[attr-defined]
 
 
 def recall_part(conversations: int, weights: list[float]) -> None:

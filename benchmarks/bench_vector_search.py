@@ -40,7 +40,7 @@ sys.path.insert(0, str(ROOT / "tests"))  # the LoCoMo loader only; tortoise_sdk 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from locomo import load_questions, load_sessions, locomo_files  # noqa: E402
-from bench_embeddings import hashing  # noqa: E402  (the same 384-dimension toy as the embeddings bench)
+from toy_vectors import hashing  # noqa: E402
 from revision import add_options, alternate  # noqa: E402
 
 MODES = ("words", "fused", "engine only", "exact", "fused after a write", "engine only after a write",
