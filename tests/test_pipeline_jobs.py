@@ -150,7 +150,12 @@ def test_the_worker_waits_out_a_postgres_outage_and_goes_on(tmp_path, stub_model
             out.close()
             err.close()
     logged = (tmp_path / "worker.err").read_text()
-    assert "store unavailable" in logged and "store reachable again" in logged
+    # The outage is seen either by a pass that failed and backed off, or by a pass that waited inside
+    # the pool for a connection (up to the store's bound) while the pool retried: which one depends on
+    # where the worker was when the server died. Either way it says so.
+    backed_off = "store unavailable" in logged and "store reachable again" in logged
+    waited_in_pool = "Connection refused" in logged
+    assert backed_off or waited_in_pool, logged
     assert f"job {receipt.extraction.job_id} demo-1: done (attempt 1)" in (tmp_path / "worker.out").read_text()
 
 
