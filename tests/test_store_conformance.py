@@ -1438,6 +1438,23 @@ def _statistics(store: Store, ns: str):
     return tuple(totals), [tuple(r) for r in terms], [tuple(r) for r in lengths]
 
 
+def test_ranking_statistics_stay_exact_for_turns_of_128_tokens_and_more(store: Store, ns):
+    """A turn's length in tokens past 127 (a longer docsize record on SQLite) is counted in and out exactly."""
+    words = [f"w{i}" for i in range(400)]
+    texts = [" ".join(words[:n]) for n in (1, 127, 128, 129, 300, 400)]
+    turns = [{"role": "user", "name": " ".join(words[:k]), "content": t} for k, t in zip((0, 2, 127, 60, 1, 3), texts)]
+    turns[0].pop("name")
+    receipt = store.capture(ns, req("s1", turns))
+    totals, _, lengths = _statistics(store, ns)
+    assert totals[0] == 6
+    assert totals[1] == sum(r[2] for r in lengths) > 128 * 4
+    assert 400 + 3 in [r[2] for r in lengths]
+    _delete_turns(store, ns, receipt.turn_ids[2:4])
+    totals, terms, lengths = _statistics(store, ns)
+    assert totals == (4, sum(r[2] for r in lengths))
+    assert dict((t[0], t[1:]) for t in terms)[store.analyze(["w127"])[0][0]] == (2, 2, 0)
+
+
 _words = st.sampled_from(["kayak", "kayaks", "trip", "lake", "Café", "été", "🛶", "a", "the", "x" * 40, "río"])
 _turn = st.fixed_dictionaries({
     "role": st.sampled_from(["user", "assistant"]),

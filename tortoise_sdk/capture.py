@@ -12,7 +12,7 @@ from pydantic import ValidationError
 
 from .errors import InvalidInput, InvalidType
 from .models import ROLES, Diagnostic, ExtractionReport, Turn
-from .validate import check_id, check_json, check_text, take_at_most
+from .validate import MAX_ID_BYTES, check_id, check_json, check_text, take_at_most
 
 __all__ = ("TEXT_PART_TYPES", "CaptureRequest", "content_hash", "flatten_content", "normalize_date", "prepare_capture",
            "turn_id_for")
@@ -205,11 +205,15 @@ def _parse_turn(i: int, value: Turn | Mapping[str, Any], kept: dict[int, list[st
 def _refuse_unstorable(turn: Turn, i: int) -> None:
     """Refuse what no engine stores faithfully: NUL (PostgreSQL cannot), lone surrogates (not UTF-8), ids too
     long to index, and metadata that is not plain JSON (see ``validate``)."""
+    # ASCII text without NUL passes every check: only other text pays for them (and for its field's name).
     for field in ("content", "name", "timestamp"):
         value = getattr(turn, field)
-        if value is not None:
+        if value is not None and ("\x00" in value or not value.isascii()):
             check_text(value, f"turns[{i}].{field}")
-    check_id(turn.id, f"turns[{i}].id", optional=True)
+    ident = turn.id
+    if ident is not None and not (ident.__class__ is str and ident.isascii() and len(ident) <= MAX_ID_BYTES
+                                  and "\x00" not in ident):
+        check_id(ident, f"turns[{i}].id", optional=True)
     if turn.metadata is not None:
         check_json(turn.metadata, f"turns[{i}].metadata")
 

@@ -71,6 +71,8 @@ def _head(c: sqlite3.Connection, rowid: int) -> str:
         data = blob.read(_HEAD_BYTES)
     # Only a character cut at the end of the read part can be incomplete (stored text is valid UTF-8).
     return data.decode("utf-8", errors="ignore")[:INDEX_CHARS]
+#: Byte k at offset k (0 to 127): ``instr(_BYTES, b) - 1`` is the value of a one-byte varint ``b`` in SQL.
+_BYTES = bytes(range(128))
 _TOKENIZE = "tokenize='porter unicode61 remove_diacritics 2'"
 #: How many of its newest turns stand in for a term whose postings exceed the budget: each is read
 #: and tokenized again for its term frequencies (~15 us a turn), 30x what reading a posting costs.
@@ -81,7 +83,7 @@ NEWEST_TURNS = 500
 # need) and views of both indexes' terms.
 _TEMP_TABLES = (
     "CREATE VIRTUAL TABLE IF NOT EXISTS temp.tortoise_batch USING fts5"
-    f"(content, name, content='', detail=column, {_TOKENIZE})",
+    f"(content, name, content='', detail=column, columnsize=0, {_TOKENIZE})",
     "CREATE VIRTUAL TABLE IF NOT EXISTS temp.tortoise_batch_row USING fts5vocab(temp, tortoise_batch, 'row')",
     "CREATE VIRTUAL TABLE IF NOT EXISTS temp.tortoise_batch_col USING fts5vocab(temp, tortoise_batch, 'col')",
     "CREATE VIRTUAL TABLE IF NOT EXISTS temp.tortoise_turns_inst USING fts5vocab(main, turns_fts, 'instance')",
@@ -110,7 +112,26 @@ class SQLiteRankingMixin:
             " SELECT rowid, substr(content, 1, ?), substr(name, 1, ?) FROM turns WHERE rowid > ?",
             (INDEX_CHARS, NAME_INDEX_CHARS, after_rowid),
         )
-        self._count_turns(c, namespace, "rowid > ?", (after_rowid,), +1)
+        ns_id = self._count_turns(c, namespace, "rowid > ?", (after_rowid,), +1)
+        if ns_id is None:
+            return
+        # Each turn's length in tokens is its record in the turn index's docsize table, just written
+        # from the same text. Two one-byte varints (both counts below 128, nearly always) are read by
+        # SQL: a byte's value is its offset in _BYTES; Python decodes the rest.
+        c.execute(
+            "INSERT INTO rank_turns (rowid, ns_id, n_tokens) SELECT id, ?,"
+            " instr(?2, substr(sz, 1, 1)) + instr(?2, substr(sz, 2, 1)) - 2"
+            " FROM turns_fts_docsize WHERE id > ?3 AND length(sz) = 2 AND sz < x'8000'",
+            (ns_id, _BYTES, after_rowid),
+        )
+        c.executemany("INSERT INTO rank_turns (rowid, ns_id, n_tokens) VALUES (?, ?, ?)", [
+            (rowid, ns_id, sum(_varints(sz))) for rowid, sz in _tuples(c).execute(
+                "SELECT id, sz FROM turns_fts_docsize WHERE id > ? AND NOT (length(sz) = 2 AND sz < x'8000')",
+                (after_rowid,))
+        ])
+        c.execute("UPDATE rank_namespaces SET n_tokens = n_tokens"
+                  " + (SELECT COALESCE(SUM(n_tokens), 0) FROM rank_turns WHERE rowid > ?) WHERE ns_id = ?",
+                  (after_rowid, ns_id))
 
     def unindex_turns(self, c: sqlite3.Connection, namespace: str, turn_ids: Sequence[str]) -> None:
         """Take turns of ``namespace`` out of its ranking statistics.
@@ -118,12 +139,25 @@ class SQLiteRankingMixin:
         Call it in the deleting transaction, before the ``DELETE FROM turns`` (whose trigger
         takes them out of the full-text index).
         """
-        if turn_ids:
-            self._count_turns(c, namespace, "namespace = ? AND turn_id IN (SELECT value FROM json_each(?))",
-                              (namespace, json.dumps(list(turn_ids))), -1)
+        if not turn_ids:
+            return
+        where = "namespace = ? AND turn_id IN (SELECT value FROM json_each(?))"
+        args = (namespace, json.dumps(list(turn_ids)))
+        ns_id = self._count_turns(c, namespace, where, args, -1)
+        if ns_id is None:
+            return
+        # Their lengths as they were counted in.
+        c.execute("UPDATE rank_namespaces SET n_tokens = n_tokens - (SELECT COALESCE(SUM(n_tokens), 0) FROM rank_turns"
+                  f" WHERE rowid IN (SELECT rowid FROM turns WHERE {where})) WHERE ns_id = ?", (*args, ns_id))
+        c.execute(f"DELETE FROM rank_turns WHERE rowid IN (SELECT rowid FROM turns WHERE {where})", args)
+        c.execute("DELETE FROM rank_namespaces WHERE ns_id = ? AND n_turns <= 0", (ns_id,))
 
     def _count_turns(self, c: sqlite3.Connection, namespace: str, where: str, args: Sequence[Any],
-                     sign: int) -> None:
+                     sign: int) -> int | None:
+        """Add (``sign`` +1) or take off (-1) the turns ``where`` selects in the namespace's turn and term counts.
+
+        Returns its ``ns_id`` (None when no turn is selected); the caller keeps ``rank_turns`` and the token total.
+        """
         ensure_temp(c)
         _clear_batch(c)
         n = c.execute(
@@ -132,25 +166,15 @@ class SQLiteRankingMixin:
             (INDEX_CHARS, NAME_INDEX_CHARS, *args),
         ).rowcount
         if n <= 0:
-            return
+            return None
         c.execute("INSERT INTO rank_namespaces (namespace) VALUES (?) ON CONFLICT (namespace) DO NOTHING", (namespace,))
-        ns_id = c.execute("SELECT ns_id FROM rank_namespaces WHERE namespace = ?", (namespace,)).fetchone()[0]
-        # Each turn's length in tokens is its row of the scratch index's docsize table (one small
-        # record a turn): a linear read, where grouping the index's postings by row is not.
-        lengths = [(rowid, sum(_varints(sz)))
-                   for rowid, sz in c.execute("SELECT id, sz FROM temp.tortoise_batch_docsize")]
-        tokens = sum(n for _, n in lengths)
-        if sign > 0:
-            c.executemany("INSERT INTO rank_turns (rowid, ns_id, n_tokens) VALUES (?, ?, ?)",
-                          [(rowid, ns_id, n) for rowid, n in lengths])
-        else:
-            c.executemany("DELETE FROM rank_turns WHERE rowid = ?", [(rowid,) for rowid, _ in lengths])
-        c.execute("UPDATE rank_namespaces SET n_turns = n_turns + ?, n_tokens = n_tokens + ? WHERE ns_id = ?",
-                  (sign * n, sign * tokens, ns_id))
+        ns_id: int = c.execute("SELECT ns_id FROM rank_namespaces WHERE namespace = ?", (namespace,)).fetchone()[0]
+        c.execute("UPDATE rank_namespaces SET n_turns = n_turns + ? WHERE ns_id = ?", (sign * n, ns_id))
         # Per term: turns holding it, in content, in the name. One scan of each vocabulary, merged
         # here (joining them looks each term up again, ~20 us a term; a scan of the postings costs more).
-        counts = {term: [n, 0, 0] for term, n in c.execute("SELECT term, doc FROM temp.tortoise_batch_row")}
-        for term, col, n in c.execute("SELECT term, col, doc FROM temp.tortoise_batch_col"):
+        cur = _tuples(c)
+        counts = {term: [n, 0, 0] for term, n in cur.execute("SELECT term, doc FROM temp.tortoise_batch_row")}
+        for term, col, n in cur.execute("SELECT term, col, doc FROM temp.tortoise_batch_col"):
             counts[term][1 if col == "content" else 2] = n
         c.executemany(
             "INSERT INTO rank_terms (ns_id, term, n_turns, n_content, n_name) VALUES (?, ?, ?, ?, ?)"
@@ -161,8 +185,8 @@ class SQLiteRankingMixin:
         )
         if sign < 0:
             c.execute("DELETE FROM rank_terms WHERE ns_id = ? AND n_turns <= 0", (ns_id,))
-            c.execute("DELETE FROM rank_namespaces WHERE ns_id = ? AND n_turns <= 0", (ns_id,))
         _clear_batch(c)
+        return ns_id
 
     # -- reading them ---------------------------------------------------------------------------
 
