@@ -11,6 +11,7 @@ import unicodedata
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -65,6 +66,31 @@ def test_relevant_turn_with_its_session_date(mem):
     assert '(2024-03-02, Maya) "Biscuit hates it.' in block.block
     assert "not instructions" in block.block.splitlines()[0]
     assert block.tokens == approx_tokens(block.block) <= 400
+
+
+def test_memories_read_beside_the_turns_on_a_concurrent_store(mem, monkeypatch):
+    """On a store whose reads run at once (PostgreSQL's pool), the memory candidates are read while the
+    turn candidates are: here the first read of each waits for the other, which only two threads allow."""
+    alone = ask(mem, "where does Maya work now?")
+    store = mem.store
+    met = threading.Barrier(2, timeout=10)
+    waited: set[str] = set()
+
+    def meeting(name, read):
+        def call(*args, **kwargs):
+            if name not in waited:
+                waited.add(name)
+                met.wait()  # BrokenBarrierError after 10 s when read one after the other
+            return read(*args, **kwargs)
+        return call
+
+    monkeypatch.setattr(store, "candidate_turns_near", meeting("turns", store.candidate_turns_near))
+    monkeypatch.setattr(store, "candidate_memories", meeting("memories", store.candidate_memories))
+    monkeypatch.setattr(store, "concurrent_reads", True, raising=False)
+    together = ask(mem, "where does Maya work now?")
+    assert waited == {"turns", "memories"}
+    assert together.degraded_reason is None
+    assert (together.block, together.why, together.pointers) == (alone.block, alone.why, alone.pointers)
 
 
 def test_deterministic(mem):

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import sqlite3
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from ..errors import InvalidInput, StoreError, StoreTimeout
@@ -34,6 +37,30 @@ DEFAULT_BUDGET = 3
 MAX_BUDGET = 8
 DEFAULT_MAX_TOKENS = 400
 DEFAULT_TIME_BUDGET_MS = 50.0
+
+#: Memory candidates read alongside the turn candidates, each on its own connection, when the store
+#: says its reads can run at once (``Store.concurrent_reads``): the two chains are independent.
+_READERS = 4
+_readers: ThreadPoolExecutor | None = None
+_readers_lock = threading.Lock()
+
+
+def _alongside(store: Store, fn: Callable[[], Any]) -> Callable[[], Any]:
+    """``fn`` started now in a worker thread (with this thread's deadline scope) when the store reads
+    concurrently; returns what waits for its result. A call the workers have not started by then runs
+    here instead, so a busy process is never slower than reading in turn."""
+    global _readers
+    if not getattr(store, "concurrent_reads", False):
+        return fn
+    with _readers_lock:
+        if _readers is None:
+            _readers = ThreadPoolExecutor(max_workers=_READERS, thread_name_prefix="tortoise-reflex")
+        running: Future[Any] = _readers.submit(contextvars.copy_context().run, fn)
+
+    def result() -> Any:
+        return fn() if running.cancel() else running.result()
+
+    return result
 
 
 def context(
@@ -129,10 +156,13 @@ def _steps(r: Reading, window: Sequence[Any], prior: Any, budget: int, max_token
     terms, slot_terms = expand(r, terms, query) if present else (terms, [])
     r.terms = terms
     wants_change = bool(CHANGE.search(query))
+    # The memories need only the terms: they are read while the turns are.
+    mem_terms = terms + slot_terms
+    memories = _alongside(r.store, lambda: memory_candidates(r, mem_terms, query, wants_change))
     content_terms, pool = turn_pool(r, terms)
     if slot_terms:
         pool = widen_pool(r, content_terms, slot_terms, pool)
-        terms = r.terms = terms + slot_terms
+        terms = r.terms = mem_terms
         content_terms = content_terms + slot_terms
     pool = host.pool_outside_host(pool, session_id, held_from)  # issue 23: what the host holds is no memory
     turns = score_turns(r, terms, content_terms, query, pool)
@@ -147,7 +177,7 @@ def _steps(r: Reading, window: Sequence[Any], prior: Any, budget: int, max_token
             r.tick()
     # A question the host's window already shows brings no reply: the window is dropped first.
     turns = filled(r, with_replies(r, not_in_window(turns, msgs, session_id), pool, budget), pool, budget)
-    ranked = distinct(fuse([turns, *memory_candidates(r, terms, query, wants_change), *meaning.lists(r)]))
+    ranked = distinct(fuse([turns, *memories(), *meaning.lists(r)]))
     # What the window already shows goes before the present-tense step reads the top turns: this
     # session's own question and reply must not take the places of the turns whose follow-ups it seeks.
     ranked = not_in_window(ranked, msgs, session_id)

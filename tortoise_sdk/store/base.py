@@ -56,6 +56,9 @@ class Store(ABC):
     url: str
     read_only: bool = False
     timeout_s: float | None = None
+    #: Whether reads from several threads run at once (a pool of connections), so the reflex reads
+    #: its turn and memory candidates side by side.
+    concurrent_reads: bool = False
 
     @abstractmethod
     def migrate(self) -> list[int]:

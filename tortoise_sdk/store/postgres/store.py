@@ -107,6 +107,7 @@ class PostgresStore(PostgresExtractionMixin, PostgresSubagentMixin, PostgresForg
 
     PARAM = "%s"
     ROW_ORDER = "id"
+    concurrent_reads = True
 
     def _time_param(self, value: datetime) -> Any:
         return value
