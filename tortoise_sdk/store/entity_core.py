@@ -32,7 +32,7 @@ from ..errors import InvalidInput, NotFoundError
 from ..names import ROLE_IN_TEXT, note_role, role_key, role_statements, why_short
 from ..text import fact_key, norm_content, norm_name
 from .plan import EntityPlan
-from .rows import entity_id_for
+from .rows import entity_dicts, entity_id_for
 
 __all__ = ("EntityCore", "Names", "entity_token", "with_tokens")
 
@@ -93,6 +93,8 @@ class EntityCore:
     """Resolution, merge and split of entities, over the store's ``PARAM`` and ``transaction``."""
 
     PARAM: str
+    #: Appended to a text ORDER BY so that it compares bytes on both engines (PostgreSQL's collations do not).
+    BYTE_ORDER: str = ""
     transaction: Any
     read: Any
     _time_param: Any
@@ -444,6 +446,15 @@ class EntityCore:
                         (entity_id,)).fetchone()
         return {"id": row[0], "name": row[1], "kind": row[2], "note": row[3],
                 "aliases": self._aliases_of(c, [entity_id]).get(entity_id, [])}
+
+    def entities(self, namespace: str) -> list[dict[str, Any]]:
+        """Every entity of the namespace, oldest first: ``{id, name, kind, note, aliases}`` (each alias
+        ``{name, how, evidence}``)."""
+        with self.read() as c:
+            rows = c.execute(self._q("SELECT entity_id, name, kind, note FROM entities WHERE namespace = ?"
+                                     f" ORDER BY created_at, entity_id{self.BYTE_ORDER}"), (namespace,)).fetchall()
+            aliases = self._aliases_of(c, [r[0] for r in rows])
+        return [{**d, "aliases": aliases.get(d["id"], [])} for d in entity_dicts(rows)]
 
     def _aliases_of(self, c: Conn, entity_ids: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
         out: dict[str, list[dict[str, Any]]] = {}

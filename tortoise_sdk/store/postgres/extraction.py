@@ -64,6 +64,7 @@ _S5_LOCK_CLASS = 0x7435
 class PostgresExtractionMixin(ExtractionCore):
     """Memory reads, the S5 write and jobs for ``PostgresStore``."""
 
+    BYTE_ORDER = ' COLLATE "C"'
     transaction: Callable[..., Any]
     read: Callable[[], AbstractContextManager[psycopg.Connection]]
     _log = log
@@ -164,18 +165,6 @@ class PostgresExtractionMixin(ExtractionCore):
                 [namespace, names, namespace, names, k],
             )
             return self._records(c, rows)
-
-    def entities(self, namespace: str) -> list[dict[str, Any]]:
-        """Every entity of the namespace, oldest first: ``{id, name, kind, note, aliases}`` (each alias
-        ``{name, how, evidence}``)."""
-        with self.read() as c:
-            rows = c.execute(
-                "SELECT entity_id, name, kind, note FROM entities WHERE namespace = %s"
-                ' ORDER BY created_at, entity_id COLLATE "C"',
-                (namespace,),
-            ).fetchall()
-            aliases = self._aliases_of(c, [r[0] for r in rows])
-        return [{**d, "aliases": aliases.get(d["id"], [])} for d in entity_dicts(rows)]
 
     def find_entities(self, namespace: str, names: Sequence[str]) -> list[dict[str, Any]]:
         """Stored entities whose normalised name matches one of ``names``: ``{id, name, kind, note}``."""

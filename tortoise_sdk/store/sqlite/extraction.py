@@ -98,18 +98,6 @@ class SQLiteExtractionMixin(ExtractionCore):
             ).fetchall()
             return self._records(c, rows)
 
-    def entities(self, namespace: str) -> list[dict[str, Any]]:
-        """Every entity of the namespace, oldest first: ``{id, name, kind, note, aliases}`` (each alias
-        ``{name, how, evidence}``)."""
-        with self.read() as c:
-            rows = c.execute(
-                "SELECT entity_id, name, kind, note FROM entities WHERE namespace = ?"
-                " ORDER BY created_at, entity_id",
-                (namespace,),
-            ).fetchall()
-            aliases = self._aliases_of(c, [r[0] for r in rows])
-        return [{**d, "aliases": aliases.get(d["id"], [])} for d in entity_dicts(rows)]
-
     def find_entities(self, namespace: str, names: Sequence[str]) -> list[dict[str, Any]]:
         """Stored entities whose normalised name matches one of ``names``: ``{id, name, kind, note}``."""
         keys = norm_keys(names)
