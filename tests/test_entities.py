@@ -283,3 +283,27 @@ def test_entity_events_takes_a_name_as_merge_and_split_do(store: Store):
     assert store.entity_events(ns, gone) == by_id  # a merged-away entity's id still finds its events
     with pytest.raises(NotFoundError, match="mem.entities"):
         store.entity_events(ns, "Nobody")
+
+
+def test_entities_a_host_names_follow_the_person_rules(store: Store):
+    mem = Memory(store=store, namespace=_ns())
+    mem.remember("Melanie Hart loves pottery", about=["Melanie Hart"])
+    assert mem.remember("Mel likes tea", about=["Mel"]).entities == ["Melanie Hart"]
+    assert mem.remember("Bob visited Melanie", about=["Bob", "Melanie"]).entities == ["Bob", "Melanie Hart"]
+    # A name the nicknames table lacks is a person when the host says so, and then claims its first name.
+    mem.remember("Maya Chen works at Helix Health", about={"Maya Chen": "person", "Helix Health": "organization"})
+    assert mem.remember("Maya bikes to work", about=["Maya"]).entities == ["Maya Chen"]
+    # Not people: an organisation's first word, or a lower-case phrase, keeps its own entity.
+    assert mem.remember("Helix is a start-up", about=["Helix"]).entities == ["Helix"]
+    assert mem.remember("Art class is on Fridays", about=["Art class"]).entities == ["Art class"]
+    kinds = {e["name"]: e["kind"] for e in mem.entities()}
+    assert kinds == {"Melanie Hart": "person", "Bob": "person", "Maya Chen": "person",
+                     "Helix Health": "organization", "Helix": "other", "Art class": "other"}
+
+
+def test_an_unknown_entity_kind_from_the_host_is_refused_with_the_known_ones(tmp_path):
+    mem = Memory(str(tmp_path / "m.db"))
+    with pytest.raises(InvalidInput, match="unknown entity kind 'alien'.*person, place, organization"):
+        mem.remember("Zork landed", about={"Zork": "alien"})
+    assert mem.memories() == []
+    mem.close()

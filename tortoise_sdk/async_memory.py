@@ -103,12 +103,14 @@ class AsyncMemory:
         """``Memory.capture_many``."""
         return await self._run(self.sync.capture_many, sessions, extract=extract, chunk_size=chunk_size)
 
-    async def remember(self, text: str, *, kind: Literal["event", "point"] = "point", about: Sequence[str] = (),
+    async def remember(self, text: str, *, kind: Literal["event", "point"] = "point",
+                       about: Sequence[str] | Mapping[str, str] = (),
                        when: str | None = None, category: str | None = None) -> MemoryRecord:
         """``Memory.remember``: add a memory by hand."""
         return await self._run(self.sync.remember, text, kind=kind, about=about, when=when, category=category)
 
-    async def correct_memory(self, memory_id: str, text: str, *, about: Sequence[str] | None = None) -> MemoryRecord:
+    async def correct_memory(self, memory_id: str, text: str, *,
+                             about: Sequence[str] | Mapping[str, str] | None = None) -> MemoryRecord:
         """``Memory.correct_memory``: supersede a memory, keeping its history."""
         return await self._run(self.sync.correct_memory, memory_id, text, about=about)
 

@@ -1252,25 +1252,31 @@ class Memory:
         return [rec for rec, _ in self.store.search_memories(self.namespace, match, k=k,
                                                              include_superseded=include_superseded)]
 
-    def remember(self, text: str, *, kind: Literal["event", "point"] = "point", about: Sequence[str] = (),
-                 when: str | None = None, category: str | None = None) -> MemoryRecord:
+    def remember(self, text: str, *, kind: Literal["event", "point"] = "point",
+                 about: Sequence[str] | Mapping[str, str] = (), when: str | None = None,
+                 category: str | None = None) -> MemoryRecord:
         """Add a memory by hand (what the host knows, not what a model extracted); returns it as stored.
 
         No turn is invented for it: its ``sources`` is empty and its ``session_id`` is
         ``HOST_SESSION``; the write is recorded as an extraction run of that session whose report
-        says the host added it. ``about`` names the entities it is about; ``category`` files it under
+        says the host added it. ``about`` names the entities it is about: a list of names, or a
+        mapping of name to kind (``{"Maya": "person", "Helix Health": "organization"}``); a name
+        given without a kind is a person when it is capitalised and starts with a given name the
+        ``nicknames`` table knows ("Melanie Hart"), so "Mel" or "my wife" can later resolve to it,
+        and ``other`` otherwise. ``category`` files it under
         one of ``Memory(categories=...)`` (case ignored), as extraction does. Remembering the same text
         again (same normalised content as a live memory) returns that memory (NOOP).
 
         Raises:
-            InvalidInput: ``text`` is blank or not storable, ``kind`` unknown, ``about`` not a list of names,
-                ``category`` not one of this memory's categories.
+            InvalidInput: ``text`` is blank or not storable, ``kind`` unknown, ``about`` not a list of names
+                (or a mapping to a known entity kind), ``category`` not one of this memory's categories.
         """
         chosen = None if category is None else self._host_category(category)
         item = _host_item(text, kind, about, when, category=chosen)
         return self._host_write(item, "added by the host (Memory.remember)")
 
-    def correct_memory(self, memory_id: str, text: str, *, about: Sequence[str] | None = None) -> MemoryRecord:
+    def correct_memory(self, memory_id: str, text: str, *,
+                       about: Sequence[str] | Mapping[str, str] | None = None) -> MemoryRecord:
         """Replace a memory's content, keeping the old version in its history; returns the new version.
 
         The current version of the fact ``memory_id`` belongs to is marked superseded (kept, with
@@ -1408,7 +1414,7 @@ def _require_id(value: Any, field: str) -> None:
 def _host_item(text: Any, kind: Any, about: Any, when: Any, supersedes: str | None = None,
                category: str | None = None) -> Any:
     """A ``remember``/``correct_memory`` argument set as the S5 item it writes, checked first."""
-    from .store.plan import ItemPlan
+    from .store.plan import ENTITY_KINDS, ItemPlan
     from .validate import check_text
 
     if not isinstance(text, str):
@@ -1419,14 +1425,23 @@ def _host_item(text: Any, kind: Any, about: Any, when: Any, supersedes: str | No
     if kind not in ("event", "point"):
         raise InvalidInput(f"unknown kind {kind!r}; use 'point' (a fact) or 'event' (something that happened)",
                            field="kind")
+    kinds: dict[str, str] = {}
+    if isinstance(about, Mapping):
+        for name, entity_kind in about.items():
+            if not isinstance(entity_kind, str) or entity_kind.strip().lower() not in ENTITY_KINDS:
+                raise InvalidInput(f"unknown entity kind {entity_kind!r} for {name!r}; use one of "
+                                   f"{', '.join(ENTITY_KINDS)}", field="about")
+            kinds[name] = entity_kind.strip().lower()
+        about = list(about)
     if isinstance(about, str) or not all(isinstance(a, str) for a in about):
-        raise InvalidType("must be a list of entity names, e.g. about=['Maya']", field="about")
+        raise InvalidType("must be a list of entity names, e.g. about=['Maya'], or a mapping of name to kind, "
+                          "e.g. about={'Maya': 'person'}", field="about")
     for i, name in enumerate(about):
         check_text(name, f"about[{i}]")
     if when is not None:
         check_text(when, "when")
     return ItemPlan(kind=kind, content=text.strip(), about=tuple(about), when=when, supersedes=supersedes,
-                    category=category)
+                    category=category, about_kinds=tuple(kinds.items()))
 
 
 def migrate_store(src: str, dst: str, *, progress: Callable[[str, int], None] | None = None) -> CopyReport:

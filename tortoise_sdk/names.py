@@ -14,7 +14,7 @@ from functools import lru_cache
 
 from .text import norm_name
 
-__all__ = ("MIN_CLIPPED", "ROLES", "ROLE_IN_TEXT", "entities_named", "note_role", "role_key", "role_statements", "short_form_of",
+__all__ = ("MIN_CLIPPED", "ROLES", "ROLE_IN_TEXT", "entities_named", "host_entity_kind", "note_role", "role_key", "role_statements", "short_form_of",
            "why_short")
 
 #: The fewest letters a clipped first name ("Mel", "Rob") must keep to count as a short form.
@@ -160,3 +160,19 @@ def entities_named(text: str, entities: list[dict]) -> list[str]:  # type: ignor
         if any(f and f" {f} " in words for f in forms) or held & roles:
             out.append(e["name"])
     return out
+
+
+def host_entity_kind(name: str) -> str:
+    """The kind of an entity a host named without one (``Memory.remember(about=[...])``).
+
+    ``"person"`` when every word of ``name`` is capitalised and its first word is a given name
+    the ``nicknames`` table knows ("Melanie Hart", "Bob"), so the person rules (short forms,
+    roles) apply to it as to an extracted person; ``"other"`` otherwise ("Helix Health", "Art
+    class", or a name the table lacks, such as "Maya": pass ``about={"Maya": "person"}`` then).
+    """
+    words = name.split()
+    first = norm_name(words[0]) if words else ""
+    if not first or not all(w[:1].isupper() for w in words):
+        return "other"
+    nn = _nicknamer()
+    return "person" if nn.nicknames_of(first) or nn.canonicals_of(first) else "other"

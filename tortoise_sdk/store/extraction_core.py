@@ -18,6 +18,7 @@ from typing import Any
 from ..confidence import confidence
 from ..errors import LeaseLost, NotFoundError
 from ..models import Diagnostic, ExtractionReport, ExtractionState, JobInfo, MemoryRecord
+from ..names import host_entity_kind
 from ..text import fact_key, jaccard, norm_content, norm_name
 from .entity_core import EntityCore, Names
 from .plan import EntityPlan, ExtractionPlan, Fence, ItemPlan, RetractionPlan, SourcePlan, Window, WriteResult
@@ -153,9 +154,11 @@ class ExtractionCore(EntityCore):
 
     def _write_item(self, c: Conn, namespace: str, plan: ExtractionPlan, item: ItemPlan,
                     entity_ids: dict[str, str], result: WriteResult, now: datetime, names: Names) -> None:
+        kinds = dict(item.about_kinds)
         for name in item.about:
             if norm_name(name) and norm_name(name) not in entity_ids:
-                entity_ids[norm_name(name)] = self.resolve_entity(c, names, EntityPlan(name, "other"))
+                kind = kinds.get(name) or host_entity_kind(name)
+                entity_ids[norm_name(name)] = self.resolve_entity(c, names, EntityPlan(name, kind))
         named = [n for n in item.about if norm_name(n)]
         about = [names.current(entity_ids[norm_name(n)]) for n in named]
         # The key names each entity by its id, so "Mel loves pottery" restates "Melanie Hart loves pottery".

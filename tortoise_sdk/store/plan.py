@@ -9,6 +9,7 @@ from typing import Literal
 from ..models import CaptureReceipt, Diagnostic, ExtractionReport
 
 __all__ = (
+    "ENTITY_KINDS",
     "EntityPlan",
     "ExtractionPlan",
     "Fence",
@@ -26,6 +27,10 @@ class SourcePlan:
 
     turn_id: str
     quote: str | None
+
+
+#: The kinds an entity can have (what S2 is asked for; a host may name them in ``remember(about=...)``).
+ENTITY_KINDS = ("person", "place", "organization", "pet", "object", "concept", "other")
 
 
 @dataclass(frozen=True)
@@ -49,6 +54,8 @@ class ItemPlan:
     sources: tuple[SourcePlan, ...] = ()
     supersedes: str | None = None
     category: str | None = None
+    #: Kinds the host gave for some ``about`` names (``(name, kind)``); the others are guessed.
+    about_kinds: tuple[tuple[str, str], ...] = ()
     #: How many stages agreed on it (``tortoise_sdk.confidence``: S4_ONLY 0 .. VETTED 3).
     agreement: int = 2
 
