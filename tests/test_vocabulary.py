@@ -126,3 +126,37 @@ def test_a_memory_added_by_hand_is_filed_under_the_hosts_category(tmp_path: Path
             return (await amem.remember("Maya works at Acme", category="WORK")).category
 
     assert asyncio.run(by_hand()) == "work"
+
+
+@pytest.mark.parametrize("argv, env, expected", [
+    (["extract", "s1", "--categories", "Health, work"], None, ["Health", "work"]),
+    (["worker", "--once"], "health,work", ["health", "work"]),
+    (["capture", "s1", "--categories", "pets"], "health", ["pets"]),  # the option wins over the variable
+    (["flush"], None, None),
+])
+def test_the_commands_that_extract_take_the_hosts_categories(monkeypatch, argv, env, expected) -> None:
+    from tortoise_sdk.cli import build_parser
+    from tortoise_sdk.cli._common import model_options
+
+    monkeypatch.delenv("TORTOISE_CATEGORIES", raising=False)
+    if env is not None:
+        monkeypatch.setenv("TORTOISE_CATEGORIES", env)
+    assert model_options(build_parser().parse_args(argv)).get("categories") == expected
+
+
+def test_a_command_that_extracts_opens_the_memory_with_the_categories_it_was_given(tmp_path: Path,
+                                                                                    monkeypatch) -> None:
+    from tortoise_sdk import cli
+
+    Memory(str(tmp_path / "m.db")).close()
+    seen = []
+    real = Memory.__init__
+
+    def spy(self, *args, **kwargs):  # the Memory the command opens, as the command configured it
+        real(self, *args, **kwargs)
+        seen.append(self.vocabulary.categories if self.vocabulary else None)
+
+    monkeypatch.setattr(Memory, "__init__", spy)
+    monkeypatch.setenv("TORTOISE_CATEGORIES", "Health,work")
+    assert cli.main(["--db", str(tmp_path / "m.db"), "flush", "--model", "openai/m", "--api-key", "k"]) == 0
+    assert seen == [("Health", "work")]

@@ -287,9 +287,15 @@ def progress(total: int, label: str) -> Iterator[Callable[[int, int], None]]:
 
 
 def model_options(args: argparse.Namespace) -> dict[str, Any]:
-    """``model``, ``api_base``, ``api_key`` and ``request_timeout_s``, those given on the command line."""
-    return {k: v for k in ("model", "api_base", "api_key", "request_timeout_s", "embedder", "embed_api_base")
-            if (v := getattr(args, k, None))}
+    """``model``, ``api_base``, ``api_key``, ``request_timeout_s`` and ``categories``, those given on the
+    command line (``categories`` also from ``$TORTOISE_CATEGORIES`` on the commands that extract)."""
+    options = {k: v for k in ("model", "api_base", "api_key", "request_timeout_s", "embedder", "embed_api_base")
+               if (v := getattr(args, k, None))}
+    if hasattr(args, "categories"):
+        listed = args.categories if args.categories is not None else os.environ.get("TORTOISE_CATEGORIES", "")
+        if names := [c.strip() for c in listed.split(",") if c.strip()]:
+            options["categories"] = names
+    return options
 
 
 def add_embedder_options(p: argparse.ArgumentParser) -> None:
@@ -309,6 +315,9 @@ def add_model_options(p: argparse.ArgumentParser, *, model_help: str | None = No
                                      "needs one, e.g. --api-key x")
     if timeout:
         p.add_argument("--timeout", dest="request_timeout_s", type=seconds, metavar="S", help=TIMEOUT_HELP)
+    p.add_argument("--categories", metavar="A,B", help="your memory categories, comma-separated (e.g. health,work): "
+                                                         "extraction files each memory under one "
+                                                         "(default: $TORTOISE_CATEGORIES)")
 
 
 def extraction_failed(report: Any) -> bool:
