@@ -93,7 +93,7 @@ _UNIT = r"\s?(?:ms|s|MB|GB|KB|kB|turns/s|captures/s|jobs/s|calls/s|x|×|%)(?![\w
 FIGURE = re.compile(rf"(?<![\w.,:\-]){_NUM}(?:(?={_UNIT})|(?![\w:\-]|[.,]\d)(?=(?:\s?[/–]\s?{_NUM})+{_UNIT}))"
                     rf"|(?<![\w.,:\-])\d+\.\d{{2,}}(?![\w:\-]|[.,]\d)")
 GOAL = re.compile(r"(?:[≤≥<>=~]|\bdefault)\s*$")  # a goal, or a setting's default ("default 60 s")
-CODE_SPAN = re.compile(r"(`+)(?:(?!\1).)+?\1")
+CODE_SPAN = re.compile(r"(`+)(?:(?!\1)[^\n]|\n(?![ \t]*\n))+?\1")  # may wrap, never past a blank line
 FENCE = re.compile(r"^\s*(```|~~~)")
 # Settings that read like figures (timeouts and deadlines the code sets, sizes a test is given, not something
 # measured), by page.
@@ -109,19 +109,22 @@ def _included(page: Path) -> list[str]:
 
 def _stated_figures(page: Path) -> list[tuple[int, str]]:
     """(line, number) of each figure the page states itself: outside included fragments, code and hand-typed passages."""
-    found, typed, fenced = [], False, False
-    for n, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1):
-        if FENCE.match(line):
-            fenced = not fenced
-            continue
+    lines, fenced = page.read_text(encoding="utf-8").splitlines(), False
+    for n, line in enumerate(lines):  # fenced code, its fences included, becomes empty lines
+        fence = bool(FENCE.match(line))
+        if fenced or fence:
+            lines[n] = ""
+        fenced ^= fence
+    text = CODE_SPAN.sub(lambda m: re.sub(r"[^\n]", " ", m[0]), "\n".join(lines))  # inline code, kept in place
+    found, typed = [], False
+    for n, line in enumerate(text.splitlines(), 1):
         if "<!-- hand-typed: begin" in line:
             typed = True
         if "<!-- hand-typed: end" in line:
             typed = False
             continue
-        if fenced or typed or "<!-- hand-typed -->" in line or INCLUDE.match(line):
+        if typed or "<!-- hand-typed -->" in line or INCLUDE.match(line):
             continue
-        line = CODE_SPAN.sub(lambda m: " " * len(m[0]), line)
         found += [(n, m[0]) for m in FIGURE.finditer(line) if not GOAL.search(line[:m.start()])]
     return found
 
@@ -175,7 +178,8 @@ def test_the_figure_pattern_finds_figures_and_skips_goals_sizes_dates_versions_a
                     "hook p50/p95 245/338 ms, 0.00–0.02 s, ratio 0.97\n"
                     "goal p95 ≤ 20 ms, ≥ 0.68, < 0.5 s, 100,000 turns, 300 queries, default 50 ms\n"
                     "on 2026-12-01 at 21:09:47, Python 3.11.7, 127.0.0.1:5432, conv-26, p95, a44858e, 1e-3\n"
-                    "run `bench.py --turns 2080 --delay 0.25` then\n```text\n12.34 ms\n```\n"
+                    "run `bench.py --turns 2080 --delay 0.25` then `bench.py\n--delay 0.75 --record`\n"
+                    "```text\n12.34 ms\n```\n"
                     "typed 1.25 ms <!-- hand-typed -->\n<!-- hand-typed: begin -->\n3.5 ms\n<!-- hand-typed: end -->\n",
                     encoding="utf-8")
     assert _stated_figures(page) == [
