@@ -34,6 +34,8 @@ CASES = [
     pytest.param("bench_embeddings.py", id="embeddings"),
     pytest.param("bench_dedupe.py", id="dedupe", marks=_slow("four sessions through the stub model: ~10-40 s")),
     pytest.param("bench_vector_search.py", id="vector_search"),
+    pytest.param("bench_eval.py", id="eval"),
+    pytest.param("bench_tokens.py", id="tokens", marks=needs_locomo),
     pytest.param("bench_coding_memory.py", id="coding_memory", marks=pytest.mark.shared_data("claude-projects")),
     pytest.param("bench_scale.py", id="scale", marks=_slow("builds stores on both engines and starts processes: ~30-90 s")),
     pytest.param("bench_workers.py", id="workers", marks=_slow("worker processes against a stub on PostgreSQL: ~20-60 s")),

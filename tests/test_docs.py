@@ -82,14 +82,23 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 import figures  # noqa: E402
 
 INCLUDE = re.compile(r'^[ \t]*--8<--[ \t]+"([^"]+)"[ \t]*$', re.M)
-# A measured figure as the pages write them: a decimal or thousands-grouped number with a time, rate or
-# ratio unit ("2.56 ms", "38,318 turns/s", "0.81x"), or a three-decimal score ("0.694"). Bare integers
-# ("50 ms") are sizes and settings, and a number after a comparison ("p95 <= 20 ms") is a goal.
-FIGURE = re.compile(r"(?<![\w.,])(?:(?P<num>\d[\d,]*\.\d+|\d{1,3}(?:,\d{3})+)"
-                    r"(?: ?(?:ms|s|turns/s|captures/s|jobs/s)\b|x\b)|(?P<score>[01]\.\d{3})(?!\d))")
-GOAL = re.compile(r"[≤≥<>=~]\s*$")
-# Settings that read like figures (timeouts and deadlines the code sets, not something measured).
-SETTINGS = {"docs/guarantees.md": {"0.1"}, "docs/postgres.md": {"0.1"}, "docs/extraction.md": {"0.5", "0.3"},
+# A measured figure as the pages write them: a number, whole or decimal, with a time, size, rate or ratio unit
+# ("2.56 ms", "1675 ms", "878 MB", "38,318 turns/s", "0.81x", "21.6 %"), each number of a run of them that ends
+# in one ("245/338 ms", "0.00–0.02 s"), and any number with two decimals or more, unit or none ("0.694").
+# Not figures: a number after a comparison ("p95 <= 20 ms" is a goal), counts without a unit ("300 queries"),
+# parts of dates, versions, addresses and names ("2026-12-01", "3.11.7", "127.0.0.1", "conv-26", "p95"),
+# code (inline and fenced: commands and snippets), and the settings listed in SETTINGS.
+_NUM = r"(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?"
+_UNIT = r"\s?(?:ms|s|MB|GB|KB|kB|turns/s|captures/s|jobs/s|calls/s|x|×|%)(?![\w/])"
+FIGURE = re.compile(rf"(?<![\w.,:\-]){_NUM}(?:(?={_UNIT})|(?![\w:\-]|[.,]\d)(?=(?:\s?[/–]\s?{_NUM})+{_UNIT}))"
+                    rf"|(?<![\w.,:\-])\d+\.\d{{2,}}(?![\w:\-]|[.,]\d)")
+GOAL = re.compile(r"(?:[≤≥<>=~]|\bdefault)\s*$")  # a goal, or a setting's default ("default 60 s")
+CODE_SPAN = re.compile(r"(`+)(?:(?!\1)[^\n]|\n(?![ \t]*\n))+?\1")  # may wrap, never past a blank line
+FENCE = re.compile(r"^\s*(```|~~~)")
+# Settings that read like figures (timeouts and deadlines the code sets, sizes a test is given, not something
+# measured), by page.
+SETTINGS = {"docs/guarantees.md": {"0.1", "1.7", "2.7"},  # sizes a test stores; PostgreSQL's index row limit
+            "docs/postgres.md": {"0.1"}, "docs/extraction.md": {"0.5", "0.3", "60"},  # stub delays; request timeout
             "docs/reflex.md": {"1.110"}}  # litellm's version, whose price table the cost table reads
 FRAGMENTS = sorted(FIGURES.glob("*.md"))
 
@@ -99,9 +108,16 @@ def _included(page: Path) -> list[str]:
 
 
 def _stated_figures(page: Path) -> list[tuple[int, str]]:
-    """(line, number) of each figure the page states itself: outside included fragments and hand-typed passages."""
+    """(line, number) of each figure the page states itself: outside included fragments, code and hand-typed passages."""
+    lines, fenced = page.read_text(encoding="utf-8").splitlines(), False
+    for n, line in enumerate(lines):  # fenced code, its fences included, becomes empty lines
+        fence = bool(FENCE.match(line))
+        if fenced or fence:
+            lines[n] = ""
+        fenced ^= fence
+    text = CODE_SPAN.sub(lambda m: re.sub(r"[^\n]", " ", m[0]), "\n".join(lines))  # inline code, kept in place
     found, typed = [], False
-    for n, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1):
+    for n, line in enumerate(text.splitlines(), 1):
         if "<!-- hand-typed: begin" in line:
             typed = True
         if "<!-- hand-typed: end" in line:
@@ -109,8 +125,20 @@ def _stated_figures(page: Path) -> list[tuple[int, str]]:
             continue
         if typed or "<!-- hand-typed -->" in line or INCLUDE.match(line):
             continue
-        found += [(n, m["num"] or m["score"]) for m in FIGURE.finditer(line) if not GOAL.search(line[:m.start()])]
+        found += [(n, m[0]) for m in FIGURE.finditer(line) if not GOAL.search(line[:m.start()])]
     return found
+
+
+def _recorded_output() -> str:
+    return "\n".join(figures.parse(f.read_text(encoding="utf-8"))["output"] for f in FRAGMENTS)
+
+
+def _stray_figures(page: Path, recorded: str) -> list[str]:
+    """The figures ``page`` states that no recorded output printed (a setting of its page excepted)."""
+    name = str(page.relative_to(REPO)) if page.is_relative_to(REPO) else page.name
+    settings = SETTINGS.get(name, set())
+    return [f"line {n}: {num}" for n, num in _stated_figures(page) if num not in settings
+            and not re.search(rf"(?<![\d.,]){re.escape(num)}(?![\d]|[.,]\d)", recorded)]
 
 
 @pytest.mark.parametrize("fragment", FRAGMENTS, ids=lambda p: p.name)
@@ -139,21 +167,35 @@ def test_every_included_fragment_was_recorded(page):
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(REPO)))
 def test_a_figure_a_page_states_comes_from_a_recorded_run(page):
     """Quoting a recorded fragment is fine; a number typed from memory, or left over from an older run, is not."""
-    recorded = "\n".join(figures.parse(f.read_text(encoding="utf-8"))["output"] for f in FRAGMENTS)
-    settings = SETTINGS.get(str(page.relative_to(REPO)), set())
-    stray = [f"line {n}: {num}" for n, num in _stated_figures(page) if num not in settings
-             and not re.search(rf"(?<![\d.,]){re.escape(num)}(?![\d]|[.,]\d)", recorded)]
+    stray = _stray_figures(page, _recorded_output())
     assert not stray, (f"{page.relative_to(REPO)} states figures no recorded run printed: {stray}. Quote a fragment in "
                        "docs/figures/ (run the benchmark with --record), or mark the passage <!-- hand-typed -->")
 
 
-def test_the_figure_pattern_finds_figures_and_skips_goals_and_sizes(tmp_path):
+def test_the_figure_pattern_finds_figures_and_skips_goals_sizes_dates_versions_and_code(tmp_path):
     page = tmp_path / "p.md"
-    page.write_text("p50 2.56 ms, 38,318 turns/s (0.81x), recall 0.694\n"
-                    "goal p95 ≤ 20 ms, ≥ 0.68, 100,000 turns, default 50 ms\n"
+    page.write_text("p50 2.56 ms, 38,318 turns/s (0.81x), recall 0.694, 1675 ms, 878 MB, 21.6 %, 4.3 jobs/s\n"
+                    "hook p50/p95 245/338 ms, 0.00–0.02 s, ratio 0.97\n"
+                    "goal p95 ≤ 20 ms, ≥ 0.68, < 0.5 s, 100,000 turns, 300 queries, default 50 ms\n"
+                    "on 2026-12-01 at 21:09:47, Python 3.11.7, 127.0.0.1:5432, conv-26, p95, a44858e, 1e-3\n"
+                    "run `bench.py --turns 2080 --delay 0.25` then `bench.py\n--delay 0.75 --record`\n"
+                    "```text\n12.34 ms\n```\n"
                     "typed 1.25 ms <!-- hand-typed -->\n<!-- hand-typed: begin -->\n3.5 ms\n<!-- hand-typed: end -->\n",
                     encoding="utf-8")
-    assert _stated_figures(page) == [(1, "2.56"), (1, "38,318"), (1, "0.81"), (1, "0.694")]
+    assert _stated_figures(page) == [
+        (1, "2.56"), (1, "38,318"), (1, "0.81"), (1, "0.694"), (1, "1675"), (1, "878"), (1, "21.6"), (1, "4.3"),
+        (2, "245"), (2, "338"), (2, "0.00"), (2, "0.02"), (2, "0.97")]
+
+
+def test_the_check_fails_on_a_planted_figure_no_run_printed(tmp_path):
+    """The check itself can fail: figures typed into a page, whole or decimal, with or without a unit, are named."""
+    recorded = _recorded_output()
+    planted = ["97,531.86", "8642", "13579", "24.681"]
+    assert not any(re.search(rf"(?<![\d.,]){re.escape(n)}(?![\d]|[.,]\d)", recorded) for n in planted)
+    page = tmp_path / "planted.md"
+    page.write_text("capture reads 97,531.86 turns/s; the hook p50/p95 8642/13579 ms; recall 24.681\n"
+                    "quoted from a record: p50 2.03 ms, rank_bm25 173.50 ms\n", encoding="utf-8")
+    assert _stray_figures(page, recorded) == [f"line 1: {n}" for n in planted]
 
 
 @pytest.mark.parametrize("page", PAGES + FRAGMENTS, ids=lambda p: str(p.relative_to(REPO)))

@@ -24,9 +24,10 @@ def approx_tokens(text: str) -> int:
 
     ASCII letters count one token per 4 (rounded up), digits one per 3, every other ASCII
     symbol and each newline one, a non-ASCII character one per UTF-8 byte (a digit one), runs
-    of spaces one, single spaces nothing (a lone surrogate, which JSON can carry, three). On the LoCoMo blocks of
-    ``benchmarks/bench_reflex_recall.py`` the real cl100k/o200k counts are at most 0.85 of it
-    (mean 0.79); random character soup can exceed it, so pass a real counter when exactness matters.
+    of spaces one, single spaces nothing (a lone surrogate, which JSON can carry, three). On LoCoMo's
+    blocks the real cl100k/o200k counts stay under it; base64, JWTs and other character soup can
+    exceed it about twofold (``benchmarks/bench_tokens.py`` prints both), so pass a real counter when
+    exactness matters.
     """
     n = (len(_LETTERS.findall(text)) + len(_DIGITS.findall(text)) + text.count("\n")
          + len(_SPACES.findall(text)) + len(_SYMBOLS.findall(text)))
