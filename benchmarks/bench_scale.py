@@ -1,19 +1,34 @@
-"""How ``context()`` and ``search()`` grow with one namespace's turns: 10,000 -> 100,000 -> 1,000,000, both engines.
+"""How ``context()`` and ``search()`` grow with one namespace's turns, and beside other namespaces, both engines.
 
 Turns are the reflex latency benchmark's synthetic chat (``bench_reflex_latency.build``'s sentences,
-sessions of 20), captured into one SQLite store in steps; the store at each size is kept under
-``--cache`` (default ``/tmp/tortoise-bench-scale``) and reused by later runs. A PostgreSQL copy of
-each size (``migrate-store``'s ``copy_store``) is kept as database ``tortoise_scale_<size>`` on
-``$TORTOISE_TEST_PG_URL``'s server. Each query is answered on each engine in turn, by this tree's
-code and, with ``--against REV``, by git revision REV's code in the same loop. Printed per size
+sessions of 20), captured into namespace ``bench`` of one SQLite store in steps: 10,000 -> 100,000 ->
+1,000,000 by default. The store at each size is kept under ``--cache`` (default
+``/tmp/tortoise-bench-scale``) and reused by later runs. A PostgreSQL copy of each size
+(``migrate-store``'s ``copy_store``) is kept as database ``tortoise_scale_<size>`` on
+``$TORTOISE_TEST_PG_URL``'s server.
+
+``--namespaces N`` also measures each size as N namespaces of that size (N x size turns): ``bench``
+as captured and N - 1 copies of it (``bench-1`` ...), made inside each engine with ``INSERT ...
+SELECT`` (namespace and ids rewritten) a chunk at a time and indexed and counted by the store's own
+``index_turns``, as ``capture_many`` does after inserting a batch (SQLite: ``scale_<size>xN.db``;
+PostgreSQL: ``tortoise_scale_<size>xN``, a ``TEMPLATE`` copy of the one-namespace database filled on
+the server). Each build is checked (``check_tenants``: statistics equal, the same ``search()`` and
+``context()`` answers but for ids), resumes where it stopped, and is kept.
+
+Each query is answered in namespace ``bench`` (with N namespaces: the oldest, whose turns every
+newest-first walk of the SQLite index reaches last) on each engine in turn, by this tree's code
+and, with ``--against REV``, by git revision REV's code in the same loop. Printed per size, tenancy
 and engine: p50/p95 of ``context()`` (no time budget) and ``search(k=5)``, blocks degraded at the
-default 50 ms budget, bytes per turn; then the growth exponent of each p50 between sizes
-(``log(p50 ratio) / log(size ratio)``: 0 is flat, 1 linear).
+default 50 ms budget, bytes per turn (of the whole database); then the growth exponent of each p50
+(``log(p50 ratio) / log(size ratio)``: 0 is flat, 1 linear), between sizes and, with N namespaces,
+from the namespace alone to N x its size. ``--cold K`` then starts K fresh processes per mode on the
+last PostgreSQL database and times each one's first ``context()`` against its later ones, with
+concurrent reads (the first call opens the pool's second connection) and without.
 
 Usage::
 
     .venv/bin/python benchmarks/bench_scale.py [--sizes 10000 100000 1000000] [--engines sqlite postgres]
-        [--queries 100] [--against main]
+        [--namespaces 10] [--queries 100] [--cold 10] [--against main]
 """
 
 from __future__ import annotations
@@ -77,6 +92,8 @@ def sqlite_store(cache: Path, size: int) -> Path:
     with sqlite3.connect(work) as c:
         c.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     work.rename(path)
+    for side in ("-wal", "-shm"):
+        Path(f"{work}{side}").unlink(missing_ok=True)
     print(f"  built {path.name} from {smaller[-1][0] if smaller else 0} turns in {time.perf_counter() - t0:.0f}s",
           flush=True)
     return path
@@ -182,6 +199,8 @@ def sqlite_tenants(cache: Path, size: int, n: int) -> Path:
     with sqlite3.connect(work) as c:
         c.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     work.rename(path)
+    for side in ("-wal", "-shm"):
+        Path(f"{work}{side}").unlink(missing_ok=True)
     print(f"  built {path.name} ({n} x {size:,} turns) in {time.perf_counter() - t0:.0f}s", flush=True)
     return path
 
@@ -383,15 +402,16 @@ def main() -> int:
     args.cache.mkdir(parents=True, exist_ok=True)
     qs = queries(args.queries)
     tenancies = [1] if args.namespaces <= 1 else [1, args.namespaces]
-    p50: dict[tuple[str, str, str, int], list[tuple[int, float]]] = {}
+    p50: dict[tuple[str, str, str, str, int], list[tuple[int, float]]] = {}
     cold_targets: list[str] = []
     with tempfile.TemporaryDirectory() as tmp:
         trees = {"this tree": ROOT}
         if args.against:
             trees[args.against] = _tree_of(args.against, Path(tmp) / "base")
-        print(f"queried: namespace {NAMESPACE!r} ({args.queries} queries); with N namespaces, each holds the size")
-        print(f"{'turns':>10} {'namespaces':>10} {'engine':>8} {'code':>10} | {'context p50':>11} {'p95':>8} "
-              f"{'degraded@50ms':>13} | {'search p50':>10} {'p95':>8} | {'bytes/turn':>10}")
+        print(f"{args.queries} queries; with N namespaces, each holds the size and two are queried: {NAMESPACE} (the"
+              " oldest, captured) and the newest copy")
+        print(f"{'turns':>10} {'namespaces':>10} {'queried':>8} {'engine':>8} {'code':>10} | {'context p50':>11} "
+              f"{'p95':>8} {'degraded@50ms':>13} | {'search p50':>10} {'p95':>8} | {'bytes/turn':>10}")
         for size in sorted(args.sizes):
             for n in tenancies:
                 path = sqlite_store(args.cache, size) if n == 1 else sqlite_tenants(args.cache, size, n)
@@ -403,27 +423,31 @@ def main() -> int:
                         cold_targets.append(target)
                     if n > 1:
                         print(f"  {engine} check: {check_tenants(engine, target, n, qs[:10])}", flush=True)
-                    got = time_trees(target, trees, qs)
                     per_turn = bytes_per_turn(engine, target, size * n)
-                    for code, rows in got.items():
-                        lat, search = [r["ms"] for r in rows], [r["search_ms"] for r in rows]
-                        degraded = sum(r["degraded"] is not None for r in rows)
-                        print(f"{size * n:>10} {n:>10} {engine:>8} {code:>10} | {pct(lat, 50):>9.2f}ms "
-                              f"{pct(lat, 95):>6.2f}ms {degraded:>13} | {pct(search, 50):>8.2f}ms "
-                              f"{pct(search, 95):>6.2f}ms | {per_turn:>10.0f}", flush=True)
-                        p50.setdefault((engine, code, "context", n), []).append((size * n, pct(lat, 50)))
-                        p50.setdefault((engine, code, "search", n), []).append((size * n, pct(search, 50)))
+                    for ns in [NAMESPACE] if n == 1 else [NAMESPACE, tenant(n - 1)]:
+                        got = time_trees(target, trees, qs, namespace=ns)
+                        for code, rows in got.items():
+                            lat, search = [r["ms"] for r in rows], [r["search_ms"] for r in rows]
+                            degraded = sum(r["degraded"] is not None for r in rows)
+                            print(f"{size * n:>10} {n:>10} {ns:>8} {engine:>8} {code:>10} | {pct(lat, 50):>9.2f}ms "
+                                  f"{pct(lat, 95):>6.2f}ms {degraded:>13} | {pct(search, 50):>8.2f}ms "
+                                  f"{pct(search, 95):>6.2f}ms | {per_turn:>10.0f}", flush=True)
+                            key = (engine, code, ns if n > 1 and ns != NAMESPACE else "", n)
+                            p50.setdefault((*key[:2], "context", *key[2:]), []).append((size * n, pct(lat, 50)))
+                            p50.setdefault((*key[:2], "search", *key[2:]), []).append((size * n, pct(search, 50)))
     print("\ngrowth exponent of p50 (log of the p50 ratio over log of the total turns' ratio):")
-    for (engine, code, what, n), points in p50.items():
-        steps = [f"{a:,}->{b:,}: {math.log(tb / ta) / math.log(b / a):.2f}"
-                 for (a, ta), (b, tb) in zip(points, points[1:])]
-        if n > 1:  # the same namespace alone, then beside n - 1 others of its size
-            alone = dict(p50[(engine, code, what, 1)])
-            steps = [f"{t // n:,} alone->{t:,} in {n} namespaces: {math.log(tt / alone[t // n]) / math.log(n):.2f}"
+    for (engine, code, what, ns, n), points in p50.items():
+        label = f"{engine:>8} {code:>10} {what:>8}"
+        if n > 1:  # the namespace alone, then beside n - 1 others of its size
+            alone = dict(p50[(engine, code, what, "", 1)])
+            steps = [f"{t // n:,} alone->{t:,} in {n} namespaces{' (' + ns + ' queried)' if ns else ''}: "
+                     f"{math.log(tt / alone[t // n]) / math.log(n):.2f} (p50 {tt / alone[t // n]:.2f}x)"
                      for t, tt in points]
-            print(f"  {engine:>8} {code:>10} {what:>8}  " + "; ".join(steps))
+            print(f"  {label}  " + "; ".join(steps))
         else:
-            print(f"  {engine:>8} {code:>10} {what:>8}  " + ("; ".join(steps) or "(one size)"))
+            steps = [f"{a:,}->{b:,}: {math.log(tb / ta) / math.log(b / a):.2f}"
+                     for (a, ta), (b, tb) in zip(points, points[1:])]
+            print(f"  {label}  " + ("; ".join(steps) or "(one size)"))
     if args.cold and cold_targets:
         cold_first_context(cold_targets[-1], args.cold, qs)
     return 0
