@@ -57,6 +57,7 @@ from tortoise_sdk.store.sqlite import SQLiteStore  # noqa: E402
 PG_BASE = os.environ.get("TORTOISE_TEST_PG_URL") or "postgresql://postgres@127.0.0.1:5432/postgres"
 VOCAB = [f"{a}{b}" for a in ("ka", "lo", "mi", "ne", "ru", "sa", "to", "vi", "ze", "po") for b in range(300)]
 BATCH = 500  # sessions per capture_many
+PG_PREFIX = "tortoise_scale"  # a smoke run uses its own, and drops its databases
 NAMESPACE = "bench"
 
 
@@ -105,7 +106,7 @@ def postgres_copy(sqlite_path: Path, size: int) -> str:
 
     from tortoise_sdk.store.copy import copy_store
 
-    name = f"tortoise_scale_{size}"
+    name = f"{PG_PREFIX}_{size}"
     url = PG_BASE.rsplit("/", 1)[0] + f"/{name}"
     with psycopg.connect(PG_BASE, autocommit=True) as conn:
         exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
@@ -205,29 +206,42 @@ def sqlite_tenants(cache: Path, size: int, n: int) -> Path:
     return path
 
 
-def postgres_tenants(cache: Path, size: int, n: int) -> str:
+def postgres_tenants(cache: Path, size: int, n: int, workers: int = 3) -> str:
     """The PostgreSQL copy of ``sqlite_tenants``' store, made on the server from the one-namespace copy.
 
     The database is a ``TEMPLATE`` copy of ``tortoise_scale_<size>``; each other namespace is filled
     with ``INSERT ... SELECT`` on the server (the full-text column is generated as a capture's is), a
-    chunk a transaction, and counted in the namespace's statistics by the store's own ``index_turns``.
-    Resumable; ``check_tenants`` verifies it.
+    chunk a transaction, and counted in the namespace's statistics by the store's own
+    ``index_turns``; ``workers`` namespaces at a time. The turn GIN index is dropped for the fill
+    and built again after it, with the migration's definition (one bulk build instead of millions
+    of pending-list inserts). Resumable; ``check_tenants`` verifies it.
     """
     import psycopg
+    from concurrent.futures import ThreadPoolExecutor
 
     from tortoise_sdk.store.postgres import PostgresStore
 
     single = postgres_copy(sqlite_store(cache, size), size)
-    name = f"tortoise_scale_{size}x{n}"
+    name = f"{PG_PREFIX}_{size}x{n}"
     url = PG_BASE.rsplit("/", 1)[0] + f"/{name}"
     with psycopg.connect(PG_BASE, autocommit=True) as conn:
         if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone():
             conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{single.rsplit("/", 1)[1]}"')
-    store = PostgresStore(url, timeout_s=None)
+    with psycopg.connect(url, autocommit=True) as conn:
+        have = dict(conn.execute("SELECT namespace, n_turns FROM rank_namespaces").fetchall())
+        indexed = conn.execute("SELECT to_regclass('turns_fts')").fetchone()[0] is not None
+    todo = [k for k in range(1, n) if have.get(tenant(k), 0) < size]
+    if not todo and indexed:
+        return url
     t0 = time.perf_counter()
-    for k in range(1, n):
-        ns, sfx = tenant(k), _suffix(k)
-        while True:
+    if todo:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("DROP INDEX IF EXISTS turns_fts")
+        store = PostgresStore(url, timeout_s=None, max_size=workers + 1)
+
+        def fill(k: int) -> None:
+            ns, sfx = tenant(k), _suffix(k)
+
             def step(c: psycopg.Connection) -> int:
                 row = c.execute("SELECT n_turns FROM rank_namespaces WHERE namespace = %s", (ns,)).fetchone()
                 have = row[0] if row else 0
@@ -256,19 +270,25 @@ def postgres_tenants(cache: Path, size: int, n: int) -> str:
                 store.index_turns(c, ns, ids)
                 return len(ids)
 
-            t1 = time.perf_counter()
-            got = store.transaction(step)
-            if not got:
-                break
-            print(f"    {ns}: +{got:,} turns in {time.perf_counter() - t1:.0f}s", flush=True)
-        print(f"  copied namespace {ns}: {k + 1} of {n} filled, {time.perf_counter() - t0:.0f}s", flush=True)
-    store.close()
-    with psycopg.connect(url, autocommit=True) as c:
-        c.execute("SELECT gin_clean_pending_list('turns_fts'::regclass)")
-        c.execute("VACUUM ANALYZE")
+            while True:
+                t1 = time.perf_counter()
+                got = store.transaction(step)
+                if not got:
+                    break
+                print(f"    {ns}: +{got:,} turns in {time.perf_counter() - t1:.0f}s", flush=True)
+            print(f"  copied namespace {ns} at {time.perf_counter() - t0:.0f}s", flush=True)
+
+        with ThreadPoolExecutor(workers) as pool:
+            list(pool.map(fill, todo))
+        store.close()
+    with psycopg.connect(url, autocommit=True) as conn:
+        t1 = time.perf_counter()
+        conn.execute("SET maintenance_work_mem = '1GB'")
+        conn.execute("CREATE INDEX IF NOT EXISTS turns_fts ON turns USING GIN (fts)")  # as the migration made it
+        print(f"  built the turn GIN index in {time.perf_counter() - t1:.0f}s", flush=True)
+        conn.execute("VACUUM ANALYZE")
     print(f"  built {name} ({n} x {size:,} turns) in {time.perf_counter() - t0:.0f}s", flush=True)
     return url
-
 
 def check_tenants(engine: str, target: str, n: int, qs: list[str]) -> str:
     """That every copied namespace has the captured one's statistics, and the last one its answers.
@@ -329,8 +349,8 @@ t2 = time.perf_counter()
 rows = []
 for q in qs:
     t = time.perf_counter()
-    block = mem.context([{"role": "user", "content": q}], budget=5)  # the default 50 ms budget
-    rows.append(((time.perf_counter() - t) * 1000, block.degraded_reason))
+    block = mem.context([{"role": "user", "content": q}], budget=5, time_budget_ms=None)  # its whole cost
+    rows.append(((time.perf_counter() - t) * 1000, bool(block.pointers)))
     if len(rows) == 1:
         pooled = mem.store._pool.get_stats().get("pool_size")
 print(json.dumps({"import_ms": (t1 - t0) * 1000, "open_ms": (t2 - t1) * 1000, "rows": rows, "pooled": pooled}))
@@ -344,7 +364,7 @@ def cold_first_context(url: str, k: int, qs: list[str]) -> None:
     With concurrent reads (``Store.concurrent_reads``, PostgreSQL's default) the first call also
     opens the pool's second connection and the reader threads; with them off, the call reads on
     the one connection the store opened. Each process asks the same 11 queries, the first one
-    rotating, at the default 50 ms budget; modes alternate process by process.
+    rotating, with no time budget (the whole cost is timed); modes alternate process by process.
     """
     import json
     import statistics
@@ -357,20 +377,18 @@ def cold_first_context(url: str, k: int, qs: list[str]) -> None:
             out = subprocess.run([sys.executable, "-c", _COLD, str(ROOT), url, mode, json.dumps(ask[:11])],
                                  check=True, capture_output=True, text=True).stdout
             got[mode].append(json.loads(out))
-    print(f"\ncold processes on PostgreSQL ({url.rsplit('/', 1)[-1]}), {k} per mode: median ms"
-          " (degraded at the default 50 ms budget, of all)")
-    print(f"{'concurrent reads':>16} | {'open':>6} | {'1st context()':>13} {'degraded':>8} | {'2nd':>6} | "
-          f"{'3rd-11th':>8} {'degraded':>8} | pooled after the 1st")
+    print(f"\ncold processes on PostgreSQL ({url.rsplit('/', 1)[-1]}), {k} per mode, no time budget: median ms"
+          " (and how many ran past the default 50 ms budget, of all)")
+    print(f"{'concurrent reads':>16} | {'open':>6} | {'1st context()':>13} {'>50ms':>7} | {'2nd':>6} | "
+          f"{'3rd-11th':>8} {'>50ms':>7} | connections after the 1st")
     for mode, runs in got.items():
         first = [r["rows"][0][0] for r in runs]
         second = [r["rows"][1][0] for r in runs]
         later = [ms for r in runs for ms, _ in r["rows"][2:]]
         print(f"{mode:>16} | {statistics.median(r['open_ms'] for r in runs):>6.1f} | "
-              f"{statistics.median(first):>13.1f} {sum(r['rows'][0][1] is not None for r in runs):>4}/{len(runs):<3} | "
+              f"{statistics.median(first):>13.1f} {sum(ms > 50 for ms in first):>3}/{len(first):<3} | "
               f"{statistics.median(second):>6.1f} | {statistics.median(later):>8.1f} "
-              f"{sum(d is not None for r in runs for _, d in r['rows'][2:]):>4}/{len(later):<3} | "
-              f"{sorted({r['pooled'] for r in runs})}")
-
+              f"{sum(ms > 50 for ms in later):>3}/{len(later):<3} | {sorted({r['pooled'] for r in runs})}")
 
 def bytes_per_turn(engine: str, target: str, size: int) -> float:
     if engine == "sqlite":
@@ -397,8 +415,25 @@ def main() -> int:
                     help="300 and 1,200 turns, also as 3 namespaces, 10 queries, 2 cold processes, a fresh cache")
     args = ap.parse_args()
     if args.smoke:
+        global PG_PREFIX
         args.sizes, args.queries, args.namespaces, args.cold = [300, 1_200], 10, 3, 2
         args.cache = Path(tempfile.mkdtemp(prefix="bench-scale-smoke-"))
+        PG_PREFIX = f"tortoise_scale_smoke_{os.getpid()}"
+        try:
+            return run(args)
+        finally:
+            shutil.rmtree(args.cache, ignore_errors=True)
+            if "postgres" in args.engines:
+                import psycopg
+
+                with psycopg.connect(PG_BASE, autocommit=True) as conn:
+                    for (db,) in conn.execute("SELECT datname FROM pg_database WHERE datname LIKE %s",
+                                              (PG_PREFIX + "\\_%",)).fetchall():
+                        conn.execute(f'DROP DATABASE "{db}" WITH (FORCE)')
+    return run(args)
+
+
+def run(args: argparse.Namespace) -> int:
     args.cache.mkdir(parents=True, exist_ok=True)
     qs = queries(args.queries)
     tenancies = [1] if args.namespaces <= 1 else [1, args.namespaces]
