@@ -161,7 +161,7 @@ def sqlite_tenants(cache: Path, size: int, n: int) -> Path:
     work = cache / f"building_{size}x{n}.db"
     if not work.exists():
         shutil.copyfile(sqlite_store(cache, size), work)
-    store = SQLiteStore(work, synchronous="OFF")
+    store = SQLiteStore(work, synchronous="OFF", timeout_s=None)  # a chunk can outlast the default bound
     t0 = time.perf_counter()
     for k in range(1, n):
         ns, sfx = tenant(k), _suffix(k)
