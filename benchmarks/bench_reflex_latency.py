@@ -342,8 +342,9 @@ def _time_pastes(size: int, plain: Memory, pasted: Memory, n_queries: int, n_pas
 
 
 # A process that answers queries on stdin with one JSON line each, running the tortoise_sdk of the
-# tree given as its first argument against the store given as its second: two of them, one per
-# tree, let two versions of the code be timed in turn on one store under the same load.
+# tree given as its first argument against the store given as its second (in the namespace given
+# as its third, ``bench`` without one): two of them, one per tree, let two versions of the code be
+# timed in turn on one store under the same load.
 _SERVE = r"""
 import json, os, sys, time
 sys.path.insert(0, sys.argv[1])
@@ -370,7 +371,7 @@ if url.startswith("postgresql://"):
         return total / tick
 
     cpu = lambda: time.process_time() + backends()
-mem = Memory(url, namespace="bench")
+mem = Memory(url, namespace=sys.argv[3] if len(sys.argv) > 3 else "bench")
 for line in sys.stdin:
     window = [{"role": "user", "content": json.loads(line)}]
     c0 = cpu()
@@ -397,12 +398,12 @@ def _tree_of(rev: str, into: Path) -> Path:
     return into
 
 
-def time_trees(url: str, trees: dict[str, Path], qs: list[str]) -> dict[str, list[dict]]:
-    """Each query answered on the store at ``url`` by each tree's code (one process per tree), in turn."""
+def time_trees(url: str, trees: dict[str, Path], qs: list[str], namespace: str = "bench") -> dict[str, list[dict]]:
+    """Each query answered in ``namespace`` of the store at ``url`` by each tree's code (one process per tree), in turn."""
     import json
     import subprocess
 
-    procs = {name: subprocess.Popen([sys.executable, "-c", _SERVE, str(tree), url], stdin=subprocess.PIPE,
+    procs = {name: subprocess.Popen([sys.executable, "-c", _SERVE, str(tree), url, namespace], stdin=subprocess.PIPE,
                                     stdout=subprocess.PIPE, text=True) for name, tree in trees.items()}
 
     def ask(name: str, q: str) -> dict:

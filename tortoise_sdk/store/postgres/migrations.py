@@ -505,9 +505,20 @@ M013_CONFIDENCE = Migration(
     ),
 )
 
+# Mirrors SQLite's M014: a namespace's newest turns in id order without reading other namespaces'.
+# The walk newest first (``newest_turn_matches_sql``) read the primary key backwards and skipped
+# every newer turn of every other namespace: 1.3 s a block for a namespace quiet while nine others
+# of its size kept writing.
+M014_NAMESPACE_WALKS = Migration(
+    14,
+    "newest-first walks start at the namespace's own newest turn",
+    ("CREATE INDEX turns_namespace_id ON turns (namespace, id)",),
+)
+
 POSTGRES_MIGRATIONS: list[Migration] = [M001_FOUNDATION, M002_EXTRACTION, M003_SUBAGENTS, M004_SUBAGENT_TURN_REF,
                                         M005_CURSORS, M006_RANKING, M007_LOOP, M008_TOMBSTONES, M009_VECTORS,
-                                        M010_CATEGORIES, M011_OPAQUE_IDS, M012_ENTITY_ALIASES, M013_CONFIDENCE]
+                                        M010_CATEGORIES, M011_OPAQUE_IDS, M012_ENTITY_ALIASES, M013_CONFIDENCE,
+                                        M014_NAMESPACE_WALKS]
 
 _CREATE_VERSIONS = (
     "CREATE TABLE IF NOT EXISTS schema_migrations ("

@@ -544,9 +544,19 @@ M013_CONFIDENCE = Migration(
     ),
 )
 
+# A namespace's newest turn, found without reading other namespaces': the index's walks newest
+# first (``SQLiteRankingMixin.newest_rowid``) start at it, so a namespace that has been quiet while
+# others kept writing is not made to read past every newer turn of theirs that holds the word.
+M014_NAMESPACE_WALKS = Migration(
+    14,
+    "newest-first walks start at the namespace's own newest turn",
+    ("CREATE INDEX rank_turns_namespace ON rank_turns (ns_id)",),
+)
+
 SQLITE_MIGRATIONS: list[Migration] = [M001_FOUNDATION, M002_EXTRACTION, M003_SUBAGENTS, M004_SUBAGENT_TURN_REF,
                                       M005_CURSORS, M006_RANKING, M007_LOOP, M008_TOMBSTONES, M009_VECTORS,
-                                      M010_CATEGORIES, M011_OPAQUE_IDS, M012_ENTITY_ALIASES, M013_CONFIDENCE]
+                                      M010_CATEGORIES, M011_OPAQUE_IDS, M012_ENTITY_ALIASES, M013_CONFIDENCE,
+                                      M014_NAMESPACE_WALKS]
 
 
 def applied_versions(conn: sqlite3.Connection) -> set[int]:

@@ -43,7 +43,7 @@ from .migrations import SQLITE_MIGRATIONS, migrate_sqlite
 from .opening import damaged, file_identity, holding, inspect_file, read_only_uri, refused_as_read_only
 from .ranking import INDEXED_TURN_COLUMNS as _INDEXED_COLUMNS
 from .ranking import TURN_COLUMNS as _TURN_COLUMNS
-from .ranking import SQLiteRankingMixin, with_heads
+from .ranking import SQLiteRankingMixin, newest_rowid, with_heads
 from .subagents import SQLiteSubagentMixin, fill_subagent_turns
 from .vec import SqliteVec
 
@@ -590,14 +590,15 @@ class SQLiteStore(SQLiteRankingMixin, SQLiteExtractionMixin, SQLiteSubagentMixin
             row = c.execute("SELECT ns_id FROM rank_namespaces WHERE namespace = ?", (namespace,)).fetchone()
             if row is None:
                 return []
+            newest = newest_rowid(c, row[0])  # the walks start at the namespace's newest turn, not the store's
             for term, weight in weighted_terms.items():
                 if not term or "\x00" in term:
                     continue
                 match = 'content : "' + term.replace('"', '""') + '"'
                 for (rid,) in c.execute(
                     "SELECT f.rowid FROM turns_fts f JOIN rank_turns i ON i.rowid = f.rowid"
-                    " WHERE turns_fts MATCH ? AND i.ns_id = ? ORDER BY f.rowid DESC LIMIT ?",
-                    (match, row[0], per_term),
+                    " WHERE turns_fts MATCH ? AND i.ns_id = ? AND f.rowid <= ? ORDER BY f.rowid DESC LIMIT ?",
+                    (match, row[0], newest, per_term),
                 ):
                     scores[rid] = scores.get(rid, 0.0) + weight
             top = sorted(scores, key=lambda r: (-scores[r], -r))[:k]
