@@ -10,6 +10,10 @@ methods added since the last quiet-machine figures switched off (``BEFORE``), so
 is read against a figure taken under the same load. The machine is shared: compare columns of one
 run, not runs.
 
+``--instances W`` switches on a listing question's category instances (``tuning.INSTANCE_WEIGHT``
+= W) for this tree's ``context()`` (not for "before" nor ``--against``) and adds listing questions
+("which cities has Jon visited?") to the mix, so their cost is read beside both.
+
 ``--pastes N`` measures pasted logs instead: the store is built once and copied, the copy gets N
 pasted 5 MB logs (each line full of the names, pets, places and activities the questions use),
 and each query is timed on both stores in turn, so the two columns share the machine's load.
@@ -80,6 +84,9 @@ QUESTIONS = [
     "remind me what {person} said about {act}", "what did we plan for the trip to {place}?",
     "how is {pet} doing?", "what job did {person} start?", "did I adopt a cat?",
 ]
+# --instances W: listing questions whose category has instances in WordNet's table (reflex/instances.py).
+LISTING = ["what activities has {person} done?", "which cities has {person} visited?", "what sports does {person} play?",
+           "what pets does {person} have?", "what kinds of art has {person} made?"]
 UNRELATED = ["what is the capital of Peru?", "explain quantum chromodynamics", "how do I invert a matrix in numpy?"]
 COURTESY = ["thanks!", "hi", "ok cool", "good morning"]
 # The reflex as it was before the methods these switches control (tuning attributes).
@@ -135,8 +142,9 @@ def build(path: Path, items: int, seed: int = 7) -> Memory:
     return mem
 
 
-def queries(n: int, seed: int = 11) -> list[str]:
+def queries(n: int, seed: int = 11, listing: bool = False) -> list[str]:
     rng = random.Random(seed)
+    asked = QUESTIONS + LISTING if listing else QUESTIONS
     out = []
     for i in range(n):
         if i % 10 == 8:
@@ -144,7 +152,7 @@ def queries(n: int, seed: int = 11) -> list[str]:
         elif i % 10 == 9:
             out.append(rng.choice(COURTESY))
         else:
-            out.append(rng.choice(QUESTIONS).format(act=rng.choice(ACTIVITIES), place=rng.choice(PLACES),
+            out.append(rng.choice(asked).format(act=rng.choice(ACTIVITIES), place=rng.choice(PLACES),
                                                     person=rng.choice(PEOPLE), pet=rng.choice(PETS)))
     return out
 
@@ -205,11 +213,16 @@ class Other:
         self.proc.wait()
 
 
-def run(sizes: list[int], n_queries: int, against: str | None = None) -> int:
+def run(sizes: list[int], n_queries: int, against: str | None = None, instances: float = 0.0) -> int:
+    before_overrides = dict(BEFORE)
+    if instances:  # this tree's context() seeks a listing question's instances; "before" does not
+        tuning.INSTANCE_WEIGHT = instances
+        before_overrides["INSTANCE_WEIGHT"] = 0.0
+        print(f"  INSTANCE_WEIGHT {instances} for this tree's context() (listing questions added to the mix)")
     print(f"{'items':>8} {'turns':>7} {'memories':>8} | {'context p50':>11} {'p95':>7} {'max':>7} "
           f"{'non-empty':>9} {'timeouts@50ms':>13} | {'before p50':>10} {'p95':>7} | {'search p50':>10} {'p95':>6}"
           + (f" | {'against p50':>11} {'p95':>7}" if against else ""))
-    print(f"  (before: context() with {BEFORE}, timed in the same loop"
+    print(f"  (before: context() with {before_overrides}, timed in the same loop"
           + (f"; against: context() of {against}, alternating query by query)" if against else ")"))
     for size in sizes:
         with tempfile.TemporaryDirectory() as tmp:
@@ -218,7 +231,7 @@ def run(sizes: list[int], n_queries: int, against: str | None = None) -> int:
             built = time.perf_counter() - t0
             n_mem = len(mem.store.memories("bench"))
             n_turns = sum(s.turn_count for s in mem.sessions())
-            qs = queries(n_queries)
+            qs = queries(n_queries, listing=bool(instances))
             for q in qs[:20]:  # warm the page cache and the per-connection temp tables
                 mem.context([{"role": "user", "content": q}], budget=5, time_budget_ms=None)
             other = Other(against, Path(tmp) / "bench.db") if against else None
@@ -233,7 +246,7 @@ def run(sizes: list[int], n_queries: int, against: str | None = None) -> int:
                 lat.append(ms)
                 nonempty += found
                 timeouts += ms > 50
-                before.append(_timed_context(mem, q, BEFORE)[0])
+                before.append(_timed_context(mem, q, before_overrides)[0])
                 t = time.perf_counter()
                 mem.search(q, k=5)
                 base.append((time.perf_counter() - t) * 1000)
@@ -563,6 +576,8 @@ if __name__ == "__main__":
     ap.add_argument("--live", type=int, metavar="TURNS",
                     help="with --store (PostgreSQL): capture TURNS turns into two copies, GIN fastupdate on and off, "
                          "and time both")
+    ap.add_argument("--instances", type=float, default=0.0, metavar="W",
+                    help="set INSTANCE_WEIGHT to W for this tree's context() and add listing questions to the mix")
     args = ap.parse_args()
     if args.smoke:
         args.sizes, args.queries = [2_000], 20
@@ -571,4 +586,4 @@ if __name__ == "__main__":
     if args.store:
         sys.exit(run_against(args.store, args.against or "HEAD", args.queries, args.explain))
     sys.exit(run_pastes(args.sizes, args.queries, args.pastes, args.engine) if args.pastes
-             else run(args.sizes, args.queries, args.against))
+             else run(args.sizes, args.queries, args.against, args.instances))

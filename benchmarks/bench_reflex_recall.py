@@ -139,6 +139,7 @@ METHODS: dict[str, dict[str, list[object]]] = {
     "the subject speaks": {"SUBJECT_SPEAKER": [False, True]},
     "an asking turn brings its reply": {"EXCHANGE_REPLIES": [False, True]},
     "a short block filled with its turns' neighbours": {"EXCHANGE_FILL": [False, True]},
+    "category instances": {"INSTANCE_WEIGHT": [0.0, 0.25, 0.5, 1.0]},
 }
 #: The methods kept in the reflex, in the order they were admitted: each one's row beats the row
 #: before it in both directions (with --ablations, the others are tried once more on top of the
@@ -301,7 +302,10 @@ def cross(ablations: bool) -> int:
 # --loo: every constant of GRID and of the kept methods swept together from the neutral start.
 LOO_GRID: dict[str, list[object]] = {**GRID, **{k: v for name in KEPT for k, v in METHODS[name].items()}}
 RANKER_L2 = [1e-3, 1e-2, 1e-1]
-SPREADS = [0.0, 0.3, 0.6, 0.9]  # LIST_SPREAD, with the ranker, chosen on the three train conversations  # the ranker's penalty, chosen by leave-one-out inside the three train conversations
+SPREADS = [0.0, 0.3, 0.6, 0.9]  # LIST_SPREAD, with the ranker, chosen on the three train conversations
+#: INSTANCE_WEIGHT (a category the question names seeks its instances, reflex/instances.py), chosen on the
+#: three train conversations over the constants and ranker chosen there; 0 is off.
+INSTANCE_WEIGHTS = [0.0, 0.25, 0.5, 1.0]
 _memo: dict[tuple[object, ...], list[float]] = {}
 
 
@@ -368,7 +372,7 @@ def _cache_file() -> Path:
     the conversations, so any change to either starts afresh."""
     digest = hashlib.sha256()
     for path in sorted((ROOT / "tortoise_sdk").rglob("*")) + locomo_files():
-        if path.suffix in (".py", ".json"):
+        if path.suffix in (".py", ".json", ".gz"):
             digest.update(path.read_bytes())
     return Path(tempfile.gettempdir()) / "tortoise-bench" / f"loo-{digest.hexdigest()[:16]}.json"
 
@@ -385,11 +389,17 @@ def _fold(job: tuple[str, list[str], str]) -> dict[str, object]:
     w_tuned, l2_tuned = _learn(train, chosen)
     w_shipped, l2_shipped = _learn(train, {})
     spread = max(SPREADS, key=lambda v: (statistics.fmean(_score(train, {**chosen, "LIST_SPREAD": v}, w_tuned)), -v))
+    # Category instances: the weight chosen on the three over what they chose (ties keep the smaller,
+    # 0 = off), then the ranker learnt again on the three with it, as it would ship.
+    inst = max(INSTANCE_WEIGHTS, key=lambda v: (statistics.fmean(_score(train, {**chosen, "INSTANCE_WEIGHT": v}, w_tuned)), -v))
+    with_inst = {**chosen, "INSTANCE_WEIGHT": inst}
+    w_inst = _learn(train, with_inst)[0] if inst else w_tuned
     return {
         "test": test, "chosen": chosen, "fitted": fitted, "l2": (l2_tuned, l2_shipped),
         "shipped": _score([test], {}), "tuned": _score([test], chosen),
         "tuned+ranker": _score([test], chosen, w_tuned), "shipped+ranker": _score([test], {}, w_shipped),
         "tuned+ranker+spread": _score([test], {**chosen, "LIST_SPREAD": spread}, w_tuned), "spread": spread,
+        "tuned+ranker+instances": _score([test], with_inst, w_inst), "instances": inst,
         "fitted+ranker": statistics.fmean(_score(train, chosen, w_tuned)),
         "memo": {k: v for k, v in _memo.items() if k not in known},
     }
@@ -425,7 +435,8 @@ def loo() -> int:
             ("constants chosen on the three", "tuned"),
             ("constants chosen on the three + ranker learnt on them", "tuned+ranker"),
             ("today's constants + ranker learnt on the three", "shipped+ranker"),
-            ("constants + ranker chosen on the three, + listing spread", "tuned+ranker+spread")]
+            ("constants + ranker chosen on the three, + listing spread", "tuned+ranker+spread"),
+            ("constants + ranker chosen on the three, + category instances", "tuned+ranker+instances")]
     print(f"LoCoMo leave-one-conversation-out: {len(stems)} folds, recall@{K} on the held-out conversation "
           f"(category 5 excluded; {took:.0f} s on 2 processes)\n")
     print(f"{'method':78s} " + " ".join(f"{s:>8s}" for s in stems) + f" {'mean':>7s} {'pooled':>7s}")
@@ -443,7 +454,7 @@ def loo() -> int:
     print("\nfitted (on the three train conversations, not held out):")
     for f in folds:
         print(f"  without {f['test']}: constants {f['fitted']:.3f}, with the ranker {f['fitted+ranker']:.3f} "
-              f"(l2 {f['l2']}, LIST_SPREAD {f['spread']}); chosen {f['chosen']}")
+              f"(l2 {f['l2']}, LIST_SPREAD {f['spread']}, INSTANCE_WEIGHT {f['instances']}); chosen {f['chosen']}")
     if fitted_ranker is not None:
         print(f"  shipped ranker.json (trained on all four, today's constants): "
               f"{statistics.fmean(fitted_ranker):.3f} pooled (fitted)")

@@ -44,6 +44,8 @@ def test_wheel_layout(wheel):
     for py in (REPO / "adapters").glob("*.py"):
         assert f"tortoise_sdk/adapters/{py.name}" in names
     assert "tortoise_sdk/demo/sessions.json" in names
+    # The reflex's WordNet table ships with WordNet's licence beside it.
+    assert {"tortoise_sdk/reflex/instances.tsv.gz", "tortoise_sdk/reflex/instances.LICENSE"} <= set(names)
     # pyproject's packages= is an explicit list: a sub-package missing there would be left out.
     for py in sorted((REPO / "tortoise_sdk").rglob("*.py")):
         module = f"tortoise_sdk/{py.relative_to(REPO / 'tortoise_sdk').as_posix()}"

@@ -17,7 +17,8 @@ _CHANGED = re.compile(
     r"\b(now|currently|these days|nowadays|anymore|any more|no longer|used to|left|quit|moved|switched|"
     r"started|joined|changed|stopped|instead|new|since)\b", re.I)
 
-__all__ = ("later_on_topic", "memory_candidates", "searched_terms", "topic_terms", "turn_pool", "widen_pool")
+__all__ = ("instance_pool", "later_on_topic", "memory_candidates", "searched_terms", "topic_terms", "turn_pool",
+           "widen_pool")
 
 
 def _said(hits: list[SearchHit]) -> list[SearchHit]:
@@ -51,10 +52,19 @@ def widen_pool(r: Reading, content_terms: list[Term], extra: list[Term],
     return _with_neighbours(r, searched_terms(r, content_terms) + extra, dict(pool))
 
 
-def _with_neighbours(r: Reading, searched: list[Term],
-                     by_pos: dict[tuple[str, int], SearchHit]) -> dict[tuple[str, int], SearchHit]:
+def instance_pool(r: Reading, instances: list[Term],
+                  pool: dict[tuple[str, int], SearchHit]) -> dict[tuple[str, int], SearchHit]:
+    """The pool with the turns (and their neighbours) that name the instances (``instances.instance_terms``),
+    read apart from the question's words, so that turns matching those do not crowd them out."""
+    return _with_neighbours(r, instances, dict(pool), k=tuning.INSTANCE_CANDIDATES, per_term=tuning.PER_TERM // 4)
+
+
+def _with_neighbours(r: Reading, searched: list[Term], by_pos: dict[tuple[str, int], SearchHit],
+                     k: int | None = None, per_term: int | None = None) -> dict[tuple[str, int], SearchHit]:
     found, near = r.store.candidate_turns_near(r.ns, {t.surface: t.weight for t in searched},
-                                               k=tuning.CANDIDATES, per_term=tuning.PER_TERM, known=set(by_pos))
+                                               k=tuning.CANDIDATES if k is None else k,
+                                               per_term=tuning.PER_TERM if per_term is None else per_term,
+                                               known=set(by_pos))
     hits = _said(found)
     r.tick()
     if not hits:

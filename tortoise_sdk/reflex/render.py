@@ -59,8 +59,11 @@ def _reasons(r: Reading, c: Candidate) -> list[str]:
 
     reasons = []
     fed = {t.stem for t in r.terms if t.feedback}
-    if c.matched - fed:
-        reasons.append("matched " + said(c.matched - fed))
+    kinds = {t.stem: t.instance_of for t in r.terms if t.instance_of}
+    if c.matched - fed - kinds.keys():
+        reasons.append("matched " + said(c.matched - fed - kinds.keys()))
+    for s in sorted(c.matched & kinds.keys()):
+        reasons.append(f"names {said({s})}, a kind of {' '.join(repr(surface_of(r.terms, k)) for k in kinds[s])}")
     if c.matched & fed:
         reasons.append("shares " + said(c.matched & fed) + " with the best-matching turn")
     if c.nb_only:

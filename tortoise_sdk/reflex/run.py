@@ -16,9 +16,10 @@ from ..models import MemoryBlock
 from ..store.base import Store
 from ..store.deadline import within
 from ..validate import check_count, check_id, check_number
-from .candidates import later_on_topic, memory_candidates, turn_pool, widen_pool
+from .candidates import instance_pool, later_on_topic, memory_candidates, turn_pool, widen_pool
 from .exchange import filled, with_replies
 from .feedback import feedback_terms
+from .instances import instance_terms, table as instance_table
 from .prior import drop_prior, not_in_window
 from .query import CHANGE, NOW, as_list, message, query_text, weigh_terms
 from .render import render
@@ -114,6 +115,8 @@ def context(
         if prepare is not None:
             with within(budget_s):
                 prepare()
+        if tuning.INSTANCE_WEIGHT:  # read once per process (tens of ms), kept out of the per-turn budget too
+            instance_table()
         started = time.perf_counter()
         deadline = None if budget_s is None else started + budget_s
         # Every store call below ends by the budget too, whatever the database does (a lock, a frozen server).
@@ -164,6 +167,12 @@ def _steps(r: Reading, window: Sequence[Any], prior: Any, budget: int, max_token
         pool = widen_pool(r, content_terms, slot_terms, pool)
         terms = r.terms = mem_terms
         content_terms = content_terms + slot_terms
+    # A category the question names ("activities") reaches the turns that name its instances ("hiking").
+    instances = instance_terms(r, terms, query) if tuning.INSTANCE_WEIGHT else []
+    if instances:
+        pool = instance_pool(r, instances, pool)
+        terms = r.terms = terms + instances
+        content_terms = content_terms + instances
     pool = host.pool_outside_host(pool, session_id, held_from)  # issue 23: what the host holds is no memory
     turns = score_turns(r, terms, content_terms, query, pool)
     r.tick()

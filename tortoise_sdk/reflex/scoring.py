@@ -68,6 +68,18 @@ def score_turns(r: Reading, terms: list[Term], content_terms: list[Term], query:
     # A date the question names is matched by when a turn was said (DATE_BOOST), not by its words.
     date_weight = sum(t.weight for t in terms if t.date and not t.context)
     fed = {t.stem for t in content_terms if t.feedback}
+    # An instance of a category the question names covers that category's words (instances.py), at
+    # INSTANCE_WEIGHT of their weight, once however many instances a turn names: never more than the words.
+    of_kind = {t.stem: t.instance_of for t in content_terms if t.instance_of}
+    fed |= set(of_kind)
+    query_weight = {t.stem: t.weight for t in terms}
+
+    def cover(stems: set[str]) -> float:
+        said = stems - fed
+        kinds = {of_kind[s] for s in stems & of_kind.keys()}
+        return (sum(weights[s] for s in said)
+                + sum(tuning.INSTANCE_WEIGHT * sum(query_weight.get(c, 0.0) for c in kind if c not in said)
+                      for kind in kinds))
     session_share: dict[str, float] = {}
     if tuning.SESSION_BOOST:
         # A session whose turns between them match several of the query's terms is about what it asks.
@@ -108,12 +120,12 @@ def score_turns(r: Reading, terms: list[Term], content_terms: list[Term], query:
             mult *= 1 + tuning.DATE_BOOST
         ctx *= mult
         bonus = (speaker_weight if spoken else 0.0) + (date_weight if on_day else 0.0)
-        covered = sum(weights[s] for s in (matched | nb_matched) - fed) + bonus
+        covered = cover(matched | nb_matched) + bonus
         if ctx <= 0 or covered / (total + bonus) < tuning.MIN_COVERAGE:
             continue
         # Reasons are worded only for the few candidates that reach the block (see render.reasons).
         raw[h.turn_id] = {
-            "own": score, "neighbour": best_nb, "score": ctx, "coverage": sum(weights[s] for s in matched - fed) / total,
+            "own": score, "neighbour": best_nb, "score": ctx, "coverage": cover(matched) / total,
             "coverage_nb": covered / (total + bonus), "spoken": float(spoken), "on_day": float(on_day),
             "says_when": float(says_when), "session": session_share.get(h.session_id, 0.0), "answers": float(answers),
             "asks": float(h.content.rstrip().endswith("?")), "length": r.tokens[h.turn_id][1],

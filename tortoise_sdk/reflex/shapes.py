@@ -37,6 +37,7 @@ class Term:
     context: bool = False  # from the earlier user turn, not the last one
     feedback: bool = False  # from the top-ranked turns (pseudo-relevance feedback), not the window
     date: bool = False  # a word of a date the question names, matched by the session's date (DATE_BOOST)
+    instance_of: tuple[str, ...] = ()  # an instance of the category these query stems name (instances.py)
 
 
 @dataclass

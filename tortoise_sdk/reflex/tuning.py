@@ -18,6 +18,10 @@ __all__ = (
     "EXCHANGE_REPLIES",
     "FUSE_DEPTH",
     "HOP_WEIGHT",
+    "INSTANCE_CANDIDATES",
+    "INSTANCE_CATEGORIES",
+    "INSTANCE_TERMS",
+    "INSTANCE_WEIGHT",
     "K1",
     "LIST_SPREAD",
     "MAX_DF_SHARE",
@@ -102,4 +106,8 @@ EXCHANGE_REPLIES = True   # in the block's top half, a turn that asks about the 
 EXCHANGE_FILL = False     # off: a block shorter than its places is filled with the turns next to its turns
 RANKER = True             # the learnt order of ranker.json (benchmarks/train_reflex_ranker.py) replaces the hand-set one
 SLOT_WEIGHT = 0.4         # a present-tense question naming a kind of fact (slots.SLOTS) also seeks that kind's other words, at this share
+INSTANCE_WEIGHT = 0.0     # off: a category the question names ("activities") also seeks its instances ("hiking"), at this share
+INSTANCE_CATEGORIES = 2   # ... of at most this many categories (the heaviest words)
+INSTANCE_TERMS = 8        # ... at most this many instances the namespace holds, rarest first
+INSTANCE_CANDIDATES = 16  # ... turns read for them (with their neighbours), in one more full-text read
 LIST_SPREAD = 0.0         # off: with the ranker, a listing question's turn loses this share per turn of its session placed before it
