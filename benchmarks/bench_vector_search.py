@@ -21,7 +21,7 @@ Each query is a LoCoMo question (a fresh one each time, so its vector is compute
 Usage::
 
     TORTOISE_TEST_SHARED_DATA=../shared/data .venv/bin/python benchmarks/bench_vector_search.py \\
-        [--items 100000] [--queries 40] [--rev main --rounds 2]
+        [--items 100000] [--queries 40] [--rev main --rounds 2] [--record]
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ sys.path.insert(0, str(ROOT / "tests"))  # the LoCoMo loader only; tortoise_sdk 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from locomo import load_questions, load_sessions, locomo_files  # noqa: E402
+import figures  # noqa: E402
 from toy_vectors import hashing  # noqa: E402
 from revision import add_options, alternate  # noqa: E402
 
@@ -150,7 +151,9 @@ def show(label: str, figures: dict[str, float]) -> None:
 
 
 def main() -> None:
+    figures.record_if_asked(__file__)
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    figures.add_option(ap)
     ap.add_argument("--items", type=int, default=100_000)
     ap.add_argument("--queries", type=int, default=40)
     ap.add_argument("--write-queries", type=int, default=10, help="queries after a write (each reloads an index)")
