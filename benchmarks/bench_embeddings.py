@@ -241,7 +241,8 @@ if __name__ == "__main__":
     ap.add_argument("--queries", type=int, default=100)
     ap.add_argument("--conversations", type=int, default=2, help="LoCoMo conversations for the recall part (the first N)")
     ap.add_argument("--conversation", action="append", metavar="NAME",
-                    help="these conversations instead (e.g. conv-41: the reflex's constants were chosen on conv-26 and conv-30, its ranker trained on all four); repeatable")
+                    help="these conversations instead, repeatable (e.g. conv-41: the reflex's constants were chosen "
+                         "on conv-26 and conv-30, its ranker trained on all four)")
     ap.add_argument("--weights", default="0.8", help="semantic list weights to compare, e.g. 0.8,0.4,0.2 "
                                                      "(the first is the shipped SEMANTIC_WEIGHT)")
     ap.add_argument("--skip-recall", action="store_true")
