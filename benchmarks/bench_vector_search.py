@@ -3,7 +3,9 @@ in-memory search, fused with sqlite-vec, beside another revision's code in the s
 
 One SQLite store of ``--items`` turns (default 100,000; LoCoMo's turns repeated, each tagged with its
 number), every turn with a 384-dimension vector from a hashing toy (in-process, not a model: this
-measures search and fusion, not a model's quality or an embedding request's latency). Then, for
+measures search and fusion, not a model's quality or an embedding request's latency); with ``--rev``,
+that code builds its own store of the same turns and vectors before its first round, untimed (an older
+code cannot open a store whose schema a newer one migrated). Then, for
 each code (this tree, and ``--rev`` alternating with it through ``revision.py``), in a fresh process:
 
 - ``words``: no embedder;
@@ -21,7 +23,7 @@ Each query is a LoCoMo question (a fresh one each time, so its vector is compute
 Usage::
 
     TORTOISE_TEST_SHARED_DATA=../shared/data .venv/bin/python benchmarks/bench_vector_search.py \\
-        [--items 100000] [--queries 40] [--rev main --rounds 2]
+        [--items 100000] [--queries 40] [--rev main --rounds 2] [--record]
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ sys.path.insert(0, str(ROOT / "tests"))  # the LoCoMo loader only; tortoise_sdk 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from locomo import load_questions, load_sessions, locomo_files  # noqa: E402
+import figures  # noqa: E402
 from toy_vectors import hashing  # noqa: E402
 from revision import add_options, alternate  # noqa: E402
 
@@ -54,6 +57,16 @@ def corpus(queries: int) -> tuple[list[str], list[str]]:
         texts = [f"turn {i} about topic {i % 97} and thing {i % 89}" for i in range(1000)]
     questions = [q.question for p in files for q in load_questions(p)] or texts
     return texts, questions[:queries]
+
+
+def store_for(work: str) -> str:
+    """This process's code's own store in ``work``: each code builds its store (the same turns and vectors), since
+    an older code cannot open a store whose schema a newer one migrated."""
+    import hashlib
+
+    import tortoise_sdk
+
+    return str(Path(work) / f"big-{hashlib.sha1(str(Path(tortoise_sdk.__file__).parent).encode()).hexdigest()[:10]}.db")
 
 
 def build(db: str, items: int) -> float:
@@ -150,32 +163,38 @@ def show(label: str, figures: dict[str, float]) -> None:
 
 
 def main() -> None:
+    figures.record_if_asked(__file__)
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    figures.add_option(ap)
     ap.add_argument("--items", type=int, default=100_000)
     ap.add_argument("--queries", type=int, default=40)
     ap.add_argument("--write-queries", type=int, default=10, help="queries after a write (each reloads an index)")
-    ap.add_argument("--db", help=argparse.SUPPRESS)
+    ap.add_argument("--work", help=argparse.SUPPRESS)
     ap.add_argument("--smoke", action="store_true", help="1,000 items, 5 queries, this tree only: checks the script")
     add_options(ap, rounds=2)
     args = ap.parse_args()
     if args.smoke:
         args.items, args.queries, args.write_queries, args.rev = 1000, 5, 2, None
     if args.measure_json:
-        print(json.dumps(measure(args.db, args.queries, args.write_queries)))
+        db = store_for(args.work)
+        if not Path(db).exists():  # another code (--rev): its own store, built before its first timing
+            print(f"built {db} in {build(db, args.items):.0f} s", file=sys.stderr)
+        print(json.dumps(measure(db, args.queries, args.write_queries)))
         return
     import subprocess
 
     with tempfile.TemporaryDirectory(prefix="bench-vectors-") as tmp:
-        db = str(Path(tmp) / "big.db")
-        build_s = build(db, args.items)
+        build_s = build(store_for(tmp), args.items)
         print(f"{args.items:,} turns, each with a 384-dimension vector ({hashing.model_name}), built in {build_s:.0f} s; "
               f"{args.queries} LoCoMo questions per arm ({args.write_queries} after a write), context() unbudgeted; "
               "ms")
-        argv = ["--db", db, "--queries", str(args.queries), "--write-queries", str(args.write_queries)]
+        argv = ["--work", tmp, "--items", str(args.items), "--queries", str(args.queries),
+                "--write-queries", str(args.write_queries)]
         if args.rev:
             ours, theirs = alternate(__file__, argv, args.rev, args.rounds)
             show(f"this tree (medians of {args.rounds} rounds)", ours)
-            show(f"{args.rev} (alternating with it)", theirs)
+            show(f"{args.rev} (alternating with it, on a store its own code built from the same turns and vectors)",
+                 theirs)
         else:
             done = subprocess.run([sys.executable, __file__, *argv, "--measure-json"], capture_output=True, text=True)
             if done.returncode:

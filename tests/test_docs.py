@@ -130,7 +130,12 @@ def _stated_figures(page: Path) -> list[tuple[int, str]]:
 
 
 def _recorded_output() -> str:
-    return "\n".join(figures.parse(f.read_text(encoding="utf-8"))["output"] for f in FRAGMENTS)
+    """What the records printed, with the load averages their footers state (a page may quote those too)."""
+    def printed(meta: dict) -> str:
+        loads = " ".join(f"{x:.2f}" for x in (*meta["load_before"], *meta["load_after"]))
+        return f"{meta['output']}\n{loads}"
+
+    return "\n".join(printed(figures.parse(f.read_text(encoding="utf-8"))) for f in FRAGMENTS)
 
 
 def _stray_figures(page: Path, recorded: str) -> list[str]:
