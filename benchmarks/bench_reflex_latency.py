@@ -464,8 +464,14 @@ def run_against(url: str, rev: str, n_queries: int, explain: bool) -> int:
 
 
 def _explain(url: str, qs: list[str]) -> None:
-    """EXPLAIN (ANALYZE, BUFFERS) of every statement one ``context()`` sends, for the slowest query."""
+    """EXPLAIN (ANALYZE, BUFFERS) of every statement one ``context()`` sends, for the slowest query.
+
+    Each is explained in a session configured as the store's own (``jit`` off, UTC), then again
+    with ``jit`` on, printing that run's execution and JIT compilation times.
+    """
     import psycopg
+
+    from tortoise_sdk.store.postgres.store import _set_session
 
     mem = Memory(url, namespace="bench")
     slowest = max(qs, key=lambda q: _timed_context(mem, q, {})[0])
@@ -482,12 +488,20 @@ def _explain(url: str, qs: list[str]) -> None:
         mem.context([{"role": "user", "content": slowest}], budget=5, time_budget_ms=None)
     finally:
         psycopg.Cursor.execute = real  # type: ignore[method-assign]
-    print(f"\nEXPLAIN (ANALYZE, BUFFERS) of the {len(sent)} statements of context({slowest!r}):")
+    print(f"\nEXPLAIN (ANALYZE, BUFFERS) of the {len(sent)} statements of context({slowest!r}), in a session set as"
+          " the store sets its own; after each, the same statement with the server's default jit (on):")
     with psycopg.connect(url, autocommit=True) as conn:
+        _set_session(conn, None)
         for query, params in sent:
             plan = [r[0] for r in conn.execute("EXPLAIN (ANALYZE, BUFFERS) " + query, params).fetchall()]
             print("\n" + " ".join(query.split())[:160])
             print("\n".join("    " + line for line in plan))
+            with conn.transaction():
+                conn.execute("SET LOCAL jit = on")
+                on = conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + query, params).fetchone()[0][0]  # type: ignore[index]
+            jit = on.get("JIT", {}).get("Timing", {}).get("Total")
+            print(f"  with jit = on: Execution Time {on['Execution Time']:.3f} ms, "
+                  + ("not compiled" if jit is None else f"of which JIT compilation {jit:.3f} ms"))
     mem.close()
 
 

@@ -86,3 +86,32 @@ def test_only_a_word_in_a_large_share_of_the_turns_is_walked(store, monkeypatch)
     assert _walks(store, "a", ["paddling", "otter", "red boat"], 40) == [True, False, False]
     assert _walks(store, "b", ["paddling", "otter", "red boat"], 40) == [False, False, False]
     assert _walks(store, "a", ["paddling"], 1_000) == [False]  # the walk would read more than the index
+
+
+def test_the_store_never_jit_compiles_its_statements(store, monkeypatch):
+    """At ten million turns the candidate statements' estimated cost passed ``jit_above_cost`` and the
+    server spent 40-57 ms compiling each, most of a context() block; the store's sessions turn JIT off.
+    Here every statement is made worth compiling (``jit_above_cost = 0``) to show none is."""
+    import psycopg
+
+    with store.read() as c, c.transaction():
+        c.execute("SET LOCAL jit = on")  # pg_jit_available() is false while the session's jit is off
+        if not c.execute("SELECT pg_jit_available()").fetchone()[0]:
+            pytest.skip("this PostgreSQL server has no JIT (built without LLVM)")
+    sent = []
+    real = psycopg.Cursor.execute
+
+    def record(self, query, params=None, **kw):
+        if isinstance(query, str) and query.lstrip().upper().startswith(("SELECT", "WITH")) and "hit.id" in query:
+            sent.append((query, params))
+        return real(self, query, params, **kw)
+
+    monkeypatch.setattr(psycopg.Cursor, "execute", record)
+    assert store.candidate_turns("a", {"paddling": 2.0, "otter": 3.0}, k=12, per_term=40)
+    monkeypatch.setattr(psycopg.Cursor, "execute", real)
+    assert sent
+    with store.read() as c, c.transaction():
+        c.execute("SET LOCAL jit_above_cost = 0")
+        for query, params in sent:
+            plan = c.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + query, params).fetchone()[0][0]
+            assert "JIT" not in plan, plan["JIT"]
