@@ -28,14 +28,19 @@ def _turns() -> list[dict]:
     return turns
 
 
-@pytest.fixture
-def store(tmp_path):
-    s = SQLiteStore(tmp_path / "bounded.db")
+def _filled(s):
+    """``s`` with the test's turns in two sessions of ``ns``, and 30 turns of one common word in ``other``."""
     turns = _turns()
     s.capture("ns", prepare_capture("s1", turns[:25], session_date=None, idempotency_key=None, max_turns=5000))
     s.capture("ns", prepare_capture("s2", turns[25:], session_date=None, idempotency_key=None, max_turns=5000))
     s.capture("other", prepare_capture("o1", [{"role": "user", "content": "common"}] * 30, session_date=None,
                                        idempotency_key=None, max_turns=5000))
+    return s
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = _filled(SQLiteStore(tmp_path / "bounded.db"))
     yield s
     s.close()
 
@@ -96,12 +101,7 @@ def pg_store():
 
     require_postgres()
     with temp_database("tortoise_bounded") as url:
-        s = open_store(url)
-        turns = _turns()
-        s.capture("ns", prepare_capture("s1", turns[:25], session_date=None, idempotency_key=None, max_turns=5000))
-        s.capture("ns", prepare_capture("s2", turns[25:], session_date=None, idempotency_key=None, max_turns=5000))
-        s.capture("other", prepare_capture("o1", [{"role": "user", "content": "common"}] * 30, session_date=None,
-                                           idempotency_key=None, max_turns=5000))
+        s = _filled(open_store(url))
         yield s
         s.close()
 

@@ -47,13 +47,7 @@ def test_sqlite_vec_finds_the_neighbours_the_exact_search_finds(tmp_path, seed: 
     vec = store._sqlite_vec()
     try:
         assert vec.available, vec.reason
-        for q in queries:
-            for k, kind in ((1, None), (10, None), (25, "turn"), (5, "memory")):
-                engine = store.nearest_vectors("ns", "m", q.tolist(), k, kind)
-                assert engine is not None
-                exact = semantic._index_top(store, "ns", q.tolist(), k, kind)
-                assert [(kd, i) for kd, i, _ in engine] == [(kd, i) for kd, i, _ in exact]
-                assert [c for _, _, c in engine] == pytest.approx([c for _, _, c in exact], abs=1e-5)
+        _assert_engine_is_exact(store, semantic, queries)
     finally:
         store.close()
 
@@ -212,13 +206,7 @@ def test_pgvector_finds_the_neighbours_the_exact_search_finds(pg_db: str) -> Non
     try:
         assert store._pg_vector().available, store._pg_vector().reason
         assert store.vector_search().startswith("pgvector ")
-        for q in queries:
-            for k, kind in ((1, None), (10, None), (25, "turn"), (5, "memory")):
-                engine = store.nearest_vectors("ns", "m", q.tolist(), k, kind)
-                assert engine is not None
-                exact = semantic._index_top(store, "ns", q.tolist(), k, kind)
-                assert [(kd, i) for kd, i, _ in engine] == [(kd, i) for kd, i, _ in exact]
-                assert [c for _, _, c in engine] == pytest.approx([c for _, _, c in exact], abs=1e-5)
+        _assert_engine_is_exact(store, semantic, queries)
         assert store.nearest_vectors("ns", "m", [1.0, 0.0], 5) == []  # another dimension: not comparable
         assert store.nearest_vectors("other", "m", queries[0].tolist(), 100) == []
         assert store.nearest_vectors("ns", "other-model", queries[0].tolist(), 5) == []
@@ -326,3 +314,14 @@ def test_a_refused_create_extension_keeps_the_search_in_memory_and_is_logged(pg_
         assert "permission denied to create extension" in mem.vector_stats()["vector_search"]
         assert PEANUTS in mem.context([{"role": "user", "content": SNACKS}]).block
     assert "permission denied to create extension" in caplog.text
+
+
+def _assert_engine_is_exact(store, semantic, queries) -> None:
+    """The engine's nearest vectors are the exact in-memory search's, ids and scores, for several ``k`` and kinds."""
+    for q in queries:
+        for k, kind in ((1, None), (10, None), (25, "turn"), (5, "memory")):
+            engine = store.nearest_vectors("ns", "m", q.tolist(), k, kind)
+            assert engine is not None
+            exact = semantic._index_top(store, "ns", q.tolist(), k, kind)
+            assert [(kd, i) for kd, i, _ in engine] == [(kd, i) for kd, i, _ in exact]
+            assert [c for _, _, c in engine] == pytest.approx([c for _, _, c in exact], abs=1e-5)
