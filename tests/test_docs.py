@@ -197,9 +197,11 @@ def test_the_check_fails_on_a_planted_figure_no_run_printed(tmp_path):
     recorded = _recorded_output()
     planted = ["97,531.86", "8642", "13579", "24.681"]
     assert not any(re.search(rf"(?<![\d.,]){re.escape(n)}(?![\d]|[.,]\d)", recorded) for n in planted)
+    quoted = re.findall(r"(?<![\d.,])\d+\.\d{2}(?!\d)", recorded)[:2]  # two figures a record did print
+    assert len(quoted) == 2
     page = tmp_path / "planted.md"
     page.write_text("capture reads 97,531.86 turns/s; the hook p50/p95 8642/13579 ms; recall 24.681\n"
-                    "quoted from a record: p50 2.03 ms, rank_bm25 173.50 ms\n", encoding="utf-8")
+                    f"quoted from a record: p50 {quoted[0]} ms, rank_bm25 {quoted[1]} ms\n", encoding="utf-8")
     assert _stray_figures(page, recorded) == [f"line 1: {n}" for n in planted]
 
 
