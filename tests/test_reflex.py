@@ -84,7 +84,7 @@ def test_memories_read_beside_the_turns_on_a_concurrent_store(mem, monkeypatch):
             return read(*args, **kwargs)
         return call
 
-    monkeypatch.setattr(store, "candidate_turns_near", meeting("turns", store.candidate_turns_near))
+    monkeypatch.setattr(store, "candidate_turns_near_each", meeting("turns", store.candidate_turns_near_each))
     monkeypatch.setattr(store, "candidate_memories", meeting("memories", store.candidate_memories))
     monkeypatch.setattr(store, "concurrent_reads", True, raising=False)
     together = ask(mem, "where does Maya work now?")

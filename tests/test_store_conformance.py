@@ -1269,6 +1269,23 @@ def test_candidate_turns_near_are_the_candidates_and_their_neighbours(store: Sto
     assert store.candidate_turns_near(ns, {"zzz": 1.0}, k=10) == ([], [])
 
 
+def test_candidate_turns_near_each_ranks_every_weighting_as_candidate_turns_does(store: Store, ns):
+    """The reflex reads a question's words and the same words with more in one call: each weighting
+    ranks as it would alone (a word in both is found once), and every candidate's neighbours come back."""
+    store.capture(ns, req("s1", ["tea one", "coffee two", "tea and coffee", "plain", "milk tea", "coffee"]))
+    store.capture(ns, req("s2", ["plain", "milk", "tea", "coffee milk", "plain end"]))
+    weightings = [{"tea": 1.0}, {"tea": 1.0, "coffee": 0.5, "milk": 0.25}, {"milk": 2.0, "tea": 0.25}, {"zzz": 1.0}]
+    each, near = store.candidate_turns_near_each(ns, weightings, k=3)
+    assert each == [store.candidate_turns(ns, w, k=3) for w in weightings]
+    assert [len(hits) for hits in each] == [3, 3, 3, 0]
+    around = {(h.session_id, h.index): h.content for h in near}
+    turns = {(h.session_id, h.index): h.content for sid in ("s1", "s2") for h in store.turns(ns, sid)}
+    wanted = {(h.session_id, h.index + d) for hits in each for h in hits for d in (-1, 1)} & set(turns)
+    chosen = {(h.session_id, h.index) for hits in each for h in hits}
+    assert {p: turns[p] for p in wanted - chosen}.items() <= around.items()
+    assert store.candidate_turns_near_each(ns, [{"zzz": 1.0}], k=3) == ([[]], [])
+
+
 def test_the_reflex_points_at_the_same_turns_on_both_engines(tmp_path):
     from tortoise_sdk.demo import load_demo_sessions
 

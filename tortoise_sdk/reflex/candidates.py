@@ -27,16 +27,18 @@ def _said(hits: list[SearchHit]) -> list[SearchHit]:
     return [h for h in hits if h.role != "system"]
 
 
-def turn_pool(r: Reading, terms: list[Term]) -> tuple[list[Term], dict[tuple[str, int], SearchHit]]:
+def turn_pool(r: Reading, terms: list[Term], extra: list[Term] = ()
+              ) -> tuple[list[Term], dict[tuple[str, int], SearchHit]]:
     """The content terms, and the turns they find with the neighbouring turns of each, by (session, index).
 
-    Empty when no term is worth a full-text query or it finds nothing.
+    With ``extra`` terms (the words of the kind of fact a present-tense question asks about), the
+    pool also holds what ``widen_pool`` would add for them, read in the same store call. Empty
+    when no term is worth a full-text query or it finds nothing.
     """
     content_terms = [t for t in terms
                      if (t.df > 0 or not r.n_docs) and not (tuning.NAMES_AS_SPEAKERS and t.is_name) and not t.date]
-    if not content_terms:
-        return content_terms, {}
-    return content_terms, _with_neighbours(r, searched_terms(r, content_terms), {})
+    searched = searched_terms(r, content_terms) if content_terms else []
+    return content_terms, _with_neighbours(r, [searched, searched + list(extra)] if extra else [searched], {})
 
 
 def searched_terms(r: Reading, content_terms: list[Term]) -> list[Term]:
@@ -49,32 +51,34 @@ def searched_terms(r: Reading, content_terms: list[Term]) -> list[Term]:
 def widen_pool(r: Reading, content_terms: list[Term], extra: list[Term],
                pool: dict[tuple[str, int], SearchHit]) -> dict[tuple[str, int], SearchHit]:
     """The pool with the turns (and their neighbours) the full-text query finds with ``extra`` added."""
-    return _with_neighbours(r, searched_terms(r, content_terms) + extra, dict(pool))
+    return _with_neighbours(r, [searched_terms(r, content_terms) + extra], dict(pool))
 
 
 def instance_pool(r: Reading, instances: list[Term],
                   pool: dict[tuple[str, int], SearchHit]) -> dict[tuple[str, int], SearchHit]:
     """The pool with the turns (and their neighbours) that name the instances (``instances.instance_terms``),
     read apart from the question's words, so that turns matching those do not crowd them out."""
-    return _with_neighbours(r, instances, dict(pool), k=tuning.INSTANCE_CANDIDATES, per_term=tuning.PER_TERM // 4)
+    return _with_neighbours(r, [instances], dict(pool), k=tuning.INSTANCE_CANDIDATES, per_term=tuning.PER_TERM // 4)
 
 
-def _with_neighbours(r: Reading, searched: list[Term], by_pos: dict[tuple[str, int], SearchHit],
+def _with_neighbours(r: Reading, searched: list[list[Term]], by_pos: dict[tuple[str, int], SearchHit],
                      k: int | None = None, per_term: int | None = None) -> dict[tuple[str, int], SearchHit]:
-    found, near = r.store.candidate_turns_near(r.ns, {t.surface: t.weight for t in searched},
-                                               k=tuning.CANDIDATES if k is None else k,
-                                               per_term=tuning.PER_TERM if per_term is None else per_term,
-                                               known=set(by_pos))
-    hits = _said(found)
-    r.tick()
-    if not hits:
+    """``by_pos`` with each list's candidate turns and their neighbours added, list by list."""
+    searched = [s for s in searched if s]
+    if not searched:
         return by_pos
-    for h in hits:
-        by_pos.setdefault((h.session_id, h.index), h)
-    wanted = [(h.session_id, h.index + d) for h in hits for d in (-1, 1)]
+    each, near = r.store.candidate_turns_near_each(r.ns, [{t.surface: t.weight for t in s} for s in searched],
+                                                   k=tuning.CANDIDATES if k is None else k,
+                                                   per_term=tuning.PER_TERM if per_term is None else per_term,
+                                                   known=set(by_pos))
+    r.tick()
     at = {(h.session_id, h.index): h for h in _said(near)}
-    for p in dict.fromkeys(p for p in wanted if p not in by_pos and p in at):
-        by_pos[p] = at[p]
+    for hits in map(_said, each):
+        for h in hits:
+            by_pos.setdefault((h.session_id, h.index), h)
+        wanted = [(h.session_id, h.index + d) for h in hits for d in (-1, 1)]
+        for p in dict.fromkeys(p for p in wanted if p not in by_pos and p in at):
+            by_pos[p] = at[p]
     return by_pos
 
 

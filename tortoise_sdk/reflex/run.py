@@ -162,9 +162,8 @@ def _steps(r: Reading, window: Sequence[Any], prior: Any, budget: int, max_token
     # The memories need only the terms: they are read while the turns are.
     mem_terms = terms + slot_terms
     memories = _alongside(r.store, lambda: memory_candidates(r, mem_terms, query, wants_change))
-    content_terms, pool = turn_pool(r, terms)
+    content_terms, pool = turn_pool(r, terms, slot_terms)  # with the kind's words, in the same read
     if slot_terms:
-        pool = widen_pool(r, content_terms, slot_terms, pool)
         terms = r.terms = mem_terms
         content_terms = content_terms + slot_terms
     # A category the question names ("activities") reaches the turns that name its instances ("hiking").

@@ -340,11 +340,32 @@ class Store(ABC):
         One call, so that a store across a network can answer both in one round trip; the
         neighbours may include turns at known positions or the candidates' own.
         """
-        hits = self.candidate_turns(namespace, weighted_terms, k=k, per_term=per_term)
-        have = set(known) | {(h.session_id, h.index) for h in hits}
-        wanted = list(dict.fromkeys((h.session_id, h.index + d) for h in hits for d in (-1, 1)
-                                    if h.index + d >= 0 and (h.session_id, h.index + d) not in have))
-        return hits, (self.turns_at(namespace, wanted) if wanted else [])
+        (hits,), near = self.candidate_turns_near_each(namespace, [weighted_terms], k=k, per_term=per_term,
+                                                       known=known)
+        return hits, near
+
+    def candidate_turns_near_each(self, namespace: str, weightings: Sequence[Mapping[str, float]], *, k: int,
+                                  per_term: int = 200, known: Collection[tuple[str, int]] = ()
+                                  ) -> tuple[list[list[SearchHit]], list[SearchHit]]:
+        """``candidate_turns`` for each weighting of terms, and the turns next to any of them (as
+        ``candidate_turns_near``).
+
+        One call, so that a store can find a term's matches once for every weighting that holds it
+        (the reflex ranks the question's words, then the same words with those of the fact's kind).
+        """
+        each: list[list[SearchHit]] = []
+        near: list[SearchHit] = []
+        have = set(known)
+        for weighted_terms in weightings:  # in turn: a weighting's neighbours are known to the next
+            hits = self.candidate_turns(namespace, weighted_terms, k=k, per_term=per_term)
+            have |= {(h.session_id, h.index) for h in hits}
+            wanted = list(dict.fromkeys((h.session_id, h.index + d) for h in hits for d in (-1, 1)
+                                        if h.index + d >= 0 and (h.session_id, h.index + d) not in have))
+            found = self.turns_at(namespace, wanted) if wanted else []
+            have |= {(h.session_id, h.index) for h in found}
+            each.append(hits)
+            near += found
+        return each, near
 
     def turn_fact_status(self, namespace: str, turn_ids: Sequence[str]) -> dict[str, tuple[int, int]]:
         """For turns that ground memories: ``turn_id -> (live, no longer live)`` memory counts.

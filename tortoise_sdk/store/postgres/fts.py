@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from ...search import BM25_B, BM25_K1, NAME_WEIGHT, TF_CAP, terms_from_fts5
 
 __all__ = ("FTS_CONFIG", "STAT_SHARDS", "WALK_FACTOR", "WALK_MIN", "WALK_SPAN", "bm25_search_sql", "count_turns_sql", "index_memories_sql",
-           "newest_matches_sql", "newest_turn_matches_sql", "rebuild_stats_sql", "term_dfs_sql", "terms_from_fts5", "top_matches_sql",
+           "newest_matches_sql", "newest_turn_matches_sql", "rebuild_stats_sql", "term_dfs_sql", "terms_from_fts5", "top_matches_each_sql", "top_matches_sql",
            "turn_bm25_sql", "usable_terms")
 
 FTS_CONFIG = "tortoise_english"
@@ -225,6 +225,33 @@ def top_matches_sql(matches: str, *, alias: str, select: str, from_: str, where:
             LIMIT %s
         )
         SELECT scored.score, {select} FROM scored JOIN {from_} ON {alias}.id = scored.id WHERE {where}
+    """
+
+
+def top_matches_each_sql(matches: str, *, alias: str, select: str, from_: str, where: str) -> str:
+    """``top_matches_sql`` for several weightings of the terms at once, each term's matches found once.
+
+    The weightings come as four parallel arrays, one element a (weighting, term) pair: the
+    weighting's number, the term's 1-based position in ``matches``' terms, its position in the
+    weighting (the order its weights are added in, as ``top_matches_sql`` adds them) and its
+    weight. The result is ``(weighting, score, *select)``: each weighting's ``%s`` best rows, a row
+    once for each weighting that keeps it. Parameters, in order: ``matches``' own, the four
+    arrays (``int[]``, ``int[]``, ``int[]``, ``float8[]``), the limit, then ``where``'s own.
+    """
+    return f"""
+        WITH hits AS MATERIALIZED ({matches}),  -- each term walked once, whatever weightings hold it
+        scored AS (
+            SELECT ranked.weighting, ranked.id, ranked.score FROM (
+                SELECT w.weighting, hits.id, SUM(w.weight ORDER BY w.pos) AS score,
+                       row_number() OVER (PARTITION BY w.weighting
+                                          ORDER BY SUM(w.weight ORDER BY w.pos) DESC, hits.id DESC) AS place
+                FROM hits JOIN unnest(%s::int[], %s::int[], %s::int[], %s::float8[]) AS w(weighting, ord, pos, weight)
+                  ON w.ord = hits.ord
+                GROUP BY w.weighting, hits.id
+            ) AS ranked
+            WHERE ranked.place <= %s
+        )
+        SELECT scored.weighting, scored.score, {select} FROM scored JOIN {from_} ON {alias}.id = scored.id WHERE {where}
     """
 
 

@@ -45,6 +45,7 @@ from .fts import (
     newest_turn_matches_sql,
     term_dfs_sql,
     terms_from_fts5,
+    top_matches_each_sql,
     top_matches_sql,
     turn_bm25_sql,
     usable_terms,
@@ -529,20 +530,25 @@ class PostgresStore(PostgresExtractionMixin, PostgresSubagentMixin, PostgresForg
         rows.sort(key=lambda r: (-r[0], -r[1]))
         return [_hit(r[2:], r[0]) for r in rows]
 
-    def candidate_turns_near(self, namespace: str, weighted_terms: Mapping[str, float], *, k: int,
-                             per_term: int = 200, known: Collection[tuple[str, int]] = ()
-                             ) -> tuple[list[SearchHit], list[SearchHit]]:
-        """``candidate_turns`` and every turn next to one, in one statement (``known`` is not needed)."""
-        terms = [t for t in weighted_terms if t and "\x00" not in t]
+    def candidate_turns_near_each(self, namespace: str, weightings: Sequence[Mapping[str, float]], *, k: int,
+                                  per_term: int = 200, known: Collection[tuple[str, int]] = ()
+                                  ) -> tuple[list[list[SearchHit]], list[SearchHit]]:
+        """``candidate_turns`` for each weighting and every turn next to one, in one statement: a term
+        in several weightings is walked once (``known`` is not needed)."""
+        kept = [[t for t in w if t and "\x00" not in t] for w in weightings]
+        terms = list(dict.fromkeys(t for w in kept for t in w))
         if k < 1 or not terms:
-            return [], []
-        top = top_matches_sql(newest_turn_matches_sql(), alias="t", select=f"t.id, {_INDEXED_COLUMNS}",
-                              from_=f"turns t {_JOIN_SESSION}", where="t.namespace = %s")
+            return [[] for _ in weightings], []
+        ord_of = {t: i for i, t in enumerate(terms, 1)}
+        pairs = [(n, ord_of[t], pos, float(w[t])) for n, (w, ts) in enumerate(zip(weightings, kept))
+                 for pos, t in enumerate(ts)]
+        top = top_matches_each_sql(newest_turn_matches_sql(), alias="t", select=f"t.id, {_INDEXED_COLUMNS}",
+                                   from_=f"turns t {_JOIN_SESSION}", where="t.namespace = %s")
         sql = f"""
             WITH top AS MATERIALIZED ({top})
-            SELECT TRUE AS hit, top.* FROM top
+            SELECT top.* FROM top
             UNION ALL
-            SELECT FALSE, 0.0::float8, n.* FROM (
+            SELECT -1, 0.0::float8, n.* FROM (
                 SELECT DISTINCT top.session_id, top.idx + d.d AS idx FROM top CROSS JOIN (VALUES (-1), (1)) AS d(d)
             ) AS p
             CROSS JOIN LATERAL (  -- one index probe a position (a join was planned as a scan of every session)
@@ -550,10 +556,12 @@ class PostgresStore(PostgresExtractionMixin, PostgresSubagentMixin, PostgresForg
                 WHERE t.namespace = %s AND t.session_id = p.session_id AND t.idx = p.idx
             ) AS n
         """
-        rows = self._rows(sql, (terms, namespace, per_term, [weighted_terms[t] for t in terms], k, namespace,
+        rows = self._rows(sql, (terms, namespace, per_term, *(list(c) for c in zip(*pairs)), k, namespace,
                                 namespace))
-        hits = sorted((r for r in rows if r[0]), key=lambda r: (-r[1], -r[2]))
-        return [_hit(r[3:], r[1]) for r in hits], [_hit(r[3:], 0.0) for r in rows if not r[0]]
+        each: list[list[SearchHit]] = [[] for _ in weightings]
+        for r in sorted((r for r in rows if r[0] >= 0), key=lambda r: (-r[1], -r[2])):
+            each[r[0]].append(_hit(r[3:], r[1]))
+        return each, [_hit(r[3:], 0.0) for r in rows if r[0] < 0]
 
     def turns_at(self, namespace: str, positions: Sequence[tuple[str, int]]) -> list[SearchHit]:
         keys = list(dict.fromkeys(positions))
