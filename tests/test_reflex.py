@@ -950,3 +950,59 @@ def test_memories_first_puts_a_memory_in_the_place_of_the_best_turn_it_cites():
     assert [c.key for c in memories_first(ranked)] == ["m1", "t2"]
     ranked[3].memory = memory.model_copy(update={"status": "superseded"})  # only a live memory stands for its turns
     assert [c.key for c in memories_first(ranked)] == ["t1", "t2", "t3", "m1"]
+
+
+# -- the cycle collector waits while a block is built ---------------------------------------------
+
+
+def _collector_seen(mem, monkeypatch) -> list[bool]:
+    """Whether the collector was on at each of the block's store reads."""
+    seen: list[bool] = []
+    real = mem.store.term_stats
+
+    def spy(*args, **kwargs):
+        import gc
+
+        seen.append(gc.isenabled())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(mem.store, "term_stats", spy)
+    return seen
+
+
+def test_the_cycle_collector_waits_while_a_block_is_built_and_runs_after(mem, monkeypatch):
+    import gc
+
+    seen = _collector_seen(mem, monkeypatch)
+    assert gc.isenabled()
+    assert ask(mem, "where does Maya work now?").pointers
+    assert seen and not any(seen)  # off at every read of the block
+    assert gc.isenabled()  # and on again once it is built
+
+
+def test_a_host_that_turned_the_collector_off_keeps_it_off(mem, monkeypatch):
+    import gc
+
+    seen = _collector_seen(mem, monkeypatch)
+    gc.disable()
+    try:
+        assert ask(mem, "where does Maya work now?").pointers
+        assert seen and not gc.isenabled()
+    finally:
+        gc.enable()
+
+
+def test_the_collector_is_resumed_by_the_block_that_paused_it_while_another_is_built(mem):
+    """Overlapping blocks (a server's threads) never keep the collector off past the block that paused it."""
+    import gc
+
+    from tortoise_sdk.reflex.run import _collector_paused
+
+    first, second = _collector_paused(), _collector_paused()
+    first.__enter__()
+    second.__enter__()
+    assert not gc.isenabled()
+    first.__exit__(None, None, None)
+    assert gc.isenabled()  # the second block is still being built
+    second.__exit__(None, None, None)
+    assert gc.isenabled()

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import contextvars
+import gc
 import logging
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -62,6 +64,36 @@ def _alongside(store: Store, fn: Callable[[], Any]) -> Callable[[], Any]:
         return fn() if running.cancel() else running.result()
 
     return result
+
+
+_collector_lock = threading.Lock()
+_collector_held = False  # a context() call has paused the collector and will resume it
+
+
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Python's cycle collector waits while a block is built, and runs after it as it would have.
+
+    A block allocates thousands of short-lived objects, and a collection of the oldest generation
+    that falls inside one stops every thread for tens of milliseconds in a large process: enough to
+    miss the time budget and return nothing. Reference counting still frees what a block drops.
+    The call that paused the collector resumes it when its block is done, whatever other blocks
+    are being built then, so the collector is never off for longer than one block; what it would
+    have collected is collected then. A host that turned the collector off keeps it off.
+    """
+    global _collector_held
+    with _collector_lock:
+        mine = not _collector_held and gc.isenabled()
+        if mine:
+            _collector_held = True
+            gc.disable()
+    try:
+        yield
+    finally:
+        if mine:
+            with _collector_lock:
+                _collector_held = False
+                gc.enable()
 
 
 def context(
@@ -120,7 +152,7 @@ def context(
         started = time.perf_counter()
         deadline = None if budget_s is None else started + budget_s
         # Every store call below ends by the budget too, whatever the database does (a lock, a frozen server).
-        with within(budget_s):
+        with within(budget_s), _collector_paused():
             block = _steps(Reading(store, namespace, token_counter or approx_tokens, deadline),
                            window, prior_context, budget, max_tokens, session_id, held_from, specific_only,
                            semantic, None if categories is None else frozenset(categories))
