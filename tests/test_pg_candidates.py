@@ -115,3 +115,29 @@ def test_the_store_never_jit_compiles_its_statements(store, monkeypatch):
         for query, params in sent:
             plan = c.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + query, params).fetchone()[0][0]
             assert "JIT" not in plan, plan["JIT"]
+
+
+def test_the_first_block_reads_on_connections_already_open_and_warm():
+    """A block reads on two connections at once; prepare_reflex (called by context() outside the block's
+    budget) opens both and warms them once per store, so a new process's first block pays for neither."""
+    from tortoise_sdk import Memory
+
+    require_postgres()
+    with temp_database("tortoise_warm") as url:
+        with Memory(url, namespace="n") as writer:
+            writer.capture("s", [{"role": "user", "content": "I work at Helix Health"}])
+        mem = Memory(url, namespace="n")  # a new process's store: its pool holds one connection
+        store = mem.store
+        store._pool.wait()
+        assert store._pool.get_stats()["pool_size"] == 1
+        sizes = []
+        real = store.prepare_reflex
+        store.prepare_reflex = lambda: (real(), sizes.append(store._pool.get_stats()["pool_size"]))[0]  # type: ignore[method-assign]
+        block = mem.context(["where do I work now?"], time_budget_ms=None)
+        assert block.pointers
+        assert sizes[0] >= 2  # both readers open before the block began
+        assert store._reflex_warm
+        opened = store._pool.get_stats()["connections_num"]
+        mem.context(["where do I work these days?"], time_budget_ms=None)
+        assert store._pool.get_stats()["connections_num"] == opened and len(sizes) == 2  # called each time, warms once
+        mem.close()

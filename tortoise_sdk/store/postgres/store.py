@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+import threading
+from contextlib import ExitStack, contextmanager
 from datetime import datetime
 from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
@@ -121,6 +122,8 @@ class PostgresStore(PostgresExtractionMixin, PostgresSubagentMixin, PostgresForg
         self.timeout_s = timeout_s
         self._health = Health()
         self._lexemes = LexemeCache()
+        self._reflex_warm = False  # prepare_reflex has warmed the connections a block reads on
+        self._warm_lock = threading.Lock()
         self._pgvector: PgVector | None = None  # pgvector's search, probed on first use
         given = conninfo_to_dict(url) if url else {}
         options: dict[str, Any] = {k: v for k, v in _KEEPALIVES.items() if k not in given}
@@ -563,6 +566,27 @@ class PostgresStore(PostgresExtractionMixin, PostgresSubagentMixin, PostgresForg
             each[r[0]].append(_hit(r[3:], r[1]))
         return each, [_hit(r[3:], 0.0) for r in rows if r[0] < 0]
 
+    def prepare_reflex(self) -> None:
+        """Open and warm the connections a block reads on, once per store (``reflex.context`` calls
+        this outside the block's time budget, bounded by one of its own).
+
+        A block reads on two connections at once (the memory candidates beside the turn
+        candidates), and the pool opens its second only when asked. A fresh server process also
+        loads the text search dictionaries and the catalog entries of each table and index the
+        first time a statement needs them. Paid inside the first block, the two made a new
+        process's first ``context()`` miss the 50 ms budget more often than not.
+        """
+        if self._reflex_warm:
+            return
+        with self._warm_lock:
+            if self._reflex_warm:
+                return
+            with ExitStack() as held:  # held together, so that the pool hands out (and opens) distinct ones
+                conns = [held.enter_context(self.read()) for _ in range(min(_REFLEX_CONNECTIONS, self._pool.max_size))]
+                for conn in conns:
+                    conn.execute(_WARM_SQL).fetchall()
+            self._reflex_warm = True
+
     def turns_at(self, namespace: str, positions: Sequence[tuple[str, int]]) -> list[SearchHit]:
         keys = list(dict.fromkeys(positions))
         if not keys:
@@ -582,6 +606,23 @@ class PostgresStore(PostgresExtractionMixin, PostgresSubagentMixin, PostgresForg
         if not rows:
             raise NotFoundError(f"no turn {turn_id!r} in namespace {namespace!r}")
         return _hit(rows[0], 0.0)
+
+
+#: The connections a block reads on at once: the turn candidates' and the memory candidates'.
+_REFLEX_CONNECTIONS = 2
+#: Loads the text search configuration and plans a read of each table and index a block uses.
+_WARM_SQL = f"""
+    SELECT to_tsvector('{FTS_CONFIG}'::regconfig, 'warm up the stemmer'),
+           (SELECT COUNT(*) FROM rank_namespaces WHERE namespace = ''),
+           (SELECT COUNT(*) FROM rank_terms WHERE namespace = '' AND term = ANY('{{warm}}')),
+           (SELECT COUNT(*) FROM turns t {_JOIN_SESSION}
+            WHERE t.namespace = '' AND t.fts @@ phraseto_tsquery('{FTS_CONFIG}'::regconfig, 'warm')),
+           (SELECT COUNT(*) FROM turns t WHERE t.namespace = '' AND t.session_id = '' AND t.idx = 0),
+           (SELECT COUNT(*) FROM memories m
+            WHERE m.namespace = '' AND m.fts @@ phraseto_tsquery('{FTS_CONFIG}'::regconfig, 'warm')),
+           (SELECT COUNT(*) FROM memory_entities WHERE memory_id = ''),
+           (SELECT COUNT(*) FROM provenance WHERE namespace = '' AND turn_id = '')
+"""
 
 
 def redact_url(url: str) -> str:
