@@ -1006,3 +1006,39 @@ def test_the_collector_is_resumed_by_the_block_that_paused_it_while_another_is_b
     assert gc.isenabled()  # the second block is still being built
     second.__exit__(None, None, None)
     assert gc.isenabled()
+
+
+# -- a question asked before and not answered then --------------------------------------------------
+
+
+def _asked_before(tmp_path, reply: str) -> Memory:
+    mem = Memory(str(tmp_path / "asked.db"), namespace="me")
+    mem.capture("s1", [
+        {"role": "user", "content": "I finally cleaned the garage this weekend."},
+        {"role": "assistant", "content": "That must feel good. What did you find in there?"},
+        {"role": "user", "content": "Old bikes, mostly. My dog Biscuit is a two-year-old beagle, and he loved sniffing around."},
+        {"role": "assistant", "content": "Beagles love a new smell. Did you keep the bikes?"},
+        {"role": "user", "content": "I gave them to my neighbour's kids."},
+    ], session_date="2024-01-01T10:00:00")
+    mem.capture("s2", [
+        {"role": "user", "content": "What breed is my dog again?"},
+        {"role": "assistant", "content": reply},
+        {"role": "user", "content": "Never mind, let's plan the weekend instead."},
+    ], session_date="2024-01-05T10:00:00")
+    return mem
+
+
+@pytest.mark.parametrize("reply", ["Sorry, I don't know.", "I'm not sure, sorry!", "No idea, I can't remember."])
+def test_a_question_that_got_a_non_answer_does_not_hide_the_turn_that_said_the_fact(tmp_path, reply):
+    """Reviewer's case: once a question got "Sorry, I don't know.", asking it again led with that
+    exchange and the gate dropped the turn that said the fact (it shares fewer of the question's words)."""
+    with _asked_before(tmp_path, reply) as mem:
+        texts = [p.synopsis for p in ask(mem, "what breed is my dog?", budget=5).pointers]
+    assert any("beagle" in t for t in texts), texts
+    assert not any(t in (reply, "What breed is my dog again?") for t in texts), texts
+
+
+def test_a_question_that_got_an_answer_still_counts(tmp_path):
+    with _asked_before(tmp_path, "Biscuit is a beagle, two years old.") as mem:
+        texts = [p.synopsis for p in ask(mem, "what breed is my dog?", budget=5).pointers]
+    assert "Biscuit is a beagle, two years old." in texts, texts

@@ -12,7 +12,10 @@ of it never counts.
 
 In any conversation, an assistant's filler ("OK.", "Sure, happy to help!", "Got it.") states
 nothing: it is never evidence (``is_filler``), neither as a candidate nor as the reply an asking
-turn brings. A person's short reply ("Yes.", "Thanks!") is left alone: it may answer its question.
+turn brings. Nor is its non-answer ("Sorry, I don't know.", "I'm not sure."), and the question it
+failed to answer is not evidence of that answer either (``unanswered``): asked again, the question
+would otherwise outrank the turn that said the fact, since it repeats the question's words. A
+person's short reply ("Yes.", "Thanks!") is left alone: it may answer its question.
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ from ..models import SearchHit
 from ..search import STOP_WORDS, tokenize
 from .shapes import Candidate, Reading
 
-__all__ = ("MIN_WORDS", "cleaned_matches", "evidence_text", "is_dump", "is_filler", "is_noise")
+__all__ = ("MIN_WORDS", "cleaned_matches", "evidence_text", "is_dump", "is_filler", "is_non_answer", "is_noise",
+           "unanswered")
 
 #: Words a turn must say (outside host text) to be evidence on its own.
 MIN_WORDS = 3
@@ -37,6 +41,12 @@ FILLER_WORDS = frozenset("""
     hello sure thanks thank noted alright right fine great good cool understood certainly absolutely course done
     sounds perfect nice glad happy help welcome problem np hmm mm hm ah see gotcha roger will thing
     please let know anything else definitely indeed agreed alrighty yup yep k kk
+    """.split())
+#: Words of a non-answer ("Sorry, I don't know."): filler too, and the question before it goes unanswered.
+NON_ANSWER_WORDS = frozenset("sorry afraid unfortunately unsure idea remember recall".split())
+#: A non-answer says one of these (beside its other words, all filler): "I'm not sure" is not "Sure!".
+_DENIAL = frozenset("""
+    not no don't dont can't cant cannot couldn't wouldn't didn't isn't haven't sorry afraid unfortunately unsure
     """.split())
 #: Longer than this many words, an assistant turn is not filler whatever its words.
 FILLER_MAX_WORDS = 12
@@ -62,11 +72,32 @@ def is_dump(c: Candidate) -> bool:
 
 
 def is_filler(hit: SearchHit | None) -> bool:
-    """An assistant turn that states nothing: a few words, all stop words or acknowledgement (``FILLER_WORDS``)."""
+    """An assistant turn that states nothing: a few words, all stop words or acknowledgement
+    (``FILLER_WORDS``), or a non-answer (``is_non_answer``)."""
     if hit is None or hit.role != "assistant":
         return False
     words = tokenize(hit.content)
-    return len(words) <= FILLER_MAX_WORDS and all(w in STOP_WORDS or w in FILLER_WORDS for w in words)
+    return len(words) <= FILLER_MAX_WORDS and (all(w in STOP_WORDS or w in FILLER_WORDS for w in words)
+                                               or _non_answer(words))
+
+
+def is_non_answer(hit: SearchHit | None) -> bool:
+    """An assistant turn that says it does not know ("Sorry, I don't know.", "I'm not sure.", "No idea."):
+    a few words, all filler or ``NON_ANSWER_WORDS``, one of them a denial."""
+    if hit is None or hit.role != "assistant":
+        return False
+    words = tokenize(hit.content)
+    return len(words) <= FILLER_MAX_WORDS and _non_answer(words)
+
+
+def _non_answer(words: list[str]) -> bool:
+    return (any(w in _DENIAL for w in words)
+            and all(w in STOP_WORDS or w in FILLER_WORDS or w in NON_ANSWER_WORDS for w in words))
+
+
+def unanswered(asker: SearchHit, reply: SearchHit | None) -> bool:
+    """A turn that asks ("?") and got a non-answer (the next turn, ``is_non_answer``): no evidence of its answer."""
+    return "?" in asker.content and is_non_answer(reply)
 
 
 def is_noise(c: Candidate) -> bool:

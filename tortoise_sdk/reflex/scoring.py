@@ -12,7 +12,7 @@ from ..confidence import AGREED, BASE
 from ..models import SearchHit
 from ..search import TF_CAP
 from . import ranker, tuning
-from .noise import is_filler
+from .noise import is_filler, unanswered
 from .query import CAPITALISED, WHEN, named_days, speaking
 from .shapes import Candidate, Reading, Term, session_day
 
@@ -94,6 +94,8 @@ def score_turns(r: Reading, terms: list[Term], content_terms: list[Term], query:
     raw: dict[str, dict[str, float]] = {}  # the learnt ranker's inputs (ranker.features), by turn
     for key, h in by_pos.items():
         if is_filler(h):  # "OK." after a question that matched would inherit its score as the answer
+            continue
+        if unanswered(h, by_pos.get((h.session_id, h.index + 1))):  # asked before and not answered then
             continue
         score, matched = own[key]
         best_nb, nb_matched, nb_from = 0.0, set(), None
