@@ -26,6 +26,8 @@ this tree's code and git revision REV's, each in its own process, query by query
 then prints ``EXPLAIN (ANALYZE, BUFFERS)`` of every statement the slowest query's ``context()`` sends.
 ``--store URL --live TURNS`` weighs the GIN indexes' pending list on a live PostgreSQL store: two
 copies, ``fastupdate`` on and off, get the same new turns, then are timed in turn (``run_live``).
+``--store URL --cold K`` starts K new processes per tree (this one and ``--against``'s), each asking
+two questions at the default budget: what a CLI call, a hook or a freshly started server meets.
 
 Usage::
 
@@ -33,6 +35,7 @@ Usage::
     .venv/bin/python benchmarks/bench_reflex_latency.py --sizes 100000 --pastes 3 [--engine postgres]
     .venv/bin/python benchmarks/bench_reflex_latency.py --store postgresql://.../db --against main [--explain]
     .venv/bin/python benchmarks/bench_reflex_latency.py --store postgresql://.../db --live 8000 --queries 100
+    .venv/bin/python benchmarks/bench_reflex_latency.py --store postgresql://.../db --against main --cold 20
 """
 
 from __future__ import annotations
@@ -401,6 +404,48 @@ for line in sys.stdin:
 """
 
 
+# A new process's first context() at the default budget, then its second: what a CLI call, a hook
+# or a freshly started server meets. Prints one JSON line.
+_COLD = r"""
+import json, sys, time
+sys.path.insert(0, sys.argv[1])
+from tortoise_sdk import Memory
+mem = Memory(sys.argv[2], namespace="bench")
+rows = []
+for q in json.loads(sys.argv[3]):
+    t = time.perf_counter()
+    block = mem.context([{"role": "user", "content": q}], budget=5)  # the default 50 ms budget
+    rows.append({"ms": (time.perf_counter() - t) * 1000, "degraded": block.degraded_reason})
+print(json.dumps(rows))
+mem.close()
+"""
+
+
+def run_cold(url: str, rev: str, k: int) -> int:
+    """``k`` new processes per tree (this one and ``rev``), alternating, each asking two questions at the
+    default budget: how often the first block of a process comes back empty, against the second."""
+    import json
+
+    qs = [q for q in queries(4 * k) if q not in UNRELATED and q not in COURTESY]
+    with tempfile.TemporaryDirectory() as tmp:
+        trees = {"this tree": ROOT, rev: _tree_of(rev, Path(tmp) / "base")}
+        got: dict[str, list[list[dict]]] = {name: [] for name in trees}
+        for i in range(k):
+            for name in list(trees) if i % 2 else list(trees)[::-1]:
+                out = subprocess.run([sys.executable, "-c", _COLD, str(trees[name]), url, json.dumps(qs[2 * i:2 * i + 2])],
+                                     check=True, capture_output=True, text=True).stdout
+                got[name].append(json.loads(out))
+    print(f"store: {url.rsplit('/', 1)[-1]}; {k} new processes per tree, alternating, two questions each at the default"
+          " 50 ms budget")
+    print(f"{'code':>12} | {'1st context() p50':>17} {'degraded':>9} | {'2nd p50':>8} {'degraded':>9}")
+    for name, runs in got.items():
+        first, second = [r[0] for r in runs], [r[1] for r in runs]
+        print(f"{name:>12} | {statistics.median(r['ms'] for r in first):>15.1f}ms {sum(r['degraded'] is not None for r in first):>5}/{k:<3} | "
+              f"{statistics.median(r['ms'] for r in second):>6.1f}ms {sum(r['degraded'] is not None for r in second):>5}/{k:<3}")
+    print("  (the first call's time includes what it does before its budget starts: opening and warming connections)")
+    return 0
+
+
 def _tree_of(rev: str, into: Path) -> Path:
     """The files of git revision ``rev`` of this repository, under ``into``."""
     import subprocess
@@ -590,6 +635,9 @@ if __name__ == "__main__":
     ap.add_argument("--live", type=int, metavar="TURNS",
                     help="with --store (PostgreSQL): capture TURNS turns into two copies, GIN fastupdate on and off, "
                          "and time both")
+    ap.add_argument("--cold", type=int, default=0, metavar="K",
+                    help="with --store: K new processes per tree, each timing its first two context() calls at the "
+                         "default budget")
     ap.add_argument("--instances", type=float, default=0.0, metavar="W",
                     help="set INSTANCE_WEIGHT to W for this tree's context() and add listing questions to the mix")
     args = ap.parse_args()
@@ -597,6 +645,8 @@ if __name__ == "__main__":
         args.sizes, args.queries = [2_000], 20
     if args.store and args.live:
         sys.exit(run_live(args.store, args.live, args.queries))
+    if args.store and args.cold:
+        sys.exit(run_cold(args.store, args.against or "HEAD", args.cold))
     if args.store:
         sys.exit(run_against(args.store, args.against or "HEAD", args.queries, args.explain))
     sys.exit(run_pastes(args.sizes, args.queries, args.pastes, args.engine) if args.pastes
