@@ -331,8 +331,8 @@ def _score(stems: list[str], overrides: dict[str, object], w: tuple[float, ...] 
             finally:
                 ranker.weights = shipped  # type: ignore[assignment]
             if _journal is not None:
-                with open(_journal.with_name(f"{_journal.name}.{os.getpid()}"), "a", encoding="utf-8") as out:
-                    out.write(json.dumps([repr(key), _memo[key]]) + "\n")
+                with open(_journal.with_name(f"{_journal.name}.{os.getpid()}"), "a", encoding="utf-8") as journal:
+                    journal.write(json.dumps([repr(key), _memo[key]]) + "\n")
         out += _memo[key]
     return out
 
