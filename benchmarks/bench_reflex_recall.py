@@ -40,6 +40,7 @@ import argparse
 import hashlib
 import json
 import multiprocessing
+import os
 import statistics
 import sys
 import tempfile
@@ -306,7 +307,13 @@ SPREADS = [0.0, 0.3, 0.6, 0.9]  # LIST_SPREAD, with the ranker, chosen on the th
 #: INSTANCE_WEIGHT (a category the question names seeks its instances, reflex/instances.py), chosen on the
 #: three train conversations over the constants and ranker chosen there; 0 is off.
 INSTANCE_WEIGHTS = [0.0, 0.25, 0.5, 1.0]
+#: SECOND_HOP (the first pass's top turns' distinctive words read once more, candidates.hop_terms), chosen
+#: with INSTANCE_WEIGHT by coordinate ascent on the three train conversations; 0 is off.
+SECOND_HOPS = [0.0, 0.3, 0.6, 1.0]
 _memo: dict[tuple[object, ...], list[float]] = {}
+#: Where each worker appends every evaluation it makes (one JSON line each), beside the cache file: a run
+#: stopped half way keeps what it measured, and the next run of the same code reads it back.
+_journal: Path | None = None
 
 
 def _score(stems: list[str], overrides: dict[str, object], w: tuple[float, ...] | None = None) -> list[float]:
@@ -323,6 +330,9 @@ def _score(stems: list[str], overrides: dict[str, object], w: tuple[float, ...] 
                 _memo[key] = _evaluate(stem, {**overrides, "RANKER": w is not None})
             finally:
                 ranker.weights = shipped  # type: ignore[assignment]
+            if _journal is not None:
+                with open(_journal.with_name(f"{_journal.name}.{os.getpid()}"), "a", encoding="utf-8") as journal:
+                    journal.write(json.dumps([repr(key), _memo[key]]) + "\n")
         out += _memo[key]
     return out
 
@@ -384,7 +394,8 @@ def _fold(job: tuple[str, list[str], str]) -> dict[str, object]:
         _open(db, stems)
     known = set(_memo)
     train = [s for s in stems if s != test]
-    off = {k: v[0] for k, v in LOO_GRID.items()}
+    # The neutral start: every part off, category instances too (they ship on: their row below adds them).
+    off = {**{k: v[0] for k, v in LOO_GRID.items()}, "INSTANCE_WEIGHT": 0.0, "SECOND_HOP": 0.0}
     chosen, fitted = _ascend(train, LOO_GRID, off)
     w_tuned, l2_tuned = _learn(train, chosen)
     w_shipped, l2_shipped = _learn(train, {})
@@ -394,12 +405,29 @@ def _fold(job: tuple[str, list[str], str]) -> dict[str, object]:
     inst = max(INSTANCE_WEIGHTS, key=lambda v: (statistics.fmean(_score(train, {**chosen, "INSTANCE_WEIGHT": v}, w_tuned)), -v))
     with_inst = {**chosen, "INSTANCE_WEIGHT": inst}
     w_inst = _learn(train, with_inst)[0] if inst else w_tuned
+    # Instances and the second hop together (as they ship): both weights chosen on the three by coordinate
+    # ascent over what they chose, with the ranker learnt there; then the ranker learnt again with them.
+    both = {**chosen, "INSTANCE_WEIGHT": 0.0, "SECOND_HOP": 0.0}
+    best = statistics.fmean(_score(train, both, w_tuned))
+    for _ in range(PASSES):
+        moved = False
+        for name, values in (("INSTANCE_WEIGHT", INSTANCE_WEIGHTS), ("SECOND_HOP", SECOND_HOPS)):
+            for v in values:
+                if v != both[name]:
+                    score = statistics.fmean(_score(train, {**both, name: v}, w_tuned))
+                    if score > best + 1e-9:
+                        best, both[name], moved = score, v, True
+        if not moved:
+            break
+    w_both = _learn(train, both)[0] if both["INSTANCE_WEIGHT"] or both["SECOND_HOP"] else w_tuned
     return {
         "test": test, "chosen": chosen, "fitted": fitted, "l2": (l2_tuned, l2_shipped),
         "shipped": _score([test], {}), "tuned": _score([test], chosen),
         "tuned+ranker": _score([test], chosen, w_tuned), "shipped+ranker": _score([test], {}, w_shipped),
         "tuned+ranker+spread": _score([test], {**chosen, "LIST_SPREAD": spread}, w_tuned), "spread": spread,
         "tuned+ranker+instances": _score([test], with_inst, w_inst), "instances": inst,
+        "tuned+ranker+instances+hop": _score([test], both, w_both),
+        "both": {k: both[k] for k in ("INSTANCE_WEIGHT", "SECOND_HOP")},
         "fitted+ranker": statistics.fmean(_score(train, chosen, w_tuned)),
         "memo": {k: v for k, v in _memo.items() if k not in known},
     }
@@ -417,17 +445,29 @@ def loo() -> int:
         for path in files:
             with Memory(db, namespace=path.stem) as mem:
                 mem.capture_many(load_sessions(path))
+        global _journal
         cache = _cache_file()
         if cache.exists():  # the same code and data: every evaluation already made is read back
             _memo.update((eval(k), v) for k, v in json.loads(cache.read_text()).items())  # noqa: S307 (our own file)
+        _journal = cache.with_suffix(".journal")
+        for part in sorted(cache.parent.glob(_journal.name + ".*")):  # ... and those of a run stopped half way
+            for line in part.read_text("utf-8").splitlines():
+                try:
+                    k, v = json.loads(line)
+                except ValueError:  # the line being written when it stopped
+                    continue
+                _memo[eval(k)] = v  # noqa: S307 (our own file)
+        cache.parent.mkdir(parents=True, exist_ok=True)
         t0 = time.perf_counter()
         with multiprocessing.get_context("fork").Pool(2) as pool:
             folds = pool.map(_fold, [(db, stems, s) for s in stems], chunksize=1)
         took = time.perf_counter() - t0
         for f in folds:
             _memo.update(f.pop("memo"))  # type: ignore[arg-type]
-        cache.parent.mkdir(parents=True, exist_ok=True)
         cache.write_text(json.dumps({repr(k): v for k, v in _memo.items()}))
+        for part in cache.parent.glob(_journal.name + ".*"):
+            part.unlink()
+        _journal = None
         _open(db, stems)
         shipped_w = ranker.weights()
         fitted_ranker = _score(stems, {}, shipped_w) if shipped_w else None
@@ -436,7 +476,8 @@ def loo() -> int:
             ("constants chosen on the three + ranker learnt on them", "tuned+ranker"),
             ("today's constants + ranker learnt on the three", "shipped+ranker"),
             ("constants + ranker chosen on the three, + listing spread", "tuned+ranker+spread"),
-            ("constants + ranker chosen on the three, + category instances", "tuned+ranker+instances")]
+            ("constants + ranker chosen on the three, + category instances", "tuned+ranker+instances"),
+            ("constants + ranker chosen on the three, + instances + second hop", "tuned+ranker+instances+hop")]
     print(f"LoCoMo leave-one-conversation-out: {len(stems)} folds, recall@{K} on the held-out conversation "
           f"(category 5 excluded; {took:.0f} s on 2 processes)\n")
     print(f"{'method':78s} " + " ".join(f"{s:>8s}" for s in stems) + f" {'mean':>7s} {'pooled':>7s}")
@@ -454,7 +495,8 @@ def loo() -> int:
     print("\nfitted (on the three train conversations, not held out):")
     for f in folds:
         print(f"  without {f['test']}: constants {f['fitted']:.3f}, with the ranker {f['fitted+ranker']:.3f} "
-              f"(l2 {f['l2']}, LIST_SPREAD {f['spread']}, INSTANCE_WEIGHT {f['instances']}); chosen {f['chosen']}")
+              f"(l2 {f['l2']}, LIST_SPREAD {f['spread']}, INSTANCE_WEIGHT {f['instances']}; with the second hop "
+              f"{f['both']}); chosen {f['chosen']}")
     if fitted_ranker is not None:
         print(f"  shipped ranker.json (trained on all four, today's constants): "
               f"{statistics.fmean(fitted_ranker):.3f} pooled (fitted)")

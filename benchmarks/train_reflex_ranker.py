@@ -54,7 +54,7 @@ def record(mem: Memory, questions: Sequence[object]) -> list[Group]:
             mem.context([{"role": "user", "content": q.question}], budget=K, time_budget_ms=None)  # type: ignore[attr-defined]
             if not ranker.RECORD:
                 continue
-            keys, rows = ranker.RECORD[0]  # the first scoring pass (pseudo-relevance feedback is off)
+            keys, rows = ranker.RECORD[-1]  # the last scoring pass (the one that orders the block)
             y = np.array([k in q.evidence for k in keys], dtype=float)  # type: ignore[attr-defined]
             if 0 < y.sum() < len(y):
                 groups.append((np.array(rows, dtype=float), y))

@@ -17,7 +17,7 @@ _CHANGED = re.compile(
     r"\b(now|currently|these days|nowadays|anymore|any more|no longer|used to|left|quit|moved|switched|"
     r"started|joined|changed|stopped|instead|new|since)\b", re.I)
 
-__all__ = ("instance_pool", "later_on_topic", "memory_candidates", "searched_terms", "topic_terms", "turn_pool",
+__all__ = ("hop_pool", "hop_terms", "instance_pool", "later_on_topic", "memory_candidates", "searched_terms", "topic_terms", "turn_pool",
            "widen_pool")
 
 
@@ -59,6 +59,26 @@ def instance_pool(r: Reading, instances: list[Term],
     """The pool with the turns (and their neighbours) that name the instances (``instances.instance_terms``),
     read apart from the question's words, so that turns matching those do not crowd them out."""
     return _with_neighbours(r, [instances], dict(pool), k=tuning.INSTANCE_CANDIDATES, per_term=tuning.PER_TERM // 4)
+
+
+def hop_terms(r: Reading, turns: list[Candidate], terms: list[Term]) -> list[Term]:
+    """A second hop: the distinctive words (names first) of the first pass's top ``SECOND_HOP_DOCS`` turns that the
+    question did not say, as extra terms at ``SECOND_HOP`` of the lesser of their IDF and the question's
+    heaviest word (they widen the pool and add to the score, never count toward the coverage gate)."""
+    top = [c for c in turns[: tuning.SECOND_HOP_DOCS] if c.kind == "turn" and c.score > 0]
+    own = [t for t in terms if not t.context]
+    if tuning.SECOND_HOP <= 0 or not top or not own:
+        return []
+    topic = topic_terms(r, [c.text for c in top], {t.stem for t in terms}, tuning.SECOND_HOP_TERMS)
+    heaviest = max(t.weight for t in own)
+    return [Term(surface, stem, tuning.SECOND_HOP * min(idf, heaviest), 0, context=True, feedback=True)
+            for stem, (surface, idf) in topic.items()]
+
+
+def hop_pool(r: Reading, extra: list[Term],
+             pool: dict[tuple[str, int], SearchHit]) -> dict[tuple[str, int], SearchHit]:
+    """The pool with the turns (and their neighbours) the second hop's words find, in a read of their own."""
+    return _with_neighbours(r, [extra], dict(pool), k=tuning.SECOND_HOP_CANDIDATES, per_term=tuning.PER_TERM // 4)
 
 
 def _with_neighbours(r: Reading, searched: list[list[Term]], by_pos: dict[tuple[str, int], SearchHit],

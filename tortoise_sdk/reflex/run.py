@@ -18,7 +18,7 @@ from ..models import MemoryBlock
 from ..store.base import Store
 from ..store.deadline import within
 from ..validate import check_count, check_id, check_number
-from .candidates import instance_pool, later_on_topic, memory_candidates, turn_pool, widen_pool
+from .candidates import hop_pool, hop_terms, instance_pool, later_on_topic, memory_candidates, turn_pool, widen_pool
 from .exchange import filled, with_replies
 from .feedback import feedback_terms
 from .instances import instance_terms, table as instance_table
@@ -207,6 +207,15 @@ def _steps(r: Reading, window: Sequence[Any], prior: Any, budget: int, max_token
     pool = host.pool_outside_host(pool, session_id, held_from)  # issue 23: what the host holds is no memory
     turns = score_turns(r, terms, content_terms, query, pool)
     r.tick()
+    # A second hop (issue 25): what the top turns name that the question did not, read once more.
+    if tuning.SECOND_HOP and turns:
+        extra = hop_terms(r, turns, terms)
+        if extra:
+            r.terms = terms = terms + extra
+            content_terms = content_terms + extra
+            pool = host.pool_outside_host(hop_pool(r, extra, pool), session_id, held_from)
+            turns = score_turns(r, terms, content_terms, query, pool)
+            r.tick()
     if tuning.PRF_TERMS and turns:
         extra = feedback_terms(r, turns, terms)
         if extra:

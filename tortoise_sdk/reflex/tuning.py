@@ -48,6 +48,10 @@ __all__ = (
     "RRF_K",
     "SESSION_BOOST",
     "SLOT_WEIGHT",
+    "SECOND_HOP",
+    "SECOND_HOP_CANDIDATES",
+    "SECOND_HOP_DOCS",
+    "SECOND_HOP_TERMS",
     "SESSION_SPREAD",
     "SPEAKER_BOOST",
     "SUBJECT_SPEAKER",
@@ -106,8 +110,14 @@ EXCHANGE_REPLIES = True   # in the block's top half, a turn that asks about the 
 EXCHANGE_FILL = False     # off: a block shorter than its places is filled with the turns next to its turns
 RANKER = True             # the learnt order of ranker.json (benchmarks/train_reflex_ranker.py) replaces the hand-set one
 SLOT_WEIGHT = 0.4         # a present-tense question naming a kind of fact (slots.SLOTS) also seeks that kind's other words, at this share
-INSTANCE_WEIGHT = 0.0     # off: a category the question names ("activities") also seeks its instances ("hiking"), at this share
+INSTANCE_WEIGHT = 0.5     # a category a listing question names ("activities") also seeks its instances ("hiking"), at this share
 INSTANCE_CATEGORIES = 2   # ... of at most this many categories (the heaviest words)
 INSTANCE_TERMS = 8        # ... at most this many instances the namespace holds, rarest first
 INSTANCE_CANDIDATES = 16  # ... turns read for them (with their neighbours), in one more full-text read
 LIST_SPREAD = 0.0         # off: with the ranker, a listing question's turn loses this share per turn of its session placed before it
+# Issue 25: a second hop. The first pass's top turns name things the question did not ("home country",
+# a friend's name); their distinctive words are read once more, so turns that say the rest join.
+SECOND_HOP = 0.0          # off: weight of those words (of the lesser of their IDF and the question's heaviest word)
+SECOND_HOP_DOCS = 3       # ... taken from this many top turns of the first pass
+SECOND_HOP_TERMS = 4      # ... at most this many words (names first, rarest first; in 2 turns at least)
+SECOND_HOP_CANDIDATES = 16  # ... turns read for them (with their neighbours), in one more full-text read
