@@ -527,7 +527,8 @@ class _LangChainLike:
     lambda b: _LangChainLike("system", b.block),
     lambda b: b.block,
     lambda b: b,
-], ids=["openai-dict", "openai-parts", "langchain", "text", "block"])
+    lambda b: b.model_dump(mode="json"),
+], ids=["openai-dict", "openai-parts", "langchain", "text", "block", "block-as-json"])
 def test_a_previous_block_passed_as_a_message_is_a_prior_mention(mem, wrap):
     # The host keeps the previous block in its message list; handing that message back as
     # prior_context must drop its pointers as handing the MemoryBlock does.

@@ -40,6 +40,8 @@ def drop_prior(ranked: list[Candidate], prior: Any) -> list[Candidate]:
             texts.append(indexed_text(p.block))
         elif isinstance(p, str):
             texts.append(indexed_text(p))
+        elif isinstance(p, Mapping) and "block" in p and "content" not in p:  # a MemoryBlock as JSON
+            texts.append(indexed_text(text_of(p["block"])))
         else:
             # message() drops a memory block (it is not the host's words), but here a previous block is
             # exactly what counts: read its content whether it came as an OpenAI dict or a message object.
