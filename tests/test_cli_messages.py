@@ -144,6 +144,10 @@ def test_expand_in_the_wrong_namespace_names_where_the_id_is(capsys, db):
     assert code == 2 and "data is in" not in err  # the namespace holds data: the id is just wrong
     code, out, _ = run(capsys, "--db", db, "--namespace", "demo", "expand", turn_id)
     assert code == 0 and "Biscuit" in out
+    with Memory(db, namespace="demo") as mem:
+        memory_id = mem.remember("Maya's dog Biscuit is a beagle").id
+    code, _, err = run(capsys, "--db", db, "expand", memory_id)
+    assert code == 2 and "It is in namespace demo: add --namespace demo" in err
 
 
 @pytest.mark.parametrize("reason, said, not_said", [

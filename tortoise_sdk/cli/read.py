@@ -226,12 +226,11 @@ def _found_elsewhere(mem: Any, pointer_id: str) -> str:
     the namespaces that hold data; "" when X holds data and no other namespace has the id."""
     import shlex
 
-    from ..reflex import expand
-
     others = [n for n in mem.namespaces() if n.name != mem.namespace]
+    read = mem.store.get_turn if pointer_id.startswith("t_") else mem.store.get_memory
     for n in others[:50]:  # a point read each; past 50 namespaces the list below names them
         try:
-            expand(mem.store, n.name, pointer_id)
+            read(n.name, pointer_id)
         except NotFoundError:
             continue
         return f". It is in namespace {n.name}: add --namespace {shlex.quote(n.name)}"
