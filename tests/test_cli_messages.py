@@ -13,6 +13,7 @@ import pytest
 
 from conftest import run_cli as run
 from tortoise_sdk import Memory, __version__
+from tortoise_sdk.reflex import DEFAULT_TIME_BUDGET_MS
 
 ROWS = [
     # --version
@@ -98,3 +99,90 @@ def test_the_demo_ends_with_a_command_that_finds_what_it_captured(capsys, db):
     assert last.startswith("next, try: tortoise search Biscuit --namespace demo")
     code, found, err = run(capsys, *shlex.split(last.split(": ", 1)[1])[1:])
     assert code == 0 and "Biscuit" in found and "is empty" not in err
+
+
+def _seed_demo(db: str) -> str:
+    """The ``demo`` namespace holds a session; returns one of its turn ids."""
+    with Memory(db, namespace="demo") as mem:
+        mem.append("s1", [{"role": "user", "content": "My dog Biscuit is a beagle"},
+                          {"role": "assistant", "content": "Lovely."}])
+        return mem.search("Biscuit beagle")[0].turn_id
+
+
+def _window(tmp_path, text: str = "what is my dog Biscuit?") -> str:
+    path = tmp_path / "w.jsonl"
+    path.write_text(json.dumps({"role": "user", "content": text}) + "\n")
+    return str(path)
+
+
+def test_context_in_an_empty_namespace_names_the_ones_that_hold_data(capsys, db, tmp_path):
+    _seed_demo(db)
+    window = _window(tmp_path)
+    code, out, err = run(capsys, "--db", db, "context", "--window", window)
+    assert code == 0 and out == ""
+    assert "namespace 'default' is empty; data is in: demo" in err and "Add --namespace demo" in err
+    assert "nothing relevant" not in err
+    code, out, err = run(capsys, "--db", db, "context", "--window", window, "--json")
+    assert code == 0 and json.loads(out)["block"] == "" and "data is in: demo" in err
+    code, out, err = run(capsys, "--db", db, "--namespace", "demo", "context", "--window", window)
+    assert code == 0 and "Biscuit" in out and "is empty" not in err
+    # a namespace with data and nothing relevant says just that
+    code, out, err = run(capsys, "--db", db, "--namespace", "demo", "context", "--window",
+                         _window(tmp_path, "what is the capital of Peru?"))
+    assert code == 0 and out == "" and "nothing relevant" in err and "is empty" not in err
+
+
+def test_expand_in_the_wrong_namespace_names_where_the_id_is(capsys, db):
+    turn_id = _seed_demo(db)
+    code, _, err = run(capsys, "--db", db, "expand", turn_id)
+    assert code == 2
+    assert f"{turn_id!r} in namespace 'default'" in err
+    assert "It is in namespace demo: add --namespace demo" in err
+    code, _, err = run(capsys, "--db", db, "expand", "t_doesnotexist")
+    assert code == 2 and "data is in: demo (1 sessions, 2 turns, 0 memories)" in err
+    code, _, err = run(capsys, "--db", db, "--namespace", "demo", "expand", "t_doesnotexist")
+    assert code == 2 and "data is in" not in err  # the namespace holds data: the id is just wrong
+    code, out, _ = run(capsys, "--db", db, "--namespace", "demo", "expand", turn_id)
+    assert code == 0 and "Biscuit" in out
+    with Memory(db, namespace="demo") as mem:
+        memory_id = mem.remember("Maya's dog Biscuit is a beagle").id
+    code, _, err = run(capsys, "--db", db, "expand", memory_id)
+    assert code == 2 and "It is in namespace demo: add --namespace demo" in err
+
+
+@pytest.mark.parametrize("reason, said, not_said", [
+    ("timeout", ["ran out of its 50 ms time budget", "--time-budget-ms"], ["nothing relevant"]),
+    (None, ["nothing relevant"], ["time"]),
+    ("store_error", ["could not be read"], ["nothing relevant"]),
+    ("internal_error: KeyError", ["internal error (KeyError)"], ["nothing relevant"]),
+])
+def test_an_empty_block_says_why_by_its_degraded_reason(capsys, db, tmp_path, monkeypatch, reason, said, not_said):
+    from tortoise_sdk import MemoryBlock
+
+    _seed_demo(db)
+    monkeypatch.setattr(Memory, "context", lambda self, *a, **k: MemoryBlock(degraded_reason=reason))
+    code, out, err = run(capsys, "--db", db, "--namespace", "demo", "context", "--window", _window(tmp_path))
+    assert code == 0 and out == ""
+    for text in said:
+        assert text in err
+    for text in not_said:
+        assert text not in err
+
+
+@pytest.mark.parametrize("flag, passed", [([], DEFAULT_TIME_BUDGET_MS), (["--time-budget-ms", "500"], 500.0),
+                                          (["--time-budget-ms", "0"], None)])
+def test_context_passes_its_time_budget(capsys, db, tmp_path, monkeypatch, flag, passed):
+    from tortoise_sdk import MemoryBlock
+
+    _seed_demo(db)
+    seen = {}
+
+    def context(self, *args, **kwargs):
+        seen.update(kwargs)
+        return MemoryBlock(degraded_reason="timeout")
+
+    monkeypatch.setattr(Memory, "context", context)
+    code, _, err = run(capsys, "--db", db, "--namespace", "demo", "context", "--window", _window(tmp_path), *flag)
+    assert code == 0 and seen["time_budget_ms"] == passed
+    code, _, err = run(capsys, "--db", db, "context", "--window", _window(tmp_path), "--time-budget-ms", "-1")
+    assert code == 2 and "--time-budget-ms" in err

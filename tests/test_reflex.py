@@ -514,6 +514,32 @@ def test_prior_mentions_are_dropped_unless_asked_again(mem):
     assert shown & {p.id for p in asked.pointers}
 
 
+class _LangChainLike:
+    """A LangChain-style message: `.type` and `.content`, no `.role`."""
+
+    def __init__(self, type_: str, content) -> None:
+        self.type, self.content = type_, content
+
+
+@pytest.mark.parametrize("wrap", [
+    lambda b: {"role": "system", "content": b.block},
+    lambda b: {"role": "assistant", "content": [{"type": "text", "text": b.block}]},
+    lambda b: _LangChainLike("system", b.block),
+    lambda b: b.block,
+    lambda b: b,
+    lambda b: b.model_dump(mode="json"),
+], ids=["openai-dict", "openai-parts", "langchain", "text", "block", "block-as-json"])
+def test_a_previous_block_passed_as_a_message_is_a_prior_mention(mem, wrap):
+    # The host keeps the previous block in its message list; handing that message back as
+    # prior_context must drop its pointers as handing the MemoryBlock does.
+    first = ask(mem, "what is my dog called?")
+    shown = {p.id for p in first.pointers}
+    assert shown
+    statement = "Biscuit the beagle still howls, the dog walker helps"
+    again = ask(mem, statement, prior_context=[wrap(first)])
+    assert again.pointers and not shown & {p.id for p in again.pointers}
+
+
 def test_prior_text_overlap_drops_the_turn(mem):
     statement = [{"role": "user", "content": "Biscuit the beagle howls"}]
     prior = "Maya said: Biscuit hates it. He's a two-year-old beagle and he howls when I leave at 7."

@@ -115,10 +115,12 @@ class Memory:
         max_turns_per_capture: the largest ``capture`` accepted in one call.
         model: the litellm model that extracts memories (e.g. ``openai/gpt-4o-mini``);
             default ``$TORTOISE_MODEL``; with none, capture stores turns only.
-        api_base, api_key: the model endpoint and key, when not the provider's defaults
-            (``api_key`` defaults to ``$TORTOISE_API_KEY``, else litellm reads the provider's variable).
+        api_base: the model endpoint, when not the provider's default.
+        api_key: the model key, when not the provider's default; defaults to ``$TORTOISE_API_KEY``,
+            else litellm reads the provider's variable.
         prompts_dir: a directory whose ``<stage>.md`` files replace the shipped prompts.
-        chunk_turns, concurrency: S1 chunk size and how many chunks run at once.
+        chunk_turns: S1 chunk size, in turns.
+        concurrency: how many S1 chunks run at once.
         vet: run the optional VET gate between S2 and S4.
         model_settings: more ``LLMConfig`` fields (``max_attempts``, ``max_tokens`` ...).
         create: make the SQLite file (and its directory) when missing; with False a missing file
@@ -127,10 +129,11 @@ class Memory:
             read): past it the call raises ``StoreTimeout``, whatever the database is doing
             (locked, overloaded, frozen, unreachable). Default 30 s; it also applies to a
             ``store`` passed in. ``context()`` keeps to its own, shorter ``time_budget_ms``.
-        extract_every, idle_s: background extraction batching. Captures with
-            ``extract="background"`` fold into one pending job per session, due once
-            ``extract_every`` new evidence turns wait or after ``idle_s`` seconds without a
-            capture; ``flush()`` runs it now.
+        extract_every: background extraction batching. Captures with ``extract="background"`` fold
+            into one pending job per session, due once ``extract_every`` new evidence turns wait (or
+            after ``idle_s``); ``flush()`` runs it now.
+        idle_s: a session's pending background job is also due after this many seconds without a
+            capture.
         breaker_s: after a fatal model failure (auth, billing, model_not_found, unreachable, timeout) no
             model is called for this many seconds, unless the model settings change; captures
             store their turns and their receipts say why extraction was skipped. 0 disables it.
@@ -149,7 +152,8 @@ class Memory:
             ``tortoise worker`` and ``tortoise embed --backfill``), never by ``capture``.
             Default ``$TORTOISE_EMBEDDER`` (``$TORTOISE_EMBED_API_BASE``, ``$TORTOISE_EMBED_API_KEY``); with
             none, words alone.
-        embed_api_base, embed_api_key: the embedder's endpoint and key, when not the provider's defaults.
+        embed_api_base: the embedder's endpoint, when not the provider's default.
+        embed_api_key: the embedder's key, when not the provider's default.
         categories: the host's own memory categories (e.g. ``["health", "work"]``): S2 and S4 are asked
             to give each memory one of them, and ``memories(category=...)`` filters on it. A category
             outside the list is not stored (a warning says so).

@@ -28,6 +28,7 @@ __all__ = (
     "extract_mode",
     "extraction_failed",
     "model_options",
+    "data_is_in",
     "name_other_namespaces",
     "open_memory",
     "parse_json_records",
@@ -37,6 +38,7 @@ __all__ = (
     "report_line",
     "run_and_print",
     "seconds",
+    "time_budget_ms",
     "terminal_safe",
 )
 
@@ -88,21 +90,29 @@ def run_and_print(
     return 0
 
 
-def name_other_namespaces(mem: Any) -> None:
-    """When ``mem``'s namespace holds nothing, say so on stderr and name the namespaces that hold data."""
-    import shlex
+def name_other_namespaces(mem: Any) -> bool:
+    """When ``mem``'s namespace holds nothing, say so on stderr and name the namespaces that hold data.
 
+    Returns whether it did (the namespace is empty).
+    """
     if mem.sessions() or mem.store.memories(mem.namespace, latest=1):
-        return
+        return False
     others = [n for n in mem.namespaces() if n.name != mem.namespace]
     if not others:
         print(f"tortoise: namespace {mem.namespace!r} is empty, and so is this database ({mem.store.url}): "
               "capture turns first (`tortoise capture`), or try `tortoise demo`", file=sys.stderr)
-        return
+        return True
+    print(f"tortoise: namespace {mem.namespace!r} is empty; {data_is_in(others)}", file=sys.stderr)
+    return True
+
+
+def data_is_in(others: list[Any]) -> str:
+    """``data is in: NAME (counts); ... Add --namespace NAME`` for the namespaces ``others`` (not empty)."""
+    import shlex
+
     held = "; ".join(f"{n.name} ({n.sessions} sessions, {n.turns} turns, {n.memories} memories)" for n in others[:5])
     more = f" and {len(others) - 5} more (`tortoise namespaces`)" if len(others) > 5 else ""
-    print(f"tortoise: namespace {mem.namespace!r} is empty; data is in: {held}{more}. "
-          f"Add --namespace {shlex.quote(others[0].name)}", file=sys.stderr)
+    return f"data is in: {held}{more}. Add --namespace {shlex.quote(others[0].name)}"
 
 
 def emit_json(doc: Any) -> None:
@@ -271,6 +281,17 @@ def seconds(text: str) -> float:
     if not 0 < value < math.inf:
         raise argparse.ArgumentTypeError(f"must be a number of seconds above 0, got {text!r}")
     return value
+
+
+def time_budget_ms(text: str) -> float | None:
+    """An argparse ``type``: a finite number of milliseconds, 0 for no limit (None), else a one-line usage error."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 <= value < math.inf:
+        raise argparse.ArgumentTypeError(f"must be a number of milliseconds, 0 for no limit, got {text!r}")
+    return value or None
 
 
 @contextmanager

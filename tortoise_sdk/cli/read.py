@@ -8,8 +8,18 @@ import os
 import sys
 from typing import Any
 
-from ..errors import InvalidInput
-from ._common import bounded_int, open_memory, read_input, read_json_records, run_and_print
+from ..errors import InvalidInput, NotFoundError
+from ._common import (
+    bounded_int,
+    data_is_in,
+    emit_json,
+    name_other_namespaces,
+    open_memory,
+    read_input,
+    read_json_records,
+    run_and_print,
+    time_budget_ms,
+)
 
 __all__ = ("register",)
 
@@ -129,18 +139,37 @@ def _cmd_context(args: argparse.Namespace) -> int:
     if not all(isinstance(t, (dict, str)) for t in window):
         raise InvalidInput('expected turns such as {"role": "user", "content": "..."}', field=args.window)
     prior = _read_prior(args.prior) if args.prior else None
-    return run_and_print(args, lambda mem: mem.context(window, prior, budget=args.budget, max_tokens=args.max_tokens,
-                                                       session_id=args.session), _print_block)
-
-
-def _print_block(block: Any) -> None:
-    if block.block:
+    with open_memory(args, create=False) as mem:
+        block = mem.context(window, prior, budget=args.budget, max_tokens=args.max_tokens, session_id=args.session,
+                            time_budget_ms=args.time_budget_ms)
+        # An empty block from an empty namespace is no "nothing relevant": name where the data is.
+        empty = not block.block and block.degraded_reason is None and name_other_namespaces(mem)
+    if args.json:
+        emit_json(block)
+    elif block.block:
         print(block.block)
         for p, why in zip(block.pointers, block.why):
             print(f"# {p.id}: {why}", file=sys.stderr)
     else:
-        reason = f" ({block.degraded_reason})" if block.degraded_reason else ""
-        print(f"no memory block: nothing relevant{reason}", file=sys.stderr)
+        print(f"no memory block{'' if empty else ': ' + _why_empty(block.degraded_reason, args.time_budget_ms)}",
+              file=sys.stderr)
+    return 0
+
+
+def _why_empty(reason: str | None, budget_ms: float | None) -> str:
+    """Why ``context`` gave no block, from its ``degraded_reason``, in the command line's terms."""
+    if reason is None:
+        return "nothing relevant to the window in this namespace"
+    if reason == "timeout" and budget_ms is None:  # no budget: a store call ran past its own bound
+        return "it ran out of time: the database did not answer in time (timeout)"
+    if reason == "timeout":
+        return (f"it ran out of its {budget_ms:g} ms time budget before finding anything (timeout); give it more "
+                "with --time-budget-ms (e.g. --time-budget-ms 500, or 0 for no limit)")
+    if reason == "store_error":
+        return "the database could not be read (store_error); the log says why"
+    if reason.startswith("internal_error: "):
+        return f"an internal error ({reason.removeprefix('internal_error: ')}); please report it"
+    return reason.replace("invalid_input: ", "invalid input: ", 1)
 
 
 def _read_prior(path: str) -> Any:
@@ -172,12 +201,42 @@ def _register_context(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-tokens", type=bounded_int(1, 100_000), default=400,
                    help="token cap for the whole block (default: %(default)s)")
     p.add_argument("--session", help="the conversation the window belongs to")
+    p.add_argument("--time-budget-ms", type=time_budget_ms, default=50.0, metavar="MS",
+                   help="past this many milliseconds the block is empty with a timeout; 0 for no limit "
+                        "(default: 50, as context() in Python)")
     p.add_argument("--json", action="store_true", help="print the MemoryBlock as JSON")
     p.set_defaults(handler=_cmd_context)
 
 
 def _cmd_expand(args: argparse.Namespace) -> int:
-    return run_and_print(args, lambda mem: mem.expand(args.id), _print_expanded)
+    with open_memory(args, create=False) as mem:
+        try:
+            full = mem.expand(args.id)
+        except NotFoundError as exc:
+            raise NotFoundError(f"{exc}{_found_elsewhere(mem, args.id)}") from None
+    if args.json:
+        emit_json(full)
+    else:
+        _print_expanded(full)
+    return 0
+
+
+def _found_elsewhere(mem: Any, pointer_id: str) -> str:
+    """After "no turn ... in namespace X": the namespace that holds ``pointer_id``, else (X being empty)
+    the namespaces that hold data; "" when X holds data and no other namespace has the id."""
+    import shlex
+
+    others = [n for n in mem.namespaces() if n.name != mem.namespace]
+    read = mem.store.get_turn if pointer_id.startswith("t_") else mem.store.get_memory
+    for n in others[:50]:  # a point read each; past 50 namespaces the list below names them
+        try:
+            read(n.name, pointer_id)
+        except NotFoundError:
+            continue
+        return f". It is in namespace {n.name}: add --namespace {shlex.quote(n.name)}"
+    if others and not (mem.sessions() or mem.store.memories(mem.namespace, latest=1)):
+        return f". Namespace {mem.namespace!r} is empty; {data_is_in(others)}"
+    return ""
 
 
 def _print_expanded(full: Any) -> None:

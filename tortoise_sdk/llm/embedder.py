@@ -51,7 +51,8 @@ class Embedder:
     Args:
         model: a litellm embedding model name, or a callable ``list[str] -> list[list[float]]``, whose
             vectors are kept under its ``model_name`` (or its object's, for a bound method like ``m.encode``).
-        api_base, api_key: the endpoint and key (a local server: ``openai/<name>`` with its ``/v1`` URL).
+        api_base: the endpoint (a local server: ``openai/<name>`` with its ``/v1`` URL).
+        api_key: the endpoint's key.
         timeout_s: the deadline of one request.
         breaker_s: how long calls pause after a fatal failure; 0 never pauses.
         settings: more ``LLMConfig`` fields (``max_attempts``, ``backoff_base_s`` ...).

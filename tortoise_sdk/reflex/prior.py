@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from ..models import MemoryBlock
@@ -37,12 +38,17 @@ def drop_prior(ranked: list[Candidate], prior: Any) -> list[Candidate]:
         if isinstance(p, MemoryBlock):
             cited.update(q.id for q in p.pointers)
             texts.append(indexed_text(p.block))
+        elif isinstance(p, str):
+            texts.append(indexed_text(p))
+        elif isinstance(p, Mapping) and "block" in p and "content" not in p:  # a MemoryBlock as JSON
+            texts.append(indexed_text(text_of(p["block"])))
         else:
-            m = message(p) if not isinstance(p, str) else Message("user", p)
-            if m is not None:
-                texts.append(indexed_text(m.text))
-            elif hasattr(p, "content"):
-                texts.append(indexed_text(text_of(getattr(p, "content"))))
+            # message() drops a memory block (it is not the host's words), but here a previous block is
+            # exactly what counts: read its content whether it came as an OpenAI dict or a message object.
+            m = message(p)
+            content = m.text if m is not None else text_of(p.get("content") if isinstance(p, Mapping)
+                                                           else getattr(p, "content", ""))
+            texts.append(indexed_text(content))
     joined = "\n".join(texts)
     cited.update(re.findall(r"\bref:(\S+)", joined))
     prior_tokens = set(query_terms(joined))
