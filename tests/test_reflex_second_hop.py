@@ -47,7 +47,8 @@ def test_an_unrelated_question_stays_silent(store, monkeypatch):
 
 
 def test_the_method_is_off_as_shipped():
-    # Measured by leave one conversation out (docs/figures/bench_reflex_recall-loo.md), but its extra
-    # postings count and full-text read on every question put context()'s p95 at 100,000 items well past
-    # main's (docs/benchmarks.md): off until it is made cheaper. The category instances ship on.
+    # Measured by leave one conversation out (docs/figures/bench_reflex_recall-loo.md): over category
+    # instances it loses conv-41 by more than two questions, and its extra postings count and full-text
+    # read on every question put context()'s p95 at 100,000 items well past main's (docs/benchmarks.md).
+    # The category instances ship on.
     assert tuning.SECOND_HOP == 0.0 and tuning.INSTANCE_WEIGHT > 0
