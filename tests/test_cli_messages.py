@@ -25,6 +25,10 @@ ROWS = [
      {"err": ["tortoise: unknown option --nmespace; did you mean --namespace?", "usage: tortoise "]}),
     ("sessions --jsn", True, 2, {"err": ["did you mean --json?", "usage: tortoise sessions"]}),
     ("memories --namespace=demo --sesion s1", True, 2, {"err": ["did you mean --session?"]}),
+    # an unknown command names the near one, as an unknown option does
+    ("serach Biscuit", False, 2, {"err": ["tortoise: unknown command 'serach'; did you mean search?"],
+                                  "not_err": ["choose from"]}),
+    ("zzzzzz", False, 2, {"err": ["tortoise: unknown command 'zzzzzz' (see tortoise --help)"], "not_err": ["did you mean"]}),
     ("sessions --zzzzzz", True, 2, {"err": ["tortoise sessions: unknown option --zzzzzz", "usage: tortoise sessions"],
                                     "not_err": ["did you mean"]}),
     # forget with no terminal says what to add
@@ -186,3 +190,13 @@ def test_context_passes_its_time_budget(capsys, db, tmp_path, monkeypatch, flag,
     assert code == 0 and seen["time_budget_ms"] == passed
     code, _, err = run(capsys, "--db", db, "context", "--window", _window(tmp_path), "--time-budget-ms", "-1")
     assert code == 2 and "--time-budget-ms" in err
+
+
+def test_a_missing_postgresql_database_says_how_to_create_it(capsys):
+    from pgtemp import pg_base_url, require_postgres
+
+    require_postgres()
+    url = pg_base_url().rsplit("/", 1)[0] + "/tortoise_no_such_database_x"
+    assert run(["search", "x", "--db", url]) == 1
+    err = capsys.readouterr().err
+    assert "does not exist; create it first (createdb" in err and "tortoise_no_such_database_x)" in err, err

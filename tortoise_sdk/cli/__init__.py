@@ -138,6 +138,15 @@ class _Parser(argparse.ArgumentParser):
     """Usage errors in one line on stderr (exit 2), pointing at ``--help``."""
 
     def error(self, message: str) -> NoReturn:
+        import difflib
+        import re
+
+        # An unknown command: the nearest one, as unknown options get ("serach" -> search).
+        typed = re.match(r"argument COMMAND: invalid choice: '?([^' ]*)'?", message)
+        commands = [c for a in self._actions if isinstance(a, argparse._SubParsersAction) for c in a.choices]
+        if typed and commands:
+            near = difflib.get_close_matches(typed.group(1), commands, n=1, cutoff=0.6)
+            message = f"unknown command {typed.group(1)!r}" + (f"; did you mean {near[0]}?" if near else "")
         self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
 
 

@@ -136,10 +136,8 @@ class PostgresStore(PostgresExtractionMixin, PostgresSubagentMixin, PostgresForg
                 # A standby, or default_transaction_read_only: reads are served, writes raise ReadOnlyStore.
                 self.read_only = conn.execute("SHOW transaction_read_only").fetchone()[0] == "on"
         except psycopg.OperationalError as exc:
-            raise StoreError(
-                f"cannot connect to PostgreSQL at {self.url}: {str(exc).strip()}; "
-                "check that the server is running, the URL and the credentials"
-            ) from exc
+            raise StoreError(f"cannot connect to PostgreSQL at {self.url}: {str(exc).strip()}; {_connect_advice(exc, url)}"
+                             ) from exc
         self._pool = ConnectionPool(
             url,
             min_size=min_size,
@@ -623,6 +621,17 @@ _WARM_SQL = f"""
            (SELECT COUNT(*) FROM memory_entities WHERE memory_id = ''),
            (SELECT COUNT(*) FROM provenance WHERE namespace = '' AND turn_id = '')
 """
+
+
+def _connect_advice(exc: psycopg.OperationalError, url: str) -> str:
+    """What to do about a failed first connection: create a database the server lacks, else check the rest."""
+    if "does not exist" in str(exc) and "database" in str(exc):
+        parts = urlsplit(url)
+        name = parts.path.lstrip("/") or "NAME"
+        where = (f" -h {parts.hostname}" if parts.hostname else "") + (f" -p {parts.port}" if parts.port else "")
+        user = f" -U {parts.username}" if parts.username else ""
+        return f"create it first (createdb{where}{user} {name}); the store creates its tables itself"
+    return "check that the server is running, the URL and the credentials"
 
 
 def redact_url(url: str) -> str:
