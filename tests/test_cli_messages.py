@@ -197,6 +197,6 @@ def test_a_missing_postgresql_database_says_how_to_create_it(capsys):
 
     require_postgres()
     url = pg_base_url().rsplit("/", 1)[0] + "/tortoise_no_such_database_x"
-    assert run(["search", "x", "--db", url]) == 1
-    err = capsys.readouterr().err
+    code, _, err = run(capsys, "search", "x", "--db", url)
+    assert code == 1
     assert "does not exist; create it first (createdb" in err and "tortoise_no_such_database_x)" in err, err
