@@ -1039,6 +1039,10 @@ def test_the_collector_is_resumed_by_the_block_that_paused_it_while_another_is_b
 
 def _asked_before(tmp_path, reply: str) -> Memory:
     mem = Memory(str(tmp_path / "asked.db"), namespace="me")
+    chat = [f"Week {i}: the {w} project moved along, and the {v} review went fine." for i, (w, v) in
+            enumerate(zip(["roof", "garden", "kitchen", "fence", "attic", "porch"] * 10, ["budget", "design", "plan"] * 20))]
+    mem.capture("s0", [{"role": "user" if i % 2 == 0 else "assistant", "content": t} for i, t in enumerate(chat)],
+                session_date="2023-12-01T10:00:00")  # a store of some size: no word of the question is common in it
     mem.capture("s1", [
         {"role": "user", "content": "I finally cleaned the garage this weekend."},
         {"role": "assistant", "content": "That must feel good. What did you find in there?"},
