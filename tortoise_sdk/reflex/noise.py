@@ -74,20 +74,23 @@ def is_dump(c: Candidate) -> bool:
 def is_filler(hit: SearchHit | None) -> bool:
     """An assistant turn that states nothing: a few words, all stop words or acknowledgement
     (``FILLER_WORDS``), or a non-answer (``is_non_answer``)."""
-    if hit is None or hit.role != "assistant":
-        return False
-    words = tokenize(hit.content)
-    return len(words) <= FILLER_MAX_WORDS and (all(w in STOP_WORDS or w in FILLER_WORDS for w in words)
-                                               or _non_answer(words))
+    words = _short_reply(hit)
+    return words is not None and (all(w in STOP_WORDS or w in FILLER_WORDS for w in words) or _non_answer(words))
 
 
 def is_non_answer(hit: SearchHit | None) -> bool:
     """An assistant turn that says it does not know ("Sorry, I don't know.", "I'm not sure.", "No idea."):
     a few words, all filler or ``NON_ANSWER_WORDS``, one of them a denial."""
+    words = _short_reply(hit)
+    return words is not None and _non_answer(words)
+
+
+def _short_reply(hit: SearchHit | None) -> list[str] | None:
+    """An assistant turn's words when it has at most ``FILLER_MAX_WORDS`` of them, else None."""
     if hit is None or hit.role != "assistant":
-        return False
+        return None
     words = tokenize(hit.content)
-    return len(words) <= FILLER_MAX_WORDS and _non_answer(words)
+    return words if len(words) <= FILLER_MAX_WORDS else None
 
 
 def _non_answer(words: list[str]) -> bool:

@@ -5,9 +5,9 @@ Needs the extra: ``pip install 'tortoise-sdk[postgres]'``.
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
-import threading
 from contextlib import ExitStack, contextmanager
 from datetime import datetime
 from typing import Any, TypeVar
