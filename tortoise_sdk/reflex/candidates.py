@@ -123,8 +123,9 @@ def memory_candidates(r: Reading, terms: list[Term], query: str, wants_change: b
     hop_names = list(dict.fromkeys(e for m, _ in found[:3] for e in m.entities if e.lower() not in seeds))[:4]
     hop = []
     if hop_names:
+        # Entity names: in every memory about them, so walked newest first where the store can.
         hop = [m for m, _ in store.candidate_memories(r.ns, {e: 1.0 for e in hop_names}, k=tuning.CANDIDATES // 8,
-                                                      per_term=tuning.PER_TERM // 4)]
+                                                      per_term=tuning.PER_TERM // 4, newest_first=True)]
         r.tick()
     every = {m.id: m for m in [m for m, _ in found] + hop}
     analysed = dict(zip(every, store.analyze([" ".join([m.content, *m.search_keys, *m.entities])

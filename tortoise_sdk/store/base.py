@@ -381,10 +381,14 @@ class Store(ABC):
         return []
 
     def candidate_memories(self, namespace: str, weighted_terms: Mapping[str, float], *, k: int,
-                           per_term: int = 200, include_superseded: bool = False) -> list[tuple[MemoryRecord, float]]:
+                           per_term: int = 200, include_superseded: bool = False,
+                           newest_first: bool = False) -> list[tuple[MemoryRecord, float]]:
         """Memories ranked like ``candidate_turns``, over content, search keys and entity names.
 
-        This default ranks by the engine's full-text score (``search_memories``) instead.
+        ``newest_first`` tells the store that the terms are in a large share of the memories (the
+        names of entities many are about), so that it may walk the newest memories rather than read
+        every match through an index; the result is the same. This default ranks by the engine's
+        full-text score (``search_memories``) instead.
         """
         from ..search import fts5_query
 

@@ -29,7 +29,7 @@ from ...search import query_terms
 from ..extraction_core import ExtractionCore
 from ..plan import EntityPlan, ExtractionPlan, ItemPlan, SourcePlan
 from ..rows import add_graph, and_equal, entity_dicts, job_info, memory_records, norm_keys, state_info
-from .fts import (bm25_search_sql, index_memories_sql, newest_matches_sql, terms_from_fts5, top_matches_sql,
+from .fts import (bm25_search_sql, index_memories_sql, newest_memory_matches_sql, terms_from_fts5, top_matches_sql,
                   usable_terms)
 
 if TYPE_CHECKING:
@@ -131,17 +131,21 @@ class PostgresExtractionMixin(ExtractionCore):
             ).fetchall()
 
     def candidate_memories(self, namespace: str, weighted_terms: Mapping[str, float], *, k: int,
-                           per_term: int = 200, include_superseded: bool = False) -> list[tuple[MemoryRecord, float]]:
+                           per_term: int = 200, include_superseded: bool = False,
+                           newest_first: bool = False) -> list[tuple[MemoryRecord, float]]:
         """Memories ranked by the summed weights of the terms they hold (content, search keys, entity
-        names), newest first among equals; each term walks at most ``per_term`` newest matches."""
+        names), newest first among equals; each term walks at most ``per_term`` newest matches.
+
+        With ``newest_first`` (the terms are common among the memories), a term common among the
+        turns is sought in the namespace's newest memories before the index is asked for older ones
+        (``newest_memory_matches_sql``): the same result, found faster.
+        """
         terms = [t for t in weighted_terms if t and "\x00" not in t]
         if k < 1 or not terms:
             return []
         statuses = ["live", "superseded"] if include_superseded else ["live"]
-        sql = top_matches_sql(newest_matches_sql(table="memories", alias="m",
-                                                 where="m.namespace = %s AND m.status = ANY(%s)", content_only=False),
-                              alias="m", select=f"{_MEMORY_COLUMNS}, {_MEMORY_LINKS}", from_="memories m",
-                              where="TRUE")
+        sql = top_matches_sql(newest_memory_matches_sql(walk=newest_first), alias="m", select=f"{_MEMORY_COLUMNS}, {_MEMORY_LINKS}",
+                              from_="memories m", where="TRUE")
         with self.read() as c:  # one round trip: the reflex's budget is mostly round trips on a busy host
             rows = _dicts(c, sql, (terms, namespace, statuses, per_term, [weighted_terms[t] for t in terms], k))
         rows.sort(key=lambda r: (-r["score"], -r["id"]))

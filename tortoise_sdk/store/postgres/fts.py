@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from ...search import BM25_B, BM25_K1, NAME_WEIGHT, TF_CAP, terms_from_fts5
 
 __all__ = ("FTS_CONFIG", "STAT_SHARDS", "WALK_FACTOR", "WALK_MIN", "WALK_SPAN", "bm25_search_sql", "count_turns_sql", "index_memories_sql",
-           "newest_matches_sql", "newest_turn_matches_sql", "rebuild_stats_sql", "term_dfs_sql", "terms_from_fts5", "top_matches_each_sql", "top_matches_sql",
+           "newest_memory_matches_sql", "newest_turn_matches_sql", "rebuild_stats_sql", "term_dfs_sql", "terms_from_fts5", "top_matches_each_sql", "top_matches_sql",
            "turn_bm25_sql", "usable_terms")
 
 FTS_CONFIG = "tortoise_english"
@@ -108,30 +108,91 @@ def bm25_search_sql(
     """
 
 
-def newest_matches_sql(*, table: str, alias: str, where: str, content_only: bool) -> str:
-    """Ids of the newest ``%s`` rows matching each term (the bounded walk of ``candidate_turns``).
+def newest_memory_matches_sql(*, walk: bool = False) -> str:
+    """Ids of the newest ``per_term`` memories matching each term (the bounded walk of ``candidate_memories``).
 
-    Parameters, in order: the terms (``text[]``), ``where``'s own, the per-term limit.
-    Returns ``(ord, id)`` rows; ``ord`` is the term's 1-based position. (``OFFSET 0`` keeps the terms a
-    subquery, so each tsquery is parsed once, not once per row tested.)
+    Memories keep no per-word counts, so the GIN index reads and sorts every match of a term to
+    keep its newest. With ``walk`` (the caller's terms are common among the memories: the
+    names of the entities a hop follows), a one-lexeme term that is common among the namespace's
+    turns by ``newest_turn_matches_sql``'s rule (its share there standing for its share here) is
+    first looked for in the namespace's newest ``WALK_SPAN * per_term * N / n`` memories, walked
+    newest first: their ids from the ``memories_namespace_id`` index alone (other namespaces'
+    newer memories are never passed), then one probe each, stopping at ``per_term`` matches
+    (``ts_match_vq``, the function of ``@@``, keeps the planner off the GIN index there). Only when
+    those hold fewer than ``per_term`` of its matches does the index find the older ones. Both ways
+    return the same rows. Without ``walk`` the statement is the index's way alone (cheaper to plan).
+    Parameters, in order: the terms (``text[]``), the namespace, the statuses (``text[]``), the
+    per-term limit. Returns ``(ord, id)`` rows; ``ord`` is the term's 1-based position. (``OFFSET 0``
+    keeps the terms a subquery, so each tsquery is parsed once, not once per row tested.)
     """
-    label = f" AND ts_filter({alias}.fts, '{{a}}') @@ x.query" if content_only else ""
-    return f"""
+    if not walk:
+        return f"""
         SELECT x.ord, hit.id FROM (
             SELECT t.ord, phraseto_tsquery('{FTS_CONFIG}'::regconfig, t.term) AS query
             FROM unnest(%s::text[]) WITH ORDINALITY AS t(term, ord)
             OFFSET 0
         ) AS x
         CROSS JOIN LATERAL (
-            SELECT {alias}.id FROM {table} {alias}
-            WHERE numnode(x.query) > 0 AND {alias}.fts @@ x.query{label} AND {where}
-            ORDER BY {alias}.id DESC LIMIT %s
+            SELECT m.id FROM memories m
+            WHERE numnode(x.query) > 0 AND m.fts @@ x.query AND m.namespace = %s AND m.status = ANY(%s)
+            ORDER BY m.id DESC LIMIT %s
+        ) AS hit
+    """
+    return f"""
+        SELECT x.ord, hit.id FROM (
+            SELECT t.ord, q.query, p.ns, p.statuses, p.per_term,
+                   CASE WHEN numnode(q.query) = 1 AND d.n >= {WALK_MIN!r}
+                             AND d.n * d.n > {WALK_FACTOR!r} * p.per_term * s.n_turns
+                        THEN ceil({WALK_SPAN!r} * p.per_term * s.n_turns / d.n)::bigint END AS span
+            FROM unnest(%s::text[]) WITH ORDINALITY AS t(term, ord)
+            CROSS JOIN (SELECT %s::text AS ns, %s::text[] AS statuses, %s::bigint AS per_term) AS p
+            CROSS JOIN LATERAL (SELECT COALESCE((SELECT n_turns FROM rank_namespaces WHERE namespace = p.ns), 0)::float8
+                                AS n_turns) AS s
+            CROSS JOIN LATERAL (SELECT phraseto_tsquery('{FTS_CONFIG}'::regconfig, t.term) AS query) AS q
+            CROSS JOIN LATERAL (
+                SELECT COALESCE(MIN(COALESCE(r.n_turns, 0)), 0)::float8 AS n
+                FROM unnest(tsvector_to_array(to_tsvector('{FTS_CONFIG}'::regconfig, t.term))) AS l(lexeme)
+                LEFT JOIN rank_terms r ON r.namespace = p.ns AND r.term = l.lexeme
+            ) AS d
+            WHERE numnode(q.query) > 0
+            OFFSET 0
+        ) AS x
+        CROSS JOIN LATERAL (
+            WITH low AS MATERIALIZED (  -- the oldest memory the walk reads: none when the namespace holds fewer
+                SELECT m.id FROM memories m WHERE x.span IS NOT NULL AND m.namespace = x.ns
+                ORDER BY m.id DESC OFFSET x.span - 1 LIMIT 1
+            ),
+            found AS MATERIALIZED (
+                SELECT newest.id FROM (
+                    SELECT n.id FROM memories n WHERE x.span IS NOT NULL AND n.namespace = x.ns
+                    ORDER BY n.id DESC LIMIT x.span
+                ) AS newest
+                CROSS JOIN LATERAL (  -- one probe a walked memory; in the walk's order, so it stops at per_term
+                    SELECT 1 FROM memories m
+                    WHERE m.id = newest.id AND ts_match_vq(m.fts, x.query) AND m.status = ANY(x.statuses)
+                    OFFSET 0
+                ) AS w
+                ORDER BY newest.id DESC LIMIT x.per_term
+            )
+            SELECT u.id FROM (
+                SELECT found.id FROM found
+                UNION ALL
+                (SELECT i.id FROM (
+                    SELECT m.id FROM memories m
+                    WHERE (x.span IS NULL OR ((SELECT COUNT(*) FROM found) < x.per_term AND EXISTS (SELECT 1 FROM low)))
+                      AND m.namespace = x.ns AND m.fts @@ x.query AND m.status = ANY(x.statuses)
+                      AND (x.span IS NULL OR m.id < (SELECT low.id FROM low))
+                    OFFSET 0
+                 ) AS i
+                 ORDER BY i.id DESC LIMIT x.per_term)
+            ) AS u
+            ORDER BY u.id DESC LIMIT x.per_term
         ) AS hit
     """
 
 
 def newest_turn_matches_sql(*, content_only: bool = True) -> str:
-    """``newest_matches_sql`` over the namespace's turns' content, choosing per term how to find its newest matches.
+    """The newest ``per_term`` turns matching each term, over the namespace's turns' content, choosing per term how to find its newest matches.
 
     A GIN index cannot give a word's matches newest first: for a word in a large share of the turns,
     the bitmap scan reads every match to keep the newest ``per_term``. A one-lexeme term in ``n`` of
@@ -146,8 +207,8 @@ def newest_turn_matches_sql(*, content_only: bool = True) -> str:
     namespace quiet while nine others of its size were written). ``ts_match_vq`` (the function of ``@@``, which the planner cannot take to the index) rejects
     most walked rows before ``ts_filter`` copies a vector. The index's way sits behind ``OFFSET 0``: the
     planner cannot see how rare a word is, and with the ``LIMIT`` above it would walk the newest turns
-    testing each one, a scan of most of the store for a rare word. Both ways return the same rows as
-    ``newest_matches_sql``. Parameters, in order: the terms (``text[]``), the namespace, the per-term limit.
+    testing each one, a scan of most of the store for a rare word. Both ways return the same rows, those
+    the index alone would find. Parameters, in order: the terms (``text[]``), the namespace, the per-term limit.
     Without ``content_only``, a match anywhere in the turn's vector counts (content or speaker name),
     and ``n`` is the word's turns of either (``rank_terms.n_turns``).
     """
@@ -206,7 +267,7 @@ def newest_turn_matches_sql(*, content_only: bool = True) -> str:
 
 
 def top_matches_sql(matches: str, *, alias: str, select: str, from_: str, where: str) -> str:
-    """The ``%s`` best rows of ``matches`` (a ``newest_matches_sql``), scored and fetched in one statement.
+    """The ``%s`` best rows of ``matches`` (a ``newest_*_matches_sql``), scored and fetched in one statement.
 
     A row's score is the sum of its terms' weights, added in term order (as a Python loop over the
     matches adds them, so scores and ties are the same to the bit); the best come first, the newest

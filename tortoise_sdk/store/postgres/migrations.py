@@ -515,10 +515,20 @@ M014_NAMESPACE_WALKS = Migration(
     ("CREATE INDEX turns_namespace_id ON turns (namespace, id)",),
 )
 
+# A hop's entity names are in a large share of the memories: their newest matches are walked
+# newest first (``newest_memory_matches_sql``) from the namespace's own newest memory, as turns' are.
+# Read through the GIN index, the four names of a hop read every memory about them and sorted them
+# (12 ms of a 100,000-item store's block; 1.5 ms walked).
+M015_MEMORY_WALKS = Migration(
+    15,
+    "newest-first walks of memories start at the namespace's own newest memory",
+    ("CREATE INDEX memories_namespace_id ON memories (namespace, id)",),
+)
+
 POSTGRES_MIGRATIONS: list[Migration] = [M001_FOUNDATION, M002_EXTRACTION, M003_SUBAGENTS, M004_SUBAGENT_TURN_REF,
                                         M005_CURSORS, M006_RANKING, M007_LOOP, M008_TOMBSTONES, M009_VECTORS,
                                         M010_CATEGORIES, M011_OPAQUE_IDS, M012_ENTITY_ALIASES, M013_CONFIDENCE,
-                                        M014_NAMESPACE_WALKS]
+                                        M014_NAMESPACE_WALKS, M015_MEMORY_WALKS]
 
 _CREATE_VERSIONS = (
     "CREATE TABLE IF NOT EXISTS schema_migrations ("

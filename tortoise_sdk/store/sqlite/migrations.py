@@ -553,10 +553,19 @@ M014_NAMESPACE_WALKS = Migration(
     ("CREATE INDEX rank_turns_namespace ON rank_turns (ns_id)",),
 )
 
+# Mirrors PostgreSQL's M015: a namespace's newest memory, one probe (every index ends in the rowid,
+# so an index of the namespace alone gives its greatest rowid first). ``candidate_memories`` bounds
+# its walks newest first by it, as ``candidate_turns`` bounds its own by the newest turn.
+M015_MEMORY_WALKS = Migration(
+    15,
+    "newest-first walks of memories start at the namespace's own newest memory",
+    ("CREATE INDEX memories_namespace ON memories (namespace)",),
+)
+
 SQLITE_MIGRATIONS: list[Migration] = [M001_FOUNDATION, M002_EXTRACTION, M003_SUBAGENTS, M004_SUBAGENT_TURN_REF,
                                       M005_CURSORS, M006_RANKING, M007_LOOP, M008_TOMBSTONES, M009_VECTORS,
                                       M010_CATEGORIES, M011_OPAQUE_IDS, M012_ENTITY_ALIASES, M013_CONFIDENCE,
-                                      M014_NAMESPACE_WALKS]
+                                      M014_NAMESPACE_WALKS, M015_MEMORY_WALKS]
 
 
 def applied_versions(conn: sqlite3.Connection) -> set[int]:

@@ -628,22 +628,28 @@ class SQLiteStore(SQLiteRankingMixin, SQLiteExtractionMixin, SQLiteSubagentMixin
             ).fetchall()
 
     def candidate_memories(self, namespace: str, weighted_terms: Mapping[str, float], *, k: int,
-                           per_term: int = 200, include_superseded: bool = False) -> list[tuple[MemoryRecord, float]]:
-        # The same bounded walk as candidate_turns, over memory content, search keys and entity names.
+                           per_term: int = 200, include_superseded: bool = False,
+                           newest_first: bool = False) -> list[tuple[MemoryRecord, float]]:
+        # The same bounded walk as candidate_turns, over memory content, search keys and entity names
+        # (FTS5 walks the index newest first whatever the word: ``newest_first`` changes nothing here),
+        # from the namespace's newest memory: never through other namespaces' newer ones.
         if k < 1:
             return []
         statuses = ("live", "superseded") if include_superseded else ("live",)
         marks = ", ".join("?" for _ in statuses)
         scores: dict[int, float] = {}
         with self.read() as c:
+            newest = c.execute("SELECT MAX(rowid) FROM memories WHERE namespace = ?", (namespace,)).fetchone()[0]
+            if newest is None:
+                return []
             for term, weight in weighted_terms.items():
                 if not term or "\x00" in term:
                     continue
                 for (rid,) in c.execute(
                     "SELECT f.rowid FROM memories_fts f JOIN memories m ON m.rowid = f.rowid"
-                    f" WHERE memories_fts MATCH ? AND m.namespace = ? AND m.status IN ({marks})"
+                    f" WHERE memories_fts MATCH ? AND f.rowid <= ? AND m.namespace = ? AND m.status IN ({marks})"
                     " ORDER BY f.rowid DESC LIMIT ?",
-                    ('"' + term.replace('"', '""') + '"', namespace, *statuses, per_term),
+                    ('"' + term.replace('"', '""') + '"', newest, namespace, *statuses, per_term),
                 ):
                     scores[rid] = scores.get(rid, 0.0) + weight
             top = sorted(scores, key=lambda r: (-scores[r], -r))[:k]
