@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import operator
 import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -89,7 +90,7 @@ def rerank(cands: list[Candidate], raw: Sequence[Mapping[str, Any]],
         RECORD.append(([(c.hit.external_id if c.hit else None) or c.key for c in cands], rows))
     if not tuning.RANKER or w is None or not cands:
         return then(cands)
-    learnt = [sum(a * b for a, b in zip(w, row)) for row in rows]
+    learnt = [_dot(w, row) for row in rows]
     order = sorted(range(len(cands)), key=lambda i: (-learnt[i], i))
     if tuning.DIVERSIFY or (spread and tuning.LIST_SPREAD):
         order = _greedy(order, learnt, _alone(w, rows, raw), raw, cands, spread)
@@ -103,6 +104,11 @@ def rerank(cands: list[Candidate], raw: Sequence[Mapping[str, Any]],
     return out
 
 
+def _dot(w: Sequence[float], row: Sequence[float]) -> float:
+    """``sum(a * b for a, b in zip(w, row))``, added in the same order (so the same to the bit), faster."""
+    return sum(map(operator.mul, w, row))
+
+
 def _alone(w: Sequence[float], rows: list[list[float]], raw: Sequence[Mapping[str, Any]]) -> list[float]:
     """Each candidate's learnt score without what its best neighbour gives it (that neighbour placed already)."""
     i_nb, i_score, i_cov, i_cov_nb = (FEATURES.index(f) for f in ("neighbour", "score", "coverage", "coverage_nb"))
@@ -112,7 +118,7 @@ def _alone(w: Sequence[float], rows: list[list[float]], raw: Sequence[Mapping[st
         alone[i_nb] = 0.0
         alone[i_score] = row[i_score] * x["own"] * x["mult"] / x["score"] if x["score"] else 0.0
         alone[i_cov_nb] = row[i_cov]
-        out.append(sum(a * b for a, b in zip(w, alone)))
+        out.append(_dot(w, alone))
     return out
 
 
