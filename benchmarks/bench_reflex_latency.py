@@ -357,13 +357,28 @@ def _time_pastes(size: int, plain: Memory, pasted: Memory, n_queries: int, n_pas
     pasted.close()
 
 
+# Prepended to the processes below: an older tree (``--against``) refuses a PostgreSQL store this tree
+# has migrated further. The migrations it lacks are made known to it as done, under their recorded
+# names, so that it runs on the same database (the same cache) with their indexes present: its
+# statements may use them, which can only flatter the older tree.
+_NEWER_SCHEMA = r"""
+import sys
+sys.path.insert(0, sys.argv[1])
+if sys.argv[2].startswith("postgresql://"):
+    import psycopg
+    from tortoise_sdk.store.postgres import migrations as _m
+    with psycopg.connect(sys.argv[2]) as _c:
+        _newer = _c.execute("SELECT version, name FROM schema_migrations WHERE version > %s ORDER BY version",
+                            (_m.POSTGRES_MIGRATIONS[-1].version,)).fetchall()
+    _m.POSTGRES_MIGRATIONS.extend(type(_m.POSTGRES_MIGRATIONS[0])(v, n, ()) for v, n in _newer)
+"""
+
 # A process that answers queries on stdin with one JSON line each, running the tortoise_sdk of the
 # tree given as its first argument against the store given as its second (in the namespace given
 # as its third, ``bench`` without one): two of them, one per tree, let two versions of the code be
 # timed in turn on one store under the same load.
-_SERVE = r"""
+_SERVE = _NEWER_SCHEMA + r"""
 import json, os, sys, time
-sys.path.insert(0, sys.argv[1])
 from tortoise_sdk import Memory
 url = sys.argv[2]
 cpu = lambda: time.process_time()
@@ -406,9 +421,8 @@ for line in sys.stdin:
 
 # A new process's first context() at the default budget, then its second: what a CLI call, a hook
 # or a freshly started server meets. Prints one JSON line.
-_COLD = r"""
+_COLD = _NEWER_SCHEMA + r"""
 import json, sys, time
-sys.path.insert(0, sys.argv[1])
 from tortoise_sdk import Memory
 mem = Memory(sys.argv[2], namespace="bench")
 rows = []
@@ -430,6 +444,7 @@ def run_cold(url: str, rev: str, k: int) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         trees = {"this tree": ROOT, rev: _tree_of(rev, Path(tmp) / "base")}
         got: dict[str, list[list[dict]]] = {name: [] for name in trees}
+        Memory(url, namespace="bench").close()  # this tree's migrations first: an older tree then runs on them
         for i in range(k):
             for name in list(trees) if i % 2 else list(trees)[::-1]:
                 out = subprocess.run([sys.executable, "-c", _COLD, str(trees[name]), url, json.dumps(qs[2 * i:2 * i + 2])],
@@ -461,6 +476,7 @@ def time_trees(url: str, trees: dict[str, Path], qs: list[str], namespace: str =
     import json
     import subprocess
 
+    Memory(url, namespace=namespace).close()  # this tree's migrations first: an older tree then runs on them
     procs = {name: subprocess.Popen([sys.executable, "-c", _SERVE, str(tree), url, namespace], stdin=subprocess.PIPE,
                                     stdout=subprocess.PIPE, text=True) for name, tree in trees.items()}
 
