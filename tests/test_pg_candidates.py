@@ -141,3 +141,17 @@ def test_the_first_block_reads_on_connections_already_open_and_warm():
         mem.context(["where do I work these days?"], time_budget_ms=None)
         assert store._pool.get_stats()["connections_num"] == opened and len(sizes) == 2  # called each time, warms once
         mem.close()
+
+
+@pytest.mark.parametrize("term", ["kayak", "Kayak", "kayaks", "red boat", "boat red", "paddling otter", "the heron",
+                                  "e-mail", "o'brien", "naïve café", "tea", "zzzz"])
+def test_the_content_query_matches_what_the_content_filter_matches(store, term):
+    """``content_query`` (each lexeme at weight A) finds exactly the turns whose content alone matches: a
+    speaker's name ("Kayak", weight B) is no match, a phrase must hold within the content."""
+    q = f"phraseto_tsquery('{fts.FTS_CONFIG}'::regconfig, %(term)s)"
+    with store.read() as c:
+        filtered, weighted = c.execute(
+            f"SELECT array_agg(id ORDER BY id) FILTER (WHERE ts_filter(fts, '{{a}}') @@ {q}),"
+            f" array_agg(id ORDER BY id) FILTER (WHERE fts @@ {fts.content_query(q)}) FROM turns",
+            {"term": term}).fetchone()
+    assert weighted == filtered

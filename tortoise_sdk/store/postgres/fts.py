@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 
 from ...search import BM25_B, BM25_K1, NAME_WEIGHT, TF_CAP, terms_from_fts5
 
-__all__ = ("FTS_CONFIG", "STAT_SHARDS", "WALK_FACTOR", "WALK_MIN", "WALK_SPAN", "bm25_search_sql", "count_turns_sql", "index_memories_sql",
+__all__ = ("FTS_CONFIG", "STAT_SHARDS", "WALK_FACTOR", "WALK_MIN", "WALK_SPAN", "bm25_search_sql", "content_query", "count_turns_sql", "index_memories_sql",
            "newest_memory_matches_sql", "newest_turn_matches_sql", "rebuild_stats_sql", "term_dfs_sql", "terms_from_fts5", "top_matches_each_sql", "top_matches_sql",
            "turn_bm25_sql", "usable_terms")
 
@@ -106,6 +106,15 @@ def bm25_search_sql(
         ORDER BY score DESC, {order_tail}
         LIMIT %s
     """
+
+
+def content_query(query: str) -> str:
+    """SQL for the tsquery ``query`` (SQL of a ``phraseto_tsquery``) with each lexeme matched in the content
+    only (weight A, as ``setweight(..., 'A')`` labels a turn's content): ``'red' <-> 'boat'`` becomes
+    ``'red':A <-> 'boat':A``, which matches exactly the vectors whose ``ts_filter(fts, '{a}')`` matches
+    ``query``. The filter copied each matched turn's vector (7 us a row, most of a candidate read of a
+    word in a few hundred turns); the weighted query is tested in place, and the GIN index takes it."""
+    return f"regexp_replace(({query})::text, $q$'(?:[^']|'')*'$q$, '\\&:A', 'g')::tsquery"
 
 
 def newest_memory_matches_sql(*, walk: bool = False) -> str:
@@ -204,21 +213,20 @@ def newest_turn_matches_sql(*, content_only: bool = True) -> str:
     The walk takes the namespace's newest ids from ``turns_namespace_id`` alone (an index-only scan)
     and only then reads those turns: asked for the turns themselves newest first, the planner took the
     primary key backwards and passed every newer turn of every other namespace (1.3 s a block for a
-    namespace quiet while nine others of its size were written). ``ts_match_vq`` (the function of ``@@``, which the planner cannot take to the index) rejects
-    most walked rows before ``ts_filter`` copies a vector. The index's way sits behind ``OFFSET 0``: the
+    namespace quiet while nine others of its size were written); there ``ts_match_vq`` (the function of
+    ``@@``) tests each row, as the planner cannot take it to the index. The index's way sits behind ``OFFSET 0``: the
     planner cannot see how rare a word is, and with the ``LIMIT`` above it would walk the newest turns
     testing each one, a scan of most of the store for a rare word. Both ways return the same rows, those
     the index alone would find. Parameters, in order: the terms (``text[]``), the namespace, the per-term limit.
-    Without ``content_only``, a match anywhere in the turn's vector counts (content or speaker name),
-    and ``n`` is the word's turns of either (``rank_terms.n_turns``).
+    With ``content_only`` a term matches the turn's content alone (``content_query``); without, a
+    match anywhere in the turn's vector counts (content or speaker name), and ``n`` is the word's
+    turns of either (``rank_terms.n_turns``).
     """
     count = "n_content" if content_only else "n_turns"
-    walked = ("CASE WHEN ts_match_vq(w.fts, x.query) THEN ts_filter(w.fts, '{a}') @@ x.query ELSE FALSE END"
-              if content_only else "ts_match_vq(w.fts, x.query)")
-    label = " AND ts_filter(t.fts, '{a}') @@ x.query" if content_only else ""
+    matched = content_query("q.query") if content_only else "q.query"
     return f"""
         SELECT x.ord, hit.id FROM (
-            SELECT t.ord, q.query, p.ns, p.per_term,
+            SELECT t.ord, {matched} AS query, p.ns, p.per_term,
                    CASE WHEN numnode(q.query) = 1 AND d.n >= {WALK_MIN!r}
                              AND d.n * d.n > {WALK_FACTOR!r} * p.per_term * s.n_turns
                         THEN ceil({WALK_SPAN!r} * p.per_term * s.n_turns / d.n)::bigint END AS span
@@ -243,7 +251,7 @@ def newest_turn_matches_sql(*, content_only: bool = True) -> str:
                         ORDER BY n.id DESC LIMIT x.span
                     ) AS newest JOIN turns t ON t.id = newest.id
                 ) AS w
-                WHERE {walked}
+                WHERE ts_match_vq(w.fts, x.query)
                 ORDER BY w.id DESC LIMIT x.per_term
             ),
             low AS MATERIALIZED (
@@ -255,7 +263,7 @@ def newest_turn_matches_sql(*, content_only: bool = True) -> str:
                 (SELECT i.id FROM (
                     SELECT t.id FROM turns t
                     WHERE (x.span IS NULL OR ((SELECT COUNT(*) FROM found) < x.per_term AND EXISTS (SELECT 1 FROM low)))
-                      AND t.namespace = x.ns AND t.fts @@ x.query{label}
+                      AND t.namespace = x.ns AND t.fts @@ x.query
                       AND (x.span IS NULL OR t.id < (SELECT low.id FROM low))
                     OFFSET 0
                  ) AS i
