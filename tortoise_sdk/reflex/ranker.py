@@ -93,7 +93,7 @@ def rerank(cands: list[Candidate], raw: Sequence[Mapping[str, Any]],
     learnt = [_dot(w, row) for row in rows]
     order = sorted(range(len(cands)), key=lambda i: (-learnt[i], i))
     if tuning.DIVERSIFY or (spread and tuning.LIST_SPREAD):
-        order = _greedy(order, learnt, _alone(w, rows, raw), raw, cands, spread)
+        order = _greedy(order, learnt, _alone(w, rows, raw, order[:_PLACED]), raw, cands, spread)
     out = [cands[i] for i in order]
     # Later steps compare scores: they keep the new order on the old scale, and equal learnt scores
     # stay equal (copies of one text rank alike, and ``distinct`` keeps the latest).
@@ -104,30 +104,37 @@ def rerank(cands: list[Candidate], raw: Sequence[Mapping[str, Any]],
     return out
 
 
+#: How many of the learnt order's first candidates ``_greedy`` places one at a time.
+_PLACED = 24
+
+
 def _dot(w: Sequence[float], row: Sequence[float]) -> float:
     """``sum(a * b for a, b in zip(w, row))``, added in the same order (so the same to the bit), faster."""
     return sum(map(operator.mul, w, row))
 
 
-def _alone(w: Sequence[float], rows: list[list[float]], raw: Sequence[Mapping[str, Any]]) -> list[float]:
-    """Each candidate's learnt score without what its best neighbour gives it (that neighbour placed already)."""
+def _alone(w: Sequence[float], rows: list[list[float]], raw: Sequence[Mapping[str, Any]],
+           which: Sequence[int]) -> dict[int, float]:
+    """The learnt score of each candidate in ``which`` (those ``_greedy`` places) without what its best
+    neighbour gives it (that neighbour placed already)."""
     i_nb, i_score, i_cov, i_cov_nb = (FEATURES.index(f) for f in ("neighbour", "score", "coverage", "coverage_nb"))
-    out = []
-    for row, x in zip(rows, raw):
+    out = {}
+    for i in which:
+        row, x = rows[i], raw[i]
         alone = list(row)
         alone[i_nb] = 0.0
         alone[i_score] = row[i_score] * x["own"] * x["mult"] / x["score"] if x["score"] else 0.0
         alone[i_cov_nb] = row[i_cov]
-        out.append(_dot(w, alone))
+        out[i] = _dot(w, alone)
     return out
 
 
-def _greedy(order: list[int], learnt: list[float], alone: list[float], raw: Sequence[Mapping[str, Any]],
+def _greedy(order: list[int], learnt: list[float], alone: Mapping[int, float], raw: Sequence[Mapping[str, Any]],
             cands: list[Candidate], spread: bool) -> list[int]:
-    """The first 24 placed one at a time: a turn whose best neighbour is placed already counts without it
+    """The first ``_PLACED`` placed one at a time: a turn whose best neighbour is placed already counts without it
     (``DIVERSIFY``, as ``scoring.diversify`` does), and for a listing question a turn's weight (``exp`` of
     its learnt score) loses ``LIST_SPREAD`` per turn of its session placed before it."""
-    head, tail = order[:24], order[24:]
+    head, tail = order[:_PLACED], order[_PLACED:]
     taken: set[Any] = set()
     per_session: dict[str, int] = {}
     out: list[int] = []
