@@ -26,6 +26,7 @@ _TIME_WORD_SET = frozenset(
     "august september october november december".split())
 _WORD_RUN = re.compile(r"\w+")
 _THIS_MORNING = re.compile(r"\bthis morning\b")
+_YEAR = re.compile(r"\b(?:19|20)\d\d\b")
 
 
 def says_time(text: str) -> bool:
@@ -36,9 +37,7 @@ def says_time(text: str) -> bool:
     words = _WORD_RUN.findall(folded)
     if not _TIME_WORD_SET.isdisjoint(words):
         return True
-    if any(len(w) == 4 and w[:2] in ("19", "20") and w[2:].isdecimal() for w in words):
-        return True
-    return "morning" in folded and _THIS_MORNING.search(folded) is not None
+    return _YEAR.search(text) is not None or ("morning" in folded and _THIS_MORNING.search(folded) is not None)
 
 
 def score_turns(r: Reading, terms: list[Term], content_terms: list[Term], query: str,
