@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import date, timedelta
 from typing import Any
 
@@ -128,20 +128,26 @@ def question_part(text: str) -> str:
     return text[:QUESTION_CHARS] + "\n" + text[-QUESTION_CHARS:]
 
 
-def weigh_terms(r: Reading, query: str, earlier: str = "") -> list[Term]:
-    """Weighted query terms; those only in the earlier user turn are context, at a fraction of their weight."""
+def weigh_terms(r: Reading, query: str, earlier: str = "", also: Sequence[str] = ()) -> list[Term]:
+    """Weighted query terms; those only in the earlier user turn are context, at a fraction of their weight.
+
+    The counts of ``also``'s one-lexeme words (those a later step adds, ``slots.expand``) are read in the
+    same round trip, into ``r.known``."""
     own = [t for t in query_terms(query) if t not in STOP_WORDS and t not in _SCAFFOLD]
     more = [t for t in query_terms(earlier) if t not in STOP_WORDS and t not in _SCAFFOLD and t not in own]
     surfaces = own + more
     if not surfaces:
         return []
     dated = date_words(query) if tuning.DATE_BOOST else frozenset()
-    stems = r.store.analyze(surfaces)
+    stems = r.store.analyze(surfaces + list(also))
     seen: dict[str, tuple[str, bool]] = {}
     for i, (surface, st) in enumerate(zip(surfaces, stems)):
         if st and st[0] not in seen:
             seen[st[0]] = (surface, i >= len(own))
-    n, stats = r.store.term_stats(r.ns, list(seen))
+    extra = [st[0] for st in stems[len(surfaces):] if len(st) == 1 and st[0] not in seen]
+    asked = list(dict.fromkeys([*seen, *extra]))
+    n, stats = r.store.term_stats(r.ns, asked)
+    r.known.update({stem: stats.get(stem, (0, 0)) for stem in asked})
     r.n_docs = n
     sized = max(n, tuning.MIN_WEIGHTING_TURNS)
     terms = []

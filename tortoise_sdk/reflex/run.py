@@ -29,7 +29,7 @@ from .scoring import distinct, fuse, latest_first, memories_first, score_turns, 
 from .semantic import Semantic, SemanticStep
 from . import gate, host, tuning
 from .shapes import Reading, Timeout
-from .slots import expand
+from .slots import expand, slot_words
 from .tokens import TokenCounter, approx_tokens
 
 __all__ = ("DEFAULT_BUDGET", "DEFAULT_MAX_TOKENS", "DEFAULT_TIME_BUDGET_MS", "MAX_BUDGET", "context")
@@ -182,11 +182,12 @@ def _steps(r: Reading, window: Sequence[Any], prior: Any, budget: int, max_token
     if not query:
         return MemoryBlock()
     meaning = SemanticStep(semantic, query)  # embedded while the words are searched
-    terms = r.terms = weigh_terms(r, query, earlier)
+    present = bool(tuning.PRESENT_TENSE and NOW.search(query))
+    # A present-tense question's kind-of-fact words (expand, below) are counted with the question's own.
+    terms = r.terms = weigh_terms(r, query, earlier, also=slot_words(query) if present else ())
     r.tick()
     if not terms:
         return MemoryBlock()
-    present = bool(tuning.PRESENT_TENSE and NOW.search(query))
     # How things stand now, whatever words the latest statement uses (issue 25): the kind of fact's words.
     terms, slot_terms = expand(r, terms, query) if present else (terms, [])
     r.terms = terms

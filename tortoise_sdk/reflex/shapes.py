@@ -75,6 +75,9 @@ class Reading:
         self.tokens: dict[str, tuple[Counter[str], int]] = {}
         # stem -> kind of fact, for the words of the kinds a present-tense question names (slots.expand)
         self.slots: dict[str, str] = {}
+        # stem -> (turns whose content holds it, turns whose speaker name does), for every stem weigh_terms asked
+        # about, 0 counts included: read in its one round trip, also for the words slots.expand adds
+        self.known: dict[str, tuple[int, int]] = {}
 
     def tick(self) -> None:
         """Raise ``Timeout`` once the deadline has passed."""

@@ -17,7 +17,7 @@ from . import tuning
 from .query import NOW
 from .shapes import Reading, Term
 
-__all__ = ("SLOTS", "expand")
+__all__ = ("SLOTS", "expand", "slot_words")
 
 #: The kinds of fact that change over a life, each as the words that name it.
 SLOTS: dict[str, tuple[str, ...]] = {
@@ -27,6 +27,12 @@ SLOTS: dict[str, tuple[str, ...]] = {
     "partner": ("partner", "boyfriend", "girlfriend", "husband", "wife", "dating", "married", "engaged"),
     "study": ("study", "studying", "school", "university", "college", "degree", "course", "major"),
 }
+
+
+def slot_words(query: str) -> list[str]:
+    """The words of each kind of fact ``query`` names (``SLOTS``): what ``expand`` adds."""
+    words = set(query_terms(query))
+    return [w for kind, kind_words in SLOTS.items() if words & set(kind_words) for w in kind_words]
 
 
 def expand(r: Reading, terms: list[Term], query: str) -> tuple[list[Term], list[Term]]:
@@ -50,7 +56,11 @@ def expand(r: Reading, terms: list[Term], query: str) -> tuple[list[Term], list[
             by_stem.setdefault(st[0], surface)
     have = {t.stem for t in terms}
     new = [stem for stem in by_stem if stem not in have]
-    n, stats = r.store.term_stats(r.ns, new)
+    n, stats = r.n_docs, {stem: r.known[stem] for stem in new if stem in r.known}  # weigh_terms read them
+    missing = [stem for stem in new if stem not in r.known]
+    if missing:
+        n, read = r.store.term_stats(r.ns, missing)
+        stats.update(read)
     sized = max(n, tuning.MIN_WEIGHTING_TURNS)
     extra = [Term(by_stem[stem], stem, tuning.SLOT_WEIGHT * math.log(1 + (sized - df + 0.5) / (df + 0.5)), df,
                   context=True)
