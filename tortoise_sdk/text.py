@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
+from collections.abc import Callable
+from typing import TypeVar
 
-__all__ = ("fact_key", "jaccard", "norm_content", "norm_name", "norm_quote", "token_set")
+__all__ = ("fact_key", "jaccard", "norm_content", "norm_name", "norm_quote", "per_text", "token_set")
+
+_T = TypeVar("_T")
 
 _QUOTES = str.maketrans({
     "\u2018": "'", "\u2019": "'", "\u201a": "'", "\u201b": "'", "\u2032": "'", "`": "'", "\u00b4": "'",
@@ -14,6 +19,19 @@ _QUOTES = str.maketrans({
 })
 _SPACE = re.compile(r"\s+")
 _NON_WORD = re.compile(r"[^\w\s]+", re.UNICODE)
+
+
+def per_text(fn: Callable[[str], _T], *, maxsize: int = 4096, longest: int = 2000) -> Callable[[str], _T]:
+    """``fn``, a pure function of one text, remembered for the ``maxsize`` texts of at most ``longest``
+    characters used last (a longer text, a paste, is computed each time and never held). The reflex
+    reads the same turns block after block, up to three times a block."""
+    held = functools.lru_cache(maxsize=maxsize)(fn)
+
+    @functools.wraps(fn)
+    def call(text: str) -> _T:
+        return held(text) if len(text) <= longest else fn(text)
+
+    return call
 
 
 def norm_quote(text: str) -> str:

@@ -21,9 +21,11 @@ person's short reply ("Yes.", "Thanks!") is left alone: it may answer its questi
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from ..models import SearchHit
 from ..search import STOP_WORDS, tokenize
+from ..text import per_text
 from .shapes import Candidate, Reading
 
 __all__ = ("MIN_WORDS", "cleaned_matches", "evidence_text", "is_dump", "is_filler", "is_non_answer", "is_noise",
@@ -85,15 +87,20 @@ def is_non_answer(hit: SearchHit | None) -> bool:
     return words is not None and _non_answer(words)
 
 
-def _short_reply(hit: SearchHit | None) -> list[str] | None:
+def _short_reply(hit: SearchHit | None) -> tuple[str, ...] | None:
     """An assistant turn's words when it has at most ``FILLER_MAX_WORDS`` of them, else None."""
     if hit is None or hit.role != "assistant":
         return None
-    words = tokenize(hit.content)
-    return words if len(words) <= FILLER_MAX_WORDS else None
+    return _few_words(hit.content)
 
 
-def _non_answer(words: list[str]) -> bool:
+@per_text
+def _few_words(text: str) -> tuple[str, ...] | None:
+    words = tokenize(text)
+    return tuple(words) if len(words) <= FILLER_MAX_WORDS else None
+
+
+def _non_answer(words: Sequence[str]) -> bool:
     return (any(w in _DENIAL for w in words)
             and all(w in STOP_WORDS or w in FILLER_WORDS or w in NON_ANSWER_WORDS for w in words))
 

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import functools
 import re
 from collections.abc import Mapping
 from typing import Any
 
 from ..models import MemoryBlock
 from ..search import indexed_text, query_terms
+from ..text import per_text
 from .query import SPACE, as_list, message, text_of
 from .shapes import Candidate, Message
 
@@ -64,18 +64,7 @@ def drop_prior(ranked: list[Candidate], prior: Any) -> list[Candidate]:
     return keep
 
 
+@per_text
 def _norm(text: str) -> str:
-    """Text compared for sameness: its indexed part (what a stored turn's hit carries), spaces folded.
-
-    A block compares its candidates with the window up to three times, and the same turns come back
-    block after block: texts of up to ``_NORM_CACHED`` characters are folded once (``_folded``).
-    """
-    return _folded(text) if len(text) <= _NORM_CACHED else _fold(text)
-
-
-def _fold(text: str) -> str:
+    """Text compared for sameness: its indexed part (what a stored turn's hit carries), spaces folded."""
     return SPACE.sub(" ", indexed_text(text)).strip().lower()
-
-
-_NORM_CACHED = 2000
-_folded = functools.lru_cache(maxsize=4096)(_fold)

@@ -11,6 +11,7 @@ from datetime import date
 from ..confidence import AGREED, BASE
 from ..models import SearchHit
 from ..search import TF_CAP
+from ..text import per_text
 from . import ranker, tuning
 from .noise import is_filler, unanswered
 from .query import CAPITALISED, WHEN, named_days, speaking
@@ -29,6 +30,7 @@ _THIS_MORNING = re.compile(r"\bthis morning\b")
 _YEAR = re.compile(r"\b(?:19|20)\d\d\b")
 
 
+@per_text
 def says_time(text: str) -> bool:
     """Whether ``text`` names a time, read by its words. (A regular expression of the same words as
     alternatives, tried at every word boundary, cost about 12 us a turn: a tenth of a block's Python
