@@ -42,6 +42,7 @@ from .extraction import PostgresExtractionMixin
 from .forget import PostgresForgetMixin
 from .fts import (
     FTS_CONFIG,
+    content_query,
     count_turns_sql,
     newest_turn_matches_sql,
     term_dfs_sql,
@@ -608,7 +609,8 @@ class PostgresStore(PostgresExtractionMixin, PostgresSubagentMixin, PostgresForg
 
 #: The connections a block reads on at once: the turn candidates' and the memory candidates'.
 _REFLEX_CONNECTIONS = 2
-#: Loads the text search configuration and plans a read of each table and index a block uses.
+#: Loads the text search configuration and plans a read of each table and index a block uses (and compiles
+#: the expression ``content_query`` rewrites a query with).
 _WARM_SQL = f"""
     SELECT to_tsvector('{FTS_CONFIG}'::regconfig, 'warm up the stemmer'),
            (SELECT COUNT(*) FROM rank_namespaces WHERE namespace = ''),
@@ -618,6 +620,8 @@ _WARM_SQL = f"""
            (SELECT COUNT(*) FROM turns t WHERE t.namespace = '' AND t.session_id = '' AND t.idx = 0),
            (SELECT COUNT(*) FROM memories m
             WHERE m.namespace = '' AND m.fts @@ phraseto_tsquery('{FTS_CONFIG}'::regconfig, 'warm')),
+           (SELECT COUNT(*) FROM (SELECT m.id FROM memories m WHERE m.namespace = '' ORDER BY m.id DESC LIMIT 1) AS w),
+           {content_query(f"phraseto_tsquery('{FTS_CONFIG}'::regconfig, 'warm')")},
            (SELECT COUNT(*) FROM memory_entities WHERE memory_id = ''),
            (SELECT COUNT(*) FROM provenance WHERE namespace = '' AND turn_id = '')
 """
