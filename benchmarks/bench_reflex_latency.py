@@ -357,8 +357,8 @@ def _time_pastes(size: int, plain: Memory, pasted: Memory, n_queries: int, n_pas
     pasted.close()
 
 
-# Prepended to the processes below: an older tree (``--against``) refuses a PostgreSQL store this tree
-# has migrated further. The migrations it lacks are made known to it as done, under their recorded
+# Prepended to the processes below: an older tree (``--against``) refuses a store this tree has
+# migrated further. The migrations it lacks are made known to it as done, under their recorded
 # names, so that it runs on the same database (the same cache) with their indexes present: its
 # statements may use them, which can only flatter the older tree.
 _NEWER_SCHEMA = r"""
@@ -367,10 +367,17 @@ sys.path.insert(0, sys.argv[1])
 if sys.argv[2].startswith("postgresql://"):
     import psycopg
     from tortoise_sdk.store.postgres import migrations as _m
+    _known, _ask = _m.POSTGRES_MIGRATIONS, "SELECT version, name FROM schema_migrations WHERE version > %s ORDER BY version"
     with psycopg.connect(sys.argv[2]) as _c:
-        _newer = _c.execute("SELECT version, name FROM schema_migrations WHERE version > %s ORDER BY version",
-                            (_m.POSTGRES_MIGRATIONS[-1].version,)).fetchall()
-    _m.POSTGRES_MIGRATIONS.extend(type(_m.POSTGRES_MIGRATIONS[0])(v, n, ()) for v, n in _newer)
+        _newer = _c.execute(_ask, (_known[-1].version,)).fetchall()
+else:
+    import sqlite3
+    from tortoise_sdk.store.sqlite import migrations as _m
+    _known, _c = _m.SQLITE_MIGRATIONS, sqlite3.connect(sys.argv[2])
+    _newer = _c.execute("SELECT version, name FROM schema_migrations WHERE version > ? ORDER BY version",
+                        (_known[-1].version,)).fetchall()
+    _c.close()
+_known.extend(type(_known[0])(v, n, ()) for v, n in _newer)
 """
 
 # A process that answers queries on stdin with one JSON line each, running the tortoise_sdk of the
