@@ -80,7 +80,7 @@ def test_walked_and_indexed_memories_are_identical(store, monkeypatch, weights, 
 def _walks(store, ns, terms, per_term):
     """Which terms the walking statement walks (its span is not NULL), in term order."""
     sql = fts.newest_memory_matches_sql(walk=True).replace("SELECT x.ord, hit.id FROM", "SELECT x.ord, x.span IS NOT NULL FROM", 1)
-    sql = sql.split("CROSS JOIN LATERAL (\n            WITH low")[0]
+    sql = sql.split("CROSS JOIN LATERAL (\n            WITH found")[0]
     with store.read() as c:
         return [w for _, w in c.execute(sql + " ORDER BY x.ord", (terms, ns, ["live"], per_term)).fetchall()]
 

@@ -147,31 +147,7 @@ def newest_memory_matches_sql(*, walk: bool = False) -> str:
             ORDER BY m.id DESC LIMIT %s
         ) AS hit
     """
-    return f"""
-        SELECT x.ord, hit.id FROM (
-            SELECT t.ord, q.query, p.ns, p.statuses, p.per_term,
-                   CASE WHEN numnode(q.query) = 1 AND d.n >= {WALK_MIN!r}
-                             AND d.n * d.n > {WALK_FACTOR!r} * p.per_term * s.n_turns
-                        THEN ceil({WALK_SPAN!r} * p.per_term * s.n_turns / d.n)::bigint END AS span
-            FROM unnest(%s::text[]) WITH ORDINALITY AS t(term, ord)
-            CROSS JOIN (SELECT %s::text AS ns, %s::text[] AS statuses, %s::bigint AS per_term) AS p
-            CROSS JOIN LATERAL (SELECT COALESCE((SELECT n_turns FROM rank_namespaces WHERE namespace = p.ns), 0)::float8
-                                AS n_turns) AS s
-            CROSS JOIN LATERAL (SELECT phraseto_tsquery('{FTS_CONFIG}'::regconfig, t.term) AS query) AS q
-            CROSS JOIN LATERAL (
-                SELECT COALESCE(MIN(COALESCE(r.n_turns, 0)), 0)::float8 AS n
-                FROM unnest(tsvector_to_array(to_tsvector('{FTS_CONFIG}'::regconfig, t.term))) AS l(lexeme)
-                LEFT JOIN rank_terms r ON r.namespace = p.ns AND r.term = l.lexeme
-            ) AS d
-            WHERE numnode(q.query) > 0
-            OFFSET 0
-        ) AS x
-        CROSS JOIN LATERAL (
-            WITH low AS MATERIALIZED (  -- the oldest memory the walk reads: none when the namespace holds fewer
-                SELECT m.id FROM memories m WHERE x.span IS NOT NULL AND m.namespace = x.ns
-                ORDER BY m.id DESC OFFSET x.span - 1 LIMIT 1
-            ),
-            found AS MATERIALIZED (
+    return _newest_matches_sql(table="memories", count="n_turns", query="q.query", statuses=True, found="""
                 SELECT newest.id FROM (
                     SELECT n.id FROM memories n WHERE x.span IS NOT NULL AND n.namespace = x.ns
                     ORDER BY n.id DESC LIMIT x.span
@@ -181,23 +157,7 @@ def newest_memory_matches_sql(*, walk: bool = False) -> str:
                     WHERE m.id = newest.id AND ts_match_vq(m.fts, x.query) AND m.status = ANY(x.statuses)
                     OFFSET 0
                 ) AS w
-                ORDER BY newest.id DESC LIMIT x.per_term
-            )
-            SELECT u.id FROM (
-                SELECT found.id FROM found
-                UNION ALL
-                (SELECT i.id FROM (
-                    SELECT m.id FROM memories m
-                    WHERE (x.span IS NULL OR ((SELECT COUNT(*) FROM found) < x.per_term AND EXISTS (SELECT 1 FROM low)))
-                      AND m.namespace = x.ns AND m.fts @@ x.query AND m.status = ANY(x.statuses)
-                      AND (x.span IS NULL OR m.id < (SELECT low.id FROM low))
-                    OFFSET 0
-                 ) AS i
-                 ORDER BY i.id DESC LIMIT x.per_term)
-            ) AS u
-            ORDER BY u.id DESC LIMIT x.per_term
-        ) AS hit
-    """
+                ORDER BY newest.id DESC LIMIT x.per_term""")
 
 
 def newest_turn_matches_sql(*, content_only: bool = True) -> str:
@@ -222,16 +182,37 @@ def newest_turn_matches_sql(*, content_only: bool = True) -> str:
     match anywhere in the turn's vector counts (content or speaker name), and ``n`` is the word's
     turns of either (``rank_terms.n_turns``).
     """
-    count = "n_content" if content_only else "n_turns"
-    matched = content_query("q.query") if content_only else "q.query"
+    return _newest_matches_sql(
+        table="turns", count="n_content" if content_only else "n_turns",
+        query=content_query("q.query") if content_only else "q.query", statuses=False, found="""
+                SELECT w.id FROM (
+                    SELECT t.id, t.fts FROM (
+                        SELECT n.id FROM turns n WHERE x.span IS NOT NULL AND n.namespace = x.ns
+                        ORDER BY n.id DESC LIMIT x.span
+                    ) AS newest JOIN turns t ON t.id = newest.id
+                ) AS w
+                WHERE ts_match_vq(w.fts, x.query)
+                ORDER BY w.id DESC LIMIT x.per_term""")
+
+
+def _newest_matches_sql(*, table: str, count: str, query: str, statuses: bool, found: str) -> str:
+    """The newest ``per_term`` rows of ``table`` matching each term: a term with a ``span`` (by the turns'
+    counts, ``rank_terms.<count>``) is first looked for in the namespace's newest ``span`` rows
+    (``found``, walked newest first), and the GIN index finds the older ones only when those hold
+    fewer than ``per_term``; a term without one is read through the index alone. ``query`` is the SQL
+    of the tsquery a row must match, from ``q.query`` (the term's ``phraseto_tsquery``). Parameters,
+    in order: the terms (``text[]``), the namespace, the statuses (``text[]``, with ``statuses``),
+    the per-term limit."""
+    params = "%s::text AS ns, " + ("%s::text[] AS statuses, " if statuses else "") + "%s::bigint AS per_term"
+    status = " AND t.status = ANY(x.statuses)" if statuses else ""
     return f"""
         SELECT x.ord, hit.id FROM (
-            SELECT t.ord, {matched} AS query, p.ns, p.per_term,
+            SELECT t.ord, {query} AS query, p.*,
                    CASE WHEN numnode(q.query) = 1 AND d.n >= {WALK_MIN!r}
                              AND d.n * d.n > {WALK_FACTOR!r} * p.per_term * s.n_turns
                         THEN ceil({WALK_SPAN!r} * p.per_term * s.n_turns / d.n)::bigint END AS span
             FROM unnest(%s::text[]) WITH ORDINALITY AS t(term, ord)
-            CROSS JOIN (SELECT %s::text AS ns, %s::bigint AS per_term) AS p
+            CROSS JOIN (SELECT {params}) AS p
             CROSS JOIN LATERAL (SELECT COALESCE((SELECT n_turns FROM rank_namespaces WHERE namespace = p.ns), 0)::float8
                                 AS n_turns) AS s
             CROSS JOIN LATERAL (SELECT phraseto_tsquery('{FTS_CONFIG}'::regconfig, t.term) AS query) AS q
@@ -244,26 +225,19 @@ def newest_turn_matches_sql(*, content_only: bool = True) -> str:
             OFFSET 0
         ) AS x
         CROSS JOIN LATERAL (
-            WITH found AS MATERIALIZED (
-                SELECT w.id FROM (
-                    SELECT t.id, t.fts FROM (
-                        SELECT n.id FROM turns n WHERE x.span IS NOT NULL AND n.namespace = x.ns
-                        ORDER BY n.id DESC LIMIT x.span
-                    ) AS newest JOIN turns t ON t.id = newest.id
-                ) AS w
-                WHERE ts_match_vq(w.fts, x.query)
-                ORDER BY w.id DESC LIMIT x.per_term
+            WITH found AS MATERIALIZED ({found}
             ),
-            low AS MATERIALIZED (
-                SELECT t.id FROM turns t WHERE t.namespace = x.ns ORDER BY t.id DESC OFFSET x.span - 1 LIMIT 1
+            low AS MATERIALIZED (  -- the oldest row the walk reads: none when the namespace holds fewer
+                SELECT t.id FROM {table} t WHERE x.span IS NOT NULL AND t.namespace = x.ns
+                ORDER BY t.id DESC OFFSET x.span - 1 LIMIT 1
             )
             SELECT u.id FROM (
                 SELECT found.id FROM found
                 UNION ALL
                 (SELECT i.id FROM (
-                    SELECT t.id FROM turns t
+                    SELECT t.id FROM {table} t
                     WHERE (x.span IS NULL OR ((SELECT COUNT(*) FROM found) < x.per_term AND EXISTS (SELECT 1 FROM low)))
-                      AND t.namespace = x.ns AND t.fts @@ x.query
+                      AND t.namespace = x.ns AND t.fts @@ x.query{status}
                       AND (x.span IS NULL OR t.id < (SELECT low.id FROM low))
                     OFFSET 0
                  ) AS i
