@@ -22,7 +22,9 @@ With ``--engine postgres`` both stores are copied (``migrate-store``) into two f
 ``$TORTOISE_TEST_PG_URL``'s server (dropped afterwards) and timed there.
 
 ``--store URL --against REV`` times an existing store (a PostgreSQL copy of ``build``'s, say) with
-this tree's code and git revision REV's, each in its own process, query by query in turn; ``--explain``
+this tree's code and git revision REV's, each in its own process, query by query in turn (the store
+is first migrated by this tree; REV's code is told of the migrations it lacks, so both read one
+database with this tree's indexes, which REV's statements may also use); ``--explain``
 then prints ``EXPLAIN (ANALYZE, BUFFERS)`` of every statement the slowest query's ``context()`` sends.
 ``--store URL --live TURNS`` weighs the GIN indexes' pending list on a live PostgreSQL store: two
 copies, ``fastupdate`` on and off, get the same new turns, then are timed in turn (``run_live``).
