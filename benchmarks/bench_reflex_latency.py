@@ -536,8 +536,8 @@ def run_against(url: str, rev: str, n_queries: int, explain: bool) -> int:
 def _explain(url: str, qs: list[str]) -> None:
     """EXPLAIN (ANALYZE, BUFFERS) of every statement one ``context()`` sends, for the slowest query.
 
-    Each is explained in a session configured as the store's own (``jit`` off, UTC), then again
-    with ``jit`` on, printing that run's execution and JIT compilation times.
+    Each is explained in a session configured as the store's own (``jit`` off, UTC) that has run them
+    all once, then again with ``jit`` on, printing that run's execution and JIT compilation times.
     """
     import psycopg
 
@@ -562,6 +562,8 @@ def _explain(url: str, qs: list[str]) -> None:
           " the store sets its own; after each, the same statement with the server's default jit (on):")
     with psycopg.connect(url, autocommit=True) as conn:
         _set_session(conn, None)
+        for query, params in sent:  # warm: a new session's first statement loads the dictionaries (2-3 ms)
+            conn.execute(query, params).fetchall()
         for query, params in sent:
             plan = [r[0] for r in conn.execute("EXPLAIN (ANALYZE, BUFFERS) " + query, params).fetchall()]
             print("\n" + " ".join(query.split())[:160])
