@@ -14,6 +14,10 @@ run, not runs.
 = W) for this tree's ``context()`` (not for "before" nor ``--against``) and adds listing questions
 ("which cities has Jon visited?") to the mix, so their cost is read beside both.
 
+``--second-neighbours S`` switches on the turns two before and after each candidate
+(``tuning.SECOND_NEIGHBOUR_SHARE`` = S) for this tree's ``context()`` and off for "before", so its cost is
+read beside it.
+
 ``--pastes N`` measures pasted logs instead: the store is built once and copied, the copy gets N
 pasted 5 MB logs (each line full of the names, pets, places and activities the questions use),
 and each query is timed on both stores in turn, so the two columns share the machine's load.
@@ -218,8 +222,13 @@ class Other:
         self.proc.wait()
 
 
-def run(sizes: list[int], n_queries: int, against: str | None = None, instances: float = 0.0) -> int:
+def run(sizes: list[int], n_queries: int, against: str | None = None, instances: float = 0.0,
+        near: float = 0.0) -> int:
     before_overrides = dict(BEFORE)
+    if near:  # this tree's context() reads and scores the turns two away too; "before" does not
+        tuning.SECOND_NEIGHBOUR_SHARE = near
+        before_overrides["SECOND_NEIGHBOUR_SHARE"] = 0.0
+        print(f"  SECOND_NEIGHBOUR_SHARE {near} for this tree's context()")
     if instances:  # this tree's context() seeks a listing question's instances; "before" does not
         tuning.INSTANCE_WEIGHT = instances
         before_overrides["INSTANCE_WEIGHT"] = 0.0
@@ -665,6 +674,8 @@ if __name__ == "__main__":
     ap.add_argument("--cold", type=int, default=0, metavar="K",
                     help="with --store: K new processes per tree, each timing its first two context() calls at the "
                          "default budget")
+    ap.add_argument("--second-neighbours", type=float, default=0.0, metavar="S",
+                    help="this tree's context() with tuning.SECOND_NEIGHBOUR_SHARE = S, 'before' with it off")
     ap.add_argument("--instances", type=float, default=0.0, metavar="W",
                     help="set INSTANCE_WEIGHT to W for this tree's context() and add listing questions to the mix")
     args = ap.parse_args()
@@ -677,4 +688,4 @@ if __name__ == "__main__":
     if args.store:
         sys.exit(run_against(args.store, args.against or "HEAD", args.queries, args.explain))
     sys.exit(run_pastes(args.sizes, args.queries, args.pastes, args.engine) if args.pastes
-             else run(args.sizes, args.queries, args.against, args.instances))
+             else run(args.sizes, args.queries, args.against, args.instances, args.second_neighbours))

@@ -310,6 +310,9 @@ INSTANCE_WEIGHTS = [0.0, 0.25, 0.5, 1.0]
 #: SECOND_HOP (the first pass's top turns' distinctive words read once more, candidates.hop_terms), chosen
 #: with INSTANCE_WEIGHT by coordinate ascent on the three train conversations; 0 is off.
 SECOND_HOPS = [0.0, 0.3, 0.6, 1.0]
+#: SECOND_NEIGHBOUR_SHARE (the turns two before and after a candidate join the pool and pass on this share of
+#: their score), chosen with INSTANCE_WEIGHT by coordinate ascent on the three train conversations; 0 is off.
+SECOND_NEIGHBOUR_SHARES = [0.0, 0.3, 0.6]
 _memo: dict[tuple[object, ...], list[float]] = {}
 #: Where each worker appends every evaluation it makes (one JSON line each), beside the cache file: a run
 #: stopped half way keeps what it measured, and the next run of the same code reads it back.
@@ -395,7 +398,7 @@ def _fold(job: tuple[str, list[str], str]) -> dict[str, object]:
     known = set(_memo)
     train = [s for s in stems if s != test]
     # The neutral start: every part off, category instances too (they ship on: their row below adds them).
-    off = {**{k: v[0] for k, v in LOO_GRID.items()}, "INSTANCE_WEIGHT": 0.0, "SECOND_HOP": 0.0}
+    off = {**{k: v[0] for k, v in LOO_GRID.items()}, "INSTANCE_WEIGHT": 0.0, "SECOND_HOP": 0.0, "SECOND_NEIGHBOUR_SHARE": 0.0}
     chosen, fitted = _ascend(train, LOO_GRID, off)
     w_tuned, l2_tuned = _learn(train, chosen)
     w_shipped, l2_shipped = _learn(train, {})
@@ -405,21 +408,12 @@ def _fold(job: tuple[str, list[str], str]) -> dict[str, object]:
     inst = max(INSTANCE_WEIGHTS, key=lambda v: (statistics.fmean(_score(train, {**chosen, "INSTANCE_WEIGHT": v}, w_tuned)), -v))
     with_inst = {**chosen, "INSTANCE_WEIGHT": inst}
     w_inst = _learn(train, with_inst)[0] if inst else w_tuned
-    # Instances and the second hop together (as they ship): both weights chosen on the three by coordinate
-    # ascent over what they chose, with the ranker learnt there; then the ranker learnt again with them.
-    both = {**chosen, "INSTANCE_WEIGHT": 0.0, "SECOND_HOP": 0.0}
-    best = statistics.fmean(_score(train, both, w_tuned))
-    for _ in range(PASSES):
-        moved = False
-        for name, values in (("INSTANCE_WEIGHT", INSTANCE_WEIGHTS), ("SECOND_HOP", SECOND_HOPS)):
-            for v in values:
-                if v != both[name]:
-                    score = statistics.fmean(_score(train, {**both, name: v}, w_tuned))
-                    if score > best + 1e-9:
-                        best, both[name], moved = score, v, True
-        if not moved:
-            break
-    w_both = _learn(train, both)[0] if both["INSTANCE_WEIGHT"] or both["SECOND_HOP"] else w_tuned
+    # Instances and the second hop together: both weights chosen on the three by coordinate ascent over what
+    # they chose, with the ranker learnt there; then the ranker learnt again with them.
+    both, w_both = _with_method(train, chosen, w_tuned, {"INSTANCE_WEIGHT": INSTANCE_WEIGHTS, "SECOND_HOP": SECOND_HOPS})
+    # Instances and the second neighbours (as they ship), chosen the same way.
+    near, w_near = _with_method(train, chosen, w_tuned, {"INSTANCE_WEIGHT": INSTANCE_WEIGHTS,
+                                                         "SECOND_NEIGHBOUR_SHARE": SECOND_NEIGHBOUR_SHARES})
     return {
         "test": test, "chosen": chosen, "fitted": fitted, "l2": (l2_tuned, l2_shipped),
         "shipped": _score([test], {}), "tuned": _score([test], chosen),
@@ -428,9 +422,31 @@ def _fold(job: tuple[str, list[str], str]) -> dict[str, object]:
         "tuned+ranker+instances": _score([test], with_inst, w_inst), "instances": inst,
         "tuned+ranker+instances+hop": _score([test], both, w_both),
         "both": {k: both[k] for k in ("INSTANCE_WEIGHT", "SECOND_HOP")},
+        "tuned+ranker+instances+near": _score([test], near, w_near),
+        "near": {k: near[k] for k in ("INSTANCE_WEIGHT", "SECOND_NEIGHBOUR_SHARE")},
         "fitted+ranker": statistics.fmean(_score(train, chosen, w_tuned)),
         "memo": {k: v for k, v in _memo.items() if k not in known},
     }
+
+
+def _with_method(train: list[str], chosen: dict[str, object], w: tuple[float, ...],
+                 grid: dict[str, list[object]]) -> tuple[dict[str, object], tuple[float, ...]]:
+    """``chosen`` with the methods of ``grid`` (each starting off, at its first value) chosen on ``train`` by
+    coordinate ascent with the ranker ``w``, and the ranker learnt again with them (``w`` when all stay off)."""
+    ov = {**chosen, **{k: v[0] for k, v in grid.items()}}
+    best = statistics.fmean(_score(train, ov, w))
+    for _ in range(PASSES):
+        moved = False
+        for name, values in grid.items():
+            for v in values:
+                if v != ov[name]:
+                    score = statistics.fmean(_score(train, {**ov, name: v}, w))
+                    if score > best + 1e-9:
+                        best, ov[name], moved = score, v, True
+        if not moved:
+            break
+    on = any(ov[k] != v[0] for k, v in grid.items())
+    return ov, (_learn(train, ov)[0] if on else w)
 
 
 def loo() -> int:
@@ -477,7 +493,8 @@ def loo() -> int:
             ("today's constants + ranker learnt on the three", "shipped+ranker"),
             ("constants + ranker chosen on the three, + listing spread", "tuned+ranker+spread"),
             ("constants + ranker chosen on the three, + category instances", "tuned+ranker+instances"),
-            ("constants + ranker chosen on the three, + instances + second hop", "tuned+ranker+instances+hop")]
+            ("constants + ranker chosen on the three, + instances + second hop", "tuned+ranker+instances+hop"),
+            ("constants + ranker chosen on the three, + instances + second neighbours", "tuned+ranker+instances+near")]
     print(f"LoCoMo leave-one-conversation-out: {len(stems)} folds, recall@{K} on the held-out conversation "
           f"(category 5 excluded; {took:.0f} s on 2 processes)\n")
     print(f"{'method':78s} " + " ".join(f"{s:>8s}" for s in stems) + f" {'mean':>7s} {'pooled':>7s}")
@@ -496,7 +513,7 @@ def loo() -> int:
     for f in folds:
         print(f"  without {f['test']}: constants {f['fitted']:.3f}, with the ranker {f['fitted+ranker']:.3f} "
               f"(l2 {f['l2']}, LIST_SPREAD {f['spread']}, INSTANCE_WEIGHT {f['instances']}; with the second hop "
-              f"{f['both']}); chosen {f['chosen']}")
+              f"{f['both']}; with the second neighbours {f['near']}); chosen {f['chosen']}")
     if fitted_ranker is not None:
         print(f"  shipped ranker.json (trained on all four, today's constants): "
               f"{statistics.fmean(fitted_ranker):.3f} pooled (fitted)")

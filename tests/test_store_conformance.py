@@ -1269,6 +1269,23 @@ def test_candidate_turns_near_are_the_candidates_and_their_neighbours(store: Sto
     assert store.candidate_turns_near(ns, {"zzz": 1.0}, k=10) == ([], [])
 
 
+def test_candidate_turns_near_reach_two_brings_the_turns_two_away(store: Store, ns):
+    """With ``reach=2`` (the reflex's SECOND_NEIGHBOUR_SHARE) the turns two before and after each candidate come
+    back too, in the same call, and none further; the session's edges bound them."""
+    store.capture(ns, req("s1", ["plain zero", "plain one", "tea two", "plain three", "plain four", "plain five"]))
+    store.capture(ns, req("s2", ["tea", "plain", "plain again", "plain end"]))
+    weights = {"tea": 1.0}
+    hits, near = store.candidate_turns_near(ns, weights, k=10, reach=2)
+    assert hits == store.candidate_turns(ns, weights, k=10)
+    got = {(h.session_id, h.index): h.content for h in near}
+    assert {("s1", 0): "plain zero", ("s1", 1): "plain one", ("s1", 3): "plain three", ("s1", 4): "plain four",
+            ("s2", 1): "plain", ("s2", 2): "plain again"}.items() <= got.items()
+    assert ("s1", 5) not in got and ("s2", 3) not in got
+    _, one = store.candidate_turns_near(ns, weights, k=10)
+    assert {(h.session_id, h.index) for h in one} >= {("s1", 1), ("s1", 3), ("s2", 1)}
+    assert not {(h.session_id, h.index) for h in one} & {("s1", 0), ("s1", 4), ("s2", 2)}
+
+
 def test_candidate_turns_near_each_ranks_every_weighting_as_candidate_turns_does(store: Store, ns):
     """The reflex reads a question's words and the same words with more in one call: each weighting
     ranks as it would alone (a word in both is found once), and every candidate's neighbours come back."""

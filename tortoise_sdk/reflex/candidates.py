@@ -8,6 +8,7 @@ from collections.abc import Mapping
 
 from ..models import SearchHit
 from ..search import STOP_WORDS, query_terms
+from ..store.base import near_offsets
 from . import tuning
 from .query import CAPITALISED, entity_names, surface_of
 from .shapes import Candidate, Reading, Term, session_day
@@ -83,20 +84,22 @@ def hop_pool(r: Reading, extra: list[Term],
 
 def _with_neighbours(r: Reading, searched: list[list[Term]], by_pos: dict[tuple[str, int], SearchHit],
                      k: int | None = None, per_term: int | None = None) -> dict[tuple[str, int], SearchHit]:
-    """``by_pos`` with each list's candidate turns and their neighbours added, list by list."""
+    """``by_pos`` with each list's candidate turns and their neighbours added, list by list (the turns two
+    before and after too when ``SECOND_NEIGHBOUR_SHARE`` is on)."""
     searched = [s for s in searched if s]
     if not searched:
         return by_pos
+    reach = 2 if tuning.SECOND_NEIGHBOUR_SHARE else 1
     each, near = r.store.candidate_turns_near_each(r.ns, [{t.surface: t.weight for t in s} for s in searched],
                                                    k=tuning.CANDIDATES if k is None else k,
                                                    per_term=tuning.PER_TERM if per_term is None else per_term,
-                                                   known=set(by_pos))
+                                                   known=set(by_pos), reach=reach)
     r.tick()
     at = {(h.session_id, h.index): h for h in _said(near)}
     for hits in map(_said, each):
         for h in hits:
             by_pos.setdefault((h.session_id, h.index), h)
-        wanted = [(h.session_id, h.index + d) for h in hits for d in (-1, 1)]
+        wanted = [(h.session_id, h.index + d) for h in hits for d in near_offsets(reach)]
         for p in dict.fromkeys(p for p in wanted if p not in by_pos and p in at):
             by_pos[p] = at[p]
     return by_pos

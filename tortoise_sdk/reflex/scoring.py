@@ -163,12 +163,17 @@ def score_turns(r: Reading, terms: list[Term], content_terms: list[Term], query:
                          spread=ranker.listing(query))
 
 
-def _shares(pos: tuple[str, int], asks: frozenset[tuple[str, int]]) -> tuple[tuple[int, float], tuple[int, float]]:
+def _shares(pos: tuple[str, int], asks: frozenset[tuple[str, int]]) -> tuple[tuple[int, float], ...]:
     """What a turn inherits of its previous and next turns' scores: more of a previous turn that asks
-    (``ANSWER_SHARE``), since a reply is where a question's answer is said."""
+    (``ANSWER_SHARE``), since a reply is where a question's answer is said; and with
+    ``SECOND_NEIGHBOUR_SHARE``, of the turns two before and after (in a two-party exchange the same
+    speaker's, across the other's reply: "I took the kids to the museum" / "What did they like?" /
+    "They were stoked for the dinosaur exhibit!")."""
     prev = tuning.NEIGHBOUR_SHARE
     if asks and (pos[0], pos[1] - 1) in asks:
         prev *= 1 + tuning.ANSWER_SHARE
+    if tuning.SECOND_NEIGHBOUR_SHARE:
+        return (-1, prev), (1, tuning.NEXT_SHARE), (-2, tuning.SECOND_NEIGHBOUR_SHARE), (2, tuning.SECOND_NEIGHBOUR_SHARE)
     return (-1, prev), (1, tuning.NEXT_SHARE)
 
 

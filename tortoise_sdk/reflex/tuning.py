@@ -52,6 +52,7 @@ __all__ = (
     "SECOND_HOP_CANDIDATES",
     "SECOND_HOP_DOCS",
     "SECOND_HOP_TERMS",
+    "SECOND_NEIGHBOUR_SHARE",
     "SESSION_SPREAD",
     "SPEAKER_BOOST",
     "SUBJECT_SPEAKER",
@@ -121,3 +122,6 @@ SECOND_HOP = 0.0          # off: weight of those words (of the lesser of their I
 SECOND_HOP_DOCS = 3       # ... taken from this many top turns of the first pass
 SECOND_HOP_TERMS = 4      # ... at most this many words (names first, rarest first; in 2 turns at least)
 SECOND_HOP_CANDIDATES = 16  # ... turns read for them (with their neighbours), in one more full-text read
+# Issue 25: the turns two before and after a candidate (in a two-party exchange, the same speaker's turn
+# across the other's reply) join the pool and pass on a share of their score, as the next turns do.
+SECOND_NEIGHBOUR_SHARE = 0.0  # off: the share a turn inherits of the turn two before or after it

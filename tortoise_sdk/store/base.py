@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from ..subagent_models import NormalizedFrame
     from .plan import ExtractionPlan, Fence, WriteResult
 
-__all__ = ("NAMESPACES_SQL", "Store")
+__all__ = ("NAMESPACES_SQL", "Store", "near_offsets")
 
 #: Per namespace: sessions, turns and live memories (plain SQL both engines run; ``ORDER BY`` added by each).
 NAMESPACES_SQL = (
@@ -333,22 +333,22 @@ class Store(ABC):
         return self.search_terms(namespace, list(weighted_terms), k=k)
 
     def candidate_turns_near(self, namespace: str, weighted_terms: Mapping[str, float], *, k: int,
-                             per_term: int = 200, known: Collection[tuple[str, int]] = ()
+                             per_term: int = 200, known: Collection[tuple[str, int]] = (), reach: int = 1
                              ) -> tuple[list[SearchHit], list[SearchHit]]:
-        """``candidate_turns``, and the turns next to each (index - 1 and + 1) not at a ``known`` position.
+        """``candidate_turns``, and the turns near each (index - ``reach`` to + ``reach``) not at a ``known`` position.
 
         One call, so that a store across a network can answer both in one round trip; the
         neighbours may include turns at known positions or the candidates' own.
         """
         (hits,), near = self.candidate_turns_near_each(namespace, [weighted_terms], k=k, per_term=per_term,
-                                                       known=known)
+                                                       known=known, reach=reach)
         return hits, near
 
     def candidate_turns_near_each(self, namespace: str, weightings: Sequence[Mapping[str, float]], *, k: int,
-                                  per_term: int = 200, known: Collection[tuple[str, int]] = ()
+                                  per_term: int = 200, known: Collection[tuple[str, int]] = (), reach: int = 1
                                   ) -> tuple[list[list[SearchHit]], list[SearchHit]]:
-        """``candidate_turns`` for each weighting of terms, and the turns next to any of them (as
-        ``candidate_turns_near``).
+        """``candidate_turns`` for each weighting of terms, and the turns near any of them, up to ``reach``
+        turns before or after (as ``candidate_turns_near``).
 
         One call, so that a store can find a term's matches once for every weighting that holds it
         (the reflex ranks the question's words, then the same words with those of the fact's kind).
@@ -359,7 +359,7 @@ class Store(ABC):
         for weighted_terms in weightings:  # in turn: a weighting's neighbours are known to the next
             hits = self.candidate_turns(namespace, weighted_terms, k=k, per_term=per_term)
             have |= {(h.session_id, h.index) for h in hits}
-            wanted = list(dict.fromkeys((h.session_id, h.index + d) for h in hits for d in (-1, 1)
+            wanted = list(dict.fromkeys((h.session_id, h.index + d) for h in hits for d in near_offsets(reach)
                                         if h.index + d >= 0 and (h.session_id, h.index + d) not in have))
             found = self.turns_at(namespace, wanted) if wanted else []
             have |= {(h.session_id, h.index) for h in found}
@@ -403,3 +403,8 @@ class Store(ABC):
         for session_id, index in dict.fromkeys(positions):
             out.extend(self.turns(namespace, session_id, start=index, stop=index + 1))
         return out
+
+
+def near_offsets(reach: int) -> tuple[int, ...]:
+    """The positions near a turn, nearest first: -1, 1, -2, 2... up to ``reach``."""
+    return tuple(d for n in range(1, max(1, int(reach)) + 1) for d in (-n, n))

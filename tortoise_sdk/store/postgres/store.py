@@ -31,7 +31,7 @@ from ..deadline import DEFAULT_STORE_TIMEOUT_S, deadline, remaining, timeout_err
 from ...models import CaptureReceipt, Diagnostic, NamespaceInfo, SearchHit, SessionInfo, utc_now
 from ...search import INDEX_CHARS, POSTINGS_BUDGET, idf, idf_bonus, indexed_text, split_by_postings
 from ...validate import not_unicode
-from ..base import NAMESPACES_SQL, Store
+from ..base import NAMESPACES_SQL, Store, near_offsets
 from ..capture_plan import new_receipt, plan_append, receipt_row, repeated_tail, replay_or_conflict, session_date_for
 from ..cursors import CursorMixin
 from ..rows import and_equal
@@ -533,7 +533,7 @@ class PostgresStore(PostgresExtractionMixin, PostgresSubagentMixin, PostgresForg
         return [_hit(r[2:], r[0]) for r in rows]
 
     def candidate_turns_near_each(self, namespace: str, weightings: Sequence[Mapping[str, float]], *, k: int,
-                                  per_term: int = 200, known: Collection[tuple[str, int]] = ()
+                                  per_term: int = 200, known: Collection[tuple[str, int]] = (), reach: int = 1
                                   ) -> tuple[list[list[SearchHit]], list[SearchHit]]:
         """``candidate_turns`` for each weighting and every turn next to one, in one statement: a term
         in several weightings is walked once (``known`` is not needed)."""
@@ -546,12 +546,13 @@ class PostgresStore(PostgresExtractionMixin, PostgresSubagentMixin, PostgresForg
                  for pos, t in enumerate(ts)]
         top = top_matches_each_sql(newest_turn_matches_sql(), alias="t", select=f"t.id, {_INDEXED_COLUMNS}",
                                    from_=f"turns t {_JOIN_SESSION}", where="t.namespace = %s")
+        offsets = ", ".join(f"({d})" for d in near_offsets(reach))  # integers, not user text
         sql = f"""
             WITH top AS MATERIALIZED ({top})
             SELECT top.* FROM top
             UNION ALL
             SELECT -1, 0.0::float8, n.* FROM (
-                SELECT DISTINCT top.session_id, top.idx + d.d AS idx FROM top CROSS JOIN (VALUES (-1), (1)) AS d(d)
+                SELECT DISTINCT top.session_id, top.idx + d.d AS idx FROM top CROSS JOIN (VALUES {offsets}) AS d(d)
             ) AS p
             CROSS JOIN LATERAL (  -- one index probe a position (a join was planned as a scan of every session)
                 SELECT t.id, {_INDEXED_COLUMNS} FROM turns t {_JOIN_SESSION}
