@@ -35,7 +35,9 @@ __all__ = ("Expect", "ParsedJSON", "parse_json")
 Expect = Literal["object", "list", "any"]
 
 _DECODER = json.JSONDecoder(strict=False)
-_FENCE = re.compile(r"```[^\n`]*\n?(.*?)(?:```|\Z)", re.DOTALL)
+# A markdown fence opens and closes a line of its own (up to three spaces in): three backticks inside
+# a JSON string ({"code": "```py ..."}) are neither.
+_FENCE = re.compile(r"^[ \t]{0,3}```[^\n`]*\n(.*?)(?:^[ \t]{0,3}```|\Z)", re.DOTALL | re.MULTILINE)
 _NUMBER = re.compile(r"-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?")
 _NUMBERISH = re.compile(r"[-+0-9.eE]+")
 _LITERALS = ("true", "false", "null", "NaN", "Infinity", "-Infinity")
