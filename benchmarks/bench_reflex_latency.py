@@ -39,7 +39,7 @@ Usage::
 
     .venv/bin/python benchmarks/bench_reflex_latency.py [--sizes 10000 100000] [--queries 300]
     .venv/bin/python benchmarks/bench_reflex_latency.py --sizes 100000 --pastes 3 [--engine postgres]
-    .venv/bin/python benchmarks/bench_reflex_latency.py --store postgresql://.../db --against main [--explain]
+    .venv/bin/python benchmarks/bench_reflex_latency.py --store postgresql://.../db --against main [--explain] [--rounds 5]
     .venv/bin/python benchmarks/bench_reflex_latency.py --store postgresql://.../db --live 8000 --queries 100
     .venv/bin/python benchmarks/bench_reflex_latency.py --store postgresql://.../db --against main --cold 20
 """
@@ -519,12 +519,19 @@ def time_trees(url: str, trees: dict[str, Path], qs: list[str], namespace: str =
     return got
 
 
-def run_against(url: str, rev: str, n_queries: int, explain: bool) -> int:
-    """Time ``context()`` on the store at ``url`` with this tree's code and with ``rev``'s, query by query in turn."""
+def run_against(url: str, rev: str, n_queries: int, explain: bool, rounds: int = 1) -> int:
+    """Time ``context()`` on the store at ``url`` with this tree's code and with ``rev``'s, query by query in
+    turn; with ``rounds`` > 1 the whole comparison is run that many times, each round's p50/p95 printed
+    and their medians and ranges summed up (this machine's speed moves p95 from run to run)."""
     qs = queries(n_queries)
+    runs = []
     with tempfile.TemporaryDirectory() as tmp:
-        got = time_trees(url, {"this tree": ROOT, rev: _tree_of(rev, Path(tmp) / "base")}, qs)
-    print(f"store: {url.rsplit('/', 1)[-1]}; {n_queries} queries, each timed on both trees in turn")
+        trees = {"this tree": ROOT, rev: _tree_of(rev, Path(tmp) / "base")}
+        for _ in range(rounds):
+            runs.append(time_trees(url, trees, qs))
+    got = {name: [r for run in runs for r in run[name]] for name in runs[0]}
+    print(f"store: {url.rsplit('/', 1)[-1]}; {n_queries} queries, each timed on both trees in turn"
+          + (f"; {rounds} rounds (the first table is all rounds together)" if rounds > 1 else ""))
     print(f"{'code':>12} | {'context p50':>11} {'p95':>7} {'max':>7} {'degraded@50ms':>13} {'non-empty':>9} | "
           f"{'CPU mean':>8} | {'search p50':>10} {'p95':>7}")
     for name, rows in got.items():
@@ -534,9 +541,17 @@ def run_against(url: str, rev: str, n_queries: int, explain: bool) -> int:
               f"{statistics.mean(cpu):>6.1f}ms | {pct(search, 50):>8.2f}ms {pct(search, 95):>5.2f}ms")
     print("  (CPU mean: of one context(), this process's and its PostgreSQL backends' together; the server's is "
           f"counted in {1000 / os.sysconf('SC_CLK_TCK'):.0f} ms ticks, hence a mean)")
+    if rounds > 1:
+        print("each round's context() p50 / p95 / degraded@50ms:")
+        for name in got:
+            cells = [f"{pct([r['ms'] for r in run[name]], 50):.2f} / {pct([r['ms'] for r in run[name]], 95):.2f} / "
+                     f"{sum(r['degraded'] is not None for r in run[name])}" for run in runs]
+            p95s = sorted(pct([r["ms"] for r in run[name]], 95) for run in runs)
+            print(f"{name:>12} | " + " | ".join(cells)
+                  + f"  (p95 median {statistics.median(p95s):.2f}, from {p95s[0]:.2f} to {p95s[-1]:.2f} ms)")
     same = sum(a["ids"] == b["ids"] for a, b in zip(*got.values()))
     same_search = sum(a["search"] == b["search"] for a, b in zip(*got.values()))
-    print(f"same block pointers: {same}/{len(qs)}; same search hits: {same_search}/{len(qs)}")
+    print(f"same block pointers: {same}/{len(got['this tree'])}; same search hits: {same_search}/{len(got['this tree'])}")
     if explain:
         _explain(url, qs)
     return 0
@@ -671,6 +686,8 @@ if __name__ == "__main__":
     ap.add_argument("--live", type=int, metavar="TURNS",
                     help="with --store (PostgreSQL): capture TURNS turns into two copies, GIN fastupdate on and off, "
                          "and time both")
+    ap.add_argument("--rounds", type=int, default=1, metavar="R",
+                    help="with --store and --against: run the comparison R times and print each round's figures")
     ap.add_argument("--cold", type=int, default=0, metavar="K",
                     help="with --store: K new processes per tree, each timing its first two context() calls at the "
                          "default budget")
@@ -686,6 +703,6 @@ if __name__ == "__main__":
     if args.store and args.cold:
         sys.exit(run_cold(args.store, args.against or "HEAD", args.cold))
     if args.store:
-        sys.exit(run_against(args.store, args.against or "HEAD", args.queries, args.explain))
+        sys.exit(run_against(args.store, args.against or "HEAD", args.queries, args.explain, args.rounds))
     sys.exit(run_pastes(args.sizes, args.queries, args.pastes, args.engine) if args.pastes
              else run(args.sizes, args.queries, args.against, args.instances, args.second_neighbours))
