@@ -11,14 +11,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from needs import REPO
+from reflex_chat import ask, capture_chatter
 from tortoise_sdk import Memory
 from tortoise_sdk.reflex import instances, tuning
 
 WORDNET = Path("/usr/share/wordnet")
-
-
-def ask(mem: Memory, text: str):
-    return mem.context([{"role": "user", "content": text}], budget=5, time_budget_ms=None)
 
 
 def _chat(mem: Memory) -> None:
@@ -30,8 +27,7 @@ def _chat(mem: Memory) -> None:
                 session_date="2023-06-01T10:00:00")
     mem.capture("s3", [{"role": "user", "name": "Melanie", "content": "My crafts teacher is strict but kind."}],
                 session_date="2023-06-02T10:00:00")
-    mem.capture("pad", [{"role": "user", "name": "Caroline", "content": f"unrelated chatter number {i} about the weather"}
-                        for i in range(60)], session_date="2023-07-01T10:00:00")
+    capture_chatter(mem, "Caroline")
 
 
 def test_a_category_finds_the_turn_naming_its_instance_on_both_engines(store, monkeypatch):

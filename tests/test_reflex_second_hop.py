@@ -3,15 +3,12 @@
 
 from __future__ import annotations
 
+from reflex_chat import ask, capture_chatter
 from tortoise_sdk import Memory
 from tortoise_sdk.reflex import tuning
 
 MOVED = "Yeah, I've known these friends since I moved from my home country four years ago."
 SWEDEN = "This necklace is a gift from my grandma in my home country, Sweden."
-
-
-def ask(mem: Memory, text: str):
-    return mem.context([{"role": "user", "content": text}], budget=5, time_budget_ms=None)
 
 
 def _chat(mem: Memory) -> None:
@@ -21,8 +18,7 @@ def _chat(mem: Memory) -> None:
     mem.capture("s2", [{"role": "user", "name": "Melanie", "content": "What a pretty necklace!"},
                        {"role": "user", "name": "Caroline", "content": SWEDEN}],
                 session_date="2023-06-01T10:00:00")
-    mem.capture("pad", [{"role": "user", "name": "Melanie", "content": f"unrelated chatter number {i} about the weather"}
-                        for i in range(60)], session_date="2023-07-01T10:00:00")
+    capture_chatter(mem, "Melanie")
 
 
 def test_the_top_turns_words_reach_the_rest_of_the_answer_on_both_engines(store, monkeypatch):

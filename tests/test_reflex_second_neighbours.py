@@ -3,15 +3,12 @@ pool and inherit a share of its score, so the same speaker's answer across the o
 
 from __future__ import annotations
 
+from reflex_chat import ask, capture_chatter
 from tortoise_sdk import Memory
 from tortoise_sdk.reflex import tuning
 
 MUSEUM = "Yesterday I took the kids to the museum."
 DINOSAURS = "They were stoked for the dinosaur exhibit, the bones were so cool."
-
-
-def ask(mem: Memory, text: str):
-    return mem.context([{"role": "user", "content": text}], budget=5, time_budget_ms=None)
 
 
 def _chat(mem: Memory) -> None:
@@ -20,8 +17,7 @@ def _chat(mem: Memory) -> None:
                        {"role": "user", "name": "Melanie", "content": DINOSAURS},
                        {"role": "user", "name": "Caroline", "content": "Sounds like a great day out."}],
                 session_date="2023-05-01T10:00:00")
-    mem.capture("pad", [{"role": "user", "name": "Caroline", "content": f"unrelated chatter number {i} about the weather"}
-                        for i in range(60)], session_date="2023-07-01T10:00:00")
+    capture_chatter(mem, "Caroline")
 
 
 def test_the_answer_across_the_others_question_joins_on_both_engines(store, monkeypatch):
