@@ -29,24 +29,28 @@ SLOTS: dict[str, tuple[str, ...]] = {
 }
 
 
+def _named_kinds(query: str) -> list[str]:
+    """The kinds of fact (``SLOTS``) one of whose words ``query`` says."""
+    words = set(query_terms(query))
+    return [kind for kind, kind_words in SLOTS.items() if words & set(kind_words)]
+
+
 def slot_words(query: str) -> list[str]:
     """The words of each kind of fact ``query`` names (``SLOTS``): what ``expand`` adds."""
-    words = set(query_terms(query))
-    return [w for kind, kind_words in SLOTS.items() if words & set(kind_words) for w in kind_words]
+    return [w for kind in _named_kinds(query) for w in SLOTS[kind]]
 
 
 def expand(r: Reading, terms: list[Term], query: str) -> tuple[list[Term], list[Term]]:
     """``terms`` without the words saying "now" when the query names a kind of fact, and the other
     words of each kind it names (``SLOT_WEIGHT`` of their weight, marked context, for
     ``candidates.widen_pool``); ``r.slots`` maps the stems of every word of those kinds to the kind."""
-    words = set(query_terms(query))
-    named = [kind for kind, kind_words in SLOTS.items() if words & set(kind_words)]
+    named = _named_kinds(query)
     if not named:
         return terms, []
     # "now", "these days": they say when, not what; a turn that says "now" is no evidence of the fact.
     tense = {w for m in NOW.finditer(query) for w in query_terms(m.group())}
     terms = [t for t in terms if t.surface not in tense]
-    surfaces = [w for kind in named for w in SLOTS[kind]]
+    surfaces = slot_words(query)
     stems = r.store.analyze(surfaces)
     kind_of = {surface: kind for kind in named for surface in SLOTS[kind]}
     by_stem: dict[str, str] = {}
