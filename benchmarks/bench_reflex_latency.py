@@ -519,15 +519,29 @@ def time_trees(url: str, trees: dict[str, Path], qs: list[str], namespace: str =
     return got
 
 
+def machine_ms() -> float:
+    """How fast this machine runs Python just now: the best of five runs of a fixed loop, in ms.
+
+    This VM's speed moves by a third between runs of the same code; printed beside each round, it
+    says which phase a figure was taken in (lower is faster)."""
+    best = float("inf")
+    for _ in range(5):
+        t0 = time.perf_counter()
+        sum(i * i % 7 for i in range(200_000))
+        best = min(best, time.perf_counter() - t0)
+    return best * 1000
+
+
 def run_against(url: str, rev: str, n_queries: int, explain: bool, rounds: int = 1) -> int:
     """Time ``context()`` on the store at ``url`` with this tree's code and with ``rev``'s, query by query in
     turn; with ``rounds`` > 1 the whole comparison is run that many times, each round's p50/p95 printed
     and their medians and ranges summed up (this machine's speed moves p95 from run to run)."""
     qs = queries(n_queries)
-    runs = []
+    runs, speed = [], []
     with tempfile.TemporaryDirectory() as tmp:
         trees = {"this tree": ROOT, rev: _tree_of(rev, Path(tmp) / "base")}
         for _ in range(rounds):
+            speed.append(machine_ms())
             runs.append(time_trees(url, trees, qs))
     got = {name: [r for run in runs for r in run[name]] for name in runs[0]}
     print(f"store: {url.rsplit('/', 1)[-1]}; {n_queries} queries, each timed on both trees in turn"
@@ -549,6 +563,8 @@ def run_against(url: str, rev: str, n_queries: int, explain: bool, rounds: int =
             p95s = sorted(pct([r["ms"] for r in run[name]], 95) for run in runs)
             print(f"{name:>12} | " + " | ".join(cells)
                   + f"  (p95 median {statistics.median(p95s):.2f}, from {p95s[0]:.2f} to {p95s[-1]:.2f} ms)")
+    print("this machine's speed before each round (a fixed Python loop, ms, lower is faster): "
+          + " | ".join(f"{x:.1f}" for x in speed))
     same = sum(a["ids"] == b["ids"] for a, b in zip(*got.values()))
     same_search = sum(a["search"] == b["search"] for a, b in zip(*got.values()))
     print(f"same block pointers: {same}/{len(got['this tree'])}; same search hits: {same_search}/{len(got['this tree'])}")
