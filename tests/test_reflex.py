@@ -186,10 +186,13 @@ def test_present_tense_puts_the_later_follow_up_first(tmp_path, question):
         block = ask(m, question)
         assert block.pointers[0].synopsis == helix and block.pointers[0].session_date.startswith("2024")
         assert "the question asks how things are now" in block.why[0]
-        assert any("Northwind Labs as a data engineer" in p.synopsis for p in block.pointers[1:])  # kept, after it
-        # Asked about the past, the older turn leads and the later one does not jump ahead.
+        older = next(p for p in block.pointers[1:] if "Northwind Labs as a data engineer" in p.synopsis)  # kept, after it
+        # ... and flagged: for this question, a later turn has said what changed.
+        assert older.superseded and not block.pointers[0].superseded
+        assert f'SUPERSEDED ({older.session_date[:10]}, ' in block.block
+        # Asked about the past, the older turn leads, unflagged, and the later one does not jump ahead.
         past = ask(m, "where did I work in 2023?")
-        assert "Northwind Labs as a data engineer" in past.pointers[0].synopsis
+        assert "Northwind Labs as a data engineer" in past.pointers[0].synopsis and not past.pointers[0].superseded
 
 
 def test_present_tense_reorders_direct_matches_latest_first(tmp_path):
@@ -220,9 +223,13 @@ def test_a_changing_fact_leads_with_its_latest_statement(tmp_path, question):
     with Memory(str(tmp_path / "job.db"), namespace="job") as m:
         for day, text in _CHANGING_JOB:
             m.capture(f"s-{day}", [{"role": "user", "content": text}], session_date=f"{day}T09:00:00")
-        texts = [p.synopsis for p in ask(m, question).pointers]
+        block = ask(m, question)
+        texts = [p.synopsis for p in block.pointers]
         assert texts and "Helix Health" in texts[0], texts
         assert any("Northwind Traders as an accountant" in t for t in texts[1:]), texts
+        # The turns the latest statement follows up are flagged as superseded for this question; it is not.
+        assert not block.pointers[0].superseded
+        assert any(p.superseded and "Northwind" in p.synopsis for p in block.pointers[1:]), block.block
         # Not asked about now: the best match leads, the later job does not jump ahead.
         assert "Northwind" in ask(m, "where did I work in January?").pointers[0].synopsis
 

@@ -248,7 +248,9 @@ class Pointer(DeferredModel):
     external_id: str | None = None
     session_id: str | None = None
     session_date: str | None = None
-    superseded: bool = False
+    superseded: bool = Field(default=False, description=(
+        "Not how things stand now: a superseded memory, a turn whose facts were all superseded, or, for a "
+        "present-tense question, a turn a later turn follows up saying what changed. Shown as 'SUPERSEDED'."))
     unconfirmed: bool = Field(default=False, description="A memory of low confidence (shown as 'unconfirmed memory').")
 
 

@@ -333,12 +333,17 @@ def distinct(ranked: list[Candidate]) -> list[Candidate]:
 def latest_first(ranked: list[Candidate], follow: Mapping[str, list[Candidate]]) -> list[Candidate]:
     """A present-tense question's order: the later turns that follow up the top turns go before all
     of them, the latest first (at most ``RECENCY_PER_ANCHOR`` for each top turn); the earlier turns
-    stay, after them. Before any top turn, not just the one followed: which of the top turns an
-    answer's reply or its question ranks first must not decide whether what changed is seen."""
+    stay, after them, flagged as superseded (``Candidate.stale``): a later turn says what changed.
+    Before any top turn, not just the one followed: which of the top turns an answer's reply or its
+    question ranks first must not decide whether what changed is seen."""
     ups: list[Candidate] = []
     seen: set[str] = set()
     best = ranked[0].score if ranked else 0.0
     for c in ranked:
+        if c.key in follow and not c.stale:
+            c.stale = True
+            c.reasons.append(f"superseded for this question: a later turn ({session_day(follow[c.key][0].hit)[:10]}) "
+                             "follows it up and says what changed")
         later = sorted((f for f in follow.get(c.key, ()) if f.key not in seen),
                        key=lambda f: session_day(f.hit), reverse=True)
         for f in later[: tuning.RECENCY_PER_ANCHOR]:

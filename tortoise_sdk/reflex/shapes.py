@@ -57,7 +57,9 @@ class Candidate:
     says_when: bool = False
     spoken: bool = False  # spoken by a person the query names
     weight: float = 1.0  # of this candidate's list in the rank fusion
-    stale: bool = False  # a turn whose extracted facts were all superseded or retracted
+    # a turn whose extracted facts were all superseded or retracted, or (a present-tense question) one a
+    # later turn follows up saying what changed (scoring.latest_first): flagged SUPERSEDED in the block
+    stale: bool = False
 
 
 class Reading:
