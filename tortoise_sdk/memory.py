@@ -386,7 +386,7 @@ class Memory:
         ``OR``/``NOT``/punctuation) returns nothing; ``explain_search`` says why.
 
         Raises:
-            InvalidInput: ``query`` is not a string, or ``k`` not an integer up to ``MAX_SEARCH_K``.
+            InvalidInput: ``query`` is not a string, or ``k`` not an integer from 0 (nothing) to ``MAX_SEARCH_K``.
         """
         return self.explain_search(query, k, session_id).hits
 
@@ -400,7 +400,7 @@ class Memory:
             raise InvalidType(f"must be a string, got {type(query).__name__}", field="query")
         if isinstance(k, bool) or not isinstance(k, int):
             raise InvalidType(f"must be an integer from 1 to {MAX_SEARCH_K}, got {k!r}", field="k")
-        if k > MAX_SEARCH_K:
+        if not 0 <= k <= MAX_SEARCH_K:  # 0 asks for nothing, as in search_memories
             raise InvalidInput(f"must be an integer from 1 to {MAX_SEARCH_K}, got {k!r}", field="k")
         check_id(session_id, "session_id", optional=True)
         terms, reason = content_terms(query)
