@@ -202,6 +202,13 @@ def test_context_never_raises_on_bad_arguments_it_degrades(mem, args):
     assert block.block == "" and block.degraded_reason is not None
 
 
+@pytest.mark.parametrize("value", [0, -1, "0"])
+def test_a_time_budget_of_zero_says_none_is_no_limit(mem, value):
+    """The command line's --time-budget-ms 0 is "no limit"; in Python that is None, and the reason says so."""
+    block = mem.context([{"role": "user", "content": "my kayak?"}], time_budget_ms=value)
+    assert block.block == "" and "time_budget_ms=None for no limit" in block.degraded_reason
+
+
 @pytest.mark.parametrize("namespace", [S, TOO_LONG, "a\x00"])
 def test_a_namespace_no_engine_can_store_is_refused(tmp_path, namespace):
     with pytest.raises(ConfigError) as raised:
