@@ -182,7 +182,9 @@ def test_bad_input_is_a_typed_error_naming_its_field(mem, call, error, field, bu
 CONSTRUCTOR = [(field, value) for field in ("max_turns_per_capture", "chunk_turns", "concurrency", "extract_every")
                for value in ("5", None, math.nan, 2.5, True, 0)] + [
     (field, value) for field in ("idle_s", "breaker_s", "job_retry_s", "store_timeout_s")
-    for value in ("5", math.nan, math.inf, -1, True)] + [("db", 5), ("db", b"m.db")]
+    for value in ("5", math.nan, math.inf, -1, True)] + [("db", 5), ("db", b"m.db")] + [
+    # a model that is not a name was accepted and failed only at the first capture ("extraction crashed")
+    ("model", 5), ("model", "   "), ("model", ["openai/gpt-4o-mini"]), ("api_base", 5), ("api_key", 5)]
 
 
 @pytest.mark.parametrize(("field", "value"), CONSTRUCTOR, ids=[f"{f}={v!r}" for f, v in CONSTRUCTOR])

@@ -210,6 +210,13 @@ class Memory:
             check_count(count, field, error=ConfigError)
         for field, seconds in (("idle_s", idle_s), ("breaker_s", breaker_s), ("job_retry_s", job_retry_s)):
             check_number(seconds, field, error=ConfigError)
+        for field, value, example in (("model", model, "'openai/gpt-4o-mini'"),
+                                      ("api_base", api_base, "'http://localhost:11434/v1'"),
+                                      ("api_key", api_key, "os.environ['OPENAI_API_KEY']")):
+            if value is not None and (not isinstance(value, str) or (value and not value.strip())):
+                shown = f"a blank {type(value).__name__}" if isinstance(value, str) else type(value).__name__
+                raise ConfigError(f"{field} must be a non-blank string, e.g. {field}={example}, or None; got {shown}",
+                                  field=field)
         self.namespace = namespace
         self.max_turns_per_capture = max_turns_per_capture
         self.extract_every = extract_every
