@@ -211,6 +211,22 @@ def test_a_time_budget_of_zero_says_none_is_no_limit(mem, value):
     assert block.block == "" and "time_budget_ms=None for no limit" in block.degraded_reason
 
 
+def test_a_max_tokens_too_small_for_any_pointer_says_so(tmp_path):
+    """The frame alone takes about 60 tokens: below what one pointer needs the block was empty with no reason,
+    and the command line said "nothing relevant" of a namespace that held the answer."""
+    with Memory(str(tmp_path / "m.db")) as m:
+        m.capture("s", [{"role": "user", "content": "My dog Biscuit is a beagle"}])
+        ask = [{"role": "user", "content": "what breed is my dog Biscuit?"}]
+        assert m.context(ask).pointers
+        for small in (10, 60, 80):
+            block = m.context(ask, max_tokens=small)
+            assert block.block == "" and block.degraded_reason is not None, small
+            assert block.degraded_reason.startswith(f"invalid_input: max_tokens: {small} ")
+            assert "400" in block.degraded_reason
+        assert m.context([{"role": "user", "content": "a kayak on the lake?"}], max_tokens=10).degraded_reason is None
+        assert m.context(ask, max_tokens=0).degraded_reason is None  # 0 asks for nothing
+
+
 @pytest.mark.parametrize("namespace", [S, TOO_LONG, "a\x00"])
 def test_a_namespace_no_engine_can_store_is_refused(tmp_path, namespace):
     with pytest.raises(ConfigError) as raised:
