@@ -19,6 +19,7 @@ before it are memory again, turns of earlier sessions always are.
 from __future__ import annotations
 
 import logging
+from os import PathLike
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -28,10 +29,27 @@ from ..models import CaptureReceipt, JobInfo, MemoryBlock, tool_use_text, utc_no
 if TYPE_CHECKING:
     from ..memory import ExtractMode, Memory
 
-__all__ = ("DEFAULT_SHOWN_TURNS", "MemoryAdapter", "first_held_index", "tool_use_text")
+__all__ = ("DEFAULT_SHOWN_TURNS", "MemoryAdapter", "check_memory", "first_held_index", "tool_use_text")
 
 #: Pointers a block showed in this many recent host turns of a session are not shown again unasked.
 DEFAULT_SHOWN_TURNS = 3
+
+
+def check_memory(mem: object, adapter: str) -> None:
+    """Refuse, when the adapter is built, what is not a ``Memory``: its calls would fail open on every turn after.
+
+    Raises:
+        AdapterError: ``mem`` is a path, an ``AsyncMemory`` or anything else but a ``Memory``.
+    """
+    from ..memory import Memory
+
+    if isinstance(mem, Memory):
+        return
+    if isinstance(getattr(mem, "sync", None), Memory):
+        raise AdapterError(f"{adapter} takes a Memory, not an AsyncMemory: pass its .sync (the adapter runs "
+                           "the blocking calls itself)")
+    example = f"Memory({str(mem)!r})" if isinstance(mem, (str, PathLike)) else "Memory('memory.db')"
+    raise AdapterError(f"{adapter} takes a Memory, got {type(mem).__name__}: pass {example}")
 
 
 def first_held_index(mem: Memory, session_id: str, held: Iterable[dict[str, Any] | None]) -> int | None:
@@ -66,6 +84,7 @@ class MemoryAdapter:
         self, mem: Memory, *, budget: int, max_tokens: int, window_turns: int, extract: ExtractMode,
         shown_turns: int = DEFAULT_SHOWN_TURNS,
     ) -> None:
+        check_memory(mem, type(self).__name__)
         if window_turns < 1:
             raise AdapterError("window_turns must be at least 1")
         if not isinstance(shown_turns, int) or shown_turns < 0:

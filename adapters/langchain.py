@@ -48,7 +48,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     ) from exc
 
 from ..models import MEMORY_BLOCK_MARKER, MemoryBlock
-from ._common import DEFAULT_SHOWN_TURNS, MemoryAdapter, tool_use_text
+from ._common import DEFAULT_SHOWN_TURNS, MemoryAdapter, check_memory, tool_use_text
 
 if TYPE_CHECKING:
     from ..memory import ExtractMode, Memory
@@ -199,6 +199,7 @@ class MemoryCallbackHandler(BaseCallbackHandler):
     raise_error = False
 
     def __init__(self, mem: Memory, session_id: str | None = None, *, extract: ExtractMode = "background") -> None:
+        check_memory(mem, type(self).__name__)
         self.mem = mem
         self.session_id = session_id
         self.extract = extract

@@ -192,6 +192,19 @@ def test_memory_session_before_turn_survives_malformed_messages(mem, caplog, mes
     assert "tortoise: memory block skipped" in caplog.text
 
 
+@pytest.mark.parametrize("adapter", [lambda m: MemorySession(m, "s"), lambda m: MemoryMiddleware(m, "s"),
+                                     lambda m: MemoryCallbackHandler(m)], ids=["loop", "middleware", "callbacks"])
+def test_an_adapter_given_something_else_than_a_memory_says_so_at_once(mem, tmp_path, adapter):
+    """Failing open at every turn instead, the host would never learn that nothing is stored or recalled."""
+    from tortoise_sdk import AdapterError, AsyncMemory
+
+    with pytest.raises(AdapterError, match=r"got str: pass Memory\('/"):
+        adapter(str(tmp_path / "memory.db"))
+    with pytest.raises(AdapterError, match=r"\.sync"):
+        adapter(AsyncMemory(mem))
+    assert not (tmp_path / "memory.db").exists()
+
+
 def test_custom_loop_example_runs(tmp_path):
     out = subprocess.run([sys.executable, str(REPO / "examples" / "custom_loop.py"), "--db", str(tmp_path / "e.db")],
                          capture_output=True, text=True, timeout=60)

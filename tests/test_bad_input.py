@@ -182,7 +182,9 @@ def test_bad_input_is_a_typed_error_naming_its_field(mem, call, error, field, bu
 CONSTRUCTOR = [(field, value) for field in ("max_turns_per_capture", "chunk_turns", "concurrency", "extract_every")
                for value in ("5", None, math.nan, 2.5, True, 0)] + [
     (field, value) for field in ("idle_s", "breaker_s", "job_retry_s", "store_timeout_s")
-    for value in ("5", math.nan, math.inf, -1, True)] + [("db", 5), ("db", b"m.db")]
+    for value in ("5", math.nan, math.inf, -1, True)] + [("db", 5), ("db", b"m.db")] + [
+    # a model that is not a name was accepted and failed only at the first capture ("extraction crashed")
+    ("model", 5), ("model", "   "), ("model", ["openai/gpt-4o-mini"]), ("api_base", 5), ("api_key", 5)]
 
 
 @pytest.mark.parametrize(("field", "value"), CONSTRUCTOR, ids=[f"{f}={v!r}" for f, v in CONSTRUCTOR])
@@ -200,6 +202,29 @@ def test_a_bad_constructor_argument_is_a_config_error_naming_it(tmp_path, field,
 def test_context_never_raises_on_bad_arguments_it_degrades(mem, args):
     block = mem.context([{"role": "user", "content": "my kayak?"}], **args)
     assert block.block == "" and block.degraded_reason is not None
+
+
+@pytest.mark.parametrize("value", [0, -1, "0"])
+def test_a_time_budget_of_zero_says_none_is_no_limit(mem, value):
+    """The command line's --time-budget-ms 0 is "no limit"; in Python that is None, and the reason says so."""
+    block = mem.context([{"role": "user", "content": "my kayak?"}], time_budget_ms=value)
+    assert block.block == "" and "time_budget_ms=None for no limit" in block.degraded_reason
+
+
+def test_a_max_tokens_too_small_for_any_pointer_says_so(tmp_path):
+    """The frame alone takes about 60 tokens: below what one pointer needs the block was empty with no reason,
+    and the command line said "nothing relevant" of a namespace that held the answer."""
+    with Memory(str(tmp_path / "m.db")) as m:
+        m.capture("s", [{"role": "user", "content": "My dog Biscuit is a beagle"}])
+        ask = [{"role": "user", "content": "what breed is my dog Biscuit?"}]
+        assert m.context(ask).pointers
+        for small in (10, 60, 80):
+            block = m.context(ask, max_tokens=small)
+            assert block.block == "" and block.degraded_reason is not None, small
+            assert block.degraded_reason.startswith(f"invalid_input: max_tokens: {small} ")
+            assert "400" in block.degraded_reason
+        assert m.context([{"role": "user", "content": "a kayak on the lake?"}], max_tokens=10).degraded_reason is None
+        assert m.context(ask, max_tokens=0).degraded_reason is None  # 0 asks for nothing
 
 
 @pytest.mark.parametrize("namespace", [S, TOO_LONG, "a\x00"])

@@ -33,6 +33,7 @@ FILES: dict[str, str | bytes] = {
     "latin1.jsonl": '{"role": "user", "content": "caf\u00e9"}\n'.encode("latin-1"),
     "not-a-db.db": "this is a text file, not a database\n" * 20,
     "window.jsonl": '{"role": "user", "content": "where do I work?"}\n',
+    "window.txt": "where do I work?\n",
 }
 
 BAD = [
@@ -54,6 +55,8 @@ BAD = [
     ("/dev/zero", "capture /dev/zero --session s", 2, "/dev/zero: not a regular file (a device, a FIFO"),
     ("a FIFO", "capture {fifo} --session s", 2, "fifo: not a regular file"),
     ("a FIFO window", "context --window {fifo}", 2, "fifo: not a regular file"),
+    ("a plain-text window", "context --window {f:window.txt}", 2,
+     'line 1 is not valid JSON: Expecting value; the window is JSON or JSONL turns such as {"role": "user", '),
     ("eval on a binary file", "eval locomo {f:binary.bin} --answer-from-block --judge exact", 2,
      "binary.bin: not UTF-8 JSON (byte 0x80 at offset 138)"),
     ("export to /proc/version", "export /proc/version", 2, "tortoise: /proc/version: "),

@@ -51,3 +51,16 @@ def test_a_bare_project_flag_means_the_current_directory(tmp_path, capsys, monke
     monkeypatch.chdir(tmp_path)
     assert main(["hooks", "install", "--project", "--db", "memory.db"]) == 0
     assert (tmp_path / ".claude" / "settings.local.json").is_file()
+
+
+@pytest.mark.parametrize("action", ["install", "uninstall"])
+def test_a_project_directory_that_does_not_exist_is_refused_and_not_created(tmp_path, capsys, action) -> None:
+    """A mistyped --project DIR would otherwise get a new directory tree holding only .claude/."""
+    missing = tmp_path / "no-such-project"
+    assert main(["hooks", action, "--project", str(missing)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--project" in err and str(missing) in err
+    assert not missing.exists()
+    (tmp_path / "a-file").write_text("x")
+    assert main(["hooks", action, "--project", str(tmp_path / "a-file")]) == 2
+    assert "not a directory" in capsys.readouterr().err

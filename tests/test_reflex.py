@@ -622,7 +622,9 @@ def test_budget_is_never_exceeded(contents, query, budget, max_tokens, counter):
         block = m.context([{"role": "user", "content": query}], budget=budget, max_tokens=max_tokens,
                           token_counter=counter, time_budget_ms=None)
     count = counter or approx_tokens
-    assert block.degraded_reason is None
+    # the one reason a healthy call gives: max_tokens cannot hold any pointer (the frame alone is ~55 tokens)
+    too_small = f"invalid_input: max_tokens: {max_tokens} "
+    assert block.degraded_reason is None or (block.degraded_reason.startswith(too_small) and not block.block)
     assert len(block.pointers) <= min(budget, MAX_BUDGET)
     assert len(block.why) == len(block.pointers)
     assert (block.block == "") == (not block.pointers)

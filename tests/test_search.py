@@ -66,6 +66,14 @@ def test_k_must_be_an_integer_up_to_the_maximum(mem, k):
         mem.search("beagle", k=k)
 
 
+@pytest.mark.parametrize("k", [-1, -(2**63)])
+def test_a_negative_k_is_refused_by_search_as_by_search_memories(mem, k):
+    """k=0 asks for nothing and gets nothing; a negative k is a bug in the caller, refused by both searches."""
+    for search in (mem.search, mem.explain_search, mem.search_memories):
+        with pytest.raises(InvalidInput, match=r"^k: must be an integer from 1 to 10000"):
+            search("beagle", k=k)
+
+
 def _hit(n, name, score):
     return SearchHit(turn_id=f"t{n}", external_id=None, session_id="s", session_date=None, index=n,
                      role="user" if name else "assistant", name=name, content=f"turn {n}", score=score)

@@ -4,6 +4,7 @@ namespace's token, bad input and oversize input; escaping in the inspector; the 
 from __future__ import annotations
 
 import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -400,6 +401,15 @@ def test_serve_refuses_a_public_bind_without_a_token(capsys: pytest.CaptureFixtu
         check_bind(host, [])
     check_bind("0.0.0.0", parse_tokens([ADMIN]))
     assert parse_tokens([f"{DEMO}:demo"])[0].namespace == "demo"
+
+
+def test_serve_without_uvicorn_names_the_extra(capsys: pytest.CaptureFixture[str],
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """FastAPI alone is not enough to serve: the missing uvicorn is named with the install command, as fastapi is."""
+    monkeypatch.setitem(sys.modules, "uvicorn", None)
+    assert cli_main(["serve"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "pip install" in err and "[server]" in err and "uvicorn" in err
 
 
 def test_concurrent_requests_share_the_namespaces_memory(db: Path) -> None:

@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 from pgtemp import require_postgres, temp_database
 
 from tortoise_sdk import (
+    ConfigError,
     ForeignDatabase,
     Memory,
     NotADatabase,
@@ -253,6 +254,32 @@ def test_a_read_only_database_at_an_older_schema_says_to_open_it_once_writable(s
     result = _as_another_user(lambda: _reads_and_a_write(str(path)))
     assert result["error"].startswith("ReadOnlyStore: ") and "at schema version 2" in result["error"]
     assert "open it once with write access" in result["error"]
+
+
+def _open_new(path: str) -> dict:
+    try:
+        Memory(path).close()
+        return {"error": None}
+    except Exception as exc:  # noqa: BLE001 - the class is what is checked
+        return {"error": f"{type(exc).__name__}: {exc}", "tortoise": isinstance(exc, StoreError)}
+
+
+@pytest.mark.parametrize("where", ["in-the-folder", "in-a-new-subfolder"])
+def test_a_new_database_in_a_folder_that_cannot_be_written_is_a_read_only_store(shared_dir, where):
+    """Not a bare PermissionError, nor a StoreError that says only "unable to open database file"."""
+    path = shared_dir / "memory.db" if where == "in-the-folder" else shared_dir / "sub" / "memory.db"
+    shared_dir.chmod(0o555)
+    result = _as_another_user(lambda: _open_new(str(path)))
+    assert result["error"].startswith("ReadOnlyStore: "), result
+    assert str(shared_dir) in result["error"] and "folder" in result["error"]
+    assert not path.exists() and (where == "in-the-folder" or not path.parent.exists())
+
+
+def test_a_database_path_under_a_file_is_a_config_error_naming_db(tmp_path):
+    (tmp_path / "notes.txt").write_text("not a folder")
+    with pytest.raises(ConfigError, match="notes.txt") as caught:
+        Memory(str(tmp_path / "notes.txt" / "memory.db"))
+    assert caught.value.field == "db"
 
 
 def test_a_read_only_postgres_session_serves_reads_and_refuses_writes():

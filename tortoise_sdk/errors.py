@@ -126,7 +126,8 @@ class ForeignDatabase(NotADatabase):
 
 
 class ReadOnlyStore(StoreError):
-    """A write to a database that is open read-only (file mode, read-only file system or server setting)."""
+    """A write to a database that is open read-only (file mode, read-only file system or server setting),
+    or a new database in a folder that cannot be written."""
 
 
 class DatabaseReplaced(StoreError):

@@ -210,6 +210,13 @@ class Memory:
             check_count(count, field, error=ConfigError)
         for field, seconds in (("idle_s", idle_s), ("breaker_s", breaker_s), ("job_retry_s", job_retry_s)):
             check_number(seconds, field, error=ConfigError)
+        for field, value, example in (("model", model, "'openai/gpt-4o-mini'"),
+                                      ("api_base", api_base, "'http://localhost:11434/v1'"),
+                                      ("api_key", api_key, "os.environ['OPENAI_API_KEY']")):
+            if value is not None and (not isinstance(value, str) or (value and not value.strip())):
+                shown = f"a blank {type(value).__name__}" if isinstance(value, str) else type(value).__name__
+                raise ConfigError(f"{field} must be a non-blank string, e.g. {field}={example}, or None; got {shown}",
+                                  field=field)
         self.namespace = namespace
         self.max_turns_per_capture = max_turns_per_capture
         self.extract_every = extract_every
@@ -386,7 +393,7 @@ class Memory:
         ``OR``/``NOT``/punctuation) returns nothing; ``explain_search`` says why.
 
         Raises:
-            InvalidInput: ``query`` is not a string, or ``k`` not an integer up to ``MAX_SEARCH_K``.
+            InvalidInput: ``query`` is not a string, or ``k`` not an integer from 0 (nothing) to ``MAX_SEARCH_K``.
         """
         return self.explain_search(query, k, session_id).hits
 
@@ -400,7 +407,7 @@ class Memory:
             raise InvalidType(f"must be a string, got {type(query).__name__}", field="query")
         if isinstance(k, bool) or not isinstance(k, int):
             raise InvalidType(f"must be an integer from 1 to {MAX_SEARCH_K}, got {k!r}", field="k")
-        if k > MAX_SEARCH_K:
+        if not 0 <= k <= MAX_SEARCH_K:  # 0 asks for nothing, as in search_memories
             raise InvalidInput(f"must be an integer from 1 to {MAX_SEARCH_K}, got {k!r}", field="k")
         check_id(session_id, "session_id", optional=True)
         terms, reason = content_terms(query)

@@ -92,15 +92,17 @@ def check_count(value: Any, field: str, *, low: int = 1, high: int | None = None
 
 
 def check_number(value: Any, field: str, *, low: float = 0.0, above: bool = False, optional: bool = False,
-                 error: type[TortoiseError] | None = None) -> Any:
-    """``value`` if it is a finite int or float (not a bool) at least ``low`` (above it with ``above``)."""
+                 error: type[TortoiseError] | None = None, hint: str = "") -> Any:
+    """``value`` if it is a finite int or float (not a bool) at least ``low`` (above it with ``above``);
+    ``hint`` ends the refusal's message (what else to pass)."""
     if value is None and optional:
         return None
     bound = f"above {low:g}" if above else f"of at least {low:g}"
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        _refuse(error or InvalidType, field, f"must be a number {bound}, got {type(value).__name__} {_short(value)}")
+        _refuse(error or InvalidType, field,
+                f"must be a number {bound}, got {type(value).__name__} {_short(value)}{hint}")
     if not math.isfinite(value) or value < low or (above and value == low):
-        _refuse(error or InvalidInput, field, f"must be a finite number {bound}, got {value}")
+        _refuse(error or InvalidInput, field, f"must be a finite number {bound}, got {value}{hint}")
     return value
 
 

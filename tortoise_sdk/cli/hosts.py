@@ -238,7 +238,11 @@ def _settings_path(args: argparse.Namespace) -> Path:
     if args.user:
         return Path.home() / ".claude" / "settings.json"
     name = "settings.json" if args.shared else "settings.local.json"
-    return Path(args.project or ".").expanduser().absolute() / ".claude" / name
+    project = Path(args.project or ".").expanduser().absolute()
+    if not project.is_dir():  # a mistyped DIR must not become a new directory holding only .claude/
+        what = "is not a directory" if project.exists() else "does not exist"
+        raise InvalidInput(f"--project {project} {what}; give the project's directory (default: the current one)")
+    return project / ".claude" / name
 
 
 def _read_settings(path: Path) -> dict[str, Any]:

@@ -135,9 +135,17 @@ def _register_memories(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_context(args: argparse.Namespace) -> int:
-    window = read_json_records(args.window)
+    turns = 'turns such as {"role": "user", "content": "..."}'
+    try:
+        window = read_json_records(args.window)
+    except InvalidInput as exc:
+        if "not valid JSON" not in str(exc):
+            raise
+        said = str(exc)[len(f"{exc.field}: "):] if exc.field else str(exc)
+        raise InvalidInput(f"{said}; the window is JSON or JSONL {turns}, one a line",
+                           field=args.window) from None
     if not all(isinstance(t, (dict, str)) for t in window):
-        raise InvalidInput('expected turns such as {"role": "user", "content": "..."}', field=args.window)
+        raise InvalidInput(f"expected {turns}", field=args.window)
     prior = _read_prior(args.prior) if args.prior else None
     with open_memory(args, create=False) as mem:
         block = mem.context(window, prior, budget=args.budget, max_tokens=args.max_tokens, session_id=args.session,

@@ -34,11 +34,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _cmd_serve(args: argparse.Namespace) -> int:
     try:
-        import uvicorn
-
         from ..adapters.serve import ServeSettings, build_app, check_bind, parse_tokens
-    except ImportError as exc:
+    except ImportError as exc:  # its message names the extra
         raise ConfigError(f"{exc}") from None
+    try:
+        import uvicorn
+    except ImportError:
+        raise ConfigError("tortoise serve needs uvicorn: pip install 'tortoise-sdk[server]'") from None
     env = [t for t in os.environ.get("TORTOISE_SERVE_TOKENS", "").split(",") if t.strip()]
     grants = parse_tokens([*args.token, *env])
     check_bind(args.host, grants)

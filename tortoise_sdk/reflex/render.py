@@ -30,8 +30,10 @@ def render(r: Reading, ranked: list[Candidate], budget: int, max_tokens: int,
     pointers: list[Pointer] = []
     why: list[str] = []
     frame = lambda body: "\n".join([header, *body, MEMORY_BLOCK_END])  # noqa: E731
-    if r.count(frame(["1. x"])) > max_tokens:
+    if not ranked:
         return MemoryBlock()
+    if r.count(frame(["1. x"])) > max_tokens:
+        return _too_small(max_tokens, r.count(frame([])))
     for c in ranked:
         if len(pointers) >= budget:
             break
@@ -44,13 +46,19 @@ def render(r: Reading, ranked: list[Candidate], budget: int, max_tokens: int,
         pointers.append(_pointer(c, synopsis))
         said = c.reasons if c.kind == "memory" else [*_reasons(r, c), *c.reasons]
         why.append("; ".join(said) or "matched the query")
-    if not pointers:
-        return MemoryBlock()
+    if not pointers:  # there was something to show, and no line of it fits
+        return _too_small(max_tokens, r.count(frame([])))
     text = frame(lines)
     tokens = r.count(text)
     if tokens > max_tokens:  # a counter that is not monotone in the text: refuse rather than overrun
         return MemoryBlock()
     return MemoryBlock(block=text, pointers=pointers, why=why, tokens=tokens)
+
+
+def _too_small(max_tokens: int, frame_tokens: int) -> MemoryBlock:
+    """An empty block saying that ``max_tokens`` holds no pointer: "nothing relevant" would be untrue."""
+    return MemoryBlock(degraded_reason=f"invalid_input: max_tokens: {max_tokens} tokens hold no pointer (the block's "
+                                       f"frame alone takes {frame_tokens}); give more, e.g. the default 400")
 
 
 def _reasons(r: Reading, c: Candidate) -> list[str]:

@@ -130,7 +130,8 @@ def context(
     started = time.perf_counter()
     deadline = None
     try:  # a bad argument is the caller's bug, yet the host turn must go on: an empty block says so
-        check_number(time_budget_ms, "time_budget_ms", above=True, optional=True)
+        check_number(time_budget_ms, "time_budget_ms", above=True, optional=True,
+                     hint="; pass time_budget_ms=None for no limit (the command line's --time-budget-ms 0)")
         check_id(session_id, "session_id", optional=True)
         check_count(budget, "budget", low=0)
         check_count(max_tokens, "max_tokens", low=0)

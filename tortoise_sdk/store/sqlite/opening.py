@@ -17,6 +17,7 @@ gets the mark when it is next opened for writing).
 
 from __future__ import annotations
 
+import errno
 import os
 import sqlite3
 import stat
@@ -24,12 +25,12 @@ import threading
 from dataclasses import dataclass
 from urllib.parse import quote
 
-from ...errors import ForeignDatabase, NotADatabase, SchemaTooNew, StoreError
+from ...errors import ConfigError, ForeignDatabase, NotADatabase, ReadOnlyStore, SchemaTooNew, StoreError
 from ..schema import names_our_migrations
 from .migrations import APPLICATION_ID, SQLITE_MIGRATIONS
 
-__all__ = ("FileState", "damaged", "file_identity", "held_database", "holding", "inspect_file", "read_only_uri",
-           "refused_as_read_only")
+__all__ = ("FileState", "damaged", "file_identity", "held_database", "holding", "inspect_file", "prepare_folder",
+           "read_only_uri", "refused_as_read_only")
 
 _OUR_VERSIONS_COLUMNS = {"version", "name", "applied_at"}
 _SIDE_FILES = ("", "-wal", "-shm", "-journal")
@@ -86,6 +87,37 @@ def inspect_file(path: str, latest: int) -> FileState:
         raise SchemaTooNew(f"{path} has schema version {version}, newer than this tortoise-sdk knows ({latest}): "
                            "upgrade tortoise-sdk (pip install -U tortoise-sdk); nothing was written to it")
     return FileState(version=version, writable=writable, uri=None if writable else uri)
+
+
+def prepare_folder(path: str) -> None:
+    """Create the folder of a new database at ``path``; refuse, in the SDK's terms, a place it cannot be made.
+
+    SQLite alone says only "unable to open database file", and ``mkdir`` raises a bare ``OSError``.
+
+    Raises:
+        ReadOnlyStore: the database is new and its folder (or the nearest one that exists) cannot be written.
+        ConfigError: the folder cannot be made for another reason (a part of the path is a file).
+    """
+    if path == ":memory:" or os.path.lexists(path):
+        return
+    folder = os.path.dirname(os.path.abspath(path))
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError as exc:
+        where = exc.filename or folder
+        if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+            raise ReadOnlyStore(f"cannot create the database {path}: the folder {where} cannot be created "
+                                f"({exc.strerror}); give a path in a folder this process can write, "
+                                "or give it write access") from None
+        part = folder
+        while not os.path.exists(part) and os.path.dirname(part) != part:
+            part = os.path.dirname(part)
+        why = f"{part} is a file, not a folder" if not os.path.isdir(part) else f"{where}: {exc.strerror}"
+        raise ConfigError(f"cannot create the database {path}: {why}; give a file path whose folders "
+                          "exist or can be created", field="db") from None
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise ReadOnlyStore(f"cannot create the database {path}: the folder {folder} cannot be written; give a path "
+                            "in a folder this process can write, or give it write access")
 
 
 def file_identity(path: str) -> tuple[int, int] | None:

@@ -40,7 +40,15 @@ from ..vectors import VectorMixin
 from .extraction import SQLiteExtractionMixin
 from .forget import SQLiteForgetMixin
 from .migrations import SQLITE_MIGRATIONS, migrate_sqlite
-from .opening import damaged, file_identity, holding, inspect_file, read_only_uri, refused_as_read_only
+from .opening import (
+    damaged,
+    file_identity,
+    holding,
+    inspect_file,
+    prepare_folder,
+    read_only_uri,
+    refused_as_read_only,
+)
 from .ranking import INDEXED_TURN_COLUMNS as _INDEXED_COLUMNS
 from .ranking import TURN_COLUMNS as _TURN_COLUMNS
 from .ranking import SQLiteRankingMixin, newest_rowid, with_heads
@@ -107,8 +115,8 @@ class SQLiteStore(SQLiteRankingMixin, SQLiteExtractionMixin, SQLiteSubagentMixin
         self.path = str(path)
         self.url = self.path
         if self.path != ":memory:":
-            Path(self.path).expanduser().parent.mkdir(parents=True, exist_ok=True)
             self.path = str(Path(self.path).expanduser())
+            prepare_folder(self.path)
         self.timeout_s = timeout_s
         self._busy_timeout_ms = busy_timeout_ms
         self._lock = threading.RLock()
