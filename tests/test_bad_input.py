@@ -101,6 +101,11 @@ ROWS = [
     ("surrogate receipts()", lambda m: m.receipts(S), InvalidInput, "session_id", ValueError),
     ("surrogate memories()", lambda m: m.memories(S), InvalidInput, "session_id", ValueError),
     ("surrogate subagents()", lambda m: m.subagents(session_id=S), InvalidInput, "session_id", ValueError),
+    # capture refuses a blank session id, so a read naming one asks for what cannot exist: said, not []
+    ("blank search session", lambda m: m.search("kayak", session_id=""), InvalidInput, "session_id", ValueError),
+    ("blank turns()", lambda m: m.turns(" "), InvalidInput, "session_id", ValueError),
+    ("blank memories()", lambda m: m.memories(""), InvalidInput, "session_id", ValueError),
+    ("blank capture session", lambda m: m.capture(" ", OK), InvalidInput, "session_id", ValueError),
     ("surrogate subagents turn", lambda m: m.subagents(turn_id=S), InvalidInput, "turn_id", ValueError),
     ("surrogate expand()", lambda m: m.expand(S), InvalidInput, "pointer_id", ValueError),
     ("surrogate extract()", lambda m: m.extract(S), InvalidInput, "session_id", ValueError),

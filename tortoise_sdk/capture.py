@@ -12,7 +12,7 @@ from pydantic import ValidationError
 
 from .errors import InvalidInput, InvalidType
 from .models import ROLES, Diagnostic, ExtractionReport, Turn
-from .validate import MAX_ID_BYTES, check_id, check_json, check_text, take_at_most
+from .validate import MAX_ID_BYTES, check_id, check_json, check_session_id, check_text, take_at_most
 
 __all__ = ("TEXT_PART_TYPES", "CaptureRequest", "content_hash", "flatten_content", "normalize_date", "prepare_capture",
            "turn_id_for")
@@ -103,9 +103,7 @@ def prepare_capture(
     Raises:
         InvalidInput: naming the bad field (``session_id``, ``turns``, ``turns[3].role`` ...).
     """
-    check_id(session_id, "session_id")
-    if not session_id.strip():
-        raise InvalidInput("must be a non-empty string", field="session_id")
+    check_session_id(session_id)
     if check_id(idempotency_key, "idempotency_key", optional=True) == "":
         raise InvalidInput("must be a non-empty string, or None", field="idempotency_key")
     if turns is None or isinstance(turns, (str, bytes, Mapping)) or not isinstance(turns, Iterable):

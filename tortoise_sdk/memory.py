@@ -66,6 +66,7 @@ from .validate import (
     check_json,
     check_lines,
     check_number,
+    check_session_id,
 )
 from .vocabulary import Vocabulary
 from .vocabulary import vocabulary as host_vocabulary
@@ -409,7 +410,7 @@ class Memory:
             raise InvalidType(f"must be an integer from 1 to {MAX_SEARCH_K}, got {k!r}", field="k")
         if not 0 <= k <= MAX_SEARCH_K:  # 0 asks for nothing, as in search_memories
             raise InvalidInput(f"must be an integer from 1 to {MAX_SEARCH_K}, got {k!r}", field="k")
-        check_id(session_id, "session_id", optional=True)
+        check_session_id(session_id, optional=True)
         terms, reason = content_terms(query)
         if not terms or k < 1:
             return SearchResult(query=query, terms=terms, reason=reason)
@@ -482,15 +483,15 @@ class Memory:
 
     def turns(self, session_id: str) -> list[SearchHit]:
         """A session's stored turns, in order."""
-        return self.store.turns(self.namespace, check_id(session_id, "session_id"))
+        return self.store.turns(self.namespace, check_session_id(session_id))
 
     def turn_metadata(self, session_id: str) -> dict[str, dict[str, Any] | None]:
         """The metadata each turn of a session was captured with (verbatim), by turn id."""
-        return self.store.turn_metadata(self.namespace, check_id(session_id, "session_id"))
+        return self.store.turn_metadata(self.namespace, check_session_id(session_id))
 
     def receipts(self, session_id: str | None = None) -> list[CaptureReceipt]:
         """Capture receipts (with their extraction reports), oldest first."""
-        return self.store.receipts(self.namespace, check_id(session_id, "session_id", optional=True))
+        return self.store.receipts(self.namespace, check_session_id(session_id, optional=True))
 
     # -- sub-agent contexts and stream ingestion ------------------------------------------------
     # Sub-agent rows live in their own table: never a session, never memory grounding, never
@@ -498,7 +499,7 @@ class Memory:
 
     def subagents(self, session_id: str | None = None, turn_id: str | None = None) -> list[SubagentContext]:
         """Recorded sub-agent invocations, ordered by observed_at, tool_call_id, agent_execution_id, session_id."""
-        return self.store.subagents(self.namespace, session_id=check_id(session_id, "session_id", optional=True),
+        return self.store.subagents(self.namespace, session_id=check_session_id(session_id, optional=True),
                                     turn_id=check_id(turn_id, "turn_id", optional=True))
 
     def subagent_counters(self) -> SubagentCounters:
@@ -526,7 +527,7 @@ class Memory:
         """
         from .streams.base import AGENT_TOOL_NAMES, parse_time
 
-        check_id(session_id, "session_id", optional=True)
+        check_session_id(session_id, optional=True)
         at = since if isinstance(since, datetime) or since is None else parse_time(since)
         if since is not None and at is None:
             raise InvalidInput(f"{since!r} is not a time; give ISO 8601, e.g. 2026-02-01T00:00:00Z", field="since")
@@ -599,7 +600,7 @@ class Memory:
         """
         from .streams import parse_stream
 
-        check_id(session_id, "session_id", optional=True)
+        check_session_id(session_id, optional=True)
         if isinstance(path_or_lines, (str, os.PathLike)):
             _refuse_open_database(path_or_lines)
         parsed = parse_stream(check_lines(path_or_lines, "path_or_lines"), format, source=source,
@@ -816,7 +817,7 @@ class Memory:
             NotFoundError: no such session (checked first).
             ConfigError: no model is configured.
         """
-        receipts = self.store.receipts(self.namespace, check_id(session_id, "session_id"))
+        receipts = self.store.receipts(self.namespace, check_session_id(session_id))
         if not receipts:
             from .errors import NotFoundError
 
@@ -888,7 +889,7 @@ class Memory:
         """
         if category is not None:
             category = self._host_category(category)
-        return self.store.memories(self.namespace, check_id(session_id, "session_id", optional=True),
+        return self.store.memories(self.namespace, check_session_id(session_id, optional=True),
                                    include_superseded, category=category)
 
     def _host_category(self, category: str) -> str:
@@ -950,7 +951,7 @@ class Memory:
         A worker (``tortoise worker``) or ``flush`` runs them. Returns the jobs now pending for
         those sessions, oldest first (a session that had a pending job keeps that one).
         """
-        queued = self.store.retry_failed_jobs(self.namespace, check_id(session_id, "session_id", optional=True))
+        queued = self.store.retry_failed_jobs(self.namespace, check_session_id(session_id, optional=True))
         return self._with_turns(queued)
 
     def jobs(self, status: JobStatus | None = None, session_id: str | None = None) -> list[JobInfo]:
@@ -961,7 +962,7 @@ class Memory:
         """
         if status is not None and status not in ("pending", "running", "done", "failed"):
             raise ConfigError(f"status={status!r}: use 'pending', 'running', 'done' or 'failed'", field="status")
-        session_id = check_id(session_id, "session_id", optional=True)
+        session_id = check_session_id(session_id, optional=True)
         rows = self.store.jobs(self.namespace, status=status)
         return self._with_turns([j for j in rows if session_id is None or j.session_id == session_id])
 

@@ -67,6 +67,14 @@ def check_id(value: Any, field: str, *, optional: bool = False) -> Any:
     return value
 
 
+def check_session_id(value: Any, *, optional: bool = False) -> Any:
+    """``value`` if it is a session id (``check_id``) that is not blank: capture refuses a blank one,
+    so a read naming one asks for a session that cannot exist (``None`` too when ``optional``)."""
+    if check_id(value, "session_id", optional=optional) is not None and not value.strip():
+        raise InvalidInput("must be a non-empty string (no session has a blank id)", field="session_id")
+    return value
+
+
 def check_ids(values: Mapping[str, Any], *, optional: bool = True) -> None:
     """``check_id`` on each ``field: value`` of ``values`` (each may be None when ``optional``)."""
     for field, value in values.items():
