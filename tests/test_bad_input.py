@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 import pytest
 from pgtemp import require_postgres, temp_database
 
-from tortoise_sdk import ConfigError, InvalidInput, InvalidType, Memory, TortoiseError
+from tortoise_sdk import ConfigError, InvalidInput, InvalidType, Memory, StoreClosed, TortoiseError
 from tortoise_sdk.validate import MAX_ID_BYTES, MAX_JSON_DEPTH
 
 OK = [{"role": "user", "content": "my kayak is red"}]
@@ -267,3 +267,15 @@ def test_follow_keeps_a_long_path_under_a_hashed_cursor_name(tmp_path):
         assert m.follow(str(transcript)).turns_stored == 1
         assert m.follow(str(transcript)).turns_stored == 0  # the offset was kept
         assert len(m.search("kayak")) == 1
+
+
+@pytest.mark.parametrize("engine", ["sqlite", "postgres"])
+def test_a_call_after_close_says_the_store_is_closed_and_what_to_do(request, tmp_path, engine):
+    url = str(tmp_path / "closed.db") if engine == "sqlite" else request.getfixturevalue("pg_url")
+    m = Memory(url, namespace="closed")
+    m.capture("s", OK)
+    m.close()
+    for call in (lambda: m.capture("s2", OK), lambda: m.search("kayak"), lambda: m.sessions(), lambda: m.turns("s")):
+        with pytest.raises(StoreClosed, match="open a new Memory"):
+            call()
+    assert m.context("kayak").degraded_reason == "store_error"  # the host turn goes on

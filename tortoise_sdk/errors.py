@@ -17,6 +17,7 @@ The tree::
     │   ├── DatabaseReplaced                   the file was deleted, moved or replaced while open
     │   ├── NotFoundError                      no such database, session, memory, turn or job
     │   ├── StoreTimeout                       the database did not answer in time
+    │   ├── StoreClosed                        a call after close() (or the with-block's end): open a new Memory
     │   └── LeaseLost                          a job's lease was taken over; its result was not written
     ├── ModelError                             a model call failed for good
     │   ├── ModelTimeout
@@ -50,6 +51,7 @@ __all__ = (
     "NotFoundError",
     "ReadOnlyStore",
     "SchemaTooNew",
+    "StoreClosed",
     "StoreError",
     "StoreTimeout",
     "StreamParseError",
@@ -137,6 +139,14 @@ class DatabaseReplaced(StoreError):
 
 class NotFoundError(StoreError):
     """The requested record does not exist in this namespace."""
+
+
+class StoreClosed(StoreError):
+    """A call on a store (a ``Memory``) after it was closed: ``close()``, or the end of its ``with`` block."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(f"the store {url} is closed (close() was called, or its with-block ended); "
+                         "open a new Memory to go on")
 
 
 class StoreTimeout(StoreError):

@@ -16,7 +16,7 @@ from urllib.parse import urlsplit, urlunsplit
 import psycopg
 from psycopg import errors as pg_errors
 from psycopg.conninfo import conninfo_to_dict
-from psycopg_pool import ConnectionPool, PoolTimeout
+from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 from tenacity import retry, retry_if_exception, stop_after_attempt, wait_random_exponential
 
 from ...capture import CaptureRequest
@@ -25,6 +25,7 @@ from ...errors import (
     MigrationError,
     NotFoundError,
     ReadOnlyStore,
+    StoreClosed,
     StoreError,
 )
 from ..deadline import DEFAULT_STORE_TIMEOUT_S, deadline, remaining, timeout_error
@@ -208,6 +209,8 @@ class PostgresStore(PostgresExtractionMixin, PostgresSubagentMixin, PostgresForg
         left = remaining(at)
         try:
             conn = self._pool.getconn(timeout=self._pool.timeout if left is None else max(left, 0.001))
+        except PoolClosed:
+            raise StoreClosed(self.url) from None
         except PoolTimeout as exc:
             reason = self._health.down_reason
             if reason is not None:

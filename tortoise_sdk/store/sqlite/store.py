@@ -25,6 +25,7 @@ from ...errors import (
     NotADatabase,
     NotFoundError,
     ReadOnlyStore,
+    StoreClosed,
     StoreError,
 )
 from ...models import CaptureReceipt, Diagnostic, MemoryRecord, NamespaceInfo, SearchHit, SessionInfo, utc_now
@@ -228,6 +229,8 @@ class SQLiteStore(SQLiteRankingMixin, SQLiteExtractionMixin, SQLiteSubagentMixin
         A lock that outlasts the busy timeout retries the whole transaction, within the call's
         time bound (``timeout_s``); past it, ``StoreTimeout``.
         """
+        if self._closed:
+            raise StoreClosed(repr(self.path))
         if self.read_only:
             raise ReadOnlyStore(f"{self.path} is open read-only (the file, its folder or its file system cannot be "
                                 "written): searches and reads work; to write, give this process write access")
@@ -318,7 +321,7 @@ class SQLiteStore(SQLiteRankingMixin, SQLiteExtractionMixin, SQLiteSubagentMixin
     def _checkout(self, at: float | None) -> _Connection:
         assert self._readers is not None
         if self._closed:
-            raise StoreError(f"SQLite read failed: the store {self.path!r} is closed")
+            raise StoreClosed(repr(self.path))
         try:
             return self._readers.get_nowait()
         except queue.Empty:
@@ -389,7 +392,7 @@ class SQLiteStore(SQLiteRankingMixin, SQLiteExtractionMixin, SQLiteSubagentMixin
         if not vec.available:
             return None
         if self._closed:
-            raise StoreError(f"SQLite read failed: the store {self.path!r} is closed")
+            raise StoreClosed(repr(self.path))
         self._check_file()
         try:
             return vec.nearest(namespace, model, vector, k, kind)
