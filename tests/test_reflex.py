@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from conftest import capture_demo_sessions
 from needs import REPO
 from locomo import load_questions, load_sessions, locomo_files, needs_locomo
-from tortoise_sdk import Memory, MemoryBlock, NotFoundError, StoreError
+from tortoise_sdk import InvalidInput, Memory, MemoryBlock, NotFoundError, StoreError
 from tortoise_sdk.demo import load_demo_sessions
 from tortoise_sdk.models import MEMORY_BLOCK_MARKER, ExtractionReport
 from tortoise_sdk.reflex import MAX_BUDGET, MEMORY_BLOCK_END, approx_tokens, tuning
@@ -757,8 +757,10 @@ def test_expand_turn_and_memory(mem):
     assert [h.external_id for h in m.surrounding] == ["d1-3", "d1-4", "d1-5", "d1-6", "d1-7"]
     with pytest.raises(NotFoundError):
         mem.expand("t_doesnotexist")
-    with pytest.raises(NotFoundError):
+    with pytest.raises(InvalidInput, match="non-empty id"):
         mem.expand("")
+    with pytest.raises(NotFoundError, match="starts with 't_' .* or 'm_'"):  # not looked up as a memory
+        mem.expand("xyz")
 
 
 def test_cli_context_and_expand(mem, tmp_path, capsys):

@@ -1188,6 +1188,7 @@ class Memory:
         """The full turn or memory behind a pointer: content, status, supersession chain, sources, surrounding turns.
 
         Raises:
+            InvalidInput: ``pointer_id`` is blank.
             NotFoundError: no such turn or memory in this namespace.
         """
         return reflex.expand(self.store, self.namespace, check_id(pointer_id, "pointer_id"))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..errors import NotFoundError
+from ..errors import InvalidInput, NotFoundError
 from ..models import ExpandResult, MemoryRecord, SearchHit
 from ..store.base import Store
 
@@ -13,10 +13,15 @@ def expand(store: Store, namespace: str, pointer_id: str, *, radius: int = 2) ->
     """The full turn or memory behind a pointer, with its surrounding turns.
 
     Raises:
+        InvalidInput: ``pointer_id`` is blank.
         NotFoundError: no turn or memory with that id in this namespace.
     """
-    if not isinstance(pointer_id, str) or not pointer_id:
-        raise NotFoundError("pointer id must be a non-empty string such as 't_…' from a MemoryBlock")
+    if not isinstance(pointer_id, str) or not pointer_id.strip():
+        raise InvalidInput("must be a non-empty id such as 't_…' or 'm_…' from a MemoryBlock's pointers",
+                           field="pointer_id")
+    if not pointer_id.startswith(("t_", "m_")):
+        raise NotFoundError(f"no turn or memory {pointer_id!r}: a pointer id starts with 't_' (a turn) or 'm_' (a "
+                            "memory); take one from MemoryBlock.pointers, search() or memories()")
     turn = None
     if pointer_id.startswith("t_"):
         turn = store.get_turn(namespace, pointer_id)
