@@ -279,3 +279,10 @@ def test_a_call_after_close_says_the_store_is_closed_and_what_to_do(request, tmp
         with pytest.raises(StoreClosed, match="open a new Memory"):
             call()
     assert m.context("kayak").degraded_reason == "store_error"  # the host turn goes on
+
+
+def test_an_unknown_extract_mode_is_a_config_error_naming_extract(mem):
+    before = _written(mem)
+    with pytest.raises(ConfigError, match="'inline', 'background' or False") as raised:
+        mem.capture("s", OK, extract="bogus")
+    assert raised.value.field == "extract" and _written(mem) == before

@@ -1051,7 +1051,7 @@ class Memory:
     def _report_before_writing(self, extract: ExtractMode) -> ExtractionReport | None:
         """The ``skipped`` report when no extraction will run (stored with the receipt), else None."""
         if extract not in (None, True, False, "inline", "background"):
-            raise ConfigError(f"extract={extract!r}: use None, 'inline', 'background' or False")
+            raise ConfigError(f"extract={extract!r}: use None, 'inline', 'background' or False", field="extract")
         if extract is False:
             return ExtractionReport(status="skipped", reason="extraction disabled for this capture (extract=False)")
         return None if self.model else ExtractionReport(status="skipped", reason=NO_MODEL_REASON)
