@@ -62,7 +62,7 @@ def test_stop_word_only_queries_say_why_they_find_nothing():
 
 @pytest.mark.parametrize("k", [True, "5", 1.5, None, 2**63, MAX_SEARCH_K + 1])
 def test_k_must_be_an_integer_up_to_the_maximum(mem, k):
-    with pytest.raises(InvalidInput, match=r"^k: must be an integer from 1 to 10000"):
+    with pytest.raises(InvalidInput, match=r"^k: must be a whole number from 0 to 10,000"):
         mem.search("beagle", k=k)
 
 
@@ -70,7 +70,7 @@ def test_k_must_be_an_integer_up_to_the_maximum(mem, k):
 def test_a_negative_k_is_refused_by_search_as_by_search_memories(mem, k):
     """k=0 asks for nothing and gets nothing; a negative k is a bug in the caller, refused by both searches."""
     for search in (mem.search, mem.explain_search, mem.search_memories):
-        with pytest.raises(InvalidInput, match=r"^k: must be an integer from 1 to 10000"):
+        with pytest.raises(InvalidInput, match=r"^k: must be a whole number from 0 to 10,000"):
             search("beagle", k=k)
 
 

@@ -406,10 +406,7 @@ class Memory:
         """
         if not isinstance(query, str):
             raise InvalidType(f"must be a string, got {type(query).__name__}", field="query")
-        if isinstance(k, bool) or not isinstance(k, int):
-            raise InvalidType(f"must be an integer from 1 to {MAX_SEARCH_K}, got {k!r}", field="k")
-        if not 0 <= k <= MAX_SEARCH_K:  # 0 asks for nothing, as in search_memories
-            raise InvalidInput(f"must be an integer from 1 to {MAX_SEARCH_K}, got {k!r}", field="k")
+        check_count(k, "k", low=0, high=MAX_SEARCH_K)  # 0 asks for nothing, as in search_memories
         check_session_id(session_id, optional=True)
         terms, reason = content_terms(query)
         if not terms or k < 1:
@@ -1256,8 +1253,7 @@ class Memory:
         from .search import fts5_query
 
         self.explain_search(query, 0)  # the same argument checks as search
-        if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= MAX_SEARCH_K:
-            raise InvalidInput(f"must be an integer from 1 to {MAX_SEARCH_K}, got {k!r}", field="k")
+        check_count(k, "k", low=0, high=MAX_SEARCH_K)
         terms, _ = content_terms(query)
         match = fts5_query("", terms=terms) if terms else None
         if match is None or k < 1:
