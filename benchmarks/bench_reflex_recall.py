@@ -314,10 +314,10 @@ SECOND_HOPS = [0.0, 0.3, 0.6, 1.0]
 #: their score), chosen with INSTANCE_WEIGHT by coordinate ascent on the three train conversations; 0 is off.
 SECOND_NEIGHBOUR_SHARES = [0.0, 0.3, 0.6]
 #: SESSION_LEND (a turn matching a question word inherits this share of its session's best own score), chosen with
-#: INSTANCE_WEIGHT and SECOND_NEIGHBOUR_SHARE (the turn two after a candidate, across a question only: as shipped)
-#: by coordinate ascent on the three train conversations; 0 is off.
+#: INSTANCE_WEIGHT and SECOND_NEIGHBOUR_SHARE (the turn two after a candidate, across a question only) by
+#: coordinate ascent on the three train conversations; 0 is off.
 SESSION_LENDS = [0.0, 0.1, 0.2]
-#: The second neighbours as first measured (both sides, whatever the turn between says), and as shipped.
+#: The second neighbours as first measured (both sides, whatever the turn between says), and the variant after it.
 BOTH_SIDES = {"SECOND_NEIGHBOUR_SIDE": "both", "SECOND_NEIGHBOUR_ASKS": False}
 AFTER_A_QUESTION = {"SECOND_NEIGHBOUR_SIDE": "after", "SECOND_NEIGHBOUR_ASKS": True}
 _memo: dict[tuple[object, ...], list[float]] = {}
@@ -422,7 +422,10 @@ def _fold(job: tuple[str, list[str], str]) -> dict[str, object]:
     # Instances and the second neighbours (both sides, as first measured), chosen the same way.
     near, w_near = _with_method(train, {**chosen, **BOTH_SIDES}, w_tuned,
                                 {"INSTANCE_WEIGHT": INSTANCE_WEIGHTS, "SECOND_NEIGHBOUR_SHARE": SECOND_NEIGHBOUR_SHARES})
-    # Instances, the turn two after across a question, and the session's lend (as they ship), chosen the same way.
+    # Instances and the turn two after a candidate, across a question only, chosen the same way; then with the
+    # session's lend too.
+    after, w_after = _with_method(train, {**chosen, **AFTER_A_QUESTION}, w_tuned,
+                                  {"INSTANCE_WEIGHT": INSTANCE_WEIGHTS, "SECOND_NEIGHBOUR_SHARE": SECOND_NEIGHBOUR_SHARES})
     lent, w_lent = _with_method(train, {**chosen, **AFTER_A_QUESTION}, w_tuned,
                                 {"INSTANCE_WEIGHT": INSTANCE_WEIGHTS, "SECOND_NEIGHBOUR_SHARE": SECOND_NEIGHBOUR_SHARES,
                                  "SESSION_LEND": SESSION_LENDS})
@@ -436,6 +439,8 @@ def _fold(job: tuple[str, list[str], str]) -> dict[str, object]:
         "both": {k: both[k] for k in ("INSTANCE_WEIGHT", "SECOND_HOP")},
         "tuned+ranker+instances+near": _score([test], near, w_near),
         "near": {k: near[k] for k in ("INSTANCE_WEIGHT", "SECOND_NEIGHBOUR_SHARE")},
+        "tuned+ranker+instances+after": _score([test], after, w_after),
+        "after": {k: after[k] for k in ("INSTANCE_WEIGHT", "SECOND_NEIGHBOUR_SHARE")},
         "tuned+ranker+instances+after+lend": _score([test], lent, w_lent),
         "lent": {k: lent[k] for k in ("INSTANCE_WEIGHT", "SECOND_NEIGHBOUR_SHARE", "SESSION_LEND")},
         "fitted+ranker": statistics.fmean(_score(train, chosen, w_tuned)),
@@ -509,6 +514,7 @@ def loo() -> int:
             ("constants + ranker chosen on the three, + category instances", "tuned+ranker+instances"),
             ("constants + ranker chosen on the three, + instances + second hop", "tuned+ranker+instances+hop"),
             ("constants + ranker chosen on the three, + instances + second neighbours", "tuned+ranker+instances+near"),
+            ("constants + ranker chosen on the three, + instances + turn two after", "tuned+ranker+instances+after"),
             ("constants + ranker chosen on the three, + instances + turn two after + lend",
              "tuned+ranker+instances+after+lend")]
     print(f"LoCoMo leave-one-conversation-out: {len(stems)} folds, recall@{K} on the held-out conversation "
@@ -529,7 +535,8 @@ def loo() -> int:
     for f in folds:
         print(f"  without {f['test']}: constants {f['fitted']:.3f}, with the ranker {f['fitted+ranker']:.3f} "
               f"(l2 {f['l2']}, LIST_SPREAD {f['spread']}, INSTANCE_WEIGHT {f['instances']}; with the second hop "
-              f"{f['both']}; with the second neighbours {f['near']}; with two after a question and the lend {f['lent']}); "
+              f"{f['both']}; with the second neighbours {f['near']}; with two after a question {f['after']}, and the lend "
+              f"{f['lent']}); "
               f"chosen {f['chosen']}")
     if fitted_ranker is not None:
         print(f"  shipped ranker.json (trained on all four, today's constants): "
