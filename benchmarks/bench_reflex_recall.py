@@ -313,6 +313,13 @@ SECOND_HOPS = [0.0, 0.3, 0.6, 1.0]
 #: SECOND_NEIGHBOUR_SHARE (the turns two before and after a candidate join the pool and pass on this share of
 #: their score), chosen with INSTANCE_WEIGHT by coordinate ascent on the three train conversations; 0 is off.
 SECOND_NEIGHBOUR_SHARES = [0.0, 0.3, 0.6]
+#: SESSION_LEND (a turn matching a question word inherits this share of its session's best own score), chosen with
+#: INSTANCE_WEIGHT and SECOND_NEIGHBOUR_SHARE (the turn two after a candidate, across a question only) by
+#: coordinate ascent on the three train conversations; 0 is off.
+SESSION_LENDS = [0.0, 0.1, 0.2]
+#: The second neighbours as first measured (both sides, whatever the turn between says), and the variant after it.
+BOTH_SIDES = {"SECOND_NEIGHBOUR_SIDE": "both", "SECOND_NEIGHBOUR_ASKS": False}
+AFTER_A_QUESTION = {"SECOND_NEIGHBOUR_SIDE": "after", "SECOND_NEIGHBOUR_ASKS": True}
 _memo: dict[tuple[object, ...], list[float]] = {}
 #: Where each worker appends every evaluation it makes (one JSON line each), beside the cache file: a run
 #: stopped half way keeps what it measured, and the next run of the same code reads it back.
@@ -398,7 +405,8 @@ def _fold(job: tuple[str, list[str], str]) -> dict[str, object]:
     known = set(_memo)
     train = [s for s in stems if s != test]
     # The neutral start: every part off, category instances too (they ship on: their row below adds them).
-    off = {**{k: v[0] for k, v in LOO_GRID.items()}, "INSTANCE_WEIGHT": 0.0, "SECOND_HOP": 0.0, "SECOND_NEIGHBOUR_SHARE": 0.0}
+    off = {**{k: v[0] for k, v in LOO_GRID.items()}, "INSTANCE_WEIGHT": 0.0, "SECOND_HOP": 0.0, "SECOND_NEIGHBOUR_SHARE": 0.0,
+           "SESSION_LEND": 0.0}
     chosen, fitted = _ascend(train, LOO_GRID, off)
     w_tuned, l2_tuned = _learn(train, chosen)
     w_shipped, l2_shipped = _learn(train, {})
@@ -411,9 +419,16 @@ def _fold(job: tuple[str, list[str], str]) -> dict[str, object]:
     # Instances and the second hop together: both weights chosen on the three by coordinate ascent over what
     # they chose, with the ranker learnt there; then the ranker learnt again with them.
     both, w_both = _with_method(train, chosen, w_tuned, {"INSTANCE_WEIGHT": INSTANCE_WEIGHTS, "SECOND_HOP": SECOND_HOPS})
-    # Instances and the second neighbours (as they ship), chosen the same way.
-    near, w_near = _with_method(train, chosen, w_tuned, {"INSTANCE_WEIGHT": INSTANCE_WEIGHTS,
-                                                         "SECOND_NEIGHBOUR_SHARE": SECOND_NEIGHBOUR_SHARES})
+    # Instances and the second neighbours (both sides, as first measured), chosen the same way.
+    near, w_near = _with_method(train, {**chosen, **BOTH_SIDES}, w_tuned,
+                                {"INSTANCE_WEIGHT": INSTANCE_WEIGHTS, "SECOND_NEIGHBOUR_SHARE": SECOND_NEIGHBOUR_SHARES})
+    # Instances and the turn two after a candidate, across a question only, chosen the same way; then with the
+    # session's lend too.
+    after, w_after = _with_method(train, {**chosen, **AFTER_A_QUESTION}, w_tuned,
+                                  {"INSTANCE_WEIGHT": INSTANCE_WEIGHTS, "SECOND_NEIGHBOUR_SHARE": SECOND_NEIGHBOUR_SHARES})
+    lent, w_lent = _with_method(train, {**chosen, **AFTER_A_QUESTION}, w_tuned,
+                                {"INSTANCE_WEIGHT": INSTANCE_WEIGHTS, "SECOND_NEIGHBOUR_SHARE": SECOND_NEIGHBOUR_SHARES,
+                                 "SESSION_LEND": SESSION_LENDS})
     return {
         "test": test, "chosen": chosen, "fitted": fitted, "l2": (l2_tuned, l2_shipped),
         "shipped": _score([test], {}), "tuned": _score([test], chosen),
@@ -424,6 +439,10 @@ def _fold(job: tuple[str, list[str], str]) -> dict[str, object]:
         "both": {k: both[k] for k in ("INSTANCE_WEIGHT", "SECOND_HOP")},
         "tuned+ranker+instances+near": _score([test], near, w_near),
         "near": {k: near[k] for k in ("INSTANCE_WEIGHT", "SECOND_NEIGHBOUR_SHARE")},
+        "tuned+ranker+instances+after": _score([test], after, w_after),
+        "after": {k: after[k] for k in ("INSTANCE_WEIGHT", "SECOND_NEIGHBOUR_SHARE")},
+        "tuned+ranker+instances+after+lend": _score([test], lent, w_lent),
+        "lent": {k: lent[k] for k in ("INSTANCE_WEIGHT", "SECOND_NEIGHBOUR_SHARE", "SESSION_LEND")},
         "fitted+ranker": statistics.fmean(_score(train, chosen, w_tuned)),
         "memo": {k: v for k, v in _memo.items() if k not in known},
     }
@@ -494,7 +513,10 @@ def loo() -> int:
             ("constants + ranker chosen on the three, + listing spread", "tuned+ranker+spread"),
             ("constants + ranker chosen on the three, + category instances", "tuned+ranker+instances"),
             ("constants + ranker chosen on the three, + instances + second hop", "tuned+ranker+instances+hop"),
-            ("constants + ranker chosen on the three, + instances + second neighbours", "tuned+ranker+instances+near")]
+            ("constants + ranker chosen on the three, + instances + second neighbours", "tuned+ranker+instances+near"),
+            ("constants + ranker chosen on the three, + instances + turn two after", "tuned+ranker+instances+after"),
+            ("constants + ranker chosen on the three, + instances + turn two after + lend",
+             "tuned+ranker+instances+after+lend")]
     print(f"LoCoMo leave-one-conversation-out: {len(stems)} folds, recall@{K} on the held-out conversation "
           f"(category 5 excluded; {took:.0f} s on 2 processes)\n")
     print(f"{'method':78s} " + " ".join(f"{s:>8s}" for s in stems) + f" {'mean':>7s} {'pooled':>7s}")
@@ -513,7 +535,9 @@ def loo() -> int:
     for f in folds:
         print(f"  without {f['test']}: constants {f['fitted']:.3f}, with the ranker {f['fitted+ranker']:.3f} "
               f"(l2 {f['l2']}, LIST_SPREAD {f['spread']}, INSTANCE_WEIGHT {f['instances']}; with the second hop "
-              f"{f['both']}; with the second neighbours {f['near']}); chosen {f['chosen']}")
+              f"{f['both']}; with the second neighbours {f['near']}; with two after a question {f['after']}, and the lend "
+              f"{f['lent']}); "
+              f"chosen {f['chosen']}")
     if fitted_ranker is not None:
         print(f"  shipped ranker.json (trained on all four, today's constants): "
               f"{statistics.fmean(fitted_ranker):.3f} pooled (fitted)")

@@ -1,5 +1,6 @@
-"""The second neighbours (tuning.SECOND_NEIGHBOUR_SHARE): the turns two before and after a candidate join the
-pool and inherit a share of its score, so the same speaker's answer across the other's question is found."""
+"""The second neighbours (tuning.SECOND_NEIGHBOUR_SHARE): the turn two after a candidate joins the pool and
+inherits a share of its score when the turn between asks, so the same speaker's answer across the other's
+question is found."""
 
 from __future__ import annotations
 
@@ -9,12 +10,14 @@ from tortoise_sdk.reflex import tuning
 
 MUSEUM = "Yesterday I took the kids to the museum."
 DINOSAURS = "They were stoked for the dinosaur exhibit, the bones were so cool."
+QUESTION = "What did Melanie's kids enjoy at the museum?"
 
 
-def _chat(mem: Memory) -> None:
-    mem.capture("s1", [{"role": "user", "name": "Melanie", "content": MUSEUM},
-                       {"role": "user", "name": "Caroline", "content": "Fun! What was their favourite part?"},
-                       {"role": "user", "name": "Melanie", "content": DINOSAURS},
+def _chat(mem: Memory, between: str = "Fun! What was their favourite part?", first: str = MUSEUM,
+          second: str = DINOSAURS) -> None:
+    mem.capture("s1", [{"role": "user", "name": "Melanie", "content": first},
+                       {"role": "user", "name": "Caroline", "content": between},
+                       {"role": "user", "name": "Melanie", "content": second},
                        {"role": "user", "name": "Caroline", "content": "Sounds like a great day out."}],
                 session_date="2023-05-01T10:00:00")
     capture_chatter(mem, "Caroline")
@@ -23,13 +26,34 @@ def _chat(mem: Memory) -> None:
 def test_the_answer_across_the_others_question_joins_on_both_engines(store, monkeypatch):
     mem = Memory(store=store, namespace="near")
     _chat(mem)
-    question = "What did Melanie's kids enjoy at the museum?"
     monkeypatch.setattr(tuning, "SECOND_NEIGHBOUR_SHARE", 0.0)
-    said = [p.synopsis for p in ask(mem, question).pointers]
+    said = [p.synopsis for p in ask(mem, QUESTION).pointers]
     assert said[0] == MUSEUM and DINOSAURS not in said  # no word of the question is in it, nor in its neighbours
     monkeypatch.setattr(tuning, "SECOND_NEIGHBOUR_SHARE", 0.6)
-    said = [p.synopsis for p in ask(mem, question).pointers]
+    said = [p.synopsis for p in ask(mem, QUESTION).pointers]
     assert said[0] == MUSEUM and DINOSAURS in said
+
+
+def test_only_across_a_question_unless_told_on_both_engines(store, monkeypatch):
+    mem = Memory(store=store, namespace="near-statement")
+    _chat(mem, between="Fun, I went to the cinema that day.")
+    monkeypatch.setattr(tuning, "SECOND_NEIGHBOUR_SHARE", 0.6)
+    said = [p.synopsis for p in ask(mem, QUESTION).pointers]
+    assert said[0] == MUSEUM and DINOSAURS not in said  # the turn between states, it does not ask
+    monkeypatch.setattr(tuning, "SECOND_NEIGHBOUR_ASKS", False)
+    assert DINOSAURS in [p.synopsis for p in ask(mem, QUESTION).pointers]
+
+
+def test_only_the_turn_two_after_unless_told_on_both_engines(store, monkeypatch):
+    mem = Memory(store=store, namespace="near-before")
+    # The turn the question matches comes last: the answer is two before it.
+    _chat(mem, first=DINOSAURS, between="Wow, which place was that?", second=MUSEUM)
+    monkeypatch.setattr(tuning, "SECOND_NEIGHBOUR_SHARE", 0.6)
+    monkeypatch.setattr(tuning, "SECOND_NEIGHBOUR_ASKS", False)
+    said = [p.synopsis for p in ask(mem, QUESTION).pointers]
+    assert said[0] == MUSEUM and DINOSAURS not in said
+    monkeypatch.setattr(tuning, "SECOND_NEIGHBOUR_SIDE", "both")
+    assert DINOSAURS in [p.synopsis for p in ask(mem, QUESTION).pointers]
 
 
 def test_an_unrelated_question_stays_silent(store, monkeypatch):
@@ -39,8 +63,8 @@ def test_an_unrelated_question_stays_silent(store, monkeypatch):
     assert ask(mem, "Which planets did the probes photograph last decade?").pointers == []
 
 
-def test_the_method_is_off_as_shipped():
-    # Measured by leave one conversation out (docs/figures/bench_reflex_recall-loo.md): over category instances
-    # it gains on conv-26, conv-41, conv-42 and the mean (0.714 -> 0.726), but loses two questions of 81 on
-    # conv-30, one more than the admission rule's noise (docs/benchmarks.md). ranker.json is trained without it.
-    assert tuning.SECOND_NEIGHBOUR_SHARE == 0.0
+def test_the_shipped_values():
+    # Measured by leave one conversation out (docs/figures/bench_reflex_recall-loo.md, docs/benchmarks.md): the
+    # turns two before and after lost two questions of 81 on conv-30, and so did the turn two after across a
+    # question with the session's lend (SESSION_LEND). Off; with it on, the variant is the one after a question.
+    assert (tuning.SECOND_NEIGHBOUR_SHARE, tuning.SECOND_NEIGHBOUR_SIDE, tuning.SECOND_NEIGHBOUR_ASKS) == (0.0, "after", True)

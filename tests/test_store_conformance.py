@@ -1286,6 +1286,20 @@ def test_candidate_turns_near_reach_two_brings_the_turns_two_away(store: Store, 
     assert not {(h.session_id, h.index) for h in one} & {("s1", 0), ("s1", 4), ("s2", 2)}
 
 
+def test_candidate_turns_near_reads_the_offsets_it_is_given(store: Store, ns):
+    """With offsets for ``reach`` (the reflex's SECOND_NEIGHBOUR_SIDE "after": ``(-1, 1, 2)``) the turns next to
+    each candidate and two after it come back, and not the turn two before; the session's edges bound them."""
+    store.capture(ns, req("s1", ["plain zero", "plain one", "tea two", "plain three", "plain four", "plain five"]))
+    store.capture(ns, req("s2", ["plain", "tea", "plain again"]))
+    weights = {"tea": 1.0}
+    hits, near = store.candidate_turns_near(ns, weights, k=10, reach=(-1, 1, 2))
+    assert hits == store.candidate_turns(ns, weights, k=10)
+    got = {(h.session_id, h.index): h.content for h in near}
+    assert {("s1", 1): "plain one", ("s1", 3): "plain three", ("s1", 4): "plain four", ("s2", 0): "plain",
+            ("s2", 2): "plain again"}.items() <= got.items()
+    assert not {("s1", 0), ("s1", 5), ("s2", 3)} & set(got)
+
+
 def test_candidate_turns_near_each_ranks_every_weighting_as_candidate_turns_does(store: Store, ns):
     """The reflex reads a question's words and the same words with more in one call: each weighting
     ranks as it would alone (a word in both is found once), and every candidate's neighbours come back."""

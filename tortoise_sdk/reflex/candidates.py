@@ -84,25 +84,46 @@ def hop_pool(r: Reading, extra: list[Term],
 
 def _with_neighbours(r: Reading, searched: list[list[Term]], by_pos: dict[tuple[str, int], SearchHit],
                      k: int | None = None, per_term: int | None = None) -> dict[tuple[str, int], SearchHit]:
-    """``by_pos`` with each list's candidate turns and their neighbours added, list by list (the turns two
-    before and after too when ``SECOND_NEIGHBOUR_SHARE`` is on)."""
+    """``by_pos`` with each list's candidate turns and their neighbours added, list by list (with
+    ``SECOND_NEIGHBOUR_SHARE`` on, the turn two after each too: ``_near_offsets``)."""
     searched = [s for s in searched if s]
     if not searched:
         return by_pos
-    reach = 2 if tuning.SECOND_NEIGHBOUR_SHARE else 1
+    offsets = _near_offsets()
     each, near = r.store.candidate_turns_near_each(r.ns, [{t.surface: t.weight for t in s} for s in searched],
                                                    k=tuning.CANDIDATES if k is None else k,
                                                    per_term=tuning.PER_TERM if per_term is None else per_term,
-                                                   known=set(by_pos), reach=reach)
+                                                   known=set(by_pos), reach=offsets)
     r.tick()
     at = {(h.session_id, h.index): h for h in _said(near)}
     for hits in map(_said, each):
         for h in hits:
             by_pos.setdefault((h.session_id, h.index), h)
-        wanted = [(h.session_id, h.index + d) for h in hits for d in near_offsets(reach)]
+        wanted = [(h.session_id, h.index + d) for h in hits for d in offsets
+                  if abs(d) == 1 or _across_a_question(h, d, at, by_pos)]
         for p in dict.fromkeys(p for p in wanted if p not in by_pos and p in at):
             by_pos[p] = at[p]
     return by_pos
+
+
+def _near_offsets() -> tuple[int, ...]:
+    """Where the turns read around each candidate are: next to it, and with ``SECOND_NEIGHBOUR_SHARE`` two
+    after it (``SECOND_NEIGHBOUR_SIDE`` "after", as shipped: on LoCoMo's train conversations that kept the gain
+    of both sides, reading half the rows) or two before and after."""
+    if not tuning.SECOND_NEIGHBOUR_SHARE:
+        return near_offsets(1)
+    return (-1, 1, 2) if tuning.SECOND_NEIGHBOUR_SIDE == "after" else near_offsets(2)
+
+
+def _across_a_question(h: SearchHit, d: int, at: Mapping[tuple[str, int], SearchHit],
+                       by_pos: Mapping[tuple[str, int], SearchHit]) -> bool:
+    """The turn ``d`` (two) away from ``h`` is wanted: always, or with ``SECOND_NEIGHBOUR_ASKS`` only when the
+    turn between asks (the other speaker's question, and this speaker's answer to it)."""
+    if not tuning.SECOND_NEIGHBOUR_ASKS:
+        return True
+    pos = (h.session_id, h.index + d // 2)
+    between = by_pos.get(pos) or at.get(pos)
+    return between is not None and "?" in between.content
 
 
 def memory_candidates(r: Reading, terms: list[Term], query: str, wants_change: bool) -> list[list[Candidate]]:

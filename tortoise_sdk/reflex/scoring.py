@@ -105,7 +105,14 @@ def score_turns(r: Reading, terms: list[Term], content_terms: list[Term], query:
             said[sid] |= matched - fed
         session_share = {sid: min(1.0, sum(weights[s] for s in st) / total) for sid, st in said.items()}
     days = named_days(query) if tuning.DATE_BOOST else []
-    asks = frozenset(pos for pos, h in by_pos.items() if "?" in h.content) if tuning.ANSWER_SHARE else frozenset()
+    asks = (frozenset(pos for pos, h in by_pos.items() if "?" in h.content)
+            if tuning.ANSWER_SHARE or (tuning.SECOND_NEIGHBOUR_SHARE and tuning.SECOND_NEIGHBOUR_ASKS) else frozenset())
+    # Session-level evidence (SESSION_LEND): a turn that matches a word of the question inherits a share of
+    # the best own score in its session, its own included.
+    lend: dict[str, float] = {}
+    if tuning.SESSION_LEND:
+        for (sid, _), (sc, _) in own.items():
+            lend[sid] = max(lend.get(sid, 0.0), sc)
     heaviest = max(weights.values(), default=0.0) or 1.0
     cands = []
     raw: dict[str, dict[str, float]] = {}  # the learnt ranker's inputs (ranker.features), by turn
@@ -123,8 +130,10 @@ def score_turns(r: Reading, terms: list[Term], content_terms: list[Term], query:
                 if share * nb[0] > best_nb:
                     best_nb, nb_from = share * nb[0], (h.session_id, h.index + d)
         ctx = score + best_nb
+        if lend and score > 0:
+            ctx += tuning.SESSION_LEND * lend[h.session_id]
         prev = own.get((h.session_id, h.index - 1))
-        answers = bool(asks and prev and prev[0] and (h.session_id, h.index - 1) in asks)
+        answers = bool(tuning.ANSWER_SHARE and prev and prev[0] and (h.session_id, h.index - 1) in asks)
         mult = 1.0
         says_when = when_q and says_time(h.content)
         if says_when:
@@ -166,15 +175,20 @@ def score_turns(r: Reading, terms: list[Term], content_terms: list[Term], query:
 def _shares(pos: tuple[str, int], asks: frozenset[tuple[str, int]]) -> tuple[tuple[int, float], ...]:
     """What a turn inherits of its previous and next turns' scores: more of a previous turn that asks
     (``ANSWER_SHARE``), since a reply is where a question's answer is said; and with
-    ``SECOND_NEIGHBOUR_SHARE``, of the turns two before and after (in a two-party exchange the same
-    speaker's, across the other's reply: "I took the kids to the museum" / "What did they like?" /
-    "They were stoked for the dinosaur exhibit!")."""
+    ``SECOND_NEIGHBOUR_SHARE``, of the turn two before (in a two-party exchange the same speaker's, across
+    the other's question: "I took the kids to the museum" / "What did they like?" / "They were stoked for
+    the dinosaur exhibit!"), only when the turn between asks (``SECOND_NEIGHBOUR_ASKS``), and of the turn
+    two after too when ``SECOND_NEIGHBOUR_SIDE`` is "both"."""
     prev = tuning.NEIGHBOUR_SHARE
-    if asks and (pos[0], pos[1] - 1) in asks:
+    if tuning.ANSWER_SHARE and (pos[0], pos[1] - 1) in asks:
         prev *= 1 + tuning.ANSWER_SHARE
-    if tuning.SECOND_NEIGHBOUR_SHARE:
-        return (-1, prev), (1, tuning.NEXT_SHARE), (-2, tuning.SECOND_NEIGHBOUR_SHARE), (2, tuning.SECOND_NEIGHBOUR_SHARE)
-    return (-1, prev), (1, tuning.NEXT_SHARE)
+    near = ((-1, prev), (1, tuning.NEXT_SHARE))
+    if not tuning.SECOND_NEIGHBOUR_SHARE:
+        return near
+    far = (-2,) if tuning.SECOND_NEIGHBOUR_SIDE == "after" else (-2, 2)
+    if tuning.SECOND_NEIGHBOUR_ASKS:
+        far = tuple(d for d in far if (pos[0], pos[1] + d // 2) in asks)
+    return near + tuple((d, tuning.SECOND_NEIGHBOUR_SHARE) for d in far)
 
 
 def _nicknames(query: str, content_terms: list[Term],

@@ -47,12 +47,15 @@ __all__ = (
     "RELATIVE_GATE",
     "RRF_K",
     "SESSION_BOOST",
+    "SESSION_LEND",
     "SLOT_WEIGHT",
     "SECOND_HOP",
     "SECOND_HOP_CANDIDATES",
     "SECOND_HOP_DOCS",
     "SECOND_HOP_TERMS",
+    "SECOND_NEIGHBOUR_ASKS",
     "SECOND_NEIGHBOUR_SHARE",
+    "SECOND_NEIGHBOUR_SIDE",
     "SESSION_SPREAD",
     "SPEAKER_BOOST",
     "SUBJECT_SPEAKER",
@@ -122,6 +125,12 @@ SECOND_HOP = 0.0          # off: weight of those words (of the lesser of their I
 SECOND_HOP_DOCS = 3       # ... taken from this many top turns of the first pass
 SECOND_HOP_TERMS = 4      # ... at most this many words (names first, rarest first; in 2 turns at least)
 SECOND_HOP_CANDIDATES = 16  # ... turns read for them (with their neighbours), in one more full-text read
-# Issue 25: the turns two before and after a candidate (in a two-party exchange, the same speaker's turn
-# across the other's reply) join the pool and pass on a share of their score, as the next turns do.
-SECOND_NEIGHBOUR_SHARE = 0.0  # off: the share a turn inherits of the turn two before or after it
+# Issue 25: the turn two after a candidate (in a two-party exchange, the same speaker's turn across the
+# other's question: "I took the kids to the museum" / "What did they like?" / "The dinosaurs!") joins the
+# pool and inherits a share of its score, as the next turns do.
+SECOND_NEIGHBOUR_SHARE = 0.0  # off: the share a turn inherits of the turn two before it
+SECOND_NEIGHBOUR_SIDE = "after"  # with it on, only the turn two after a candidate joins ("both": two before too)
+SECOND_NEIGHBOUR_ASKS = True     # ... and only across a turn that asks (a question mark in the turn between)
+# Issue 25: session-level evidence as a score. A session one of whose turns matches the question well
+# holds the rest of what it asks about more often than another ("activities": the hike and the pottery).
+SESSION_LEND = 0.0        # off: a turn that matches a question word inherits this share of its session's best own score

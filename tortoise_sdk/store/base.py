@@ -333,9 +333,10 @@ class Store(ABC):
         return self.search_terms(namespace, list(weighted_terms), k=k)
 
     def candidate_turns_near(self, namespace: str, weighted_terms: Mapping[str, float], *, k: int,
-                             per_term: int = 200, known: Collection[tuple[str, int]] = (), reach: int = 1
-                             ) -> tuple[list[SearchHit], list[SearchHit]]:
-        """``candidate_turns``, and the turns near each (index - ``reach`` to + ``reach``) not at a ``known`` position.
+                             per_term: int = 200, known: Collection[tuple[str, int]] = (),
+                             reach: int | Sequence[int] = 1) -> tuple[list[SearchHit], list[SearchHit]]:
+        """``candidate_turns``, and the turns near each (index - ``reach`` to + ``reach``, or at the offsets
+        ``reach`` names: ``near_offsets``) not at a ``known`` position.
 
         One call, so that a store across a network can answer both in one round trip; the
         neighbours may include turns at known positions or the candidates' own.
@@ -345,10 +346,10 @@ class Store(ABC):
         return hits, near
 
     def candidate_turns_near_each(self, namespace: str, weightings: Sequence[Mapping[str, float]], *, k: int,
-                                  per_term: int = 200, known: Collection[tuple[str, int]] = (), reach: int = 1
-                                  ) -> tuple[list[list[SearchHit]], list[SearchHit]]:
+                                  per_term: int = 200, known: Collection[tuple[str, int]] = (),
+                                  reach: int | Sequence[int] = 1) -> tuple[list[list[SearchHit]], list[SearchHit]]:
         """``candidate_turns`` for each weighting of terms, and the turns near any of them, up to ``reach``
-        turns before or after (as ``candidate_turns_near``).
+        turns before or after, or at the offsets it names (as ``candidate_turns_near``).
 
         One call, so that a store can find a term's matches once for every weighting that holds it
         (the reflex ranks the question's words, then the same words with those of the fact's kind).
@@ -405,6 +406,9 @@ class Store(ABC):
         return out
 
 
-def near_offsets(reach: int) -> tuple[int, ...]:
-    """The positions near a turn, nearest first: -1, 1, -2, 2... up to ``reach``."""
-    return tuple(d for n in range(1, max(1, int(reach)) + 1) for d in (-n, n))
+def near_offsets(reach: int | Sequence[int]) -> tuple[int, ...]:
+    """The positions near a turn: for a number, nearest first, -1, 1, -2, 2... up to ``reach``; for offsets
+    (the reflex reads ``(-1, 1, 2)`` when only the turn two after a candidate is wanted), those, as integers."""
+    if isinstance(reach, int):
+        return tuple(d for n in range(1, max(1, reach) + 1) for d in (-n, n))
+    return tuple(dict.fromkeys(int(d) for d in reach if int(d)))

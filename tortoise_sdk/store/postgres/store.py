@@ -536,8 +536,8 @@ class PostgresStore(PostgresExtractionMixin, PostgresSubagentMixin, PostgresForg
         return [_hit(r[2:], r[0]) for r in rows]
 
     def candidate_turns_near_each(self, namespace: str, weightings: Sequence[Mapping[str, float]], *, k: int,
-                                  per_term: int = 200, known: Collection[tuple[str, int]] = (), reach: int = 1
-                                  ) -> tuple[list[list[SearchHit]], list[SearchHit]]:
+                                  per_term: int = 200, known: Collection[tuple[str, int]] = (),
+                                  reach: int | Sequence[int] = 1) -> tuple[list[list[SearchHit]], list[SearchHit]]:
         """``candidate_turns`` for each weighting and every turn next to one, in one statement: a term
         in several weightings is walked once (``known`` is not needed)."""
         kept = [[t for t in w if t and "\x00" not in t] for w in weightings]
@@ -549,7 +549,8 @@ class PostgresStore(PostgresExtractionMixin, PostgresSubagentMixin, PostgresForg
                  for pos, t in enumerate(ts)]
         top = top_matches_each_sql(newest_turn_matches_sql(), alias="t", select=f"t.id, {_INDEXED_COLUMNS}",
                                    from_=f"turns t {_JOIN_SESSION}", where="t.namespace = %s")
-        offsets = ", ".join(f"({d})" for d in near_offsets(reach))  # integers, not user text
+        # Integers, not user text; with no offset, the candidates' own rows stand in (``near`` may hold them).
+        offsets = ", ".join(f"({d})" for d in near_offsets(reach) or (0,))
         sql = f"""
             WITH top AS MATERIALIZED ({top})
             SELECT top.* FROM top
