@@ -254,3 +254,13 @@ def test_piped_output_keeps_stored_text_exactly(tmp_path, capsys) -> None:
     db = _stored_override(tmp_path)
     got, out, _ = run(capsys, "--db", db, "search", "parrots", "--json")
     assert got == 0 and json.loads(out)["hits"][0]["content"] == "evil \u202e text about parrots \u2066x"
+
+
+def test_a_transcript_format_forced_on_turns_says_nothing_was_read(capsys, tmp_path, files, db) -> None:
+    # It printed "ingested claude-code: 0 session(s)" and exited 0, which read as success.
+    got, out, err = run(capsys, "capture", str(files["ok.jsonl"]), "--session", "s", "--format", "claude-code",
+                        "--db", db)
+    assert (got, out) == (2, "")
+    assert "--format: no line was read as claude-code (2 unknown line type); nothing was captured" in one_line(err)
+    with Memory(db) as mem:
+        assert [(s.session_id, s.turn_count) for s in mem.sessions()] == [("s1", 2)]

@@ -135,6 +135,12 @@ def _cmd_ingest(args: argparse.Namespace, text: str | None) -> int:
     with open_memory(args, **model_options(args)) as mem:
         report = mem.ingest(text.splitlines() if args.file == "-" else args.file,
                             format=args.format, session_id=args.session, extract=extract_mode(args))
+    skipped = report.parse.skip_reasons()
+    if args.format != "auto" and skipped and not (report.turns_received or report.frames):
+        # A format forced on the wrong input reads nothing; "0 sessions" with exit 0 looked like success.
+        raise InvalidInput(f"no line was read as {args.format} ("
+                           + ", ".join(f"{n} {reason}" for reason, n in sorted(skipped.items()))
+                           + "); nothing was captured: drop --format to detect the input's format", field="--format")
     if args.json:
         emit_json(report)
         return _ingest_exit_code(report)
@@ -144,7 +150,6 @@ def _cmd_ingest(args: argparse.Namespace, text: str | None) -> int:
           + "".join(f", {n} {label}" for n, label in ((c.skipped_no_identity, "without identity"),
                                                       (c.anomalous_value, "anomalous value(s)"),
                                                       (c.failed, "failed")) if n))
-    skipped = report.parse.skip_reasons()
     if skipped:
         print("lines not used: " + ", ".join(f"{n} {reason}" for reason, n in sorted(skipped.items())),
               file=sys.stderr)
