@@ -13,6 +13,7 @@ as on SQLite; this module holds the SQL, built for many writers on many hosts:
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import uuid
@@ -57,6 +58,22 @@ _MEMORY_LINKS = (
     " ORDER BY t.session_id COLLATE \"C\", t.idx), '[]') FROM provenance p JOIN turns t ON t.turn_id = p.turn_id"
     " WHERE p.memory_id = m.memory_id) AS source_rows"
 )
+#: Per turn, its memories that are live and those that are not (``turn_fact_status``). Parameters: the
+#: namespace, the turn ids (``text[]``).
+_TURN_FACT_STATUS_SQL = (
+    "SELECT p.turn_id, COUNT(*) FILTER (WHERE m.status = 'live'), COUNT(*) FILTER (WHERE m.status <> 'live')"
+    " FROM provenance p JOIN memories m ON m.memory_id = p.memory_id"
+    " WHERE p.namespace = %s AND p.turn_id = ANY(%s) GROUP BY p.turn_id"
+)
+
+
+@functools.cache
+def _candidate_memories_sql(walk: bool) -> str:
+    """``candidate_memories``' statement, with or without the newest-first walk (built once each)."""
+    return top_matches_sql(newest_memory_matches_sql(walk=walk), alias="m", select=f"{_MEMORY_COLUMNS}, {_MEMORY_LINKS}",
+                           from_="memories m", where="TRUE")
+
+
 # Advisory-lock class for per-namespace S5 writes (the object id is hashtext(namespace)).
 _S5_LOCK_CLASS = 0x7435
 
@@ -123,12 +140,7 @@ class PostgresExtractionMixin(ExtractionCore):
 
     def _turn_fact_rows(self, namespace: str, turn_ids: list[str]) -> Sequence[Sequence[Any]]:
         with self.read() as c:
-            return c.execute(
-                "SELECT p.turn_id, COUNT(*) FILTER (WHERE m.status = 'live'), COUNT(*) FILTER (WHERE m.status <> 'live')"
-                " FROM provenance p JOIN memories m ON m.memory_id = p.memory_id"
-                " WHERE p.namespace = %s AND p.turn_id = ANY(%s) GROUP BY p.turn_id",
-                (namespace, turn_ids),
-            ).fetchall()
+            return c.execute(_TURN_FACT_STATUS_SQL, (namespace, turn_ids)).fetchall()
 
     def candidate_memories(self, namespace: str, weighted_terms: Mapping[str, float], *, k: int,
                            per_term: int = 200, include_superseded: bool = False,
@@ -144,8 +156,7 @@ class PostgresExtractionMixin(ExtractionCore):
         if k < 1 or not terms:
             return []
         statuses = ["live", "superseded"] if include_superseded else ["live"]
-        sql = top_matches_sql(newest_memory_matches_sql(walk=newest_first), alias="m", select=f"{_MEMORY_COLUMNS}, {_MEMORY_LINKS}",
-                              from_="memories m", where="TRUE")
+        sql = _candidate_memories_sql(newest_first)
         with self.read() as c:  # one round trip: the reflex's budget is mostly round trips on a busy host
             rows = _dicts(c, sql, (terms, namespace, statuses, per_term, [weighted_terms[t] for t in terms], k))
         rows.sort(key=lambda r: (-r["score"], -r["id"]))

@@ -5,6 +5,7 @@ Needs the extra: ``pip install 'tortoise-sdk[postgres]'``.
 
 from __future__ import annotations
 
+import functools
 import threading
 import uuid
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
@@ -529,9 +530,8 @@ class PostgresStore(PostgresExtractionMixin, PostgresSubagentMixin, PostgresForg
         terms = [t for t in weighted_terms if t and "\x00" not in t]
         if k < 1 or not terms:
             return []
-        sql = top_matches_sql(newest_turn_matches_sql(), alias="t", select=f"t.id, {_INDEXED_COLUMNS}",
-                              from_=f"turns t {_JOIN_SESSION}", where="t.namespace = %s")
-        rows = self._rows(sql, (terms, namespace, per_term, [weighted_terms[t] for t in terms], k, namespace))
+        rows = self._rows(_candidate_turns_sql(), (terms, namespace, per_term, [weighted_terms[t] for t in terms], k,
+                                                   namespace))
         rows.sort(key=lambda r: (-r[0], -r[1]))
         return [_hit(r[2:], r[0]) for r in rows]
 
@@ -547,22 +547,8 @@ class PostgresStore(PostgresExtractionMixin, PostgresSubagentMixin, PostgresForg
         ord_of = {t: i for i, t in enumerate(terms, 1)}
         pairs = [(n, ord_of[t], pos, float(w[t])) for n, (w, ts) in enumerate(zip(weightings, kept))
                  for pos, t in enumerate(ts)]
-        top = top_matches_each_sql(newest_turn_matches_sql(), alias="t", select=f"t.id, {_INDEXED_COLUMNS}",
-                                   from_=f"turns t {_JOIN_SESSION}", where="t.namespace = %s")
         # Integers, not user text; with no offset, the candidates' own rows stand in (``near`` may hold them).
-        offsets = ", ".join(f"({d})" for d in near_offsets(reach) or (0,))
-        sql = f"""
-            WITH top AS MATERIALIZED ({top})
-            SELECT top.* FROM top
-            UNION ALL
-            SELECT -1, 0.0::float8, n.* FROM (
-                SELECT DISTINCT top.session_id, top.idx + d.d AS idx FROM top CROSS JOIN (VALUES {offsets}) AS d(d)
-            ) AS p
-            CROSS JOIN LATERAL (  -- one index probe a position (a join was planned as a scan of every session)
-                SELECT t.id, {_INDEXED_COLUMNS} FROM turns t {_JOIN_SESSION}
-                WHERE t.namespace = %s AND t.session_id = p.session_id AND t.idx = p.idx
-            ) AS n
-        """
+        sql = _near_each_sql(tuple(near_offsets(reach)) or (0,))
         rows = self._rows(sql, (terms, namespace, per_term, *(list(c) for c in zip(*pairs)), k, namespace,
                                 namespace))
         each: list[list[SearchHit]] = [[] for _ in weightings]
@@ -630,6 +616,33 @@ _WARM_SQL = f"""
            (SELECT COUNT(*) FROM memory_entities WHERE memory_id = ''),
            (SELECT COUNT(*) FROM provenance WHERE namespace = '' AND turn_id = '')
 """
+
+
+@functools.cache
+def _candidate_turns_sql() -> str:
+    """``candidate_turns``' statement, built once per process rather than on every call."""
+    return top_matches_sql(newest_turn_matches_sql(), alias="t", select=f"t.id, {_INDEXED_COLUMNS}",
+                           from_=f"turns t {_JOIN_SESSION}", where="t.namespace = %s")
+
+
+@functools.cache
+def _near_each_sql(offsets: tuple[int, ...]) -> str:
+    """``candidate_turns_near_each``' statement for these neighbour offsets (integers, not user text)."""
+    top = top_matches_each_sql(newest_turn_matches_sql(), alias="t", select=f"t.id, {_INDEXED_COLUMNS}",
+                               from_=f"turns t {_JOIN_SESSION}", where="t.namespace = %s")
+    values = ", ".join(f"({int(d)})" for d in offsets)
+    return f"""
+        WITH top AS MATERIALIZED ({top})
+        SELECT top.* FROM top
+        UNION ALL
+        SELECT -1, 0.0::float8, n.* FROM (
+            SELECT DISTINCT top.session_id, top.idx + d.d AS idx FROM top CROSS JOIN (VALUES {values}) AS d(d)
+        ) AS p
+        CROSS JOIN LATERAL (  -- one index probe a position (a join was planned as a scan of every session)
+            SELECT t.id, {_INDEXED_COLUMNS} FROM turns t {_JOIN_SESSION}
+            WHERE t.namespace = %s AND t.session_id = p.session_id AND t.idx = p.idx
+        ) AS n
+    """
 
 
 def _connect_advice(exc: psycopg.OperationalError, url: str) -> str:
