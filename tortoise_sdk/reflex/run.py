@@ -14,7 +14,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from ..errors import InvalidInput, StoreError, StoreTimeout
-from ..models import MemoryBlock
+from ..models import MemoryBlock, MemoryRecord, Pointer, SearchHit
 from ..store.base import Store
 from ..store.deadline import within
 from ..validate import check_count, check_id, check_number
@@ -64,6 +64,22 @@ def _alongside(store: Store, fn: Callable[[], Any]) -> Callable[[], Any]:
         return fn() if running.cancel() else running.result()
 
     return result
+
+
+_warmed = False
+
+
+def _warm_process(store: Store) -> None:
+    """Once per process, outside any block's budget: build the block's data shapes' validators (they
+    are deferred until first use, ~5 ms) and start the reader threads (``_alongside``). A new
+    process (a hook, a CLI call) otherwise paid both inside its first block."""
+    global _warmed
+    if _warmed:
+        return
+    for shape in (MemoryBlock, Pointer, SearchHit, MemoryRecord):
+        shape.model_rebuild()
+    _alongside(store, lambda: None)()
+    _warmed = True
 
 
 _collector_lock = threading.Lock()
@@ -150,6 +166,7 @@ def context(
                 prepare()
         if tuning.INSTANCE_WEIGHT:  # read once per process (tens of ms), kept out of the per-turn budget too
             instance_table()
+        _warm_process(store)
         started = time.perf_counter()
         deadline = None if budget_s is None else started + budget_s
         # Every store call below ends by the budget too, whatever the database does (a lock, a frozen server).
