@@ -36,6 +36,8 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
+from ..extras import install_hint
+
 try:
     from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse, ToolCallRequest
     from langchain_core.callbacks import BaseCallbackHandler
@@ -44,7 +46,7 @@ try:
     from langgraph.types import Command
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError(
-        "tortoise_sdk.adapters.langchain needs LangChain v1: pip install 'tortoise-sdk[langchain]'"
+        "tortoise_sdk.adapters.langchain needs LangChain v1: " + install_hint("langchain")
     ) from exc
 
 from ..models import MEMORY_BLOCK_MARKER, MemoryBlock

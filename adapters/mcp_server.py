@@ -21,12 +21,14 @@ import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
+from ..extras import install_hint
+
 try:
     from mcp.server import MCPServer
     from mcp.server.mcpserver.exceptions import ResourceError, ToolError
     from mcp.types import CallToolResult, Resource, TextContent, ToolAnnotations
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
-    raise ImportError("tortoise_sdk.adapters.mcp_server needs the MCP SDK: pip install 'tortoise-sdk[mcp]'") from exc
+    raise ImportError("tortoise_sdk.adapters.mcp_server needs the MCP SDK: " + install_hint("mcp")) from exc
 from pydantic import BaseModel, Field, ValidationError
 
 from ..errors import CaptureConflict, IdempotencyConflict, InvalidInput, NotFoundError, TortoiseError

@@ -39,6 +39,8 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ..extras import install_hint
+
 try:
     from agents import RunConfig, RunHooks
     from agents.run import CallModelData, ModelInputData
@@ -47,7 +49,7 @@ try:
     from agents.tracing.spans import NoOpSpan
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError(
-        "tortoise_sdk.adapters.openai_agents needs the OpenAI Agents SDK: pip install 'tortoise-sdk[openai-agents]'"
+        "tortoise_sdk.adapters.openai_agents needs the OpenAI Agents SDK: " + install_hint("openai-agents")
     ) from exc
 
 from ..errors import AdapterError

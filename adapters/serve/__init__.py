@@ -15,11 +15,13 @@ namespace, on one store, serves every request. Security: ``auth``.
 
 from __future__ import annotations
 
+from ...extras import install_hint
+
 try:
     import fastapi  # noqa: F401
     import jinja2  # noqa: F401
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
-    raise ImportError("tortoise serve needs FastAPI and uvicorn: pip install 'tortoise-sdk[server]'") from exc
+    raise ImportError("tortoise serve needs FastAPI and uvicorn: " + install_hint("server")) from exc
 
 from .app import build_app, error_status
 from .auth import ServeSettings, TokenGrant, check_bind, is_loopback, parse_tokens

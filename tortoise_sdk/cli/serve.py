@@ -6,6 +6,7 @@ import argparse
 import os
 
 from ..errors import ConfigError
+from ..extras import install_hint
 from ._common import add_model_options, bounded_int, model_options
 
 __all__ = ("register",)
@@ -40,7 +41,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     try:
         import uvicorn
     except ImportError:
-        raise ConfigError("tortoise serve needs uvicorn: pip install 'tortoise-sdk[server]'") from None
+        raise ConfigError("tortoise serve needs uvicorn: " + install_hint("server")) from None
     env = [t for t in os.environ.get("TORTOISE_SERVE_TOKENS", "").split(",") if t.strip()]
     grants = parse_tokens([*args.token, *env])
     check_bind(args.host, grants)

@@ -20,11 +20,12 @@ from pathlib import Path
 from collections.abc import Sequence
 from typing import Any
 
+from ...extras import install_hint
 from ..vectors import pack
 
 __all__ = ("SqliteVec",)
 
-_INSTALL = "pip install 'tortoise-sdk[vectors]'"
+_INSTALL = install_hint("vectors")
 
 
 class SqliteVec:
