@@ -43,7 +43,7 @@ def pg_unavailable_reason() -> str | None:
     try:
         import psycopg
     except ImportError:
-        return "psycopg is not installed (pip install 'tortoise-sdk[postgres]')"
+        return "psycopg is not installed (pip install -e '.[postgres]')"
     try:
         with psycopg.connect(pg_base_url(), connect_timeout=3, autocommit=True) as conn:
             conn.execute("SELECT 1")
