@@ -543,6 +543,8 @@ def test_same_fact_again_is_a_noop_and_supersession_keeps_history(seeded):
     assert (old.superseded_by, old.invalid_at) == (new_id, later)
     assert store.get_memory(ns, new_id).supersedes == old_id
     assert [m.id for m in store.supersession_chain(ns, old_id)] == [old_id, new_id]
+    # the turn's fact is no longer live, and it says which memory replaced it (the reflex flags the turn by it)
+    assert store.turn_fact_status(ns, [t0, r.turn_ids[1]]) == {t0: (0, 1, frozenset({new_id}))}
     assert [m.id for m in store.supersession_chain(ns, new_id)] == [old_id, new_id]
     assert store.search_memories(ns, fts5_query("acme"), k=5) == []
     assert [m.id for m, _ in store.search_memories(ns, fts5_query("acme"), k=5, include_superseded=True)] == [old_id]

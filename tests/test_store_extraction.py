@@ -166,10 +166,11 @@ def test_graph_projection(store: SQLiteStore, tmp_path: Path) -> None:
 def test_turn_fact_status_and_the_reflex_leaves_out_turns_whose_facts_were_replaced(store: SQLiteStore) -> None:
     first = write(store, "s1", [point(store, "s1", "Maya works at Northwind Labs.", "I work at Northwind Labs")])
     t1, t2 = turn_id(store, "s1"), turn_id(store, "s2")
-    assert store.turn_fact_status(NS, [t1, t2]) == {t1: (1, 0)}
-    write(store, "s2", [point(store, "s2", "Maya works at Helix Health.", "I'm at Helix Health now",
-                              supersedes=first.memory_ids[0])], valid_at=DAY2)
-    assert store.turn_fact_status(NS, [t1, t2]) == {t1: (0, 1), t2: (1, 0)}
+    assert store.turn_fact_status(NS, [t1, t2]) == {t1: (1, 0, frozenset())}
+    second = write(store, "s2", [point(store, "s2", "Maya works at Helix Health.", "I'm at Helix Health now",
+                                       supersedes=first.memory_ids[0])], valid_at=DAY2)
+    # t1's fact was superseded, and by which memory
+    assert store.turn_fact_status(NS, [t1, t2]) == {t1: (0, 1, frozenset(second.memory_ids)), t2: (1, 0, frozenset())}
     mem = Memory(store=store, namespace=NS)
     plain = mem.context([{"role": "user", "content": "Did I work at Northwind Labs?"}], budget=5)
     assert t1 not in {p.id for p in plain.pointers}

@@ -252,7 +252,11 @@ def _steps(r: Reading, window: Sequence[Any], prior: Any, budget: int, max_token
     r.tick()
     if present:
         ranked = latest_first(ranked, later_on_topic(r, ranked, terms, pool))
-    ranked = without_stale_turns(r, ranked[: budget * 4 + len(msgs)], wants_change)
+    ranked = ranked[: budget * 4 + len(msgs)]
+    # A present-tense question also flags a turn whose fact (or whose asking turn's) a ranked memory replaced.
+    replied_to = {c.key: before.turn_id for c in ranked if c.kind == "turn" and c.hit is not None
+                  and (before := pool.get((c.hit.session_id, c.hit.index - 1))) is not None} if present else None
+    ranked = without_stale_turns(r, ranked, wants_change, replied_to)
     ranked = memories_first(ranked)  # issue 23: a memory before (and instead of) the turns it cites
     if present:
         # Only the follow-ups just added can be in the window again (the rest was filtered above,

@@ -11,6 +11,7 @@ from datetime import date
 from ..confidence import AGREED, BASE
 from ..models import SearchHit
 from ..search import TF_CAP
+from ..store.base import TurnFacts
 from ..text import per_text
 from . import ranker, tuning
 from .noise import is_filler, unanswered
@@ -308,21 +309,38 @@ def memories_first(ranked: list[Candidate]) -> list[Candidate]:
                                             and ranked[i].hit.turn_id in cited)]
 
 
-def without_stale_turns(r: Reading, ranked: list[Candidate], wants_change: bool) -> list[Candidate]:
+def without_stale_turns(r: Reading, ranked: list[Candidate], wants_change: bool,
+                        replied_to: Mapping[str, str] | None = None) -> list[Candidate]:
     """Turns whose facts were all superseded or retracted follow their memories' rule:
-    left out, unless the window asks about a change (then kept and flagged)."""
+    left out, unless the window asks about a change (then kept and flagged).
+
+    ``replied_to`` (a present-tense question: each turn's id -> the id of the turn before it) also
+    flags a turn when a memory ranked with it superseded a fact of its own or of the turn it replies
+    to: "Congratulations on the new job!" after "my first week at Northwind Labs", once "Maya works
+    at Helix Health" replaced "Maya works at Northwind Labs", is not how things stand now.
+    """
     ids = [c.hit.turn_id for c in ranked if c.kind == "turn" and c.hit is not None]
-    status = r.store.turn_fact_status(r.ns, ids)
+    status = r.store.turn_fact_status(r.ns, ids + list((replied_to or {}).values()))
+    shown = {c.key for c in ranked if c.kind == "memory"}
     kept = []
     for c in ranked:
-        live, gone = status.get(c.key, (1, 0)) if c.kind == "turn" else (1, 0)
-        if live == 0 and gone > 0:
+        facts = status.get(c.key, _NO_FACTS) if c.kind == "turn" else _NO_FACTS
+        if facts.live == 0 and facts.gone > 0:
             if not wants_change:
                 continue
             c.stale = True
             c.reasons.append("its facts were later superseded (the question asks about a change)")
+        elif replied_to is not None and c.kind == "turn" and not c.stale:
+            earlier = status.get(replied_to.get(c.key, ""), _NO_FACTS)
+            if (facts.superseded_by | earlier.superseded_by) & shown:
+                c.stale = True
+                c.reasons.append("superseded for this question: a memory ranked with it replaced what it "
+                                 + ("says" if facts.superseded_by & shown else "replies to"))
         kept.append(c)
     return kept
+
+
+_NO_FACTS = TurnFacts(1, 0)
 
 
 def distinct(ranked: list[Candidate]) -> list[Candidate]:

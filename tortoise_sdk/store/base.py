@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..capture import CaptureRequest
 from ..models import (
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from ..subagent_models import NormalizedFrame
     from .plan import ExtractionPlan, Fence, WriteResult
 
-__all__ = ("NAMESPACES_SQL", "Store", "near_offsets")
+__all__ = ("NAMESPACES_SQL", "Store", "TurnFacts", "near_offsets")
 
 #: Per namespace: sessions, turns and live memories (plain SQL both engines run; ``ORDER BY`` added by each).
 NAMESPACES_SQL = (
@@ -368,17 +368,21 @@ class Store(ABC):
             near += found
         return each, near
 
-    def turn_fact_status(self, namespace: str, turn_ids: Sequence[str]) -> dict[str, tuple[int, int]]:
-        """For turns that ground memories: ``turn_id -> (live, no longer live)`` memory counts.
+    def turn_fact_status(self, namespace: str, turn_ids: Sequence[str]) -> dict[str, TurnFacts]:
+        """For turns that ground memories: ``turn_id -> TurnFacts`` (live and no longer live memory
+        counts, and the memories that superseded its own).
 
         The reflex uses it to keep turns whose facts were all superseded or retracted out of the
-        block unless the user asks about a change.
+        block unless the user asks about a change, and to flag, for a present-tense question, a turn
+        whose fact a memory of the block superseded.
         """
         ids = list(dict.fromkeys(turn_ids))
-        return {r[0]: (int(r[1]), int(r[2])) for r in self._turn_fact_rows(namespace, ids)} if ids else {}
+        return {r[0]: TurnFacts(int(r[1]), int(r[2]), _ids(r[3]))
+                for r in self._turn_fact_rows(namespace, ids)} if ids else {}
 
     def _turn_fact_rows(self, namespace: str, turn_ids: list[str]) -> Sequence[Sequence[Any]]:
-        """``(turn_id, live count, other count)`` rows; a store without memories has none."""
+        """``(turn_id, live count, other count, superseding memory ids)`` rows (the ids a list, or a
+        space-separated string); a store without memories has none."""
         return []
 
     def candidate_memories(self, namespace: str, weighted_terms: Mapping[str, float], *, k: int,
@@ -404,6 +408,18 @@ class Store(ABC):
         for session_id, index in dict.fromkeys(positions):
             out.extend(self.turns(namespace, session_id, start=index, stop=index + 1))
         return out
+
+
+class TurnFacts(NamedTuple):
+    """What became of the memories a turn grounds (``Store.turn_fact_status``)."""
+
+    live: int
+    gone: int  # superseded or retracted
+    superseded_by: frozenset[str] = frozenset()  # the memories that superseded those of its facts
+
+
+def _ids(value: Any) -> frozenset[str]:
+    return frozenset(value.split() if isinstance(value, str) else (value or ()))
 
 
 def near_offsets(reach: int | Sequence[int]) -> tuple[int, ...]:

@@ -58,10 +58,11 @@ _MEMORY_LINKS = (
     " ORDER BY t.session_id COLLATE \"C\", t.idx), '[]') FROM provenance p JOIN turns t ON t.turn_id = p.turn_id"
     " WHERE p.memory_id = m.memory_id) AS source_rows"
 )
-#: Per turn, its memories that are live and those that are not (``turn_fact_status``). Parameters: the
-#: namespace, the turn ids (``text[]``).
+#: Per turn, its memories that are live and those that are not, and the memories that superseded them
+#: (``turn_fact_status``). Parameters: the namespace, the turn ids (``text[]``).
 _TURN_FACT_STATUS_SQL = (
-    "SELECT p.turn_id, COUNT(*) FILTER (WHERE m.status = 'live'), COUNT(*) FILTER (WHERE m.status <> 'live')"
+    "SELECT p.turn_id, COUNT(*) FILTER (WHERE m.status = 'live'), COUNT(*) FILTER (WHERE m.status <> 'live'),"
+    " COALESCE(array_agg(m.superseded_by) FILTER (WHERE m.status <> 'live' AND m.superseded_by IS NOT NULL), '{}')"
     " FROM provenance p JOIN memories m ON m.memory_id = p.memory_id"
     " WHERE p.namespace = %s AND p.turn_id = ANY(%s) GROUP BY p.turn_id"
 )

@@ -632,7 +632,8 @@ class SQLiteStore(SQLiteRankingMixin, SQLiteExtractionMixin, SQLiteSubagentMixin
     def _turn_fact_rows(self, namespace: str, turn_ids: list[str]) -> Sequence[Sequence[Any]]:
         with self.read() as c:
             return c.execute(
-                "SELECT p.turn_id, SUM(m.status = 'live'), SUM(m.status != 'live') FROM provenance p"
+                "SELECT p.turn_id, SUM(m.status = 'live'), SUM(m.status != 'live'),"
+                " GROUP_CONCAT(CASE WHEN m.status != 'live' THEN m.superseded_by END, ' ') FROM provenance p"
                 " JOIN memories m ON m.memory_id = p.memory_id"
                 f" WHERE p.namespace = ? AND p.turn_id IN ({', '.join('?' * len(turn_ids))}) GROUP BY p.turn_id",
                 [namespace, *turn_ids],
