@@ -36,7 +36,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
-from ..extras import install_hint
+from ..errors import install_hint
 
 try:
     from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse, ToolCallRequest

@@ -21,7 +21,7 @@ import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
-from ..extras import install_hint
+from ..errors import install_hint
 
 try:
     from mcp.server import MCPServer

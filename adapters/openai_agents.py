@@ -39,7 +39,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..extras import install_hint
+from ..errors import install_hint
 
 try:
     from agents import RunConfig, RunHooks

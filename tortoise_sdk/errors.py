@@ -210,3 +210,9 @@ class StreamParseError(TortoiseError):
 
 class AdapterError(TortoiseError):
     """A framework adapter was configured or called incorrectly."""
+
+
+def install_hint(extra: str) -> str:
+    """The command that installs the optional dependencies ``extra`` names, for a published package and
+    for a clone (the package is not on PyPI yet): what a message for a missing one ends with."""
+    return f"pip install 'tortoise-sdk[{extra}]' (from a clone of the repository: pip install -e '.[{extra}]')"

@@ -15,7 +15,7 @@ namespace, on one store, serves every request. Security: ``auth``.
 
 from __future__ import annotations
 
-from ...extras import install_hint
+from ...errors import install_hint
 
 try:
     import fastapi  # noqa: F401

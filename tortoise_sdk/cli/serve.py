@@ -5,8 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from ..errors import ConfigError
-from ..extras import install_hint
+from ..errors import ConfigError, install_hint
 from ._common import add_model_options, bounded_int, model_options
 
 __all__ = ("register",)

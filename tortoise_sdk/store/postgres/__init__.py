@@ -5,8 +5,7 @@ Needs the extra: ``pip install 'tortoise-sdk[postgres]'``.
 
 from __future__ import annotations
 
-from ...errors import ConfigError
-from ...extras import install_hint
+from ...errors import ConfigError, install_hint
 
 try:  # the optional extra, checked before any module of this package needs it
     import psycopg  # noqa: F401

@@ -20,7 +20,7 @@ from pathlib import Path
 from collections.abc import Sequence
 from typing import Any
 
-from ...extras import install_hint
+from ...errors import install_hint
 from ..vectors import pack
 
 __all__ = ("SqliteVec",)
