@@ -250,7 +250,8 @@ class Pointer(DeferredModel):
     session_date: str | None = None
     superseded: bool = Field(default=False, description=(
         "Not how things stand now: a superseded memory, a turn whose facts were all superseded, or, for a "
-        "present-tense question, a turn a later turn follows up saying what changed. Shown as 'SUPERSEDED'."))
+        "present-tense question, a turn a later turn follows up saying what changed, or one whose fact (or "
+        "the fact of the turn it replies to) a memory ranked with it replaced. Shown as 'SUPERSEDED'."))
     unconfirmed: bool = Field(default=False, description="A memory of low confidence (shown as 'unconfirmed memory').")
 
 

@@ -58,7 +58,8 @@ class Candidate:
     spoken: bool = False  # spoken by a person the query names
     weight: float = 1.0  # of this candidate's list in the rank fusion
     # a turn whose extracted facts were all superseded or retracted, or (a present-tense question) one a
-    # later turn follows up saying what changed (scoring.latest_first): flagged SUPERSEDED in the block
+    # later turn follows up saying what changed (scoring.latest_first), or one whose fact, or its asking
+    # turn's, a ranked memory replaced (scoring.without_stale_turns): flagged SUPERSEDED in the block
     stale: bool = False
 
 
