@@ -13,6 +13,11 @@ Usage::
     .venv/bin/python benchmarks/dev_reflex_loo.py                      # the record's row, as a check
     .venv/bin/python benchmarks/dev_reflex_loo.py --method '{"SECOND_HOP": [0.0, 0.3, 0.6, 1.0]}'
     .venv/bin/python benchmarks/dev_reflex_loo.py --fixed '{"CANDIDATES": 64}'   # set on every fold
+    .venv/bin/python benchmarks/dev_reflex_loo.py --where --fixed '{"INSTANCE_WEIGHT": 0.5}'
+
+``--where`` also says, held out, where each evidence turn of the record's row ends: in the block's
+five, in the candidate pool below them, or outside the pool (its stemmed words sharing one with the
+question's, or none: then no word-level method reaches it except through a neighbour), by category.
 
 The data (CC BY-NC 4.0) is read from ../shared/data/locomo and never copied into the repo.
 """
@@ -38,6 +43,11 @@ import train_reflex_ranker as trr  # noqa: E402
 from locomo import SKIP_REASON, load_sessions, locomo_files  # noqa: E402
 
 from tortoise_sdk import Memory  # noqa: E402
+from tortoise_sdk.reflex import ranker, tuning  # noqa: E402
+from tortoise_sdk.search import STOP_WORDS, query_terms  # noqa: E402
+
+#: Where an evidence turn ends (``--where``), in the order printed.
+PLACES = ("block", "pool", "outside, shares a word", "outside, no word shared")
 
 RECORD = ROOT / "docs" / "figures" / "bench_reflex_recall-loo.md"
 _CHOSEN = re.compile(r"without (\S+): .*?\(l2 \(([\d.e-]+), .*?; chosen (\{.*\})$")
@@ -59,7 +69,7 @@ def _learn(train: list[str], overrides: dict[str, object], l2: float) -> tuple[f
 
 
 def _fold(job: tuple[str, list[str], str, dict, dict, dict]) -> dict[str, object]:
-    db, stems, test, base_of, method, fixed = job
+    db, stems, test, base_of, method, fixed, where = job
     if test not in b._worker:
         b._open(db, stems)
     train = [s for s in stems if s != test]
@@ -67,6 +77,8 @@ def _fold(job: tuple[str, list[str], str, dict, dict, dict]) -> dict[str, object
     base = {**chosen, **fixed}
     w0 = _learn(train, base, l2)
     out: dict[str, object] = {"test": test, "base": b._score([test], base, w0)}
+    if where:
+        out["where"] = _where(test, base, w0)
     if method:
         ov = {**base, **{k: v[0] for k, v in method.items()}}
         best = statistics.fmean(b._score(train, ov, w0))
@@ -86,7 +98,52 @@ def _fold(job: tuple[str, list[str], str, dict, dict, dict]) -> dict[str, object
     return out
 
 
-def main(method: dict[str, list[object]], fixed: dict[str, object]) -> int:
+def _where(stem: str, overrides: dict[str, object], w: tuple[float, ...]) -> list[tuple[str, str]]:
+    """``(category, place)`` of each evidence turn of ``stem``'s questions, read with ``overrides`` and the
+    learnt weights ``w``: in the block, in the last scoring pass's candidates, or outside them (``PLACES``)."""
+    mem, questions = b._worker[stem]  # type: ignore[misc]
+    sessions = load_sessions(next(p for p in locomo_files() if p.stem == stem))
+    text = {t["id"]: t["content"] for s in sessions for t in s["turns"]}
+    names = {part.lower() for s in sessions for t in s["turns"] for part in str(t.get("name", "")).split()}
+
+    def stems_of(words: list[str]) -> set[str]:
+        return {x for st in mem.store.analyze(words) for x in st}
+
+    saved = {k: getattr(tuning, k) for k in overrides} | {"RANKER": tuning.RANKER}
+    shipped, ranker.weights = ranker.weights, lambda: w  # type: ignore[assignment]
+    for k, v in {**overrides, "RANKER": True}.items():
+        setattr(tuning, k, v)
+    ranker.RECORD = []
+    out = []
+    try:
+        for q in questions:
+            ranker.RECORD.clear()
+            block = mem.context([{"role": "user", "content": q.question}], budget=b.K, time_budget_ms=None)
+            shown = {p.external_id for p in block.pointers}
+            pool = set(ranker.RECORD[-1][0]) if ranker.RECORD else set()
+            asked = stems_of([x for x in query_terms(q.question) if x not in STOP_WORDS and x not in names])
+            for e in q.evidence:
+                place = (PLACES[0] if e in shown else PLACES[1] if e in pool
+                         else PLACES[2] if asked & stems_of(query_terms(text.get(e, ""))) else PLACES[3])
+                out.append((q.category_name, place))
+    finally:
+        ranker.RECORD, ranker.weights = None, shipped  # type: ignore[assignment]
+        for k, v in saved.items():
+            setattr(tuning, k, v)
+    return out
+
+
+def _print_where(folds: list[dict[str, object]]) -> None:
+    every = [x for f in folds for x in f["where"]]  # type: ignore[attr-defined]
+    print("\nwhere the evidence turns end, held out (pooled over the folds):")
+    print(f"  {'category':12s} {'turns':>6s} " + " ".join(f"{p:>24s}" for p in PLACES))
+    for cat in sorted({c for c, _ in every}) + ["all"]:
+        places = [p for c, p in every if cat in ("all", c)]
+        print(f"  {cat:12s} {len(places):6d} "
+              + " ".join(f"{places.count(p):>12d} ({places.count(p) / len(places):4.0%})".rjust(24) for p in PLACES))
+
+
+def main(method: dict[str, list[object]], fixed: dict[str, object], where: bool = False) -> int:
     files = locomo_files()
     if len(files) < 3:
         print(SKIP_REASON if not files else "needs three conversations at least")
@@ -103,7 +160,7 @@ def main(method: dict[str, list[object]], fixed: dict[str, object]) -> int:
             with Memory(db, namespace=path.stem) as mem:
                 mem.capture_many(load_sessions(path))
         with multiprocessing.get_context("fork").Pool(2) as pool:
-            folds = pool.map(_fold, [(db, stems, s, base_of, method, fixed) for s in stems], chunksize=1)
+            folds = pool.map(_fold, [(db, stems, s, base_of, method, fixed, where) for s in stems], chunksize=1)
         b._open(db, stems)
     cats = {s: [q.category_name for q in b._worker[s][1]] for s in stems}  # type: ignore[index]
     for key in ("base", "method"):
@@ -114,6 +171,8 @@ def main(method: dict[str, list[object]], fixed: dict[str, object]) -> int:
         print(f"{key:7s} " + " ".join(f"{f['test']} {v:.3f}" for f, v in zip(folds, per))
               + f" | mean {statistics.fmean(per):.3f} | multi-hop {statistics.fmean(x for h in hop for x in h):.3f} ("
               + " ".join(f"{statistics.fmean(h):.3f}" for h in hop) + ")")
+    if where:
+        _print_where(folds)
     for f in folds:
         if "chosen" in f:
             print(f"  {f['test']} held out: chosen on the three {f['chosen']}")
@@ -125,5 +184,6 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--method", default="{}", help="JSON: tuning constants to choose on the three, first value off")
     ap.add_argument("--fixed", default="{}", help="JSON: tuning constants set on every fold")
+    ap.add_argument("--where", action="store_true", help="also say where each evidence turn ends, by category")
     args = ap.parse_args()
-    sys.exit(main(json.loads(args.method), json.loads(args.fixed)))
+    sys.exit(main(json.loads(args.method), json.loads(args.fixed), args.where))

@@ -8,11 +8,14 @@ or waiting on a stub model are ``slow``: they run with ``-m slow`` (CI's benchma
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
+from locomo import load_questions, locomo_files
 from needs import SHARED_DATA, needs_locomo, needs_transcripts
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
@@ -75,3 +78,25 @@ def test_the_dedupe_replies_file_is_what_the_benchmark_replays(tmp_path: Path):
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert out.read_text(encoding="utf-8") == (BENCHMARKS / "dedupe_replies.json").read_text(encoding="utf-8")
+
+
+@needs_locomo
+def test_the_dev_loop_says_where_every_evidence_turn_ends():
+    """``dev_reflex_loo.py --where`` (not a ``bench_`` script: it reads the --loo record's choices) runs, and its
+    places account for every evidence turn of every category exactly once."""
+    env = {**os.environ, "TORTOISE_TEST_SHARED_DATA": str(SHARED_DATA)}
+    done = subprocess.run([sys.executable, str(BENCHMARKS / "dev_reflex_loo.py"), "--where"], env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, f"{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
+    rows = {}
+    for line in done.stdout.splitlines():
+        m = re.fullmatch(r"\s+(\S+)\s+(\d+)((?:\s+\d+ \(\s*\d+%\)){4})", line)
+        if m:
+            rows[m.group(1)] = (int(m.group(2)), [int(x) for x in re.findall(r"(\d+) \(", m.group(3))])
+    evidence = Counter()
+    for path in locomo_files():
+        for q in load_questions(path):
+            evidence[q.category_name] += len(q.evidence)
+    assert {name: turns for name, (turns, _) in rows.items()} == {**evidence, "all": sum(evidence.values())}, done.stdout
+    for name, (turns, places) in rows.items():
+        assert sum(places) == turns, (name, turns, places)
