@@ -45,6 +45,8 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -151,19 +153,31 @@ PASSES = 2  # coordinate-ascent passes at most (it stops earlier when a pass cha
 _worker: dict[str, object] = {}
 
 
-def _evaluate(stem: str, overrides: dict[str, object]) -> list[float]:
-    """Per-question recall@K of the reflex on one conversation with ``overrides`` set on ``tuning``."""
-    mem, questions = _worker[stem]  # type: ignore[misc]
+@contextmanager
+def tuned(overrides: dict[str, object], w: tuple[float, ...] | None = None) -> Iterator[None]:
+    """``overrides`` set on ``tuning`` (and the learnt ranker's weights ``w`` in place of the shipped ones, when
+    given) for the block's duration; everything as it was after."""
     saved = {k: getattr(tuning, k) for k in overrides}
+    shipped = ranker.weights
     for k, v in overrides.items():
         setattr(tuning, k, v)
+    if w is not None:
+        ranker.weights = lambda: w  # type: ignore[assignment]
     try:
+        yield
+    finally:
+        ranker.weights = shipped  # type: ignore[assignment]
+        for k, v in saved.items():
+            setattr(tuning, k, v)
+
+
+def _evaluate(stem: str, overrides: dict[str, object], w: tuple[float, ...] | None = None) -> list[float]:
+    """Per-question recall@K of the reflex on one conversation with ``overrides`` set on ``tuning`` (and ``w``)."""
+    mem, questions = _worker[stem]  # type: ignore[misc]
+    with tuned(overrides, w):
         return [recall([p.external_id or "" for p in mem.context([{"role": "user", "content": q.question}],
                                                                  budget=K, time_budget_ms=None).pointers],
                        q.evidence) for q in questions]
-    finally:
-        for k, v in saved.items():
-            setattr(tuning, k, v)
 
 
 def _open(db: str, stems: list[str]) -> None:
@@ -333,13 +347,7 @@ def _score(stems: list[str], overrides: dict[str, object], w: tuple[float, ...] 
     for stem in stems:
         key = (stem, tuple(sorted(overrides.items(), key=lambda kv: kv[0])), w)
         if key not in _memo:
-            shipped = ranker.weights
-            if w is not None:
-                ranker.weights = lambda: w  # type: ignore[assignment]
-            try:
-                _memo[key] = _evaluate(stem, {**overrides, "RANKER": w is not None})
-            finally:
-                ranker.weights = shipped  # type: ignore[assignment]
+            _memo[key] = _evaluate(stem, {**overrides, "RANKER": w is not None}, w)
             if _journal is not None:
                 with open(_journal.with_name(f"{_journal.name}.{os.getpid()}"), "a", encoding="utf-8") as journal:
                     journal.write(json.dumps([repr(key), _memo[key]]) + "\n")
@@ -365,14 +373,8 @@ def _ascend(train: list[str], grid: dict[str, list[object]], start: dict[str, ob
 
 
 def _groups(stems: list[str], overrides: dict[str, object]) -> dict[str, list]:
-    saved = {k: getattr(tuning, k) for k in overrides}
-    for k, v in overrides.items():
-        setattr(tuning, k, v)
-    try:
+    with tuned(overrides):
         return {stem: train_reflex_ranker.record(_worker[stem][0], _worker[stem][1]) for stem in stems}  # type: ignore[index]
-    finally:
-        for k, v in saved.items():
-            setattr(tuning, k, v)
 
 
 def _learn(train: list[str], overrides: dict[str, object]) -> tuple[tuple[float, ...], float]:
@@ -595,10 +597,7 @@ def run(ablations: bool, smoke: bool = False) -> int:
                 doc_vecs = dense.encode(docs, normalize_embeddings=True, batch_size=64)
                 q_vecs = dense.encode([q.question for q in questions], normalize_embeddings=True, batch_size=64)
             for name, overrides in configs.items():
-                saved = {k: getattr(tuning, k) for k in overrides}
-                for k, v in overrides.items():
-                    setattr(tuning, k, v)
-                try:
+                with tuned(overrides):
                     for q in questions:
                         t0 = time.perf_counter()
                         block = mem.context([{"role": "user", "content": q.question}], budget=K,
@@ -607,9 +606,6 @@ def run(ablations: bool, smoke: bool = False) -> int:
                             latencies.append((time.perf_counter() - t0) * 1000)
                             tokens.append(block.tokens)
                         results[name].append(recall([p.external_id or "" for p in block.pointers], q.evidence))
-                finally:
-                    for k, v in saved.items():
-                        setattr(tuning, k, v)
             for i, q in enumerate(questions):
                 qt = [w for w in tokenize(q.question) if w not in STOP_WORDS]
                 scores = bm25.get_scores(qt or tokenize(q.question))

@@ -43,7 +43,7 @@ import train_reflex_ranker as trr  # noqa: E402
 from locomo import SKIP_REASON, load_sessions, locomo_files  # noqa: E402
 
 from tortoise_sdk import Memory  # noqa: E402
-from tortoise_sdk.reflex import ranker, tuning  # noqa: E402
+from tortoise_sdk.reflex import ranker  # noqa: E402
 from tortoise_sdk.search import STOP_WORDS, query_terms  # noqa: E402
 
 #: Where an evidence turn ends (``--where``), in the order printed.
@@ -68,7 +68,7 @@ def _learn(train: list[str], overrides: dict[str, object], l2: float) -> tuple[f
     return tuple(trr.fit([g for s in train for g in groups[s]], l2))
 
 
-def _fold(job: tuple[str, list[str], str, dict, dict, dict]) -> dict[str, object]:
+def _fold(job: tuple[str, list[str], str, dict, dict, dict, bool]) -> dict[str, object]:
     db, stems, test, base_of, method, fixed, where = job
     if test not in b._worker:
         b._open(db, stems)
@@ -109,27 +109,22 @@ def _where(stem: str, overrides: dict[str, object], w: tuple[float, ...]) -> lis
     def stems_of(words: list[str]) -> set[str]:
         return {x for st in mem.store.analyze(words) for x in st}
 
-    saved = {k: getattr(tuning, k) for k in overrides} | {"RANKER": tuning.RANKER}
-    shipped, ranker.weights = ranker.weights, lambda: w  # type: ignore[assignment]
-    for k, v in {**overrides, "RANKER": True}.items():
-        setattr(tuning, k, v)
     ranker.RECORD = []
     out = []
     try:
-        for q in questions:
-            ranker.RECORD.clear()
-            block = mem.context([{"role": "user", "content": q.question}], budget=b.K, time_budget_ms=None)
-            shown = {p.external_id for p in block.pointers}
-            pool = set(ranker.RECORD[-1][0]) if ranker.RECORD else set()
-            asked = stems_of([x for x in query_terms(q.question) if x not in STOP_WORDS and x not in names])
-            for e in q.evidence:
-                place = (PLACES[0] if e in shown else PLACES[1] if e in pool
-                         else PLACES[2] if asked & stems_of(query_terms(text.get(e, ""))) else PLACES[3])
-                out.append((q.category_name, place))
+        with b.tuned({**overrides, "RANKER": True}, w):
+            for q in questions:
+                ranker.RECORD.clear()
+                block = mem.context([{"role": "user", "content": q.question}], budget=b.K, time_budget_ms=None)
+                shown = {p.external_id for p in block.pointers}
+                pool = set(ranker.RECORD[-1][0]) if ranker.RECORD else set()
+                asked = stems_of([x for x in query_terms(q.question) if x not in STOP_WORDS and x not in names])
+                for e in q.evidence:
+                    place = (PLACES[0] if e in shown else PLACES[1] if e in pool
+                             else PLACES[2] if asked & stems_of(query_terms(text.get(e, ""))) else PLACES[3])
+                    out.append((q.category_name, place))
     finally:
-        ranker.RECORD, ranker.weights = None, shipped  # type: ignore[assignment]
-        for k, v in saved.items():
-            setattr(tuning, k, v)
+        ranker.RECORD = None
     return out
 
 
