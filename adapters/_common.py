@@ -19,8 +19,8 @@ before it are memory again, turns of earlier sessions always are.
 from __future__ import annotations
 
 import logging
-from os import PathLike
 from collections.abc import Callable, Iterable, Sequence
+from os import PathLike
 from typing import TYPE_CHECKING, Any
 
 from ..errors import AdapterError

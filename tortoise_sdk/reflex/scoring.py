@@ -309,6 +309,9 @@ def memories_first(ranked: list[Candidate]) -> list[Candidate]:
                                             and ranked[i].hit.turn_id in cited)]
 
 
+_NO_FACTS = TurnFacts(1, 0)  # a turn that grounds no memory
+
+
 def without_stale_turns(r: Reading, ranked: list[Candidate], wants_change: bool,
                         replied_to: Mapping[str, str] | None = None) -> list[Candidate]:
     """Turns whose facts were all superseded or retracted follow their memories' rule:
@@ -338,9 +341,6 @@ def without_stale_turns(r: Reading, ranked: list[Candidate], wants_change: bool,
                                  + ("says" if facts.superseded_by & shown else "replies to"))
         kept.append(c)
     return kept
-
-
-_NO_FACTS = TurnFacts(1, 0)
 
 
 def distinct(ranked: list[Candidate]) -> list[Candidate]:
