@@ -408,7 +408,7 @@ def _fold(job: tuple[str, list[str], str]) -> dict[str, object]:
     train = [s for s in stems if s != test]
     # The neutral start: every part off, category instances too (they ship on: their row below adds them).
     off = {**{k: v[0] for k, v in LOO_GRID.items()}, "INSTANCE_WEIGHT": 0.0, "SECOND_HOP": 0.0, "SECOND_NEIGHBOUR_SHARE": 0.0,
-           "SESSION_LEND": 0.0}
+           "SESSION_LEND": 0.0, "RANKER_GATHERS": False}
     chosen, fitted = _ascend(train, LOO_GRID, off)
     w_tuned, l2_tuned = _learn(train, chosen)
     w_shipped, l2_shipped = _learn(train, {})
@@ -428,6 +428,12 @@ def _fold(job: tuple[str, list[str], str]) -> dict[str, object]:
     # session's lend too.
     after, w_after = _with_method(train, {**chosen, **AFTER_A_QUESTION}, w_tuned,
                                   {"INSTANCE_WEIGHT": INSTANCE_WEIGHTS, "SECOND_NEIGHBOUR_SHARE": SECOND_NEIGHBOUR_SHARES})
+    # The ranker's own weights for a question that gathers, over the instances' row: the ranker learnt again
+    # with them; then the turn two after a question on top, its share chosen on the three with that ranker.
+    gath = {**with_inst, "RANKER_GATHERS": True}
+    w_gath = _learn(train, gath)[0]
+    gath_after, w_gath_after = _with_method(train, {**gath, **AFTER_A_QUESTION}, w_gath,
+                                            {"SECOND_NEIGHBOUR_SHARE": SECOND_NEIGHBOUR_SHARES})
     lent, w_lent = _with_method(train, {**chosen, **AFTER_A_QUESTION}, w_tuned,
                                 {"INSTANCE_WEIGHT": INSTANCE_WEIGHTS, "SECOND_NEIGHBOUR_SHARE": SECOND_NEIGHBOUR_SHARES,
                                  "SESSION_LEND": SESSION_LENDS})
@@ -445,6 +451,9 @@ def _fold(job: tuple[str, list[str], str]) -> dict[str, object]:
         "after": {k: after[k] for k in ("INSTANCE_WEIGHT", "SECOND_NEIGHBOUR_SHARE")},
         "tuned+ranker+instances+after+lend": _score([test], lent, w_lent),
         "lent": {k: lent[k] for k in ("INSTANCE_WEIGHT", "SECOND_NEIGHBOUR_SHARE", "SESSION_LEND")},
+        "tuned+ranker+instances+gathers": _score([test], gath, w_gath),
+        "tuned+ranker+instances+gathers+after": _score([test], gath_after, w_gath_after),
+        "gath_after": gath_after["SECOND_NEIGHBOUR_SHARE"],
         "fitted+ranker": statistics.fmean(_score(train, chosen, w_tuned)),
         "memo": {k: v for k, v in _memo.items() if k not in known},
     }
@@ -518,7 +527,10 @@ def loo() -> int:
             ("constants + ranker chosen on the three, + instances + second neighbours", "tuned+ranker+instances+near"),
             ("constants + ranker chosen on the three, + instances + turn two after", "tuned+ranker+instances+after"),
             ("constants + ranker chosen on the three, + instances + turn two after + lend",
-             "tuned+ranker+instances+after+lend")]
+             "tuned+ranker+instances+after+lend"),
+            ("constants + ranker chosen on the three, + instances + gathering weights", "tuned+ranker+instances+gathers"),
+            ("constants + ranker chosen on the three, + instances + gathering + two after",
+             "tuned+ranker+instances+gathers+after")]
     print(f"LoCoMo leave-one-conversation-out: {len(stems)} folds, recall@{K} on the held-out conversation "
           f"(category 5 excluded; {took:.0f} s on 2 processes)\n")
     print(f"{'method':78s} " + " ".join(f"{s:>8s}" for s in stems) + f" {'mean':>7s} {'pooled':>7s}")
@@ -538,7 +550,7 @@ def loo() -> int:
         print(f"  without {f['test']}: constants {f['fitted']:.3f}, with the ranker {f['fitted+ranker']:.3f} "
               f"(l2 {f['l2']}, LIST_SPREAD {f['spread']}, INSTANCE_WEIGHT {f['instances']}; with the second hop "
               f"{f['both']}; with the second neighbours {f['near']}; with two after a question {f['after']}, and the lend "
-              f"{f['lent']}); "
+              f"{f['lent']}; with gathering weights, two after a question {f['gath_after']}); "
               f"chosen {f['chosen']}")
     if fitted_ranker is not None:
         print(f"  shipped ranker.json (trained on all four, today's constants): "

@@ -913,13 +913,55 @@ def test_rerank_orders_by_the_learnt_weights(monkeypatch):
     monkeypatch.setattr(ranker, "weights", lambda: tuple(weights))
     base = {"own": 1.0, "neighbour": 0.0, "score": 1.0, "coverage": 0.5, "coverage_nb": 0.5, "on_day": 0.0,
             "says_when": 0.0, "session": 0.0, "answers": 0.0, "asks": 0.0, "length": 8,
-            "key_term": 1.0, "time_words": 0.0, "from": None, "mult": 1.0}
+            "key_term": 1.0, "time_words": 0.0, "gathers": 0.0, "from": None, "mult": 1.0}
     cands = [Candidate(key=k, kind="turn", text=k, score=s) for k, s in (("a", 3.0), ("b", 2.0))]
     raw = [{**base, "score": 3.0, "spoken": 0.0, "pos": ("s", 0)}, {**base, "score": 2.0, "spoken": 1.0, "pos": ("s", 1)}]
     monkeypatch.setattr(tuning, "RANKER", True)
     assert [c.key for c in ranker.rerank(list(cands), raw, lambda cs: cs)] == ["b", "a"]
     monkeypatch.setattr(tuning, "RANKER", False)
     assert [c.key for c in ranker.rerank(list(cands), raw, lambda cs: cs[::-1])] == ["b", "a"]  # the hand-set step
+
+
+@pytest.mark.parametrize("query, expected", [
+    ("What activities does Melanie partake in?", True),          # lists
+    ("How many times has Joanna found new hiking trails?", True),  # counts
+    ("What movies have both Joanna and Nate seen?", True),      # two people
+    ("What interests do Jon and Gina share?", True),
+    ("Where do I work these days?", False),
+    ("When did Nate get Tilly for Joanna?", False),
+])
+def test_which_questions_gather(query, expected):
+    from tortoise_sdk.reflex import ranker
+    assert ranker.gathers(query) is expected
+
+
+def test_a_question_that_gathers_has_its_own_weights(monkeypatch):
+    """The gathers_* features repeat own/neighbour/score for a question that gathers and read 0 otherwise,
+    so weights on them reorder such a question's turns only (and none with RANKER_GATHERS off)."""
+    from tortoise_sdk.reflex import ranker
+    from tortoise_sdk.reflex.shapes import Candidate
+    weights = [0.0] * len(ranker.FEATURES)
+    weights[ranker.FEATURES.index("gathers_neighbour")] = 1.0
+    monkeypatch.setattr(ranker, "weights", lambda: tuple(weights))
+    monkeypatch.setattr(tuning, "RANKER", True)
+    monkeypatch.setattr(tuning, "DIVERSIFY", False)
+    base = {"own": 1.0, "score": 1.0, "coverage": 0.5, "coverage_nb": 0.5, "on_day": 0.0, "spoken": 0.0,
+            "says_when": 0.0, "session": 0.0, "answers": 0.0, "asks": 0.0, "length": 8,
+            "key_term": 1.0, "time_words": 0.0, "from": None, "mult": 1.0}
+
+    def order(gathers: float) -> list[str]:
+        cands = [Candidate(key=k, kind="turn", text=k, score=1.0) for k in ("a", "b")]
+        raw = [{**base, "neighbour": 0.0, "gathers": gathers, "pos": ("s", 0)},
+               {**base, "neighbour": 0.5, "gathers": gathers, "pos": ("s", 1)}]
+        rows = ranker.features(raw)
+        assert [r[: -3] for r in rows] == [r[: -3] for r in ranker.features([{**x, "gathers": 0.0} for x in raw])]
+        assert all(r[-3:] == ([r[0], r[1], r[2]] if gathers and tuning.RANKER_GATHERS else [0.0] * 3) for r in rows)
+        return [c.key for c in ranker.rerank(cands, raw, lambda cs: cs)]
+
+    assert order(1.0) == ["b", "a"]
+    assert order(0.0) == ["a", "b"]
+    monkeypatch.setattr(tuning, "RANKER_GATHERS", False)
+    assert order(1.0) == ["a", "b"]
 
 
 @needs_locomo

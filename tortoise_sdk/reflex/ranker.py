@@ -19,7 +19,7 @@ from importlib import resources
 from . import tuning
 from .shapes import Candidate
 
-__all__ = ("FEATURES", "RECORD", "features", "listing", "rerank", "weights")
+__all__ = ("FEATURES", "RECORD", "features", "gathers", "listing", "rerank", "weights")
 
 #: The features, in the order of the weights. Scores are shares of the query's best, so they read
 #: alike whatever a query's terms weigh.
@@ -40,8 +40,15 @@ FEATURES = (
     "direct",         # its own words match (not only a neighbour's)
     "key_term",       # the weight of its heaviest own matched word, as a share of the query's heaviest
     "time_words",     # it says when (a date, a weekday, 'last week'), whatever the question
+    # A question that gathers (``gathers``: several things, or what two people share) wants turns from
+    # different days, each matching part of it: the first three again for such a question only, so it
+    # weighs a turn's own match, its neighbours' and its score its own way (0 for any other question).
+    "gathers_own",
+    "gathers_neighbour",
+    "gathers_score",
 )
 
+_GATHERS = re.compile(r"\b(both|how many|in common|share)\b", re.I)
 _LISTING = re.compile(r"^\W*(what|which)\s+(\w+\s+){0,3}?\w+s\s+(has|have|does|do|did)\b|"
                       r"\b(what|which) (kinds?|types?|sorts?) of\b", re.I)
 
@@ -66,16 +73,23 @@ def features(raw: Sequence[Mapping[str, Any]]) -> list[list[float]]:
     best_own = max(max(x["own"] for x in raw), 1e-9)
     best = max(max(x["score"] for x in raw), 1e-9)
     rank = {v: r for r, v in enumerate(sorted({x["score"] for x in raw}, reverse=True))}  # equal scores rank alike
-    return [[x["own"] / best_own, x["neighbour"] / best_own, x["score"] / best, 1 / (1 + rank[x["score"]]),
-             x["coverage"], x["coverage_nb"], x["spoken"], x["on_day"], x["says_when"], x["session"],
-             x["answers"], x["asks"], math.log1p(x["length"]), float(x["own"] > 0),
-             x["key_term"], x["time_words"]]
+    g = float(raw[0]["gathers"]) if tuning.RANKER_GATHERS else 0.0
+    return [[own := x["own"] / best_own, nb := x["neighbour"] / best_own, score := x["score"] / best,
+             1 / (1 + rank[x["score"]]), x["coverage"], x["coverage_nb"], x["spoken"], x["on_day"], x["says_when"],
+             x["session"], x["answers"], x["asks"], math.log1p(x["length"]), float(x["own"] > 0),
+             x["key_term"], x["time_words"], g * own, g * nb, g * score]
             for x in raw]
 
 
 def listing(query: str) -> bool:
     """The question asks for several things of a kind ("What writing classes has Maria taken?")."""
     return bool(_LISTING.search(query))
+
+
+def gathers(query: str) -> bool:
+    """The question gathers: it lists (``listing``), counts ("how many times...") or asks what two people
+    share ("What do Jon and Gina both like?"), so its answer is spread over several turns."""
+    return listing(query) or bool(_GATHERS.search(query))
 
 
 def rerank(cands: list[Candidate], raw: Sequence[Mapping[str, Any]],
@@ -117,13 +131,15 @@ def _alone(w: Sequence[float], rows: list[list[float]], raw: Sequence[Mapping[st
            which: Sequence[int]) -> dict[int, float]:
     """The learnt score of each candidate in ``which`` (those ``_greedy`` places) without what its best
     neighbour gives it (that neighbour placed already)."""
-    i_nb, i_score, i_cov, i_cov_nb = (FEATURES.index(f) for f in ("neighbour", "score", "coverage", "coverage_nb"))
+    i_nb, i_score, i_cov, i_cov_nb, i_g_nb, i_g_score = (FEATURES.index(f) for f in (
+        "neighbour", "score", "coverage", "coverage_nb", "gathers_neighbour", "gathers_score"))
     out = {}
     for i in which:
         row, x = rows[i], raw[i]
         alone = list(row)
-        alone[i_nb] = 0.0
+        alone[i_nb] = alone[i_g_nb] = 0.0
         alone[i_score] = row[i_score] * x["own"] * x["mult"] / x["score"] if x["score"] else 0.0
+        alone[i_g_score] = alone[i_score] if row[i_g_score] else 0.0
         alone[i_cov_nb] = row[i_cov]
         out[i] = _dot(w, alone)
     return out

@@ -44,6 +44,7 @@ __all__ = (
     "RECENCY_PER_TERM",
     "RECENCY_TERMS",
     "RANKER",
+    "RANKER_GATHERS",
     "RELATIVE_GATE",
     "RRF_K",
     "SESSION_BOOST",
@@ -112,6 +113,7 @@ ANSWER_SHARE = 1.0       # a turn inherits this much more of its previous turn's
 SUBJECT_SPEAKER = False  # off: of two speakers a question names, only its subject ("what did Jon tell Gina") speaks
 EXCHANGE_REPLIES = True   # in the block's top half, a turn that asks about the query's words brings its reply
 EXCHANGE_FILL = False     # off: a block shorter than its places is filled with the turns next to its turns
+RANKER_GATHERS = True     # the ranker's own weights for a question that gathers (ranker.gathers); off, they read 0
 RANKER = True             # the learnt order of ranker.json (benchmarks/train_reflex_ranker.py) replaces the hand-set one
 SLOT_WEIGHT = 0.4         # a present-tense question naming a kind of fact (slots.SLOTS) also seeks that kind's other words, at this share
 INSTANCE_WEIGHT = 0.5     # a category a listing question names ("activities") also seeks its instances ("hiking"), at this share
