@@ -334,6 +334,10 @@ SESSION_LENDS = [0.0, 0.1, 0.2]
 #: The second neighbours as first measured (both sides, whatever the turn between says), and the variant after it.
 BOTH_SIDES = {"SECOND_NEIGHBOUR_SIDE": "both", "SECOND_NEIGHBOUR_ASKS": False}
 AFTER_A_QUESTION = {"SECOND_NEIGHBOUR_SIDE": "after", "SECOND_NEIGHBOUR_ASKS": True}
+#: The methods tried over the kept ones, each off: the neutral start of --loo sets them so (a row switches one on),
+#: and the dev loop drops them from the record's choices, so its base is the shipped method.
+METHODS_OFF: dict[str, object] = {"INSTANCE_WEIGHT": 0.0, "SECOND_HOP": 0.0, "SECOND_NEIGHBOUR_SHARE": 0.0,
+                                  "SESSION_LEND": 0.0, "RANKER_GATHERS": False}
 _memo: dict[tuple[object, ...], list[float]] = {}
 #: Where each worker appends every evaluation it makes (one JSON line each), beside the cache file: a run
 #: stopped half way keeps what it measured, and the next run of the same code reads it back.
@@ -407,8 +411,7 @@ def _fold(job: tuple[str, list[str], str]) -> dict[str, object]:
     known = set(_memo)
     train = [s for s in stems if s != test]
     # The neutral start: every part off, category instances too (they ship on: their row below adds them).
-    off = {**{k: v[0] for k, v in LOO_GRID.items()}, "INSTANCE_WEIGHT": 0.0, "SECOND_HOP": 0.0, "SECOND_NEIGHBOUR_SHARE": 0.0,
-           "SESSION_LEND": 0.0, "RANKER_GATHERS": False}
+    off = {**{k: v[0] for k, v in LOO_GRID.items()}, **METHODS_OFF}
     chosen, fitted = _ascend(train, LOO_GRID, off)
     w_tuned, l2_tuned = _learn(train, chosen)
     w_shipped, l2_shipped = _learn(train, {})

@@ -2,7 +2,9 @@
 
 Each fold's constants and ranker penalty are not chosen again: they are read from the last
 ``bench_reflex_recall.py --loo`` record (docs/figures/bench_reflex_recall-loo.md, its "chosen" lines),
-which chose them on the three train conversations. The ranker is learnt on the three with them,
+which chose them on the three train conversations; the methods tried over them (category instances,
+the turn two after a question, the ranker's gathering weights...) keep their shipped values in
+``tuning``, so the base is the shipped method. The ranker is learnt on the three with them,
 then a method's constants (``--method``, each list's first value is off) are chosen on the three by
 coordinate ascent over that ranker, the ranker learnt again with them, and the fold read once on the
 fourth. It prints each fold, the mean of the folds and multi-hop. Not a record: a method that holds
@@ -10,12 +12,12 @@ here is then measured by ``--loo`` (add its row there), which chooses everything
 
 Usage::
 
-    .venv/bin/python benchmarks/dev_reflex_loo.py                      # the record's row, as a check
+    .venv/bin/python benchmarks/dev_reflex_loo.py                      # the shipped method, held out
     .venv/bin/python benchmarks/dev_reflex_loo.py --method '{"SECOND_HOP": [0.0, 0.3, 0.6, 1.0]}'
     .venv/bin/python benchmarks/dev_reflex_loo.py --fixed '{"CANDIDATES": 64}'   # set on every fold
-    .venv/bin/python benchmarks/dev_reflex_loo.py --where --fixed '{"INSTANCE_WEIGHT": 0.5}'
+    .venv/bin/python benchmarks/dev_reflex_loo.py --where
 
-``--where`` also says, held out, where each evidence turn of the record's row ends: in the block's
+``--where`` also says, held out, where each evidence turn of the base ends: in the block's
 five, in the candidate pool below them, or outside the pool (its stemmed words sharing one with the
 question's, or none: then no word-level method reaches it except through a neighbour), by category.
 
@@ -54,12 +56,14 @@ _CHOSEN = re.compile(r"without (\S+): .*?\(l2 \(([\d.e-]+), .*?; chosen (\{.*\})
 
 
 def recorded() -> dict[str, tuple[dict[str, object], float]]:
-    """Each held-out conversation's constants and ranker penalty, as the last --loo record chose them."""
+    """Each held-out conversation's constants and ranker penalty, as the last --loo record chose them; the
+    methods its neutral start switched off (``METHODS_OFF``) are left out, so they read as shipped."""
     out = {}
     for line in RECORD.read_text("utf-8").splitlines():
         m = _CHOSEN.search(line.strip())
         if m:
-            out[m.group(1)] = (ast.literal_eval(m.group(3)), float(m.group(2)))
+            chosen = {k: v for k, v in ast.literal_eval(m.group(3)).items() if k not in b.METHODS_OFF}
+            out[m.group(1)] = (chosen, float(m.group(2)))
     return out
 
 

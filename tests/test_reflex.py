@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import json
 import math
 import re
@@ -190,16 +191,22 @@ def test_present_tense_puts_the_later_follow_up_first(tmp_path, question):
         # ... and flagged: for this question, a later turn has said what changed.
         assert older.superseded and not block.pointers[0].superseded
         assert f'SUPERSEDED ({older.session_date[:10]}, ' in block.block
-        # Asked about the past, the older turn leads, unflagged, and the later one does not jump ahead.
-        past = ask(m, "where did I work in 2023?")
-        assert "Northwind Labs as a data engineer" in past.pointers[0].synopsis and not past.pointers[0].superseded
+        # Asked about the past, the older turns lead, unflagged, and the later one does not jump ahead. (The
+        # answer two turns after the team question, "I bike to work", may lead them: it follows the first up
+        # across a question, SECOND_NEIGHBOUR_SHARE; both are in the block.)
+        past = [p for p in ask(m, "where did I work in 2023?").pointers]
+        older = [p.synopsis for p in itertools.takewhile(lambda p: p.session_date.startswith("2023"), past)]
+        assert any("Northwind Labs as a data engineer" in s for s in older) and not past[0].superseded
 
 
 def test_present_tense_reorders_direct_matches_latest_first(tmp_path):
     later = "These days I work at Helix Health, the commute is a short walk."
     with _jobs(tmp_path, [{"role": "user", "content": later}]) as m:
         assert ask(m, "where do I work these days?").pointers[0].synopsis == later
-        assert "Northwind" in ask(m, "where do I work?").pointers[0].synopsis  # no present tense: best match first
+        # No present tense: best match first, the later turn after the older ones (the first of them may be
+        # the answer across the team question, SECOND_NEIGHBOUR_SHARE: "I bike to work").
+        said = [p.synopsis for p in ask(m, "where do I work?").pointers]
+        assert said.index(later) > min(i for i, s in enumerate(said) if "Northwind" in s)
 
 
 def test_present_tense_needs_a_later_turn_that_says_something_changed(tmp_path):
@@ -389,6 +396,9 @@ def test_an_asking_turn_brings_the_reply_that_answers_it(tmp_path, monkeypatch):
         m.capture("pad", [{"role": "user", "content": f"unrelated chatter number {i} about work"} for i in range(50)],
                   session_date="2023-07-09T10:00:00")
         question = "Which pottery glaze is the favourite?"
+        # The turn two after a question (SECOND_NEIGHBOUR_SHARE) reaches the same reply by another road: off, so
+        # this reads what the exchange alone does (tests/test_reflex_second_neighbours.py tests that road).
+        monkeypatch.setattr(tuning, "SECOND_NEIGHBOUR_SHARE", 0.0)
         monkeypatch.setattr(tuning, "EXCHANGE_REPLIES", False)
         plain = [p.synopsis for p in ask(m, question, budget=4).pointers]
         assert "Got any favourite pottery glaze?" in plain and "Same here! Tenmoku speaks to me." not in plain
@@ -404,6 +414,7 @@ def test_an_asking_turn_brings_the_reply_that_answers_it(tmp_path, monkeypatch):
 
 def test_an_asking_turn_brings_two_replies_at_most_and_none_from_the_window(tmp_path, monkeypatch):
     monkeypatch.setattr(tuning, "EXCHANGE_REPLIES", True)
+    monkeypatch.setattr(tuning, "SECOND_NEIGHBOUR_SHARE", 0.0)  # the exchange alone (see the test above)
     with Memory(str(tmp_path / "c.db"), namespace="c") as m:
         chain = ["Got any favourite pottery glaze?", "Celadon. What's yours?", "Tenmoku. What kiln do you use?",
                  "A gas kiln. What clay do you use?", "Stoneware. Any tips?", "Wedge it well."]
@@ -473,6 +484,7 @@ def test_a_short_block_is_filled_with_the_exchange_around_its_turns(tmp_path, mo
                          {"role": "user", "content": "Lovely.", "name": "Jon"}], session_date="2023-07-01T10:00:00")
         m.capture("pad", [{"role": "user", "content": f"unrelated chatter number {i} about work"} for i in range(50)],
                   session_date="2023-07-09T10:00:00")
+        monkeypatch.setattr(tuning, "SECOND_NEIGHBOUR_SHARE", 0.0)  # it finds the answer itself: the fill alone here
         monkeypatch.setattr(tuning, "EXCHANGE_FILL", False)
         plain = [p.synopsis for p in ask(m, "When did we go to the aquarium?", budget=5).pointers]
         assert len(plain) < 5 and "The jellyfish, they glowed in the dark" not in plain

@@ -130,7 +130,7 @@ SECOND_HOP_CANDIDATES = 16  # ... turns read for them (with their neighbours), i
 # Issue 25: the turn two after a candidate (in a two-party exchange, the same speaker's turn across the
 # other's question: "I took the kids to the museum" / "What did they like?" / "The dinosaurs!") joins the
 # pool and inherits a share of its score, as the next turns do.
-SECOND_NEIGHBOUR_SHARE = 0.0  # off: the share a turn inherits of the turn two before it
+SECOND_NEIGHBOUR_SHARE = 0.6  # the share a turn inherits of the turn two before it (0: off)
 SECOND_NEIGHBOUR_SIDE = "after"  # with it on, only the turn two after a candidate joins ("both": two before too)
 SECOND_NEIGHBOUR_ASKS = True     # ... and only across a turn that asks (a question mark in the turn between)
 # Issue 25: session-level evidence as a score. A session one of whose turns matches the question well
