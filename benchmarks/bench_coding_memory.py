@@ -168,7 +168,8 @@ def replay(spec: dict, name: str, work: Path, embedder: str | None = None, unbud
         return {"block": out["hookSpecificOutput"]["additionalContext"] if out else "", "why": why,
                 "words_only": words_only}
 
-    with Memory(db, namespace=name, embedder=model) as mem:
+    # The baseline checkout predates the embedder option: it is passed only when there is one.
+    with Memory(db, namespace=name, **({"embedder": model} if model is not None else {})) as mem:
         context = mem.context
         seen: list[Any] = []
 
