@@ -437,6 +437,9 @@ def _fold(job: tuple[str, list[str], str]) -> dict[str, object]:
     w_gath = _learn(train, gath)[0]
     gath_after, w_gath_after = _with_method(train, {**gath, **AFTER_A_QUESTION}, w_gath,
                                             {"SECOND_NEIGHBOUR_SHARE": SECOND_NEIGHBOUR_SHARES})
+    # ... and with the shipped share on every fold instead of the one its three choose.
+    forced = {**gath, **AFTER_A_QUESTION, "SECOND_NEIGHBOUR_SHARE": tuning.SECOND_NEIGHBOUR_SHARE}
+    w_forced = _learn(train, forced)[0]
     lent, w_lent = _with_method(train, {**chosen, **AFTER_A_QUESTION}, w_tuned,
                                 {"INSTANCE_WEIGHT": INSTANCE_WEIGHTS, "SECOND_NEIGHBOUR_SHARE": SECOND_NEIGHBOUR_SHARES,
                                  "SESSION_LEND": SESSION_LENDS})
@@ -457,6 +460,7 @@ def _fold(job: tuple[str, list[str], str]) -> dict[str, object]:
         "tuned+ranker+instances+gathers": _score([test], gath, w_gath),
         "tuned+ranker+instances+gathers+after": _score([test], gath_after, w_gath_after),
         "gath_after": gath_after["SECOND_NEIGHBOUR_SHARE"],
+        "tuned+ranker+instances+gathers+after-shipped": _score([test], forced, w_forced),
         "fitted+ranker": statistics.fmean(_score(train, chosen, w_tuned)),
         "memo": {k: v for k, v in _memo.items() if k not in known},
     }
@@ -520,6 +524,11 @@ def loo() -> int:
         _open(db, stems)
         shipped_w = ranker.weights()
         fitted_ranker = _score(stems, {}, shipped_w) if shipped_w else None
+        # The shipped share, chosen as each fold chose it but on all four (fitted): over the ranker learnt with it off.
+        without = {"SECOND_NEIGHBOUR_SHARE": 0.0}
+        w_all = tuple(train_reflex_ranker.fit([g for gs in _groups(stems, without).values() for g in gs]))
+        share_on_all = {v: statistics.fmean(_score(stems, {"SECOND_NEIGHBOUR_SHARE": v}, w_all))
+                        for v in SECOND_NEIGHBOUR_SHARES}
     rows = [("today's constants (chosen on conv-26, conv-30: those two folds are fitted)", "shipped"),
             ("constants chosen on the three", "tuned"),
             ("constants chosen on the three + ranker learnt on them", "tuned+ranker"),
@@ -533,7 +542,9 @@ def loo() -> int:
              "tuned+ranker+instances+after+lend"),
             ("constants + ranker chosen on the three, + instances + gathering weights", "tuned+ranker+instances+gathers"),
             ("constants + ranker chosen on the three, + instances + gathering + two after",
-             "tuned+ranker+instances+gathers+after")]
+             "tuned+ranker+instances+gathers+after"),
+            (f"the row before, the turn two after at the shipped {tuning.SECOND_NEIGHBOUR_SHARE} on every fold",
+             "tuned+ranker+instances+gathers+after-shipped")]
     print(f"LoCoMo leave-one-conversation-out: {len(stems)} folds, recall@{K} on the held-out conversation "
           f"(category 5 excluded; {took:.0f} s on 2 processes)\n")
     print(f"{'method':78s} " + " ".join(f"{s:>8s}" for s in stems) + f" {'mean':>7s} {'pooled':>7s}")
@@ -558,6 +569,9 @@ def loo() -> int:
     if fitted_ranker is not None:
         print(f"  shipped ranker.json (trained on all four, today's constants): "
               f"{statistics.fmean(fitted_ranker):.3f} pooled (fitted)")
+    print("  the turn two after a question's share on all four, today's constants, ranker learnt there with it off: "
+          + ", ".join(f"{v} {r:.4f}" for v, r in share_on_all.items())
+          + f" pooled (fitted; shipped {tuning.SECOND_NEIGHBOUR_SHARE})")
     return 0
 
 

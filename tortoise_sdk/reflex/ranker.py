@@ -40,7 +40,7 @@ FEATURES = (
     "direct",         # its own words match (not only a neighbour's)
     "key_term",       # the weight of its heaviest own matched word, as a share of the query's heaviest
     "time_words",     # it says when (a date, a weekday, 'last week'), whatever the question
-    # A question that gathers (``gathers``: several things, or what two people share) wants turns from
+    # A question that gathers (``gathers``: several things, or what two people have in common) wants turns from
     # different days, each matching part of it: the first three again for such a question only, so it
     # weighs a turn's own match, its neighbours' and its score its own way (0 for any other question).
     "gathers_own",
@@ -48,7 +48,7 @@ FEATURES = (
     "gathers_score",
 )
 
-_GATHERS = re.compile(r"\b(both|how many|in common|share)\b", re.I)
+_GATHERS = re.compile(r"\b(both|how many|in common)\b", re.I)
 _LISTING = re.compile(r"^\W*(what|which)\s+(\w+\s+){0,3}?\w+s\s+(has|have|does|do|did)\b|"
                       r"\b(what|which) (kinds?|types?|sorts?) of\b", re.I)
 
@@ -66,14 +66,15 @@ def weights() -> tuple[float, ...] | None:
     return tuple(float(w[f]) for f in FEATURES)
 
 
-def features(raw: Sequence[Mapping[str, Any]]) -> list[list[float]]:
-    """Each candidate's feature row from its raw values (``own``, ``neighbour``, ``score``, ``coverage``...)."""
+def features(raw: Sequence[Mapping[str, Any]], gathers: bool = False) -> list[list[float]]:
+    """Each candidate's feature row from its raw values (``own``, ``neighbour``, ``score``, ``coverage``...);
+    ``gathers`` says the question gathers (the ``gathers_*`` features read 0 otherwise)."""
     if not raw:
         return []
     best_own = max(max(x["own"] for x in raw), 1e-9)
     best = max(max(x["score"] for x in raw), 1e-9)
     rank = {v: r for r, v in enumerate(sorted({x["score"] for x in raw}, reverse=True))}  # equal scores rank alike
-    g = float(raw[0]["gathers"]) if tuning.RANKER_GATHERS else 0.0
+    g = float(gathers and tuning.RANKER_GATHERS)
     return [[own := x["own"] / best_own, nb := x["neighbour"] / best_own, score := x["score"] / best,
              1 / (1 + rank[x["score"]]), x["coverage"], x["coverage_nb"], x["spoken"], x["on_day"], x["says_when"],
              x["session"], x["answers"], x["asks"], math.log1p(x["length"]), float(x["own"] > 0),
@@ -88,18 +89,21 @@ def listing(query: str) -> bool:
 
 def gathers(query: str) -> bool:
     """The question gathers: it lists (``listing``), counts ("how many times...") or asks what two people
-    share ("What do Jon and Gina both like?"), so its answer is spread over several turns."""
+    have in common ("What do Jon and Gina both like?"), so its answer is spread over several turns.
+    ("share" is not a sign: most questions use it as a verb, "when did Joanna share her book?")"""
     return listing(query) or bool(_GATHERS.search(query))
 
 
 def rerank(cands: list[Candidate], raw: Sequence[Mapping[str, Any]],
-           then: Callable[[list[Candidate]], list[Candidate]], spread: bool = False) -> list[Candidate]:
+           then: Callable[[list[Candidate]], list[Candidate]], spread: bool = False,
+           gathers: bool = False) -> list[Candidate]:
     """``cands`` (best first by the hand-set score) in the learnt order when ``tuning.RANKER`` is on and
     the weights load; otherwise ``then(cands)``, the hand-set order's next step. With ``spread`` (a
     listing question) a turn loses ``LIST_SPREAD`` of its weight per turn of its session placed before
-    it: the things a listing question asks for were said on different days."""
+    it: the things a listing question asks for were said on different days. ``gathers``: the question
+    gathers (``gathers``), so the ``gathers_*`` features count."""
     w = weights() if tuning.RANKER or RECORD is not None else None
-    rows = features(raw) if w is not None or RECORD is not None else []
+    rows = features(raw, gathers) if w is not None or RECORD is not None else []
     if RECORD is not None:
         RECORD.append(([(c.hit.external_id if c.hit else None) or c.key for c in cands], rows))
     if not tuning.RANKER or w is None or not cands:

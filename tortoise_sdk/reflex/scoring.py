@@ -115,7 +115,6 @@ def score_turns(r: Reading, terms: list[Term], content_terms: list[Term], query:
         for (sid, _), (sc, _) in own.items():
             lend[sid] = max(lend.get(sid, 0.0), sc)
     heaviest = max(weights.values(), default=0.0) or 1.0
-    gathers = float(ranker.gathers(query))
     cands = []
     raw: dict[str, dict[str, float]] = {}  # the learnt ranker's inputs (ranker.features), by turn
     for key, h in by_pos.items():
@@ -161,7 +160,7 @@ def score_turns(r: Reading, terms: list[Term], content_terms: list[Term], query:
             "asks": float(h.content.rstrip().endswith("?")), "length": r.tokens[h.turn_id][1],
             "key_term": max((weights[s] for s in matched), default=0.0) / heaviest,
             "time_words": float(says_when or says_time(h.content)),
-            "gathers": gathers, "pos": key, "from": nb_from, "mult": mult}
+            "pos": key, "from": nb_from, "mult": mult}
         cands.append(Candidate(key=h.turn_id, kind="turn", text=h.content, hit=h, score=ctx, own=score,
                                matched=matched, mult=mult, nb_only=(nb_matched - matched) if best_nb else set(), answers=answers,
                                says_when=says_when, spoken=spoken))
@@ -171,7 +170,7 @@ def score_turns(r: Reading, terms: list[Term], content_terms: list[Term], query:
         cands = [c for c in cands if c.score >= floor]
     return ranker.rerank(cands, [raw[c.key] for c in cands],
                          lambda cs: diversify(cs, own, asks) if tuning.DIVERSIFY or tuning.SESSION_SPREAD else cs,
-                         spread=ranker.listing(query))
+                         spread=ranker.listing(query), gathers=ranker.gathers(query))
 
 
 def _shares(pos: tuple[str, int], asks: frozenset[tuple[str, int]]) -> tuple[tuple[int, float], ...]:
