@@ -75,11 +75,13 @@ def features(raw: Sequence[Mapping[str, Any]], gathers: bool = False) -> list[li
     best = max(max(x["score"] for x in raw), 1e-9)
     rank = {v: r for r, v in enumerate(sorted({x["score"] for x in raw}, reverse=True))}  # equal scores rank alike
     g = float(gathers and tuning.RANKER_GATHERS)
-    return [[own := x["own"] / best_own, nb := x["neighbour"] / best_own, score := x["score"] / best,
-             1 / (1 + rank[x["score"]]), x["coverage"], x["coverage_nb"], x["spoken"], x["on_day"], x["says_when"],
-             x["session"], x["answers"], x["asks"], math.log1p(x["length"]), float(x["own"] > 0),
-             x["key_term"], x["time_words"], g * own, g * nb, g * score]
-            for x in raw]
+    rows = []
+    for x in raw:
+        own, nb, score = x["own"] / best_own, x["neighbour"] / best_own, x["score"] / best
+        rows.append([own, nb, score, 1 / (1 + rank[x["score"]]), x["coverage"], x["coverage_nb"], x["spoken"],
+                     x["on_day"], x["says_when"], x["session"], x["answers"], x["asks"], math.log1p(x["length"]),
+                     float(x["own"] > 0), x["key_term"], x["time_words"], g * own, g * nb, g * score])
+    return rows
 
 
 def listing(query: str) -> bool:
