@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 from locomo import SKIP_REASON, load_questions, load_sessions, locomo_files  # noqa: E402
 
 from tortoise_sdk import Memory  # noqa: E402
-from tortoise_sdk.reflex import ranker  # noqa: E402
+from tortoise_sdk.reflex import ranker, tuning  # noqa: E402
 
 K = 5
 L2 = 1e-3       # penalty on the weights, per question: what --loo chose inside the train conversations in 7 of 8 fits
@@ -45,9 +45,14 @@ Group = tuple[np.ndarray, np.ndarray]  # one question's feature rows and their l
 
 
 def record(mem: Memory, questions: Sequence[object]) -> list[Group]:
-    """One group per question whose candidates hold both evidence and other turns."""
+    """One group per question whose candidates hold both evidence and other turns.
+
+    The reflex orders its turns in the hand-set order while recording: a second scoring pass (the
+    second hop) reads the first pass's top turns, and with the learnt order those would depend on the
+    weights shipped before (trained on every conversation, a held-out one included)."""
     groups: list[Group] = []
     ranker.RECORD = []
+    learnt, tuning.RANKER = tuning.RANKER, False
     try:
         for q in questions:
             ranker.RECORD.clear()
@@ -60,6 +65,7 @@ def record(mem: Memory, questions: Sequence[object]) -> list[Group]:
                 groups.append((np.array(rows, dtype=float), y))
     finally:
         ranker.RECORD = None
+        tuning.RANKER = learnt
     return groups
 
 
