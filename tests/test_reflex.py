@@ -921,17 +921,26 @@ def test_ranker_training_is_deterministic_and_learns_the_signal():
     assert max(range(4), key=lambda i: w[i]) == 2
 
 
+def _weighing(monkeypatch, *features: str) -> None:
+    """The learnt ranker weighs only ``features``, each at 1."""
+    from tortoise_sdk.reflex import ranker
+    weights = tuple(1.0 if f in features else 0.0 for f in ranker.FEATURES)
+    monkeypatch.setattr(ranker, "weights", lambda: weights)
+
+
+def _raw(**values: object) -> dict[str, object]:
+    """A candidate's raw ranker inputs (what scoring.score_turns computes), plain unless ``values`` say otherwise."""
+    return {"own": 1.0, "neighbour": 0.0, "score": 1.0, "coverage": 0.5, "coverage_nb": 0.5, "spoken": 0.0,
+            "on_day": 0.0, "says_when": 0.0, "session": 0.0, "answers": 0.0, "asks": 0.0, "length": 8,
+            "key_term": 1.0, "time_words": 0.0, "from": None, "mult": 1.0, **values}
+
+
 def test_rerank_orders_by_the_learnt_weights(monkeypatch):
     from tortoise_sdk.reflex import ranker
     from tortoise_sdk.reflex.shapes import Candidate
-    weights = [0.0] * len(ranker.FEATURES)
-    weights[ranker.FEATURES.index("spoken")] = 1.0
-    monkeypatch.setattr(ranker, "weights", lambda: tuple(weights))
-    base = {"own": 1.0, "neighbour": 0.0, "score": 1.0, "coverage": 0.5, "coverage_nb": 0.5, "on_day": 0.0,
-            "says_when": 0.0, "session": 0.0, "answers": 0.0, "asks": 0.0, "length": 8,
-            "key_term": 1.0, "time_words": 0.0, "from": None, "mult": 1.0}
+    _weighing(monkeypatch, "spoken")
     cands = [Candidate(key=k, kind="turn", text=k, score=s) for k, s in (("a", 3.0), ("b", 2.0))]
-    raw = [{**base, "score": 3.0, "spoken": 0.0, "pos": ("s", 0)}, {**base, "score": 2.0, "spoken": 1.0, "pos": ("s", 1)}]
+    raw = [_raw(score=3.0, spoken=0.0, pos=("s", 0)), _raw(score=2.0, spoken=1.0, pos=("s", 1))]
     monkeypatch.setattr(tuning, "RANKER", True)
     assert [c.key for c in ranker.rerank(list(cands), raw, lambda cs: cs)] == ["b", "a"]
     monkeypatch.setattr(tuning, "RANKER", False)
@@ -959,18 +968,13 @@ def test_a_question_that_gathers_has_its_own_weights(monkeypatch):
     so weights on them reorder such a question's turns only (and none with RANKER_GATHERS off)."""
     from tortoise_sdk.reflex import ranker
     from tortoise_sdk.reflex.shapes import Candidate
-    weights = [0.0] * len(ranker.FEATURES)
-    weights[ranker.FEATURES.index("gathers_neighbour")] = 1.0
-    monkeypatch.setattr(ranker, "weights", lambda: tuple(weights))
+    _weighing(monkeypatch, "gathers_neighbour")
     monkeypatch.setattr(tuning, "RANKER", True)
     monkeypatch.setattr(tuning, "DIVERSIFY", False)
-    base = {"own": 1.0, "score": 1.0, "coverage": 0.5, "coverage_nb": 0.5, "on_day": 0.0, "spoken": 0.0,
-            "says_when": 0.0, "session": 0.0, "answers": 0.0, "asks": 0.0, "length": 8,
-            "key_term": 1.0, "time_words": 0.0, "from": None, "mult": 1.0}
 
     def order(gathers: bool) -> list[str]:
         cands = [Candidate(key=k, kind="turn", text=k, score=1.0) for k in ("a", "b")]
-        raw = [{**base, "neighbour": 0.0, "pos": ("s", 0)}, {**base, "neighbour": 0.5, "pos": ("s", 1)}]
+        raw = [_raw(neighbour=0.0, pos=("s", 0)), _raw(neighbour=0.5, pos=("s", 1))]
         rows = ranker.features(raw, gathers)
         assert [r[: -3] for r in rows] == [r[: -3] for r in ranker.features(raw)]
         assert all(r[-3:] == ([r[0], r[1], r[2]] if gathers and tuning.RANKER_GATHERS else [0.0] * 3) for r in rows)
@@ -1009,16 +1013,12 @@ def test_a_turn_placed_after_its_neighbour_keeps_no_gathering_share_of_it(monkey
     from tortoise_sdk.reflex.shapes import Candidate
     monkeypatch.setattr(tuning, "RANKER", True)
     monkeypatch.setattr(tuning, "DIVERSIFY", True)
-    base = {"coverage": 0.5, "coverage_nb": 0.5, "on_day": 0.0, "spoken": 0.0, "says_when": 0.0, "session": 0.0,
-            "answers": 0.0, "asks": 0.0, "length": 8, "key_term": 1.0, "time_words": 0.0, "mult": 1.0}
     # "a" leads on its own; "b" scores high only through a (its neighbour); "c" a little on its own.
-    raw = [{**base, "own": 1.0, "neighbour": 0.0, "score": 1.0, "pos": ("s", 0), "from": None},
-           {**base, "own": 0.1, "neighbour": 0.8, "score": 0.9, "pos": ("s", 1), "from": ("s", 0)},
-           {**base, "own": 0.45, "neighbour": 0.0, "score": 0.45, "pos": ("s", 5), "from": None}]
+    raw = [_raw(own=1.0, neighbour=0.0, score=1.0, pos=("s", 0)),
+           _raw(own=0.1, neighbour=0.8, score=0.9, pos=("s", 1), **{"from": ("s", 0)}),
+           _raw(own=0.45, neighbour=0.0, score=0.45, pos=("s", 5))]
     for feature in ("gathers_neighbour", "gathers_score"):
-        weights = [0.0] * len(ranker.FEATURES)
-        weights[ranker.FEATURES.index("own")] = weights[ranker.FEATURES.index(feature)] = 1.0
-        monkeypatch.setattr(ranker, "weights", lambda w=tuple(weights): w)
+        _weighing(monkeypatch, "own", feature)
         cands = [Candidate(key=k, kind="turn", text=k, score=x["score"]) for k, x in zip("abc", raw)]
         # The learnt order is a, b, c; placed after a, b keeps nothing of a's share, so c goes before it.
         assert [c.key for c in ranker.rerank(cands, raw, lambda cs: cs, gathers=True)] == ["a", "c", "b"], feature

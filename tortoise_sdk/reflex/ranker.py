@@ -102,8 +102,8 @@ def rerank(cands: list[Candidate], raw: Sequence[Mapping[str, Any]],
     """``cands`` (best first by the hand-set score) in the learnt order when ``tuning.RANKER`` is on and
     the weights load; otherwise ``then(cands)``, the hand-set order's next step. With ``spread`` (a
     listing question) a turn loses ``LIST_SPREAD`` of its weight per turn of its session placed before
-    it: the things a listing question asks for were said on different days. ``gathers``: the question
-    gathers (``gathers``), so the ``gathers_*`` features count."""
+    it: the things a listing question asks for were said on different days. With ``gathers`` (the
+    question gathers, see ``gathers()``) the ``gathers_*`` features count; otherwise they read 0."""
     w = weights() if tuning.RANKER or RECORD is not None else None
     rows = features(raw, gathers) if w is not None or RECORD is not None else []
     if RECORD is not None:
