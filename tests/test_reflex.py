@@ -1152,12 +1152,13 @@ def test_the_collector_is_resumed_by_the_block_that_paused_it_while_another_is_b
 # -- a question asked before and not answered then --------------------------------------------------
 
 
-def _asked_before(tmp_path, reply: str) -> Memory:
+def _asked_before(tmp_path, reply: str, sized: bool = True) -> Memory:
     mem = Memory(str(tmp_path / "asked.db"), namespace="me")
     chat = [f"Week {i}: the {w} project moved along, and the {v} review went fine." for i, (w, v) in
             enumerate(zip(["roof", "garden", "kitchen", "fence", "attic", "porch"] * 10, ["budget", "design", "plan"] * 20))]
-    mem.capture("s0", [{"role": "user" if i % 2 == 0 else "assistant", "content": t} for i, t in enumerate(chat)],
-                session_date="2023-12-01T10:00:00")  # a store of some size: no word of the question is common in it
+    if sized:  # a store of some size: no word of the question is common in it
+        mem.capture("s0", [{"role": "user" if i % 2 == 0 else "assistant", "content": t} for i, t in enumerate(chat)],
+                    session_date="2023-12-01T10:00:00")
     mem.capture("s1", [
         {"role": "user", "content": "I finally cleaned the garage this weekend."},
         {"role": "assistant", "content": "That must feel good. What did you find in there?"},
@@ -1173,14 +1174,29 @@ def _asked_before(tmp_path, reply: str) -> Memory:
     return mem
 
 
+@pytest.mark.parametrize("sized", [True, False], ids=["store-of-some-size", "eight-turn-store"])
 @pytest.mark.parametrize("reply", ["Sorry, I don't know.", "I'm not sure, sorry!", "No idea, I can't remember."])
-def test_a_question_that_got_a_non_answer_does_not_hide_the_turn_that_said_the_fact(tmp_path, reply):
+def test_a_question_that_got_a_non_answer_does_not_hide_the_turn_that_said_the_fact(tmp_path, reply, sized):
     """Reviewer's case: once a question got "Sorry, I don't know.", asking it again led with that
-    exchange and the gate dropped the turn that said the fact (it shares fewer of the question's words)."""
-    with _asked_before(tmp_path, reply) as mem:
+    exchange and the gate dropped the turn that said the fact (it shares fewer of the question's words).
+    In a small store (a user's first days) the fact's word ("dog", in 2 of 8 turns) must still be searched:
+    pruned as common, only the unanswered question was read, and the block came back empty."""
+    with _asked_before(tmp_path, reply, sized) as mem:
         texts = [p.synopsis for p in ask(mem, "what breed is my dog?", budget=5).pointers]
     assert any("beagle" in t for t in texts), texts
     assert not any(t in (reply, "What breed is my dog again?") for t in texts), texts
+
+
+def test_a_fact_said_once_survives_its_question_asked_again_unanswered_in_a_four_turn_store(tmp_path):
+    """Reviewer's case, as a user's first sessions: the fact shares one word ("dog") with the question, the
+    question asked again shares both and got no answer; the block must still hold the fact."""
+    with Memory(str(tmp_path / "four.db"), namespace="me") as mem:
+        mem.append("monday", [{"role": "user", "content": "My dog Biscuit is a two-year-old beagle."},
+                              {"role": "assistant", "content": "Noted."}])
+        mem.append("friday", [{"role": "user", "content": "What breed is my dog again?"},
+                              {"role": "assistant", "content": "Sorry, I don't know."}])
+        texts = [p.synopsis for p in ask(mem, "What breed is my dog?", budget=8).pointers]
+    assert texts[:1] == ["My dog Biscuit is a two-year-old beagle."], texts
 
 
 def test_a_question_that_got_an_answer_still_counts(tmp_path):

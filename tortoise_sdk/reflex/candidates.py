@@ -43,8 +43,9 @@ def turn_pool(r: Reading, terms: list[Term], extra: list[Term] = ()
 
 
 def searched_terms(r: Reading, content_terms: list[Term]) -> list[Term]:
-    """The terms the full-text query searches: the strongest ``MAX_QUERY_TERMS`` of those not too common."""
-    common = max(1, int(r.n_docs * tuning.MAX_DF_SHARE)) if r.n_docs else None
+    """The terms the full-text query searches: the strongest ``MAX_QUERY_TERMS`` of those not too common (in more
+    than ``MAX_DF_SHARE`` of the turns; in a small store, past ``COMMON_DF_FLOOR`` turns, as the other reads)."""
+    common = max(tuning.COMMON_DF_FLOOR, int(r.n_docs * tuning.MAX_DF_SHARE)) if r.n_docs else None
     picked = [t for t in content_terms if common is None or t.df <= common] or content_terms
     return picked[: tuning.MAX_QUERY_TERMS]
 
