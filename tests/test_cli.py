@@ -197,3 +197,7 @@ def test_memories_show_their_category_and_filter_on_it(tmp_path: Path, capsys: p
     assert code == 0 and "{health}" in out and "{work}" in out and len(out.splitlines()) == 3
     code, out, _ = run(capsys, "memories", "--db", db, "--category", "Health")
     assert code == 0 and out.splitlines() == [line for line in out.splitlines() if "peanuts" in line] and out
+    # A category no memory is filed under (a typo, or nothing filed yet) is named as such, with those in use.
+    code, out, err = run(capsys, "memories", "--db", db, "--category", "helth")
+    assert code == 0 and out == "" and "no memory here is filed under 'helth'; categories in use: health, work" in err
+    assert "capture with a model" not in err

@@ -107,20 +107,30 @@ def _register_namespaces(sub: argparse._SubParsersAction) -> None:
 def _cmd_memories(args: argparse.Namespace) -> int:
     def read(mem: Any) -> list[Any]:
         records = mem.memories(args.session, include_superseded=args.all)
-        wanted = args.category.casefold() if args.category else None
-        return [m for m in records if wanted is None or (m.category or "").casefold() == wanted]
+        if not args.category:
+            return records
+        wanted = args.category.casefold()
+        kept = [m for m in records if (m.category or "").casefold() == wanted]
+        if records and not kept:  # not "no memories": there are some, none filed under it (a typo, or not yet)
+            filed = sorted({m.category for m in records if m.category})
+            print(f"no memory here is filed under {args.category!r}; categories in use: "
+                  f"{', '.join(filed) if filed else 'none (a host files memories with Memory(categories=[...]))'}",
+                  file=sys.stderr)
+            said.append(True)
+        return kept
 
-    return run_and_print(args, read, _print_memories, empty_hint=True)
+    said: list[bool] = []
+    return run_and_print(args, read, lambda records: _print_memories(records, hint=not said), empty_hint=True)
 
 
-def _print_memories(records: list[Any]) -> None:
+def _print_memories(records: list[Any], hint: bool = True) -> None:
     for m in records:
         status = "" if m.status == "live" else f" ({m.status})"
         when = f" [{m.when}]" if m.when else ""
         sure = "" if m.confidence is None else f" (confidence {m.confidence:.2f})"
         filed = f" {{{m.category}}}" if m.category else ""
         print(f"{m.id}  {m.kind}{filed}{status}{when}{sure}: {m.content}")
-    if not records:
+    if not records and hint:
         print("no memories (capture with a model configured, or run `tortoise extract SESSION`)", file=sys.stderr)
 
 
