@@ -243,6 +243,17 @@ def test_create_false_opens_only_an_existing_database(tmp_path):
         assert mem.sessions() == []
 
 
+def test_a_sqlite_url_is_relative_after_three_slashes_and_absolute_after_four(tmp_path, monkeypatch):
+    # As SQLAlchemy reads it (a reviewer expected sqlite:///tmp/x.db to be absolute: the docs now say which is which).
+    monkeypatch.chdir(tmp_path)
+    with Memory("sqlite:///rel.db") as mem:
+        mem.capture("s", [{"role": "user", "content": "hi"}])
+    with Memory(f"sqlite:///{tmp_path / 'abs.db'}") as mem:  # tmp_path starts with "/": four slashes
+        mem.capture("s", [{"role": "user", "content": "hi"}])
+    assert (tmp_path / "rel.db").exists() and (tmp_path / "abs.db").exists()
+    assert sorted(p.name for p in tmp_path.iterdir() if p.suffix == ".db") == ["abs.db", "rel.db"]
+
+
 def test_a_file_that_is_not_a_database_is_refused_and_left_untouched(tmp_path):
     notes = tmp_path / "dir" / "notes.db"
     notes.parent.mkdir()

@@ -49,7 +49,7 @@ def _register_migrate_store(sub: argparse._SubParsersAction) -> None:
                        description="Copies every namespace, turn, receipt, memory and job, ids kept, in one "
                                    "transaction. Example: tortoise migrate-store ~/.tortoise/memory.db "
                                    "postgresql://app@db.internal/tortoise")
-    p.add_argument("src", help="SQLite path (or sqlite:///path)")
+    p.add_argument("src", help="SQLite path (or URL: sqlite:///relative.db, sqlite:////absolute.db)")
     p.add_argument("dst", help="postgresql:// URL of an empty database")
     p.add_argument("--json", action="store_true", help="print the copy report as JSON")
     p.set_defaults(handler=_cmd_migrate_store)

@@ -16,11 +16,20 @@ from ..errors import ConfigError, NotFoundError
 from .base import Store
 from .deadline import DEFAULT_STORE_TIMEOUT_S
 
-__all__ = ("Store", "open_store")
+__all__ = ("Store", "open_store", "sqlite_path")
+
+#: The scheme of a SQLite URL: ``sqlite:///memory.db`` is relative, ``sqlite:////home/me/memory.db``
+#: absolute (the path is what follows the third slash, as in SQLAlchemy).
+SQLITE_SCHEME = "sqlite:///"
+
+
+def sqlite_path(url: str) -> str:
+    """The file path a SQLite path or ``sqlite:///`` URL names (``sqlite:////abs.db`` is ``/abs.db``)."""
+    return url[len(SQLITE_SCHEME):] if url.startswith(SQLITE_SCHEME) else url
 
 
 def open_store(url: str, *, create: bool = True, timeout_s: float | None = DEFAULT_STORE_TIMEOUT_S) -> Store:
-    """Open the store a path or URL names: ``postgresql://...`` or a SQLite path / ``sqlite:///path``.
+    """Open the store a path or URL names: ``postgresql://...``, or a SQLite path or URL (``sqlite_path``).
 
     ``timeout_s`` bounds each store call (``StoreTimeout`` past it); None for no bound.
 
@@ -37,12 +46,12 @@ def open_store(url: str, *, create: bool = True, timeout_s: float | None = DEFAU
         return PostgresStore(url, timeout_s=timeout_s)
     from .sqlite import SQLiteStore
 
-    if url.startswith("sqlite:///"):
-        url = url[len("sqlite:///") :]
+    if url.startswith(SQLITE_SCHEME):
+        url = sqlite_path(url)
     elif re.match(r"^[A-Za-z][\w+.-]*://", url):
         raise ConfigError(
             f"unsupported database URL scheme in {url.split('://')[0]}://...; use a SQLite path, "
-            "sqlite:///path or postgresql://user@host/db"
+            "sqlite:///relative.db, sqlite:////absolute/path.db or postgresql://user@host/db"
         )
     if not create and url != ":memory:" and not Path(url).expanduser().exists():
         raise NotFoundError(f"no database at {url} (nothing was created)")

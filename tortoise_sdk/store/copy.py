@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import ConfigError, StoreError
+from . import sqlite_path
 
 if TYPE_CHECKING:
     import psycopg
@@ -54,7 +55,7 @@ def copy_store(src: str, dst: str, *, progress: Callable[[str, int], None] | Non
     """Copy the SQLite memory at ``src`` into the empty PostgreSQL database at ``dst``.
 
     Args:
-        src: a SQLite path or ``sqlite:///path``.
+        src: a SQLite path or URL (``sqlite:///relative.db``, ``sqlite:////absolute.db``).
         dst: a ``postgresql://`` URL; its tortoise tables must be empty.
         progress: called with ``(table, rows)`` after each table.
 
@@ -68,8 +69,7 @@ def copy_store(src: str, dst: str, *, progress: Callable[[str, int], None] | Non
     from .postgres.store import PostgresStore, redact_url
     from .sqlite.store import SQLiteStore
 
-    if src.startswith("sqlite:///"):
-        src = src[len("sqlite:///"):]
+    src = sqlite_path(src)
     if src.startswith(("postgresql://", "postgres://")):
         raise ConfigError("migrate-store copies a SQLite memory into PostgreSQL: SRC must be a SQLite path")
     if not dst.startswith(("postgresql://", "postgres://")):
