@@ -189,7 +189,9 @@ CONSTRUCTOR = [(field, value) for field in ("max_turns_per_capture", "chunk_turn
     (field, value) for field in ("idle_s", "breaker_s", "job_retry_s", "store_timeout_s")
     for value in ("5", math.nan, math.inf, -1, True)] + [("db", 5), ("db", b"m.db")] + [
     # a model that is not a name was accepted and failed only at the first capture ("extraction crashed")
-    ("model", 5), ("model", "   "), ("model", ["openai/gpt-4o-mini"]), ("api_base", 5), ("api_key", 5)]
+    ("model", 5), ("model", "   "), ("model", ["openai/gpt-4o-mini"]), ("api_base", 5), ("api_key", 5),
+    # "" was let through: model="" then fell back to $TORTOISE_MODEL without a word
+    ("model", ""), ("api_base", ""), ("api_key", "")]
 
 
 @pytest.mark.parametrize(("field", "value"), CONSTRUCTOR, ids=[f"{f}={v!r}" for f, v in CONSTRUCTOR])

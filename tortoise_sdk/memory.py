@@ -53,7 +53,7 @@ from .models import (
 from . import reflex
 from .reflex.semantic import fuse_hits
 from .search import MAX_SEARCH_K, content_terms, rank_hits
-from .store import Store, open_store
+from .store import Store, open_store, sqlite_path
 from .store.deadline import DEFAULT_STORE_TIMEOUT_S
 from .store.forget import HASHED_FOLLOW
 from .validate import (
@@ -110,8 +110,8 @@ class Memory:
         hits = mem.search("where does she work")
 
     Args:
-        db: a SQLite path, ``sqlite:///path`` or ``postgresql://...`` URL; default
-            ``$TORTOISE_DB``, else ``~/.tortoise/memory.db``.
+        db: a SQLite path or URL (``sqlite:///relative.db``, ``sqlite:////absolute.db``), or a
+            ``postgresql://...`` URL; default ``$TORTOISE_DB``, else ``~/.tortoise/memory.db``.
         namespace: every read and write is confined to it.
         max_turns_per_capture: the largest ``capture`` accepted in one call.
         model: the litellm model that extracts memories (e.g. ``openai/gpt-4o-mini``);
@@ -214,7 +214,7 @@ class Memory:
         for field, value, example in (("model", model, "'openai/gpt-4o-mini'"),
                                       ("api_base", api_base, "'http://localhost:11434/v1'"),
                                       ("api_key", api_key, "os.environ['OPENAI_API_KEY']")):
-            if value is not None and (not isinstance(value, str) or (value and not value.strip())):
+            if value is not None and (not isinstance(value, str) or not value.strip()):
                 shown = f"a blank {type(value).__name__}" if isinstance(value, str) else type(value).__name__
                 raise ConfigError(f"{field} must be a non-blank string, e.g. {field}={example}, or None; got {shown}",
                                   field=field)
@@ -1501,9 +1501,7 @@ def state_dir(db: str | None = None) -> Path:
     url = db or default_db_path()
     if url.startswith(("postgresql://", "postgres://")):
         return Path.home() / ".tortoise"
-    if url.startswith("sqlite:///"):
-        url = url[len("sqlite:///"):]
-    return Path(url).expanduser().absolute().parent
+    return Path(sqlite_path(url)).expanduser().absolute().parent
 
 
 def _refuse_open_database(path: str | os.PathLike[str]) -> None:
