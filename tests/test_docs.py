@@ -43,6 +43,14 @@ def test_every_relative_link_points_at_a_file(page):
     assert not missing, f"{page.relative_to(REPO)} links to missing files: {missing}"
 
 
+def test_every_docs_page_the_code_sends_a_user_to_exists():
+    # `tortoise forget` sent users to "the README, Forgetting", a section the README no longer has.
+    code = [p for d in ("tortoise_sdk", "adapters") for p in sorted((REPO / d).rglob("*.py"))]
+    named = {m for p in code for m in re.findall(r"\bdocs/[\w/-]+\.md\b", p.read_text(encoding="utf-8"))}
+    assert "docs/forgetting.md" in named and not [n for n in named if not (REPO / n).exists()], named
+    assert not [p for p in code if "see the README," in p.read_text(encoding="utf-8")]
+
+
 def _snippets() -> list[tuple[str, str]]:
     return [(f"{p.relative_to(REPO)}#{i}", code) for p in PAGES for i, code in enumerate(SNIPPET.findall(
         p.read_text(encoding="utf-8")))]

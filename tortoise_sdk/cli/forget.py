@@ -67,7 +67,7 @@ def _print_report(report: Any, subject: str, target: str) -> None:
     print(f"forgot {subject} {target}: removed {removed}; tombstone {report.tombstone_id}")
     if report.updated:
         print("kept but changed: " + ", ".join(f"{n} {table}" for table, n in report.updated.items()))
-    print("deleted data can stay in database files until `tortoise vacuum` (see the README, Forgetting)")
+    print("deleted data can stay in database files until `tortoise vacuum` (see docs/forgetting.md)")
 
 
 def _cmd_vacuum(args: argparse.Namespace) -> int:
