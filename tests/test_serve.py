@@ -99,10 +99,11 @@ def test_every_route_answers_with_its_model(api: TestClient, db: Path, method: s
                                             kwargs: dict[str, Any]) -> None:
     for token in (ADMIN, DEMO):
         answer = call(api, method, path, kwargs, db, headers=auth(token))
-        if path == "/flush":  # no model configured: the SDK's one-line message, a 400
+        if path == "/flush":  # no model configured: a 400 that says how to give the server one
             assert answer.status_code == 400, answer.text
-            assert answer.json() == {"error": "ConfigError", "field": "model",
-                                     "message": "no model configured (set TORTOISE_MODEL or Memory(model=...))"}
+            assert answer.json() == {"error": "ConfigError", "field": "model", "message": (
+                "no model configured on this server: start it with `tortoise serve --model MODEL` "
+                "(e.g. --model openai/gpt-4o-mini) or set TORTOISE_MODEL")}
             continue
         assert answer.status_code == 200, answer.text
         doc = answer.json()

@@ -28,11 +28,11 @@ from ...errors import (
     StoreTimeout,
     TortoiseError,
 )
-from ...memory import Memory
+from ...memory import NO_MODEL_REASON, Memory
 from . import api, inspector
 from .auth import Denied, MemoryPool, ServeSettings, is_loopback
 
-__all__ = ("build_app", "error_status")
+__all__ = ("NO_MODEL_ON_SERVER", "build_app", "error_status")
 
 log = logging.getLogger("tortoise.serve")
 
@@ -48,6 +48,9 @@ _STATUS: tuple[tuple[type[TortoiseError], int], ...] = (
     (StoreError, 503),
     (ModelError, 502),
 )
+#: The SDK's "no model" names ``Memory(model=...)``; a server's user sets it on the command line instead.
+NO_MODEL_ON_SERVER = ("no model configured on this server: start it with `tortoise serve --model MODEL` "
+                      "(e.g. --model openai/gpt-4o-mini) or set TORTOISE_MODEL")
 _Scope = MutableMapping[str, Any]
 _Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 _Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
@@ -96,7 +99,8 @@ def build_app(settings: ServeSettings | None = None, *, memory_factory: Callable
         if status >= 500:
             log.error("%s %s: %s: %s", request.method, request.url.path, type(exc).__name__, exc)
         headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
-        return _error(status, type(exc).__name__, _one_line(str(exc)), getattr(exc, "field", None), headers)
+        message = NO_MODEL_ON_SERVER if str(exc) == NO_MODEL_REASON else _one_line(str(exc))
+        return _error(status, type(exc).__name__, message, getattr(exc, "field", None), headers)
 
     @app.exception_handler(RequestValidationError)
     async def bad_request(request: Request, exc: RequestValidationError) -> JSONResponse:
