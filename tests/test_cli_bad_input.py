@@ -65,6 +65,9 @@ BAD = [
     ("--db a directory", "--db {tmp} search helix", 2, "is a directory, not a database file; give a file path"),
     ("--db not a database, capture", "capture {f:ok.jsonl} --session s --db {f:not-a-db.db}", 2,
      "is not a SQLite database"),
+    # a store that cannot be reached is no bad input: exit 1 (docs/cli.md), with what to check
+    ("--db a closed port", "--db postgresql://postgres@127.0.0.1:1/x search helix", 1,
+     "cannot connect to PostgreSQL at postgresql://postgres@127.0.0.1:1/x"),
     # numbers and names
     ("--k 0", "search helix --k 0", 2, "argument --k: must be an integer from 1 to 10,000, got '0'"),
     ("--k -5", "search helix --k -5", 2, "argument --k: must be an integer from 1 to 10,000"),

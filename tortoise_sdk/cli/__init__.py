@@ -10,6 +10,7 @@ group is a new module whose ``register`` is appended there. Shared helpers: ``_c
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections.abc import Callable, Sequence
 from typing import NoReturn
@@ -80,8 +81,8 @@ def _main(argv: Sequence[str] | None) -> int:
     except OSError as exc:  # a path the user gave cannot be read or written
         print(f"tortoise: {f'{exc.filename}: ' if exc.filename else ''}{exc.strerror or exc}", file=sys.stderr)
         return 2
-    except TortoiseError as exc:
-        print(f"tortoise: {exc}", file=sys.stderr)
+    except TortoiseError as exc:  # a store that cannot be reached (the driver's message may span lines), or worse
+        print("tortoise: " + re.sub(r"\s*\n\s*", " ", str(exc)), file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130

@@ -43,7 +43,7 @@ __all__ = (
 )
 
 #: The exit code of capture, extract, flush and worker when the turns are stored but an extraction failed
-#: (or was skipped after a fatal provider failure); 2 is bad input, 1 an unexpected failure.
+#: (or was skipped after a fatal provider failure); 2 is bad input, 1 a store that cannot be reached or an unexpected failure.
 EXIT_EXTRACTION_FAILED = 3
 
 #: What ``--timeout`` does, on every command that calls a model.
