@@ -7,6 +7,10 @@ it quotes the later session (Helix Health), which the reflex puts before the old
 ``fake_model`` for your client call, e.g. ``litellm.completion(model=..., messages=...)``.
 
     python examples/custom_loop.py [--db memory.db]
+
+Each run is a new conversation. On the same ``--db`` a second run stores its exchanges of session
+'today' once more (its messages carry no ids, so a repeat cannot be told from a retry); the earlier
+sessions are captured with an idempotency key and stored once.
 """
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ something, it calls the ``remember`` tool (which adds a memory by hand, ``Memory
 asked a question, it answers from the memory block ``MemoryMiddleware`` put in its system prompt.
 Swap ``OfflineChat()`` for a real model, e.g. ``init_chat_model("openai:gpt-4o-mini")``.
 
+    pip install -e '.[langchain]'      # LangChain is an extra
     python examples/langchain_agent.py [--db memory.db]
 """
 
@@ -17,6 +18,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from tortoise_sdk.adapters.langchain import MemoryMiddleware  # first: without the extra, it says what to install
+
 from langchain.agents import create_agent
 from langchain_core.language_models.chat_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
@@ -24,7 +27,6 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.tools import tool
 
 from tortoise_sdk import Memory
-from tortoise_sdk.adapters.langchain import MemoryMiddleware
 
 
 class OfflineChat(BaseChatModel):
