@@ -64,3 +64,67 @@ def test_a_project_directory_that_does_not_exist_is_refused_and_not_created(tmp_
     (tmp_path / "a-file").write_text("x")
     assert main(["hooks", action, "--project", str(tmp_path / "a-file")]) == 2
     assert "not a directory" in capsys.readouterr().err
+
+
+def _commands(settings: Path) -> set[str]:
+    data = json.loads(settings.read_text())
+    return {h["command"] for groups in data["hooks"].values() for g in groups for h in g["hooks"]}
+
+
+def test_a_project_install_names_its_namespace_after_the_project(tmp_path, capsys) -> None:
+    """Reviewer: with one shared namespace a Python project's prompt got a Go project's code review. Installed in a
+    project without --namespace, the hooks write to a namespace named after its directory, and install says so."""
+    projects = {name: tmp_path / name for name in ("spotter", "claude-code-log")}
+    for name, where in projects.items():
+        where.mkdir()
+        assert main(["hooks", "install", "--project", str(where), "--db", str(tmp_path / "m.db")]) == 0
+        (command,) = _commands(where / ".claude" / "settings.local.json")
+        assert command.endswith(f"--namespace {name} hook"), command
+        err = capsys.readouterr().err
+        assert f"namespace {name!r}" in err and f"tortoise worker --db {tmp_path / 'm.db'} --namespace {name}" in err
+    # --namespace still wins, and a user-wide install keeps the one shared namespace, saying what that means.
+    assert main(["hooks", "install", "--project", str(projects["spotter"]), "--namespace", "team"]) == 0
+    assert all(c.endswith("--namespace team hook") for c in _commands(projects["spotter"] / ".claude" /
+                                                                       "settings.local.json"))
+    capsys.readouterr()
+    assert main(["hooks", "install", "--user"]) == 0
+    assert not any("--namespace" in c for c in _commands(Path.home() / ".claude" / "settings.json"))
+    assert "every project shares it, so a block can quote another project's sessions" in capsys.readouterr().err
+
+
+def test_two_projects_installed_apart_never_see_each_other(tmp_path, capsys, monkeypatch) -> None:
+    """What the per-project namespace buys, end to end: each project's hook command, run as Claude Code runs it,
+    stores its own session and finds it; the other project's prompt on the same words gets nothing."""
+    import io
+    import shlex
+    import sys
+
+    db = tmp_path / "m.db"
+    said = {"spotter": "the goreleaser notarize step retries three times before it gives up",
+            "site": "the hero banner uses the serif font from the brand kit"}
+    argv = {}
+    for name in said:
+        (tmp_path / name).mkdir()
+        assert main(["hooks", "install", "--project", str(tmp_path / name), "--db", str(db)]) == 0
+        argv[name] = shlex.split(next(iter(_commands(tmp_path / name / ".claude" / "settings.local.json"))))[1:]
+    capsys.readouterr()
+
+    def hook(name: str, event: dict) -> dict | None:
+        monkeypatch.setattr(sys, "stdin", io.StringIO(json.dumps({"cwd": str(tmp_path / name), **event})))
+        assert main(argv[name]) == 0
+        out = capsys.readouterr().out
+        return json.loads(out) if out.strip() else None
+
+    for name, text in said.items():
+        transcript = tmp_path / f"{name}.jsonl"
+        transcript.write_text(json.dumps({"type": "user", "sessionId": f"s-{name}", "uuid": f"u-{name}",
+                                          "timestamp": "2026-01-05T10:00:00Z",
+                                          "message": {"role": "user", "content": text}}) + "\n")
+        hook(name, {"session_id": f"s-{name}", "transcript_path": str(transcript), "hook_event_name": "SessionEnd",
+                    "reason": "other"})
+    ask = {"session_id": "later", "transcript_path": str(tmp_path / "none.jsonl"), "hook_event_name": "UserPromptSubmit",
+           "prompt": "how many times does the goreleaser notarize step retry?"}
+    (tmp_path / "none.jsonl").write_text("")
+    mine = hook("spotter", ask)
+    assert mine is not None and said["spotter"] in mine["hookSpecificOutput"]["additionalContext"]
+    assert hook("site", ask) is None

@@ -15,7 +15,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from ..config import DEFAULT_NAMESPACE
 from ..errors import ConfigError, InvalidInput
+from ..validate import check_id
 from ._common import add_model_options, model_options
 
 __all__ = ("DEFAULT_HOOK_TIMEOUT_S", "register")
@@ -222,6 +224,8 @@ def _cmd_hooks(args: argparse.Namespace) -> int:
     if updated == current:  # leave the user's file (and its formatting) alone, or absent
         state = "already installed in" if args.action == "install" else "not found in"
         print(f"tortoise hooks {state} {path}; nothing changed", file=sys.stderr)
+        if args.action == "install":
+            print(_namespace_note(args), file=sys.stderr)
         return 0
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tortoise-{os.getpid()}")
@@ -229,7 +233,23 @@ def _cmd_hooks(args: argparse.Namespace) -> int:
     os.replace(tmp, path)
     done = "installed in" if args.action == "install" else "removed from"
     print(f"tortoise hooks {done} {path}", file=sys.stderr)
+    if args.action == "install":
+        print(_namespace_note(args), file=sys.stderr)
     return 0
+
+
+def _namespace_note(args: argparse.Namespace) -> str:
+    """What ``hooks install`` says of the namespace it chose: where to read it, and the worker that extracts it."""
+    namespace = hook_namespace(args)
+    flag = "" if namespace == DEFAULT_NAMESPACE else f" --namespace {shlex.quote(namespace)}"
+    if getattr(args, "db", None):
+        flag = f" --db {shlex.quote(args.db)}{flag}"
+    note = (f"tortoise: namespace {namespace!r}: `tortoise search WORDS{flag}` reads it, "
+            f"`tortoise worker{flag} --model MODEL` extracts it")
+    if namespace == DEFAULT_NAMESPACE and args.user:
+        note += ("; every project shares it, so a block can quote another project's sessions: install in each "
+                 "project instead (`tortoise hooks install --project DIR`, a namespace per project) to keep them apart")
+    return note
 
 
 def _settings_path(args: argparse.Namespace) -> Path:
@@ -262,6 +282,20 @@ def _read_settings(path: Path) -> dict[str, Any]:
     return data
 
 
+def hook_namespace(args: argparse.Namespace) -> str:
+    """The namespace the hooks write to: ``--namespace`` when given; else, installed in a project, one named after
+    the project's directory (``spotter`` for ``~/code/spotter``), so one project's sessions are never another's
+    memory; installed for the user (``--user``), the one ``default`` namespace every project shares."""
+    given = getattr(args, "namespace", DEFAULT_NAMESPACE)
+    if given != DEFAULT_NAMESPACE or getattr(args, "user", False):
+        return given
+    name = Path(getattr(args, "project", None) or ".").expanduser().absolute().name
+    try:
+        return check_id(name, "namespace") if name.strip() else DEFAULT_NAMESPACE
+    except InvalidInput:  # a name no store keeps (a control character, past 512 bytes): the shared one
+        return DEFAULT_NAMESPACE
+
+
 def _hook_command(args: argparse.Namespace) -> str:
     """The command line Claude Code runs: this installation's ``tortoise``, with the options given to install."""
     argv0 = Path(sys.argv[0])
@@ -272,8 +306,9 @@ def _hook_command(args: argparse.Namespace) -> str:
     if getattr(args, "db", None):
         db = args.db
         words += ["--db", db if "://" in db or shared else str(Path(db).expanduser().absolute())]
-    if getattr(args, "namespace", "default") != "default":
-        words += ["--namespace", args.namespace]
+    namespace = hook_namespace(args)
+    if namespace != DEFAULT_NAMESPACE:
+        words += ["--namespace", namespace]
     words.append("hook")
     if args.model:
         words += ["--model", args.model]
