@@ -29,6 +29,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..config import DEFAULT_NAMESPACE
 from ..errors import InvalidInput, TortoiseError
 
 if TYPE_CHECKING:
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
 __all__ = (
     "CAPTURE_EVENTS",
     "HOOK_EVENTS",
+    "expand_hint",
     "handle_event",
     "install_hooks",
     "is_our_command",
@@ -126,7 +128,20 @@ def _prompt_context(
     if shown is not None:
         kept = [*[i for i in ids if i not in {p.id for p in block.pointers}], *(p.id for p in block.pointers)]
         mem.save_cursor(shown.name, {"ids": kept[-SHOWN_KEPT:]}, revision=shown.revision)
-    return {"hookSpecificOutput": {"hookEventName": "UserPromptSubmit", "additionalContext": block.block}}
+    return {"hookSpecificOutput": {"hookEventName": "UserPromptSubmit",
+                                   "additionalContext": f"{block.block}\n{expand_hint(mem)}"}}
+
+
+def expand_hint(mem: Memory) -> str:
+    """The line after the block that tells the agent how to read a pointer whole: a synopsis is cut at
+    ``SYNOPSIS_CHARS`` and made inert (brackets as parentheses), so a command in it is not the command."""
+    words = ["tortoise"]
+    if "***" not in mem.store.url:  # a URL's password is not printed (the hook's environment has it)
+        words += ["--db", mem.store.url]
+    if mem.namespace != DEFAULT_NAMESPACE:
+        words += ["--namespace", mem.namespace]
+    return (f"(Each pointer is shortened and its brackets made parentheses: `{shlex.join(words)} expand ID`, "
+            "ID its t_… or m_… id, prints it whole and exact, with the turns around it.)")
 
 
 def held_from(turns: list[Any]) -> int:

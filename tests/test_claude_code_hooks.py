@@ -225,6 +225,33 @@ def test_the_block_of_an_earlier_session_reaches_additional_context(monkeypatch,
     assert run_hook(monkeypatch, capsys, db, {**ask, "prompt": "thanks!"}) is None
 
 
+def test_the_line_after_the_block_opens_a_pointer_whole_and_exact(monkeypatch, capsys, tmp_path) -> None:
+    """Reviewer: a block shows `2>&1` as `2)&1` (brackets are made inert) and cuts a turn at 300 characters, and
+    the refs were dead ends in Claude Code. The line after the block is the command that prints one whole; the id
+    may be copied with its `ref:` as printed."""
+    import shlex
+
+    db = tmp_path / "m.db"
+    earlier = tmp_path / "earlier.jsonl"
+    earlier.write_bytes(SHORT.read_bytes())
+    run_hook(monkeypatch, capsys, db, payload("SessionEnd", SHORT_SESSION, earlier))
+    (tmp_path / "today.jsonl").write_bytes(b"")
+    out = run_hook(monkeypatch, capsys, db, payload("UserPromptSubmit", "today", tmp_path / "today.jsonl",
+                                                    prompt="mix phx.server doesnt start again"))
+    text = out["hookSpecificOutput"]["additionalContext"]
+    block, hint = text.rsplit("\n", 1)
+    assert block.endswith("[/tortoise memory]") and "ref:" not in hint
+    command = re.search(r"`(tortoise .*? expand) ID`", hint).group(1)
+    assert f"--db {db}" in command
+    ref = re.search(r"ref:(t_\w+)", block).group(0)  # as printed, "ref:" and all
+    assert main([*shlex.split(command)[1:], ref]) == 0
+    shown = capsys.readouterr().out
+    with Memory(str(db)) as mem:
+        whole = mem.expand(ref.removeprefix("ref:"))
+        assert mem.expand(ref) == whole  # the library takes it as printed too
+    assert whole.content in shown
+
+
 def test_a_rewritten_or_truncated_transcript_is_read_again_safely(monkeypatch, capsys, tmp_path) -> None:
     db, transcript = tmp_path / "m.db", tmp_path / "t.jsonl"
     lines = SHORT.read_bytes().splitlines(keepends=True)

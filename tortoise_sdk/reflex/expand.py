@@ -6,11 +6,15 @@ from ..errors import InvalidInput, NotFoundError
 from ..models import ExpandResult, MemoryRecord, SearchHit
 from ..store.base import Store
 
-__all__ = ("expand",)
+__all__ = ("REF", "expand")
+
+#: What a block prints before each pointer's id (``ref:t_…``); ``expand`` takes the id with or without it.
+REF = "ref:"
 
 
 def expand(store: Store, namespace: str, pointer_id: str, *, radius: int = 2) -> ExpandResult:
-    """The full turn or memory behind a pointer, with its surrounding turns.
+    """The full turn or memory behind a pointer (its id, or ``ref:`` and its id as a block prints it), with its
+    surrounding turns.
 
     Raises:
         InvalidInput: ``pointer_id`` is blank.
@@ -19,6 +23,7 @@ def expand(store: Store, namespace: str, pointer_id: str, *, radius: int = 2) ->
     if not isinstance(pointer_id, str) or not pointer_id.strip():
         raise InvalidInput("must be a non-empty id such as 't_…' or 'm_…' from a MemoryBlock's pointers",
                            field="pointer_id")
+    pointer_id = pointer_id.strip().removeprefix(REF)  # as a block prints it ("ref:t_…"), copied whole
     if not pointer_id.startswith(("t_", "m_")):
         raise NotFoundError(f"no turn or memory {pointer_id!r}: a pointer id starts with 't_' (a turn) or 'm_' (a "
                             "memory); take one from MemoryBlock.pointers, search() or memories()")

@@ -9,6 +9,7 @@ from ..confidence import is_low
 from ..models import MEMORY_BLOCK_END, MEMORY_BLOCK_MARKER, MemoryBlock, Pointer
 from . import tuning
 from .escape import escape
+from .expand import REF
 from .query import surface_of
 from .shapes import Candidate, Reading
 
@@ -116,12 +117,12 @@ def _line(c: Candidate, n: int, synopsis: str) -> str:
     """
     if c.kind == "turn" and c.hit is not None:
         h = c.hit
-        return f'{n}. {_FLAG if c.stale else ""}({_day(h.session_date)}, {_who(c)}) "{synopsis}" ref:{h.turn_id}'
+        return f'{n}. {_FLAG if c.stale else ""}({_day(h.session_date)}, {_who(c)}) "{synopsis}" {REF}{h.turn_id}'
     m = c.memory
     flag = _FLAG if m is not None and m.status == "superseded" else ""
     kind = "unconfirmed memory" if m is not None and is_low(m.confidence) else "memory"
     tag = kind + (f", {escape(m.when, 40)}" if m is not None and m.when else "")
-    return f'{n}. {flag}({tag}) "{synopsis}" ref:{c.key}'
+    return f'{n}. {flag}({tag}) "{synopsis}" {REF}{c.key}'
 
 
 _FLAG = "SUPERSEDED "
