@@ -14,7 +14,8 @@ is new and builds the block) and ``Stop`` after each session. The question set
 
 Printed per project and code (main's code from ``git archive main``, in a subprocess, beside this
 checkout's, alternating): hit@3 (share of questions whose block holds an evidence line), evidence
-recall, silence on generic prompts, current-session pointers (a pointer to a turn of the session
+recall, answer (share of questions whose block text holds the answer itself, as the block writes it: a
+pointer cut before it does not count), silence on generic prompts, current-session pointers (a pointer to a turn of the session
 being run that the host still holds: before its last compaction summary it is fair game), and the
 wall time of ``tortoise hook`` UserPromptSubmit as a fresh process (p50/p95, alternating codes).
 One project (``held_out`` in the JSON) took no part in any tuning.
@@ -233,7 +234,9 @@ def _turns_by_id(mem: Any, ids: list[str]) -> dict[str, dict]:
 
 
 def score(spec: dict, name: str, results: list[dict]) -> dict:
-    """hit@3, evidence recall, generic silence and current-session pointers of one replay."""
+    """hit@3, evidence recall, the answer shown, generic silence and current-session pointers of one replay."""
+    from tortoise_sdk.reflex.escape import escape
+
     project = spec["projects"][name]
     where: dict[str, tuple[str, int]] = {}
     compacted: dict[str, int] = {}
@@ -248,7 +251,7 @@ def score(spec: dict, name: str, results: list[dict]) -> dict:
                 if o.get("isCompactSummary"):
                     compacted.setdefault(str(o.get("sessionId")), n)
     qs = {q["id"]: q for q in spec["questions"] if q["project"] == name}
-    hits, recalls, silent, generic_n, current, blocks = [], [], 0, 0, 0, 0
+    hits, recalls, answered, silent, generic_n, current, blocks = [], [], [], 0, 0, 0, 0
     per_question = {}
     last_compact: dict[str, int] = {}
     for res in results:
@@ -259,6 +262,7 @@ def score(spec: dict, name: str, results: list[dict]) -> dict:
             hits.append(bool(got))
             recalls.append(len(got) / len(q["evidence"]))
             per_question[q["id"]] = bool(got)
+            answered.append(escape(q["answer"]) in res["block"])  # the answer itself, as a block writes it
         elif res["kind"] == "generic":
             generic_n += 1
             silent += not res["block"]
@@ -275,6 +279,7 @@ def score(spec: dict, name: str, results: list[dict]) -> dict:
         "questions": len(hits),
         "hit@3": sum(hits) / len(hits) if hits else None,
         "recall": statistics.mean(recalls) if recalls else None,
+        "answer_shown": _share(answered),
         "paraphrased_hit@3": _share([per_question[q] for q in per_question if qs[q]["paraphrased"]]),
         "generic": generic_n,
         "generic_silent": silent / generic_n if generic_n else None,
@@ -432,11 +437,11 @@ def main() -> None:
                 if proj == name + held:
                     s["hook_p50"], s["hook_p95"] = ((pct(t[label], 0.5), pct(t[label], 0.95)) if label in t
                                                     else (float("nan"), float("nan")))
-        print(f"{'project':34} {'code':5} {'n':>3} {'hit@3':>6} {'para':>5} {'recall':>6} {'generic silent':>15} "
-              f"{'cur.ptrs':>8} {'hook p50/p95 ms':>16}")
+        print(f"{'project':34} {'code':5} {'n':>3} {'hit@3':>6} {'para':>5} {'recall':>6} {'answer':>6} "
+              f"{'generic silent':>15} {'cur.ptrs':>8} {'hook p50/p95 ms':>16}")
         for proj, label, s in rows:
             print(f"{proj:34} {label:5} {s['questions']:>3} {_f(s['hit@3']):>6} {_f(s['paraphrased_hit@3']):>5} "
-                  f"{_f(s['recall']):>6} {_f(s['generic_silent']):>6} of {s['generic']:>3}    "
+                  f"{_f(s['recall']):>6} {_f(s['answer_shown']):>6} {_f(s['generic_silent']):>6} of {s['generic']:>3}    "
                   f"{s['current_session_pointers']:>8} {s['hook_p50']:>7.0f}/{s['hook_p95']:<7.0f}"
                   + (f" words-only blocks {s['words_only_blocks']}" if args.embedder else ""))
         by = {(proj, label): s for proj, label, s in rows}

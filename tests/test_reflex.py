@@ -1203,3 +1203,33 @@ def test_a_question_that_got_an_answer_still_counts(tmp_path):
     with _asked_before(tmp_path, "Biscuit is a beagle, two years old.") as mem:
         texts = [p.synopsis for p in ask(mem, "what breed is my dog?", budget=5).pointers]
     assert "Biscuit is a beagle, two years old." in texts, texts
+
+
+# -- the passage a long turn's pointer shows ---------------------------------------------------------
+
+_PREAMBLE = ("I went through the whole session list code this afternoon and tidied the spacing, the colours and the "
+             "help text of every command so that the output reads better on a narrow terminal window; nothing "
+             "else changed in the layout and every test still passes after the change, including the golden files. ")
+
+
+def test_a_long_turn_shows_the_passage_that_matched_when_its_start_says_nothing_of_it(tmp_path):
+    """Reviewer: "how wide did we make the Branch column?" got the turn that said it, cut at 300 characters
+    before "increased the Branch column from 20 to 30". The pointer now shows that passage, after an ellipsis."""
+    answer = "I also increased the Branch column from 20 to 30 characters, so long branch names fit."
+    with Memory(str(tmp_path / "long.db"), namespace="me") as mem:
+        mem.capture("s1", [{"role": "user", "content": "tidy up the session list please"},
+                           {"role": "assistant", "content": _PREAMBLE + answer}])
+        (pointer,) = [p for p in ask(mem, "how wide did we make the Branch column?").pointers
+                      if p.synopsis.startswith("...")]
+    assert "from 20 to 30" in pointer.synopsis and len(pointer.synopsis) <= 300
+    assert len(_PREAMBLE + answer) > 300 and "from 20 to 30" not in (_PREAMBLE + answer)[:300]
+
+
+def test_a_long_turn_whose_start_holds_the_words_shows_its_start(tmp_path):
+    # The start holds "session list" and "colours", three of the four words the later passage holds (more than
+    # START_SHARE of its weight): it stays, the usual place of a turn's point.
+    text = _PREAMBLE + "Later I looked at the Branch column and the session list again, and left both as they were."
+    with Memory(str(tmp_path / "start.db"), namespace="me") as mem:
+        mem.capture("s1", [{"role": "user", "content": "tidy up please"}, {"role": "assistant", "content": text}])
+        synopses = [p.synopsis for p in ask(mem, "what about the session list colours and the Branch column?").pointers]
+    assert synopses and synopses[0].startswith("I went through the whole session list"), synopses

@@ -92,7 +92,7 @@ def _fit(r: Reading, c: Candidate, n: int, lines: list[str], frame: Callable[[li
 
     The share keeps the first pointers from starving the rest; the last one may use what is left.
     """
-    full = escape(c.text, tuning.SYNOPSIS_CHARS)
+    full = escape(passage(r, c, tuning.SYNOPSIS_CHARS), tuning.SYNOPSIS_CHARS)
     limit = len(full)
     floor = min(limit, 40)
     while True:
@@ -104,6 +104,43 @@ def _fit(r: Reading, c: Candidate, n: int, lines: list[str], frame: Callable[[li
         if limit <= floor:
             return None, ""
         limit = max(floor, limit * 2 // 3)
+
+
+#: Characters a passage keeps before the first word it was chosen for (the sentence it begins).
+LEAD_CHARS = 40
+#: A long turn's pointer shows its start while that holds this share of the weight the best passage holds.
+START_SHARE = 0.5
+#: Characters of a long turn searched for the passage (a pasted megabyte costs what a page does).
+PASSAGE_SCAN_CHARS = 8000
+
+
+def passage(r: Reading, c: Candidate, limit: int) -> str:
+    """The part of a long turn its pointer shows: its start, unless the query's words it matched lie past its
+    first ``limit`` characters (the start holds less than ``START_SHARE`` of what the best passage holds); then,
+    from a word a little before them, the ``limit`` characters holding the most of the query's weight (each word
+    counted once), after an ellipsis. A reviewer's answers ("increased the Branch column from 20 to 30") sat past
+    the cut of a long turn whose start said nothing of them."""
+    text = c.text
+    if len(text) <= limit or not c.matched:
+        return text
+    scanned = text[:PASSAGE_SCAN_CHARS]
+    weight = {t.stem: t.weight for t in r.terms if t.stem in c.matched}
+    stem_of = {w.lower(): t.stem for t in r.terms if t.stem in weight for w in (t.stem, t.surface) if w}
+    words = "|".join(re.escape(w) for w in sorted(stem_of, key=len, reverse=True))  # one pass, longest first
+    found = ((m.start(), stem_of.get(m.group(1).lower())) for m in re.finditer(rf"\b({words})", scanned, re.I))
+    # A case-folding oddity matches no word (skipped); the first 400 places bound the windows tried.
+    at = [(o, stem) for o, stem in found if stem is not None][:400]
+    if not at:
+        return text
+
+    def holds(start: int) -> float:
+        return sum(weight[s] for s in {s for o, s in at if start <= o < start + limit - LEAD_CHARS})
+
+    best = max([0, *(max(0, o - LEAD_CHARS) for o, _ in at)], key=lambda start: (holds(start), -start))
+    if holds(0) >= START_SHARE * holds(best):  # a turn's start usually says its point: moved only for much more
+        return text
+    start = text.rfind(" ", 0, best) + 1  # at a word's start
+    return "…" + text[start:]
 
 
 def _line(c: Candidate, n: int, synopsis: str) -> str:
