@@ -136,3 +136,20 @@ def test_host_text_boilerplate_and_bare_replies_are_no_evidence(tmp_path) -> Non
                      "remind me to keep using the todo list to track progress"):
             shown = _external_ids(mem, prompt(mem, later, text))
             assert reminder not in shown and todo not in shown and bare not in shown, text
+
+
+def test_the_agents_own_plan_list_is_no_evidence(tmp_path) -> None:
+    """Reviewer: `tool_use TodoWrite todos=(…)` was a pointer six times. The agent's plan list repeats what the
+    prompt asked and says nothing it found; the turn that did the work is the evidence."""
+    with Memory(str(tmp_path / "m.db"), namespace="proj") as mem:
+        t = Transcript(tmp_path / "a.jsonl", "a")
+        t.user("the goreleaser notarize step fails on release, make it retry")
+        plan = t.tool("TodoWrite", {"todos": [{"content": "Make the goreleaser notarize step retry on release",
+                                                "status": "in_progress"}]},
+                      "Todos have been modified successfully.")[0]
+        work = t.tool("Edit", {"file_path": "/repo/.goreleaser.yaml", "description": "notarize retries 3 times"},
+                      "The goreleaser notarize step now retries 3 times before the release fails")[0]
+        stop(mem, t)
+        shown = _external_ids(mem, prompt(mem, Transcript(tmp_path / "b.jsonl", "b"),
+                                          "how does the goreleaser notarize step retry on release?"))
+        assert work in shown and plan not in shown, shown

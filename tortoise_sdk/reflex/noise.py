@@ -5,7 +5,9 @@ command with its description, a file path) and tool results hold about half of t
 a tool turn is evidence. What is not: ``<system-reminder>`` blocks Claude Code appends to tool
 results and prompts (they match words such as "remind", "todo", "file"), hook output echoed into
 a prompt, the ``<command-name>`` wrapper of a slash command (the same template each time), the
-TodoWrite tool's result (one boilerplate sentence, matching "continue", "todo", "proceed"), and
+TodoWrite tool's result (one boilerplate sentence, matching "continue", "todo", "proceed") and its
+call (the agent's plan list: it restates what the prompt asked and says nothing found; in the coding
+benchmark three such pointers went and no answer with them), and
 a turn of fewer than ``MIN_WORDS`` words ("yes", "3", "option 3": a reply that points at its
 context, which the block cannot carry). Matches inside such text do not count; a turn made only
 of it never counts.
@@ -38,6 +40,8 @@ DUMP_TOOLS = frozenset({"Read", "Grep", "Glob", "LS", "WebFetch"})
 #: Tools whose results are the same boilerplate every time.
 BOILERPLATE_TOOLS = frozenset({"TodoWrite"})
 _WORD = re.compile(r"\w+")
+#: A TodoWrite call, as transcript ingestion stores a tool call: the agent's own plan list.
+_PLAN_CALL = re.compile(r"\s*\[tool_use TodoWrite\b")
 #: Words of an acknowledgement, beside the stop words: an assistant turn of only these states nothing.
 FILLER_WORDS = frozenset("""
     hello sure thanks thank noted alright right fine great good cool understood certainly absolutely course done
@@ -114,6 +118,8 @@ def is_noise(c: Candidate) -> bool:
     """A turn that is no evidence by its shape (see the module docstring)."""
     h = c.hit
     if h is not None and h.role == "tool" and h.name and set(h.name.split(",")) <= BOILERPLATE_TOOLS:
+        return True
+    if _PLAN_CALL.match(c.text):
         return True
     return len(_WORD.findall(evidence_text(c.text))) < MIN_WORDS
 
