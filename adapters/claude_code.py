@@ -29,8 +29,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..config import DEFAULT_NAMESPACE
 from ..errors import InvalidInput, TortoiseError
+from ..memory import DEFAULT_NAMESPACE
 
 if TYPE_CHECKING:
     from ..memory import Memory

@@ -15,9 +15,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from ..config import DEFAULT_NAMESPACE
 from ..errors import ConfigError, InvalidInput
-from ..validate import check_id
+from ..memory import DEFAULT_NAMESPACE
 from ._common import add_model_options, model_options
 
 __all__ = ("DEFAULT_HOOK_TIMEOUT_S", "register")
@@ -290,10 +289,8 @@ def hook_namespace(args: argparse.Namespace) -> str:
     if given != DEFAULT_NAMESPACE or getattr(args, "user", False):
         return given
     name = Path(getattr(args, "project", None) or ".").expanduser().absolute().name
-    try:
-        return check_id(name, "namespace") if name.strip() else DEFAULT_NAMESPACE
-    except InvalidInput:  # a name no store keeps (a control character, past 512 bytes): the shared one
-        return DEFAULT_NAMESPACE
+    # A name a namespace cannot be (blank, a control character, long past a directory name's): the shared one.
+    return name if name.strip() and name.isprintable() and len(name.encode("utf-8")) <= 255 else DEFAULT_NAMESPACE
 
 
 def _hook_command(args: argparse.Namespace) -> str:
