@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import shlex
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -135,13 +136,15 @@ def _prompt_context(
 def expand_hint(mem: Memory) -> str:
     """The line after the block that tells the agent how to read a pointer whole: a synopsis is cut at
     ``SYNOPSIS_CHARS`` and made inert (brackets as parentheses), so a command in it is not the command."""
-    words = ["tortoise"]
-    if "***" not in mem.store.url:  # a URL's password is not printed (the hook's environment has it)
-        words += ["--db", mem.store.url]
+    argv0 = Path(sys.argv[0])  # the hook's own `tortoise`, which may not be on the agent's PATH
+    words = [str(argv0.absolute()) if argv0.name.startswith("tortoise") and argv0.is_file() else "tortoise"]
+    secret = "***" in mem.store.url  # a URL's password is never written into the block
+    words += ["--db", "DB_URL" if secret else mem.store.url]
     if mem.namespace != DEFAULT_NAMESPACE:
-        words += ["--namespace", mem.namespace]
+        words += [f"--namespace={mem.namespace}"] if mem.namespace.startswith("-") else ["--namespace", mem.namespace]
     return (f"(Each pointer is shortened and its brackets made parentheses: `{shlex.join(words)} expand ID`, "
-            "ID its t_… or m_… id, prints it whole and exact, with the turns around it.)")
+            "ID its t_… or m_… id, prints it whole and exact, with the turns around it"
+            + (", DB_URL the --db of the hook's command)" if secret else ".)"))
 
 
 def held_from(turns: list[Any]) -> int:

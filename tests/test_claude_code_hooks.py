@@ -252,6 +252,18 @@ def test_the_line_after_the_block_opens_a_pointer_whole_and_exact(monkeypatch, c
     assert whole.content in shown
 
 
+def test_the_expand_line_never_writes_a_password_and_says_which_db_to_give() -> None:
+    """Reviewer: with a PostgreSQL URL holding a password the line dropped --db, so it read the default database."""
+    from types import SimpleNamespace
+
+    from tortoise_sdk.adapters.claude_code import expand_hint
+
+    mem = SimpleNamespace(store=SimpleNamespace(url="postgresql://bob:***@db.internal/mem"), namespace="alpha")
+    hint = expand_hint(mem)  # type: ignore[arg-type]
+    assert "`tortoise --db DB_URL --namespace alpha expand ID`" in hint and "--db of the hook's command" in hint
+    assert "***" not in hint and "bob" not in hint
+
+
 def test_a_rewritten_or_truncated_transcript_is_read_again_safely(monkeypatch, capsys, tmp_path) -> None:
     db, transcript = tmp_path / "m.db", tmp_path / "t.jsonl"
     lines = SHORT.read_bytes().splitlines(keepends=True)

@@ -89,7 +89,44 @@ def test_a_project_install_names_its_namespace_after_the_project(tmp_path, capsy
     capsys.readouterr()
     assert main(["hooks", "install", "--user"]) == 0
     assert not any("--namespace" in c for c in _commands(Path.home() / ".claude" / "settings.json"))
-    assert "every project shares it, so a block can quote another project's sessions" in capsys.readouterr().err
+    assert "every project installed this way shares it, so a block can quote another project's sessions" in (
+        capsys.readouterr().err)
+
+
+@pytest.mark.parametrize("argv, namespace", [
+    (["--namespace", "default"], "default"),   # given, even as the default's own name: kept (an upgrade's memory)
+    (["--namespace=default"], "default"),
+    ([], "-dash"),                             # a name that starts like an option is written --namespace=-dash
+])
+def test_a_given_namespace_is_kept_and_an_odd_project_name_still_parses(tmp_path, capsys, argv, namespace) -> None:
+    """Reviewer: an explicit --namespace default became the project's name, and a project called -dash wrote a
+    command whose every event exited 2 (`--namespace -dash` reads as an option)."""
+    project = tmp_path / "-dash"
+    project.mkdir()
+    assert main(["hooks", "install", "--project", str(project), "--db", str(tmp_path / "m.db"), *argv]) == 0
+    (command,) = _commands(project / ".claude" / "settings.local.json")
+    if namespace == "default":
+        assert "--namespace" not in command and "shares it" in capsys.readouterr().err
+        return
+    assert command.endswith("--namespace=-dash hook")
+    import io
+    import shlex
+    import sys
+
+    sys_stdin = sys.stdin
+    try:  # the command as Claude Code runs it parses and exits 0
+        sys.stdin = io.StringIO(json.dumps({"hook_event_name": "Stop", "session_id": "s", "cwd": str(project)}))
+        assert main(shlex.split(command)[1:]) == 0
+    finally:
+        sys.stdin = sys_stdin
+    assert "expected one argument" not in capsys.readouterr().err
+
+
+def test_a_relative_project_directory_is_named_by_what_it_resolves_to(tmp_path, capsys, monkeypatch) -> None:
+    (tmp_path / "alpha" / "sub").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path / "alpha" / "sub")
+    assert main(["hooks", "install", "--project", "..", "--print"]) == 0
+    assert "--namespace alpha hook" in capsys.readouterr().out
 
 
 def test_two_projects_installed_apart_never_see_each_other(tmp_path, capsys, monkeypatch) -> None:

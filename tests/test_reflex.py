@@ -1233,3 +1233,17 @@ def test_a_long_turn_whose_start_holds_the_words_shows_its_start(tmp_path):
         mem.capture("s1", [{"role": "user", "content": "tidy up please"}, {"role": "assistant", "content": text}])
         synopses = [p.synopsis for p in ask(mem, "what about the session list colours and the Branch column?").pointers]
     assert synopses and synopses[0].startswith("I went through the whole session list"), synopses
+
+
+def test_a_passage_starts_near_its_words_when_no_space_comes_before_them(tmp_path):
+    """Reviewer: a path list joined by newlines, or minified JSON, has no space before the match; the passage
+    fell back to the turn's start (behind a misleading ellipsis) and hid the answer again."""
+    listing = "\n".join(f"./src/pkg{i}/module_{i}.py" for i in range(40)) + "\n./src/billing/invoice_renderer.py\n"
+    config = "{" + ",".join(f"'key{i}':'value{i}'" for i in range(40)) + ",'flamingoPort':8080}"
+    with Memory(str(tmp_path / "blank.db"), namespace="me") as mem:
+        mem.capture("s1", [{"role": "user", "content": "list the files"}, {"role": "assistant", "content": listing}])
+        mem.capture("s2", [{"role": "user", "content": "show config"}, {"role": "assistant", "content": config}])
+        for question, answer in (("where is the invoice renderer for billing?", "invoice_renderer.py"),
+                                 ("what is the flamingoPort?", "'flamingoPort':8080")):
+            first = ask(mem, question).pointers[0].synopsis
+            assert first.startswith("...") and answer in first, (question, first)

@@ -67,6 +67,8 @@ def _main(argv: Sequence[str] | None) -> int:
         return int(exc.code or 0)
     if unknown:
         return _unknown_arguments(parser, argv, unknown)
+    # Whether --namespace was given at all (`hooks install` names a namespace after the project otherwise).
+    args.namespace_given = any(a == "--namespace" or a.startswith("--namespace=") for a in argv)
     if not getattr(args, "handler", None):
         parser.print_help()
         return 2

@@ -240,14 +240,15 @@ def _cmd_hooks(args: argparse.Namespace) -> int:
 def _namespace_note(args: argparse.Namespace) -> str:
     """What ``hooks install`` says of the namespace it chose: where to read it, and the worker that extracts it."""
     namespace = hook_namespace(args)
-    flag = "" if namespace == DEFAULT_NAMESPACE else f" --namespace {shlex.quote(namespace)}"
-    if getattr(args, "db", None):
-        flag = f" --db {shlex.quote(args.db)}{flag}"
+    words = (["--db", args.db] if getattr(args, "db", None) else []) + (
+        namespace_words(namespace) if namespace != DEFAULT_NAMESPACE else [])
+    flag = f" {shlex.join(words)}" if words else ""
     note = (f"tortoise: namespace {namespace!r}: `tortoise search WORDS{flag}` reads it, "
             f"`tortoise worker{flag} --model MODEL` extracts it")
-    if namespace == DEFAULT_NAMESPACE and args.user:
-        note += ("; every project shares it, so a block can quote another project's sessions: install in each "
-                 "project instead (`tortoise hooks install --project DIR`, a namespace per project) to keep them apart")
+    if args.user or namespace == DEFAULT_NAMESPACE:
+        note += ("; every project installed this way shares it, so a block can quote another project's sessions: "
+                 "install in each project instead (`tortoise hooks install --project DIR`, a namespace per project) "
+                 "to keep them apart")
     return note
 
 
@@ -286,11 +287,16 @@ def hook_namespace(args: argparse.Namespace) -> str:
     the project's directory (``spotter`` for ``~/code/spotter``), so one project's sessions are never another's
     memory; installed for the user (``--user``), the one ``default`` namespace every project shares."""
     given = getattr(args, "namespace", DEFAULT_NAMESPACE)
-    if given != DEFAULT_NAMESPACE or getattr(args, "user", False):
+    if getattr(args, "namespace_given", given != DEFAULT_NAMESPACE) or getattr(args, "user", False):
         return given
-    name = Path(getattr(args, "project", None) or ".").expanduser().absolute().name
+    name = Path(getattr(args, "project", None) or ".").expanduser().resolve().name  # `--project ..`: its name
     # A name a namespace cannot be (blank, a control character, long past a directory name's): the shared one.
     return name if name.strip() and name.isprintable() and len(name.encode("utf-8")) <= 255 else DEFAULT_NAMESPACE
+
+
+def namespace_words(namespace: str) -> list[str]:
+    """``--namespace NAME`` for a command line; ``--namespace=-x`` for a name that starts like an option."""
+    return [f"--namespace={namespace}"] if namespace.startswith("-") else ["--namespace", namespace]
 
 
 def _hook_command(args: argparse.Namespace) -> str:
@@ -305,7 +311,7 @@ def _hook_command(args: argparse.Namespace) -> str:
         words += ["--db", db if "://" in db or shared else str(Path(db).expanduser().absolute())]
     namespace = hook_namespace(args)
     if namespace != DEFAULT_NAMESPACE:
-        words += ["--namespace", namespace]
+        words += namespace_words(namespace)
     words.append("hook")
     if args.model:
         words += ["--model", args.model]

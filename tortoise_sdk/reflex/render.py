@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 from ..confidence import is_low
 from ..models import MEMORY_BLOCK_END, MEMORY_BLOCK_MARKER, MemoryBlock, Pointer
+from ..search import INDEX_CHARS
 from . import tuning
 from .escape import escape
 from .expand import REF
@@ -110,8 +111,9 @@ def _fit(r: Reading, c: Candidate, n: int, lines: list[str], frame: Callable[[li
 LEAD_CHARS = 40
 #: A long turn's pointer shows its start while that holds this share of the weight the best passage holds.
 START_SHARE = 0.5
-#: Characters of a long turn searched for the passage (a pasted megabyte costs what a page does).
-PASSAGE_SCAN_CHARS = 8000
+#: Characters of a long turn searched for the passage: what the index holds of it (a pasted megabyte costs what
+#: a page does).
+PASSAGE_SCAN_CHARS = INDEX_CHARS
 
 
 def passage(r: Reading, c: Candidate, limit: int) -> str:
@@ -139,8 +141,10 @@ def passage(r: Reading, c: Candidate, limit: int) -> str:
     best = max([0, *(max(0, o - LEAD_CHARS) for o, _ in at)], key=lambda start: (holds(start), -start))
     if holds(0) >= START_SHARE * holds(best):  # a turn's start usually says its point: moved only for much more
         return text
-    start = text.rfind(" ", 0, best) + 1  # at a word's start
-    return "…" + text[start:]
+    # At a word's start (the last blank within LEAD_CHARS before it); a text without one there (a path list joined
+    # by newlines has them, minified JSON or Japanese has none) is cut where the passage begins.
+    blank = max(text.rfind(ch, max(0, best - LEAD_CHARS), best) for ch in " \n\t\r")
+    return "…" + text[blank + 1 if blank >= 0 else best:]
 
 
 def _line(c: Candidate, n: int, synopsis: str) -> str:
