@@ -43,6 +43,7 @@ __all__ = (
     "handle_event",
     "install_hooks",
     "is_our_command",
+    "namespace_words",
     "uninstall_hooks",
 )
 
@@ -133,6 +134,11 @@ def _prompt_context(
                                    "additionalContext": f"{block.block}\n{expand_hint(mem)}"}}
 
 
+def namespace_words(namespace: str) -> list[str]:
+    """``--namespace NAME`` for a command line; ``--namespace=-x`` for a name that starts like an option."""
+    return [f"--namespace={namespace}"] if namespace.startswith("-") else ["--namespace", namespace]
+
+
 def expand_hint(mem: Memory) -> str:
     """The line after the block that tells the agent how to read a pointer whole: a synopsis is cut at
     ``SYNOPSIS_CHARS`` and made inert (brackets as parentheses), so a command in it is not the command."""
@@ -141,7 +147,7 @@ def expand_hint(mem: Memory) -> str:
     secret = "***" in mem.store.url  # a URL's password is never written into the block
     words += ["--db", "DB_URL" if secret else mem.store.url]
     if mem.namespace != DEFAULT_NAMESPACE:
-        words += [f"--namespace={mem.namespace}"] if mem.namespace.startswith("-") else ["--namespace", mem.namespace]
+        words += namespace_words(mem.namespace)
     return (f"(Each pointer is shortened and its brackets made parentheses: `{shlex.join(words)} expand ID`, "
             "ID its t_… or m_… id, prints it whole and exact, with the turns around it"
             + (", DB_URL the --db of the hook's command)" if secret else ".)"))

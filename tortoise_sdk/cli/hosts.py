@@ -239,6 +239,8 @@ def _cmd_hooks(args: argparse.Namespace) -> int:
 
 def _namespace_note(args: argparse.Namespace) -> str:
     """What ``hooks install`` says of the namespace it chose: where to read it, and the worker that extracts it."""
+    from ..adapters.claude_code import namespace_words
+
     namespace = hook_namespace(args)
     words = (["--db", args.db] if getattr(args, "db", None) else []) + (
         namespace_words(namespace) if namespace != DEFAULT_NAMESPACE else [])
@@ -294,11 +296,6 @@ def hook_namespace(args: argparse.Namespace) -> str:
     return name if name.strip() and name.isprintable() and len(name.encode("utf-8")) <= 255 else DEFAULT_NAMESPACE
 
 
-def namespace_words(namespace: str) -> list[str]:
-    """``--namespace NAME`` for a command line; ``--namespace=-x`` for a name that starts like an option."""
-    return [f"--namespace={namespace}"] if namespace.startswith("-") else ["--namespace", namespace]
-
-
 def _hook_command(args: argparse.Namespace) -> str:
     """The command line Claude Code runs: this installation's ``tortoise``, with the options given to install."""
     argv0 = Path(sys.argv[0])
@@ -311,6 +308,8 @@ def _hook_command(args: argparse.Namespace) -> str:
         words += ["--db", db if "://" in db or shared else str(Path(db).expanduser().absolute())]
     namespace = hook_namespace(args)
     if namespace != DEFAULT_NAMESPACE:
+        from ..adapters.claude_code import namespace_words
+
         words += namespace_words(namespace)
     words.append("hook")
     if args.model:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Mapping
 
 from ..confidence import is_low
 from ..models import MEMORY_BLOCK_END, MEMORY_BLOCK_MARKER, MemoryBlock, Pointer
@@ -135,16 +136,35 @@ def passage(r: Reading, c: Candidate, limit: int) -> str:
     if not at:
         return text
 
-    def holds(start: int) -> float:
-        return sum(weight[s] for s in {s for o, s in at if start <= o < start + limit - LEAD_CHARS})
-
-    best = max([0, *(max(0, o - LEAD_CHARS) for o, _ in at)], key=lambda start: (holds(start), -start))
-    if holds(0) >= START_SHARE * holds(best):  # a turn's start usually says its point: moved only for much more
+    best, at_start, most = _best_window(at, weight, limit - LEAD_CHARS)
+    if at_start >= START_SHARE * most:  # a turn's start usually says its point: moved only for much more
         return text
     # At a word's start (the last blank within LEAD_CHARS before it); a text without one there (a path list joined
     # by newlines has them, minified JSON or Japanese has none) is cut where the passage begins.
     blank = max(text.rfind(ch, max(0, best - LEAD_CHARS), best) for ch in " \n\t\r")
     return "…" + text[blank + 1 if blank >= 0 else best:]
+
+
+def _best_window(at: list[tuple[int, str]], weight: Mapping[str, float], span: int) -> tuple[int, float, float]:
+    """Where the ``span`` characters holding the most weight begin (0, or ``LEAD_CHARS`` before a matched word;
+    the earliest of equals), what the window at 0 holds, and what the best one holds: each word counted once,
+    ``at`` (offsets in order) read in one sweep with a count per word in the window."""
+    inside: Counter[str] = Counter()
+    enter = leave = 0
+    best, at_start, most = 0, 0.0, -1.0
+    for start in (0, *(max(0, o - LEAD_CHARS) for o, _ in at)):  # in order, as ``at`` is
+        while enter < len(at) and at[enter][0] < start + span:
+            inside[at[enter][1]] += 1
+            enter += 1
+        while leave < len(at) and at[leave][0] < start:
+            inside[at[leave][1]] -= 1
+            leave += 1
+        held = sum(weight[s] for s, n in inside.items() if n)
+        if start == 0:
+            at_start = held
+        if held > most:
+            best, most = start, held
+    return best, at_start, most
 
 
 def _line(c: Candidate, n: int, synopsis: str) -> str:

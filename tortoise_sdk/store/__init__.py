@@ -25,7 +25,7 @@ SQLITE_SCHEME = "sqlite:///"
 
 def sqlite_path(url: str) -> str:
     """The file path a SQLite path or ``sqlite:///`` URL names (``sqlite:////abs.db`` is ``/abs.db``)."""
-    return url[len(SQLITE_SCHEME):] if url.startswith(SQLITE_SCHEME) else url
+    return url.removeprefix(SQLITE_SCHEME)
 
 
 def open_store(url: str, *, create: bool = True, timeout_s: float | None = DEFAULT_STORE_TIMEOUT_S) -> Store:
