@@ -30,6 +30,22 @@ def _chat(mem: Memory) -> None:
     capture_chatter(mem, "Caroline")
 
 
+def test_only_a_listing_question_reads_the_category_table():
+    # The table costs a fresh process (a Claude Code hook) about 20 ms: a prompt that lists nothing must not read it.
+    mem = Memory(":memory:", namespace="inst")
+    _chat(mem)
+    instances.table.cache_clear()
+    try:
+        mem.context([{"role": "user", "content": "Why does the pottery build fail on Windows?"}])
+        assert instances.table.cache_info().currsize == 0
+        block = mem.context([{"role": "user", "content": "What crafts does Melanie do?"}])
+        assert instances.table.cache_info().currsize == 1
+        assert block.degraded_reason is None
+        assert "I signed up for a pottery class yesterday!" in [p.synopsis for p in block.pointers]
+    finally:
+        instances.table()  # the next test finds it read, as before
+
+
 def test_a_category_finds_the_turn_naming_its_instance_on_both_engines(store, monkeypatch):
     mem = Memory(store=store, namespace="inst")
     _chat(mem)

@@ -23,12 +23,13 @@ from .exchange import filled, with_replies
 from .feedback import feedback_terms
 from .instances import instance_terms, table as instance_table
 from .prior import drop_prior, not_in_window
+from .ranker import listing
 from .query import CHANGE, NOW, as_list, message, query_text, weigh_terms
 from .render import render
 from .scoring import distinct, fuse, latest_first, memories_first, score_turns, without_stale_turns
 from .semantic import Semantic, SemanticStep
 from . import gate, host, tuning
-from .shapes import Reading, Timeout
+from .shapes import Message, Reading, Timeout
 from .slots import expand, slot_words
 from .tokens import TokenCounter, approx_tokens
 
@@ -164,7 +165,9 @@ def context(
         if prepare is not None:
             with within(budget_s):
                 prepare()
-        if tuning.INSTANCE_WEIGHT:  # read once per process (tens of ms), kept out of the per-turn budget too
+        if tuning.INSTANCE_WEIGHT and listing(query_text(_messages(window))[0]):
+            # Read once per process (about 20 ms), kept out of the per-turn budget too; only a question that
+            # asks for several things of a kind uses it, so a hook's fresh process seldom pays for it.
             instance_table()
         _warm_process(store)
         started = time.perf_counter()
@@ -188,6 +191,11 @@ def context(
     return block
 
 
+def _messages(window: Sequence[Any]) -> list[Message]:
+    """The window's messages that say something, in order."""
+    return [m for m in (message(x) for x in as_list(window)) if m is not None and m.text.strip()]
+
+
 def _steps(r: Reading, window: Sequence[Any], prior: Any, budget: int, max_tokens: int,
            session_id: str | None, held_from: int | None = None, specific_only: bool = False,
            semantic: Semantic | None = None, categories: frozenset[str] | None = None) -> MemoryBlock:
@@ -195,7 +203,7 @@ def _steps(r: Reading, window: Sequence[Any], prior: Any, budget: int, max_token
     max_tokens = int(max_tokens)
     if budget < 1 or max_tokens < 1:
         return MemoryBlock()
-    msgs = [m for m in (message(x) for x in as_list(window)) if m is not None and m.text.strip()]
+    msgs = _messages(window)
     query, earlier, ask = query_text(msgs)
     if not query:
         return MemoryBlock()
