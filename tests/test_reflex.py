@@ -24,6 +24,7 @@ from locomo import load_questions, load_sessions, locomo_files, needs_locomo
 from tortoise_sdk import InvalidInput, Memory, MemoryBlock, NotFoundError, StoreError
 from tortoise_sdk.demo import load_demo_sessions
 from tortoise_sdk.models import MEMORY_BLOCK_MARKER, ExtractionReport
+from tortoise_sdk.reflex.slots import asks_now
 from tortoise_sdk.reflex import MAX_BUDGET, MEMORY_BLOCK_END, approx_tokens, tuning
 from tortoise_sdk.reflex.query import date_words, named_days, speaking, weigh_terms
 from tortoise_sdk.reflex.shapes import Reading, Term
@@ -202,9 +203,11 @@ def test_present_tense_reorders_direct_matches_latest_first(tmp_path):
     later = "These days I work at Helix Health, the commute is a short walk."
     with _jobs(tmp_path, [{"role": "user", "content": later}]) as m:
         assert ask(m, "where do I work these days?").pointers[0].synopsis == later
-        # No present tense: best match first, the later turn after the older ones (the first of them may be
-        # the answer across the team question, SECOND_NEIGHBOUR_SHARE: "I bike to work").
-        said = [p.synopsis for p in ask(m, "where do I work?").pointers]
+        # Not asked how things stand now ("where have I worked?" wants every job): best match first, the later
+        # turn after the older ones (the first of them may be the answer across the team question,
+        # SECOND_NEIGHBOUR_SHARE: "I bike to work"). "where do I work?" asks about now (slots.asks_now).
+        assert ask(m, "where do I work?").pointers[0].synopsis == later
+        said = [p.synopsis for p in ask(m, "where have I worked?").pointers]
         assert said.index(later) > next(i for i, s in enumerate(said) if "Northwind Labs as a data engineer" in s) <= 1
 
 
@@ -222,7 +225,9 @@ _CHANGING_JOB = [("2024-01-10", "I work at Northwind Traders as an accountant"),
 
 @pytest.mark.parametrize("question", ["Where am I working these days?", "Where do I work now?", "Who is my employer now?",
                                       "What is my current job?", "Which company am I at currently?",
-                                      "What do I do for work nowadays?", "Where do I work at the moment?"])
+                                      "What do I do for work nowadays?", "Where do I work at the moment?",
+                                      # the present simple asks how things stand now as much as "now" does
+                                      "Where do I work?", "What is my job?", "What's my job?", "Who is my employer?"])
 def test_a_changing_fact_leads_with_its_latest_statement(tmp_path, question):
     # The latest statement shares no word with the question ("job" against "working"): the kind of fact
     # (slots.SLOTS) finds it and makes it follow up the January turn; the older ones follow it.
@@ -238,6 +243,14 @@ def test_a_changing_fact_leads_with_its_latest_statement(tmp_path, question):
         assert any(p.superseded and "Northwind" in p.synopsis for p in block.pointers[1:]), block.block
         # Not asked about now: the best match leads, the later job does not jump ahead.
         assert "Northwind" in ask(m, "where did I work in January?").pointers[0].synopsis
+
+
+@pytest.mark.parametrize(("question", "now"), [
+    ("Where do I work?", True), ("Where does Maya live these days?", True), ("Who is Sam dating?", True),
+    ("Where did I work in January?", False), ("What was my job in 2023?", False), ("Where is the config file?", False),
+    ("What do I like to eat?", False), ("Where did Maya live before she moved?", False)])
+def test_the_present_simple_about_a_changing_fact_asks_how_things_stand_now(question, now):
+    assert asks_now(question) is now
 
 
 def test_the_custom_loop_example_gets_the_current_job(mem):

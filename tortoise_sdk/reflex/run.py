@@ -24,13 +24,13 @@ from .feedback import feedback_terms
 from .instances import instance_terms, table as instance_table
 from .prior import drop_prior, not_in_window
 from .ranker import listing
-from .query import CHANGE, NOW, as_list, message, query_text, weigh_terms
+from .query import CHANGE, as_list, message, query_text, weigh_terms
 from .render import render
 from .scoring import distinct, fuse, latest_first, memories_first, score_turns, without_stale_turns
 from .semantic import Semantic, SemanticStep
 from . import gate, host, tuning
 from .shapes import Message, Reading, Timeout
-from .slots import expand, slot_words
+from .slots import asks_now, expand, slot_words
 from .tokens import TokenCounter, approx_tokens
 
 __all__ = ("DEFAULT_BUDGET", "DEFAULT_MAX_TOKENS", "DEFAULT_TIME_BUDGET_MS", "MAX_BUDGET", "context")
@@ -208,7 +208,7 @@ def _steps(r: Reading, window: Sequence[Any], prior: Any, budget: int, max_token
     if not query:
         return MemoryBlock()
     meaning = SemanticStep(semantic, query)  # embedded while the words are searched
-    present = bool(tuning.PRESENT_TENSE and NOW.search(query))
+    present = bool(tuning.PRESENT_TENSE and asks_now(query))
     # A present-tense question's kind-of-fact words (expand, below) are counted with the question's own.
     terms = r.terms = weigh_terms(r, query, earlier, also=slot_words(query) if present else ())
     r.tick()

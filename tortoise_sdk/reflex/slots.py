@@ -11,13 +11,14 @@ earlier one about the same kind (``candidates.later_on_topic``).
 from __future__ import annotations
 
 import math
+import re
 
 from ..search import query_terms
 from . import tuning
 from .query import NOW
 from .shapes import Reading, Term
 
-__all__ = ("SLOTS", "expand", "slot_words")
+__all__ = ("SLOTS", "asks_now", "expand", "slot_words")
 
 #: The kinds of fact that change over a life, each as the words that name it.
 SLOTS: dict[str, tuple[str, ...]] = {
@@ -27,6 +28,22 @@ SLOTS: dict[str, tuple[str, ...]] = {
     "partner": ("partner", "boyfriend", "girlfriend", "husband", "wife", "dating", "married", "engaged"),
     "study": ("study", "studying", "school", "university", "college", "degree", "course", "major"),
 }
+
+
+#: A question in the present simple ("Where do I work?", "What's her job?", "Who is he dating?")...
+_PRESENT = re.compile(r"\b(do|does|am|is|are|what's|where's|who's|i'm|you're|she's|he's|they're)\b", re.I)
+#: ... that says nothing of a past time ("Where did I work in January?", "What was my first job?").
+_PAST = re.compile(r"\b(did|was|were|had|used to|ago|last|before|first|ever|then|previous|previously|former|formerly|"
+                   r"old|earlier|(?:19|20)\d\d)\b", re.I)
+
+
+def asks_now(query: str) -> bool:
+    """``query`` asks how a fact that changes stands now: it says so ("now", "these days": ``query.NOW``), or
+    it asks in the present simple about a kind of fact (``SLOTS``) and names no past time ("Where do I
+    work?" wants today's job as much as "Where do I work now?")."""
+    if NOW.search(query):
+        return True
+    return bool(_named_kinds(query)) and bool(_PRESENT.search(query)) and not _PAST.search(query)
 
 
 def _named_kinds(query: str) -> list[str]:
