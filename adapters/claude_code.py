@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import InvalidInput, TortoiseError
+from ..errors import InvalidInput, StoreTimeout, TortoiseError
 from ..memory import DEFAULT_NAMESPACE
 
 if TYPE_CHECKING:
@@ -89,13 +89,16 @@ def handle_event(
     session_id = _text(event.get("session_id"))
     transcript = _text(event.get("transcript_path"))
     if name == "UserPromptSubmit":
+        locked = False
         if transcript:
             try:
                 _follow(mem, transcript, session_id, False, max_bytes)
             except (TortoiseError, OSError) as exc:  # the block can still be built from what is stored
                 log.warning("transcript not captured: %s", exc)
+                locked = isinstance(exc, StoreTimeout)
         prompt = _text(event.get("prompt"))
-        return _prompt_context(mem, session_id, prompt, budget, max_tokens, time_budget_ms) if prompt else None
+        return (_prompt_context(mem, session_id, prompt, budget, max_tokens, time_budget_ms, remember=not locked)
+                if prompt else None)
     if name in CAPTURE_EVENTS:
         for path in dict.fromkeys(p for p in (transcript, _text(event.get("agent_transcript_path"))) if p):
             _follow(mem, path, session_id, "background", max_bytes)
@@ -111,8 +114,11 @@ def _follow(mem: Memory, path: str, session_id: str | None, extract: Any, max_by
 
 
 def _prompt_context(
-    mem: Memory, session_id: str | None, prompt: str, budget: int, max_tokens: int, time_budget_ms: float
+    mem: Memory, session_id: str | None, prompt: str, budget: int, max_tokens: int, time_budget_ms: float,
+    remember: bool = True,
 ) -> dict | None:
+    """The hook output for a prompt, or None; with ``remember`` the pointers shown are saved for the
+    prior-mention rule (not when the database is locked: the prompt waited for it once already)."""
     turns = mem.turns(session_id) if session_id else []
     recent = turns[-WINDOW_TURNS:]
     window = [*({"role": h.role, "content": h.content} for h in recent), {"role": "user", "content": prompt}]
@@ -127,9 +133,12 @@ def _prompt_context(
         log.warning("no memory block: %s (%.0f ms)", block.degraded_reason, block.elapsed_ms)
     if not block.block:
         return None
-    if shown is not None:
+    if shown is not None and remember:
         kept = [*[i for i in ids if i not in {p.id for p in block.pointers}], *(p.id for p in block.pointers)]
-        mem.save_cursor(shown.name, {"ids": kept[-SHOWN_KEPT:]}, revision=shown.revision)
+        try:
+            mem.save_cursor(shown.name, {"ids": kept[-SHOWN_KEPT:]}, revision=shown.revision)
+        except TortoiseError as exc:  # a locked database: the block goes out, its pointers may show again
+            log.warning("shown pointers not saved: %s", exc)
     return {"hookSpecificOutput": {"hookEventName": "UserPromptSubmit",
                                    "additionalContext": f"{block.block}\n{expand_hint(mem)}"}}
 

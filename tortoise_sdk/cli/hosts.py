@@ -23,6 +23,11 @@ __all__ = ("DEFAULT_HOOK_TIMEOUT_S", "register")
 
 #: The hook's own hard limit, in seconds: well under the timeout written into settings.json.
 DEFAULT_HOOK_TIMEOUT_S = 8.0
+#: The bound on each store call of the hook, a wait for another process's write lock included (at most half
+#: the hook's limit): Claude Code waits for the hook, so a locked database costs a prompt this much, and its
+#: block is still built from what is stored (reads go on beside a writer); what was not captured is taken
+#: by the next event (capturing the 4 MiB of ``HOOK_MAX_BYTES`` takes about 0.2 s).
+HOOK_STORE_TIMEOUT_S = 2.0
 #: What ``hooks install`` asks Claude Code to allow (its default is 60 s, or 600 s in newer versions).
 SETTINGS_TIMEOUT_S = 30
 #: New transcript bytes one hook call captures at most; a longer backlog is taken over several calls.
@@ -89,7 +94,8 @@ def _run_hook(args: argparse.Namespace, outcome: dict[str, Any], log: logging.Lo
 
             raw = sys.stdin.read()
             outcome["event"] = event = json.loads(raw) if raw.strip() else None
-            with Memory(args.db, namespace=args.namespace, **model_options(args)) as mem:
+            with Memory(args.db, namespace=args.namespace, store_timeout_s=min(HOOK_STORE_TIMEOUT_S, args.timeout / 2),
+                        **model_options(args)) as mem:
                 outcome["output"] = handle_event(mem, event, budget=args.budget, max_tokens=args.max_tokens,
                                                  max_bytes=HOOK_MAX_BYTES)
         except BaseException as exc:  # noqa: BLE001 - reported in the log, never to the host
