@@ -1260,3 +1260,33 @@ def test_a_passage_starts_near_its_words_when_no_space_comes_before_them(tmp_pat
                                  ("what is the flamingoPort?", "'flamingoPort':8080")):
             first = ask(mem, question).pointers[0].synopsis
             assert first.startswith("...") and answer in first, (question, first)
+
+
+def _pets(mem: Memory) -> None:
+    mem.capture("s1", [{"role": "user", "content": "I have two cats, Miso and Tofu. They are both rescues."},
+                       {"role": "assistant", "content": "Lovely names! How old are they?"}],
+                session_date="2024-01-05T10:00:00")
+    mem.capture("s2", [{"role": "user", "content": "Guess what my favourite animals are"},
+                       {"role": "assistant", "content": "Cats!"},
+                       {"role": "user", "content": "It's Shia Labeouf! I love his films."},
+                       {"role": "assistant", "content": "That sounds wonderful. Thanks for sharing!"}],
+                session_date="2024-02-05T10:00:00")
+
+
+def test_a_turn_that_only_says_the_questions_words_back_is_no_evidence(mem):
+    # "Cats!" says nothing "What are my cats called?" does not: it led the reviewer's block, above the names.
+    _pets(mem)
+    said = [p.synopsis for p in ask(mem, "What are my cats called?").pointers]
+    assert "Cats!" not in said and said[0].startswith("I have two cats, Miso and Tofu")
+    # Nor does it lend the question's words to its neighbour (the question it answers).
+    assert "Guess what my favourite animals are" not in said
+    # It answers a question about other words, and a question about the saying itself.
+    assert "Cats!" in [p.synopsis for p in ask(mem, "What are my favourite animals?").pointers]
+    assert "It's Shia Labeouf! I love his films." in [p.synopsis for p in ask(mem, "When did I mention Shia?").pointers]
+
+
+@pytest.mark.parametrize("prompt", ["haha thanks, that's funny", "lol thank you, please go on", "ok thanks!"])
+def test_words_that_keep_a_conversation_going_are_never_searched(mem, prompt):
+    # "thanks" matched every turn that thanks anyone: small talk brought two pointers.
+    _pets(mem)
+    assert ask(mem, prompt).pointers == []

@@ -8,7 +8,7 @@ from reflex_chat import ask, capture_chatter
 from tortoise_sdk import Memory
 from tortoise_sdk.reflex import tuning
 
-STRONG = "Canoe, canoe, canoe!"
+STRONG = "Canoe, canoe, canoe! Best boat ever."
 LENT = "We carried the canoe down to the water with Anna."
 ALONE = "We carried the canoe down to the water with Lucy."
 

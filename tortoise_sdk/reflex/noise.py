@@ -30,7 +30,8 @@ from ..search import STOP_WORDS, tokenize
 from ..text import per_text
 from .shapes import Candidate, Reading
 
-__all__ = ("MIN_WORDS", "cleaned_matches", "evidence_text", "is_dump", "is_filler", "is_non_answer", "is_noise",
+__all__ = ("MIN_WORDS", "cleaned_matches", "evidence_text", "is_dump", "is_echo", "is_filler", "is_non_answer",
+           "is_noise",
            "unanswered")
 
 #: Words a turn must say (outside host text) to be evidence on its own.
@@ -82,6 +83,16 @@ def is_filler(hit: SearchHit | None) -> bool:
     (``FILLER_WORDS``), or a non-answer (``is_non_answer``)."""
     words = _short_reply(hit)
     return words is not None and (all(w in STOP_WORDS or w in FILLER_WORDS for w in words) or _non_answer(words))
+
+
+def is_echo(hit: SearchHit, asked: frozenset[str]) -> bool:
+    """A few words that only say the question's own words back ("Cats!" for "What are my cats called?"):
+    every word of the turn is one of ``asked`` (the question's words), a stop word or filler. It says
+    nothing the question does not, so it answers nothing; by anyone, a person or an assistant. A turn that
+    asks is none ("Got any favourite glaze?": its reply answers, ``exchange.with_replies``)."""
+    words = _few_words(hit.content)
+    return (words is not None and not hit.content.rstrip().endswith("?") and any(w in asked for w in words)
+            and all(w in asked or w in STOP_WORDS or w in FILLER_WORDS for w in words))
 
 
 def is_non_answer(hit: SearchHit | None) -> bool:

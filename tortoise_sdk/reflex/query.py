@@ -35,10 +35,14 @@ __all__ = (
 
 # Question scaffolding: words that say what kind of answer is wanted, not what it is about.
 _SCAFFOLD = frozenset("kind kinds type types sort sorts thing things something describe mention mentioned".split())
-_COURTESY = frozenset(
-    """thanks thank thx ty cheers hello hiya howdy yo bye goodbye cya later morning evening afternoon night
-    good great nice cool awesome perfect fine sure sounds lol haha wow welcome please np alright right
-    gotcha see""".split()
+#: Words that only keep the conversation going: never a term, though a message holding them may ask something
+#: ("haha thanks, that's funny" searches for "funny" alone; "thanks" matched every turn thanking anyone).
+_SOCIAL = frozenset("thanks thank thx ty cheers bye goodbye cya lol haha hahaha lmao welcome please np gotcha".split())
+#: ... and words of courtesy that may also be content ("last night", "a good school"): a message of these alone
+#: asks nothing, so it gets no block.
+_COURTESY = _SOCIAL | frozenset(
+    """hello hiya howdy yo later morning evening afternoon night good great nice cool awesome perfect fine sure
+    sounds wow alright right see""".split()
 )
 _ASK = re.compile(r"\?|\b(remind|recall|remember|tell me|what|when|where|who|which|why|how)\b", re.I)
 CHANGE = re.compile(
@@ -133,8 +137,9 @@ def weigh_terms(r: Reading, query: str, earlier: str = "", also: Sequence[str] =
 
     The counts of ``also``'s one-lexeme words (those a later step adds, ``slots.expand``) are read in the
     same round trip, into ``r.known``."""
-    own = [t for t in query_terms(query) if t not in STOP_WORDS and t not in _SCAFFOLD]
-    more = [t for t in query_terms(earlier) if t not in STOP_WORDS and t not in _SCAFFOLD and t not in own]
+    own = [t for t in query_terms(query) if t not in STOP_WORDS and t not in _SCAFFOLD and t not in _SOCIAL]
+    more = [t for t in query_terms(earlier)
+            if t not in STOP_WORDS and t not in _SCAFFOLD and t not in _SOCIAL and t not in own]
     surfaces = own + more
     if not surfaces:
         return []

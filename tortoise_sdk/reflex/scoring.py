@@ -10,11 +10,11 @@ from datetime import date
 
 from ..confidence import AGREED, BASE
 from ..models import SearchHit
-from ..search import TF_CAP
+from ..search import TF_CAP, tokenize
 from ..store.base import TurnFacts
 from ..text import per_text
 from . import ranker, tuning
-from .noise import is_filler, unanswered
+from .noise import is_echo, is_filler, unanswered
 from .query import CAPITALISED, WHEN, named_days, speaking
 from .shapes import Candidate, Reading, Term, session_day
 
@@ -29,6 +29,7 @@ _TIME_WORD_SET = frozenset(
 _WORD_RUN = re.compile(r"\w+")
 _THIS_MORNING = re.compile(r"\bthis morning\b")
 _YEAR = re.compile(r"\b(?:19|20)\d\d\b")
+_ABOUT_SAYING = re.compile(r"\b(mention(ed|s)?|say|says|said|tell|tells|told|talk(ed|s)?|br(ing|ought) up)\b", re.I)
 
 
 @per_text
@@ -76,8 +77,12 @@ def score_turns(r: Reading, terms: list[Term], content_terms: list[Term], query:
                 for tf, nm in zip(tfs, norms)]
 
     scores = bm25(weights)
+    # A turn that only says the question's words back ("Cats!") is no evidence, nor lends any to its neighbours;
+    # unless the question is about the saying itself ("When did Gina mention Shia Labeouf?": "It's Shia Labeouf!").
+    asked = frozenset() if _ABOUT_SAYING.search(query) else frozenset(tokenize(query))
     own: dict[tuple[str, int], tuple[float, set[str]]] = {
-        (h.session_id, h.index): (sc, {s for s in weights if s in tf}) for h, tf, sc in zip(pool, tfs, scores)
+        (h.session_id, h.index): (0.0, set()) if is_echo(h, asked) else (sc, {s for s in weights if s in tf})
+        for h, tf, sc in zip(pool, tfs, scores)
     }
     # Terms the index has never seen count too: a query mostly about unknown things is unrelated.
     total = sum(t.weight for t in terms if not (tuning.NAMES_AS_SPEAKERS and t.is_name) and not t.context
@@ -118,7 +123,7 @@ def score_turns(r: Reading, terms: list[Term], content_terms: list[Term], query:
     cands = []
     raw: dict[str, dict[str, float]] = {}  # the learnt ranker's inputs (ranker.features), by turn
     for key, h in by_pos.items():
-        if is_filler(h):  # "OK." after a question that matched would inherit its score as the answer
+        if is_filler(h) or not own[key][0] and is_echo(h, asked):  # "OK." would inherit a question's score
             continue
         if unanswered(h, by_pos.get((h.session_id, h.index + 1))):  # asked before and not answered then
             continue
