@@ -81,7 +81,8 @@ def test_a_project_install_names_its_namespace_after_the_project(tmp_path, capsy
         (command,) = _commands(where / ".claude" / "settings.local.json")
         assert command.endswith(f"--namespace {name} hook"), command
         err = capsys.readouterr().err
-        assert f"namespace {name!r}" in err and f"tortoise worker --db {tmp_path / 'm.db'} --namespace {name}" in err
+        assert f"namespace {name!r}: `tortoise search WORDS --db {tmp_path / 'm.db'} --namespace {name}`" in err
+        assert "no model given" in err and "no extraction is queued" in err
     # --namespace still wins, and a user-wide install keeps the one shared namespace, saying what that means.
     assert main(["hooks", "install", "--project", str(projects["spotter"]), "--namespace", "team"]) == 0
     assert all(c.endswith("--namespace team hook") for c in _commands(projects["spotter"] / ".claude" /
@@ -89,8 +90,21 @@ def test_a_project_install_names_its_namespace_after_the_project(tmp_path, capsy
     capsys.readouterr()
     assert main(["hooks", "install", "--user"]) == 0
     assert not any("--namespace" in c for c in _commands(Path.home() / ".claude" / "settings.json"))
-    assert "every project installed this way shares it, so a block can quote another project's sessions" in (
-        capsys.readouterr().err)
+    assert "every project shares it, so a block can quote another project's sessions" in capsys.readouterr().err
+
+
+def test_install_says_which_worker_extracts_with_the_model_given(tmp_path, capsys, monkeypatch) -> None:
+    """Reviewer: install said `tortoise worker --model MODEL` though a model was given, and with none the worker
+    said only "no job queued"."""
+    project = tmp_path / "app"
+    project.mkdir()
+    assert main(["hooks", "install", "--project", str(project), "--model", "openai/gpt-4o-mini"]) == 0
+    err = capsys.readouterr().err
+    assert "`tortoise worker --namespace app --model openai/gpt-4o-mini` extracts it" in err
+    assert "20 turns or 5 minutes after its last capture" in err
+    monkeypatch.setenv("TORTOISE_MODEL", "ollama/llama3")
+    assert main(["hooks", "install", "--project", str(project)]) == 0
+    assert "--model ollama/llama3` extracts it" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("argv, namespace", [
@@ -106,7 +120,9 @@ def test_a_given_namespace_is_kept_and_an_odd_project_name_still_parses(tmp_path
     assert main(["hooks", "install", "--project", str(project), "--db", str(tmp_path / "m.db"), *argv]) == 0
     (command,) = _commands(project / ".claude" / "settings.local.json")
     if namespace == "default":
-        assert "--namespace" not in command and "shares it" in capsys.readouterr().err
+        err = capsys.readouterr().err
+        assert "--namespace" not in command and "a --user install and any other project given --namespace default " \
+            "share it" in err and "drop --namespace to give this project its own" in err
         return
     assert command.endswith("--namespace=-dash hook")
     import io

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError, InvalidInput
-from ..memory import DEFAULT_NAMESPACE
+from ..memory import DEFAULT_EXTRACT_EVERY, DEFAULT_IDLE_S, DEFAULT_NAMESPACE, env_model
 from ._common import add_model_options, model_options
 
 __all__ = ("DEFAULT_HOOK_TIMEOUT_S", "register")
@@ -251,12 +251,20 @@ def _namespace_note(args: argparse.Namespace) -> str:
     words = (["--db", args.db] if getattr(args, "db", None) else []) + (
         namespace_words(namespace) if namespace != DEFAULT_NAMESPACE else [])
     flag = f" {shlex.join(words)}" if words else ""
-    note = (f"tortoise: namespace {namespace!r}: `tortoise search WORDS{flag}` reads it, "
-            f"`tortoise worker{flag} --model MODEL` extracts it")
-    if args.user or namespace == DEFAULT_NAMESPACE:
-        note += ("; every project installed this way shares it, so a block can quote another project's sessions: "
-                 "install in each project instead (`tortoise hooks install --project DIR`, a namespace per project) "
-                 "to keep them apart")
+    note = f"tortoise: namespace {namespace!r}: `tortoise search WORDS{flag}` reads it"
+    model = args.model or env_model()
+    if model:
+        note += (f"; `tortoise worker{flag} --model {shlex.quote(model)}` extracts it (a session's job is due "
+                 f"{DEFAULT_EXTRACT_EVERY} turns or {DEFAULT_IDLE_S / 60:g} minutes after its last capture)")
+    else:
+        note += ("; no model given (--model, or $TORTOISE_MODEL in Claude Code's environment): the turns are stored "
+                 "and searchable, and no extraction is queued for `tortoise worker`")
+    if args.user:
+        note += ("; every project shares it, so a block can quote another project's sessions: install in each "
+                 "project instead (`tortoise hooks install --project DIR`, a namespace per project) to keep them apart")
+    elif namespace == DEFAULT_NAMESPACE:
+        note += ("; a --user install and any other project given --namespace default share it, so a block can quote "
+                 "their sessions: drop --namespace to give this project its own")
     return note
 
 
