@@ -402,25 +402,33 @@ def test_a_locked_database_costs_a_prompt_the_store_bound_and_the_block_still_co
         assert [t.content for t in mem.turns("s2")] == ["hello"]  # ... and the next event took it
 
 
+#: ``tortoise hook`` in a process whose event handler first sleeps 30 s: a run the hard limit must stop.
+_STALLED_HOOK = """
+import sys, time
+import tortoise_sdk.adapters.claude_code as cc
+real = cc.handle_event
+cc.handle_event = lambda *a, **k: (time.sleep(30), real(*a, **k))[1]
+from tortoise_sdk.cli import main
+raise SystemExit(main(sys.argv[1:]))
+"""
+
+
 def test_a_run_past_the_limit_exits_0_silently_and_loses_nothing(tmp_path) -> None:
     db = str(tmp_path / "m.db")
     transcript = tmp_path / "t.jsonl"
     transcript.write_bytes(SHORT.read_bytes())
-    Memory(db).close()
-    # 50 ms: less than importing the package takes, so the hard limit always strikes mid-run.
-    proc, elapsed = hook_process(db, payload("UserPromptSubmit", SHORT_SESSION, transcript, prompt="hello mix"),
-                                 "--timeout", "0.05")
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", _STALLED_HOOK, "--db", db, "hook", "--timeout", "1"],
+                          input=json.dumps(payload("UserPromptSubmit", SHORT_SESSION, transcript, prompt="hello mix")),
+                          capture_output=True, text=True, timeout=60)
+    elapsed = time.monotonic() - started
     assert (proc.returncode, proc.stdout, proc.stderr) == (0, "", "")
-    assert elapsed < 3.0, f"the hook took {elapsed:.1f} s"  # the limit plus interpreter start-up
-    assert "timed out after 0.05 s" in (tmp_path / "hooks.log").read_text()
-    with Memory(str(tmp_path / "w.db")) as whole:
-        whole.ingest(SHORT)
-        expected = stored_turns(whole)
-    with Memory(db) as mem:  # the killed run left nothing half-written: the capture committed whole, or not at all
-        assert stored_turns(mem) in ({}, expected)
+    assert elapsed < 1 + 5.0, f"the hook took {elapsed:.1f} s"  # the limit plus interpreter start-up
+    assert "timed out after 1 s; nothing printed, the host went on" in (tmp_path / "hooks.log").read_text()
     hook_process(db, payload("Stop", SHORT_SESSION, transcript))
-    with Memory(db) as mem:
-        assert stored_turns(mem) == expected
+    with Memory(db) as mem, Memory(str(tmp_path / "w.db")) as whole:
+        whole.ingest(SHORT)
+        assert stored_turns(mem) == stored_turns(whole)
 
 
 @pytest.mark.parametrize("db", ["postgresql://postgres@127.0.0.1:1/postgres", "{tmp}/a-directory"])
@@ -439,7 +447,8 @@ def test_garbage_on_stdin_exits_0_silently(tmp_path) -> None:
     proc = subprocess.run([TORTOISE, "--db", str(tmp_path / "m.db"), "hook"], input="not json",
                           capture_output=True, text=True, timeout=60)
     assert (proc.returncode, proc.stdout, proc.stderr) == (0, "", "")
-    assert "JSONDecodeError" in (tmp_path / "hooks.log").read_text()
+    log = (tmp_path / "hooks.log").read_text()
+    assert "JSONDecodeError" in log and "Traceback" not in log and log.count("\n") == 1  # one line, not a traceback
 
 
 @pytest.mark.skipif(not hasattr(os, "openpty"), reason="needs a pseudo-terminal (os.openpty)")
@@ -515,7 +524,7 @@ def test_user_install_writes_the_home_settings(tmp_path, capsys) -> None:
     written = json.loads((Path.home() / ".claude" / "settings.json").read_text())
     assert len(written["hooks"]["SessionEnd"]) == 1
     assert main(["hooks", "uninstall", "--user"]) == 0
-    assert json.loads((Path.home() / ".claude" / "settings.json").read_text()) == {}
+    assert not (Path.home() / ".claude" / "settings.json").exists()  # it held only our hooks
 
 
 def test_a_settings_file_that_is_not_json_is_left_alone(tmp_path, capsys) -> None:

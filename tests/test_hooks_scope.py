@@ -24,10 +24,23 @@ def test_a_project_install_is_personal_unless_shared(tmp_path, capsys, monkeypat
     shared = json.loads((tmp_path / ".claude" / "settings.json").read_text())
     commands = {h["command"] for groups in shared["hooks"].values() for g in groups for h in g["hooks"]}
     assert commands == {"tortoise --db memory.db --namespace team hook"}
+    # Both files hold our hooks: Claude Code would run both, so each event would be captured twice; install says so.
+    err = capsys.readouterr().err
+    assert f"tortoise hooks are also in {tmp_path / '.claude' / 'settings.local.json'}" in err
+    assert f"`tortoise hooks uninstall --project {tmp_path}` removes that one" in err
     assert main(["hooks", "uninstall", "--project", str(tmp_path)]) == 0
-    assert json.loads((tmp_path / ".claude" / "settings.local.json").read_text()) == {}
+    assert not (tmp_path / ".claude" / "settings.local.json").exists()  # it held only our hooks: no `{}` left
     assert json.loads((tmp_path / ".claude" / "settings.json").read_text()) == shared  # the shared file untouched
-    capsys.readouterr()
+    assert "which held nothing else: the file is gone" in capsys.readouterr().err
+
+
+def test_a_shared_install_warns_of_a_db_in_this_machines_home(tmp_path, capsys) -> None:
+    # `--db ~/.tortoise/memory.db` unquoted: the shell wrote this machine's home into the file the team commits.
+    assert main(["hooks", "install", "--project", str(tmp_path), "--shared", "--db",
+                 str(Path.home() / ".tortoise" / "memory.db")]) == 0
+    assert "names this machine's home directory, in a file the team commits" in capsys.readouterr().err
+    assert main(["hooks", "install", "--project", str(tmp_path), "--shared", "--db", "memory.db"]) == 0
+    assert "home directory" not in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("where, name", [([], ".claude/settings.local.json"), (["--shared"], ".claude/settings.json"),

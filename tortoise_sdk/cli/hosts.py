@@ -113,7 +113,9 @@ def _run_hook(args: argparse.Namespace, outcome: dict[str, Any], log: logging.Lo
         os._exit(0)
     if "error" in outcome:
         exc = outcome["error"]
-        log.error("%s: %s", type(exc).__name__, exc, exc_info=exc)
+        # An event that is not one (garbage or nothing on stdin) is one line; anything else keeps its traceback.
+        bad_event = isinstance(exc, (InvalidInput, json.JSONDecodeError))
+        log.error("%s: %s", type(exc).__name__, exc, exc_info=None if bad_event else exc)
         return 0
     output = outcome.get("output")
     if output:
@@ -229,18 +231,51 @@ def _cmd_hooks(args: argparse.Namespace) -> int:
     if updated == current:  # leave the user's file (and its formatting) alone, or absent
         state = "already installed in" if args.action == "install" else "not found in"
         print(f"tortoise hooks {state} {path}; nothing changed", file=sys.stderr)
-        if args.action == "install":
-            print(_namespace_note(args), file=sys.stderr)
-        return 0
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tortoise-{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-    done = "installed in" if args.action == "install" else "removed from"
-    print(f"tortoise hooks {done} {path}", file=sys.stderr)
+    elif not updated:  # it held only our hooks: no empty `{}` is left behind
+        path.unlink()
+        print(f"tortoise hooks removed from {path}, which held nothing else: the file is gone", file=sys.stderr)
+    else:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tortoise-{os.getpid()}")
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+        done = "installed in" if args.action == "install" else "removed from"
+        print(f"tortoise hooks {done} {path}", file=sys.stderr)
     if args.action == "install":
-        print(_namespace_note(args), file=sys.stderr)
+        for line in (_namespace_note(args), *_install_warnings(args, path)):
+            print(line, file=sys.stderr)
     return 0
+
+
+def _install_warnings(args: argparse.Namespace, path: Path) -> list[str]:
+    """What an install should know: our hooks in another settings file Claude Code also reads here (each event
+    would be captured twice), and a committed command naming this machine's home directory."""
+    from ..adapters.claude_code import is_our_command
+
+    project = Path(args.project or ".").expanduser().absolute()
+    where = {Path.home() / ".claude" / "settings.json": "--user",
+             project / ".claude" / "settings.json": f"--project {shlex.quote(str(project))} --shared",
+             project / ".claude" / "settings.local.json": f"--project {shlex.quote(str(project))}"}
+    out = []
+    for other, flags in where.items():
+        if other == path or not other.is_file():
+            continue
+        try:
+            hooks = _read_settings(other).get("hooks")
+        except InvalidInput:
+            continue
+        groups = [g for gs in hooks.values() if isinstance(gs, list) for g in gs] if isinstance(hooks, dict) else []
+        if any(is_our_command(h.get("command")) for g in groups if isinstance(g, dict)
+               for h in g.get("hooks") or [] if isinstance(h, dict)):
+            out.append(f"tortoise: warning: tortoise hooks are also in {other}; Claude Code runs the hooks of every "
+                       f"settings file, so each event is captured by both (into each one's namespace): keep one, "
+                       f"`tortoise hooks uninstall {flags}` removes that one")
+    db = getattr(args, "db", None)
+    home = str(Path.home())
+    if args.shared and db and "://" not in db and (db == home or db.startswith(home + os.sep)):
+        out.append(f"tortoise: warning: --db {db} names this machine's home directory, in a file the team commits; "
+                   "their machines do not have it: give a path relative to the project, or leave --db out")
+    return out
 
 
 def _namespace_note(args: argparse.Namespace) -> str:
