@@ -57,6 +57,8 @@ _DENIAL = frozenset("""
     """.split())
 #: Longer than this many words, an assistant turn is not filler whatever its words.
 FILLER_MAX_WORDS = 12
+#: A turn longer than this is never an echo (``is_echo``): it is not read word by word.
+ECHO_MAX_CHARS = 200
 
 _HOST_TEXT = re.compile(
     r"<system-reminder>.*?(?:</system-reminder>|\Z)"
@@ -90,6 +92,8 @@ def is_echo(hit: SearchHit, asked: frozenset[str]) -> bool:
     every word of the turn is one of ``asked`` (the question's words), a stop word or filler. It says
     nothing the question does not, so it answers nothing; by anyone, a person or an assistant. A turn that
     asks is none ("Got any favourite glaze?": its reply answers, ``exchange.with_replies``)."""
+    if not asked or len(hit.content) > ECHO_MAX_CHARS:  # a long turn is not a few words: no need to split it
+        return False
     words = _few_words(hit.content)
     return (words is not None and not hit.content.rstrip().endswith("?") and any(w in asked for w in words)
             and all(w in asked or w in STOP_WORDS or w in FILLER_WORDS for w in words))
