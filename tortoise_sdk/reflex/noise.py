@@ -31,8 +31,7 @@ from ..text import per_text
 from .shapes import Candidate, Reading
 
 __all__ = ("MIN_WORDS", "cleaned_matches", "evidence_text", "is_dump", "is_echo", "is_filler", "is_non_answer",
-           "is_noise",
-           "unanswered")
+           "is_noise", "unanswered")
 
 #: Words a turn must say (outside host text) to be evidence on its own.
 MIN_WORDS = 3

@@ -23,8 +23,8 @@ from .exchange import filled, with_replies
 from .feedback import feedback_terms
 from .instances import instance_terms, table as instance_table
 from .prior import drop_prior, not_in_window
-from .ranker import listing
 from .query import CHANGE, as_list, message, query_text, weigh_terms
+from .ranker import listing
 from .render import render
 from .scoring import distinct, fuse, latest_first, memories_first, score_turns, without_stale_turns
 from .semantic import Semantic, SemanticStep
