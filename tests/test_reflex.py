@@ -248,9 +248,19 @@ def test_a_changing_fact_leads_with_its_latest_statement(tmp_path, question):
 @pytest.mark.parametrize(("question", "now"), [
     ("Where do I work?", True), ("Where does Maya live these days?", True), ("Who is Sam dating?", True),
     ("Where did I work in January?", False), ("What was my job in 2023?", False), ("Where is the config file?", False),
-    ("What do I like to eat?", False), ("Where did Maya live before she moved?", False)])
+    ("What do I like to eat?", False), ("Where did Maya live before she moved?", False),
+    ("What\u2019s my job?", True), ("How's the new job going?", True), ("What was the company I worked at?", False),
+    ("Who's my ex-girlfriend?", False), ("Which school is Tom applying to next year?", False),
+    ("When is my wife's birthday at work?", False)])
 def test_the_present_simple_about_a_changing_fact_asks_how_things_stand_now(question, now):
     assert asks_now(question) is now
+
+
+def test_a_window_given_as_an_iterator_is_read_once(mem):
+    # The window is read for the category table and again for the block: a generator was spent by the first.
+    window = [{"role": "user", "content": "And where am I working these days?"}]
+    assert mem.context(iter(window)).pointers == mem.context(window).pointers != []
+    assert mem.context(x for x in window).pointers == mem.context(window).pointers
 
 
 def test_the_custom_loop_example_gets_the_current_job(mem):
@@ -1268,7 +1278,7 @@ def _pets(mem: Memory) -> None:
                 session_date="2024-01-05T10:00:00")
     mem.capture("s2", [{"role": "user", "content": "Guess what my favourite animals are"},
                        {"role": "assistant", "content": "Cats!"},
-                       {"role": "user", "content": "It's Shia Labeouf! I love his films."},
+                       {"role": "user", "content": "It's Shia Labeouf!"},
                        {"role": "assistant", "content": "That sounds wonderful. Thanks for sharing!"}],
                 session_date="2024-02-05T10:00:00")
 
@@ -1282,7 +1292,22 @@ def test_a_turn_that_only_says_the_questions_words_back_is_no_evidence(mem):
     assert "Guess what my favourite animals are" not in said
     # It answers a question about other words, and a question about the saying itself.
     assert "Cats!" in [p.synopsis for p in ask(mem, "What are my favourite animals?").pointers]
-    assert "It's Shia Labeouf! I love his films." in [p.synopsis for p in ask(mem, "When did I mention Shia?").pointers]
+    assert "It's Shia Labeouf!" in [p.synopsis for p in ask(mem, "When did I mention Shia Labeouf?").pointers]
+
+
+@pytest.mark.parametrize(("turns", "question", "answer"), [
+    (["I don't like sushi."], "Do I like sushi?", "I don't like sushi."),  # answered yes or no: restating is answering
+    (["Maya is allergic to peanuts."], "Is Maya allergic to peanuts?", "Maya is allergic to peanuts."),
+    (["My sister is called Anna."], "Is my sister called Anna or Anne?", "My sister is called Anna."),
+    (["Which breed?", "Beagle!"], "Is Biscuit a beagle?", "Beagle!"),
+    (["I don't own cats, sorry."], "What are my cats called?", "I don't own cats, sorry."),  # it says no
+    (["so what are your cats called", "Tom and Luna."], "What are my cats called?", "Tom and Luna."),  # it asks
+])
+def test_restating_the_question_is_an_answer_where_it_can_be(tmp_path, turns, question, answer):
+    # A reviewer's cases: the echo rule is for a wh-question's "Cats!", never for these.
+    with Memory(str(tmp_path / "e.db")) as m:
+        m.capture("s", [{"role": ("user", "assistant")[i % 2], "content": t} for i, t in enumerate(turns)])
+        assert answer in [p.synopsis for p in ask(m, question).pointers]
 
 
 @pytest.mark.parametrize("prompt", ["haha thanks, that's funny", "lol thank you, please go on", "ok thanks!"])

@@ -58,6 +58,10 @@ _DENIAL = frozenset("""
 FILLER_MAX_WORDS = 12
 #: A turn longer than this is never an echo (``is_echo``): it is not read word by word.
 ECHO_MAX_CHARS = 200
+#: A turn with one of these in its first words asks ("so what are your cats called"); one with a negation
+#: (these, or a word ending in n't) says no: neither is an echo.
+_WH_WORDS = frozenset("what which who whom whose where when why how".split())
+_NEGATION = frozenset("not no never nor none nothing nobody cannot".split())
 
 _HOST_TEXT = re.compile(
     r"<system-reminder>.*?(?:</system-reminder>|\Z)"
@@ -90,11 +94,13 @@ def is_echo(hit: SearchHit, asked: frozenset[str]) -> bool:
     """A few words that only say the question's own words back ("Cats!" for "What are my cats called?"):
     every word of the turn is one of ``asked`` (the question's words), a stop word or filler. It says
     nothing the question does not, so it answers nothing; by anyone, a person or an assistant. A turn that
-    asks is none ("Got any favourite glaze?": its reply answers, ``exchange.with_replies``)."""
+    asks is none ("Got any favourite glaze?", "so what are your cats called": its reply answers,
+    ``exchange.with_replies``), nor one that says no ("I don't like sushi.")."""
     if not asked or len(hit.content) > ECHO_MAX_CHARS:  # a long turn is not a few words: no need to split it
         return False
     words = _few_words(hit.content)
     return (words is not None and not hit.content.rstrip().endswith("?") and any(w in asked for w in words)
+            and not (_WH_WORDS.intersection(words[:3]) or any(w in _NEGATION or w.endswith("n't") for w in words))
             and all(w in asked or w in STOP_WORDS or w in FILLER_WORDS for w in words))
 
 

@@ -37,12 +37,12 @@ __all__ = (
 _SCAFFOLD = frozenset("kind kinds type types sort sorts thing things something describe mention mentioned".split())
 #: Words that only keep the conversation going: never a term, though a message holding them may ask something
 #: ("haha thanks, that's funny" searches for "funny" alone; "thanks" matched every turn thanking anyone).
-_SOCIAL = frozenset("thanks thank thx ty cheers bye goodbye cya lol haha hahaha lmao welcome please np gotcha".split())
+_SOCIAL = frozenset("thanks thank thx ty cheers bye goodbye cya lol haha hahaha lmao please np gotcha".split())
 #: ... and words of courtesy that may also be content ("last night", "a good school"): a message of these alone
 #: asks nothing, so it gets no block.
 _COURTESY = _SOCIAL | frozenset(
     """hello hiya howdy yo later morning evening afternoon night good great nice cool awesome perfect fine sure
-    sounds wow alright right see""".split()
+    sounds wow alright right see welcome""".split()
 )
 _ASK = re.compile(r"\?|\b(remind|recall|remember|tell me|what|when|where|who|which|why|how)\b", re.I)
 CHANGE = re.compile(

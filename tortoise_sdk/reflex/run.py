@@ -165,6 +165,7 @@ def context(
         if prepare is not None:
             with within(budget_s):
                 prepare()
+        window = as_list(window)  # read once: an iterator window is read again below
         if tuning.INSTANCE_WEIGHT and listing(query_text(_messages(window))[0]):
             # Read once per process (about 20 ms), kept out of the per-turn budget too; only a question that
             # asks for several things of a kind uses it, so a hook's fresh process seldom pays for it.

@@ -29,7 +29,10 @@ _TIME_WORD_SET = frozenset(
 _WORD_RUN = re.compile(r"\w+")
 _THIS_MORNING = re.compile(r"\bthis morning\b")
 _YEAR = re.compile(r"\b(?:19|20)\d\d\b")
-_ABOUT_SAYING = re.compile(r"\b(mention(ed|s)?|say|says|said|tell|tells|told|talk(ed|s)?|br(ing|ought) up)\b", re.I)
+_ABOUT_SAYING = re.compile(r"\b(mention(ed|s|ing)?|say(s|ing)?|said|tell(s|ing)?|told|talk(ed|s|ing)?|"
+                           r"discuss(ed|es|ing)?|ask(ed|s|ing)?|br(ing|ings|inging|ought) up)\b", re.I)
+#: A question that asks for something (what, which, who...) rather than yes or no, and offers no choice ("or").
+_WH = re.compile(r"^(?!.*\bor\b).*\b(what|which|who|whom|whose|where|when|why|how)\b", re.I | re.S)
 
 
 @per_text
@@ -77,9 +80,11 @@ def score_turns(r: Reading, terms: list[Term], content_terms: list[Term], query:
                 for tf, nm in zip(tfs, norms)]
 
     scores = bm25(weights)
-    # A turn that only says the question's words back ("Cats!") is no evidence, nor lends any to its neighbours;
-    # unless the question is about the saying itself ("When did Gina mention Shia Labeouf?": "It's Shia Labeouf!").
-    asked = frozenset() if _ABOUT_SAYING.search(query) else frozenset(tokenize(query))
+    # A turn that only says a wh-question's words back ("Cats!" for "What are my cats called?") is no evidence,
+    # nor lends any to its neighbours. Not for a question answered yes or no ("Do I like sushi?": "I don't like
+    # sushi.", "Is Biscuit a beagle?": "Beagle!") or one about the saying itself ("When did Gina mention Shia
+    # Labeouf?": "It's Shia Labeouf!").
+    asked = frozenset(tokenize(query)) if _WH.search(query) and not _ABOUT_SAYING.search(query) else frozenset()
     own: dict[tuple[str, int], tuple[float, set[str]]] = {
         (h.session_id, h.index): (0.0, set()) if is_echo(h, asked) else (sc, {s for s in weights if s in tf})
         for h, tf, sc in zip(pool, tfs, scores)

@@ -31,19 +31,24 @@ SLOTS: dict[str, tuple[str, ...]] = {
 
 
 #: A question in the present simple ("Where do I work?", "What's her job?", "Who is he dating?")...
-_PRESENT = re.compile(r"\b(do|does|am|is|are|what's|where's|who's|i'm|you're|she's|he's|they're)\b", re.I)
-#: ... that says nothing of a past time ("Where did I work in January?", "What was my first job?").
-_PAST = re.compile(r"\b(did|was|were|had|used to|ago|last|before|first|ever|then|previous|previously|former|formerly|"
-                   r"old|earlier|(?:19|20)\d\d)\b", re.I)
+_PRESENT = re.compile(r"\b(do|does|am|is|are|what's|whats|where's|who's|how's|hows|i'm|you're|she's|he's|they're)\b",
+                      re.I)
+#: ... that names no other time: a past ("Where did I work in January?", "the company I worked at", "my ex"),
+#: a future ("Which school is Tom applying to next year?"), or a day ("When is my wife's birthday?" asks for one).
+_OTHER_TIME = re.compile(
+    r"\b(did|was|were|had|used to|ago|last|before|first|ever|then|previous|previously|former|formerly|old|earlier|"
+    r"worked|lived|studied|graduated|quit|left|grew|dated|moved|ex|remember|next|will|going to|plan|plans|planning|"
+    r"when|(?:19|20)\d\d)\b", re.I)
 
 
 def asks_now(query: str) -> bool:
     """``query`` asks how a fact that changes stands now: it says so ("now", "these days": ``query.NOW``), or
-    it asks in the present simple about a kind of fact (``SLOTS``) and names no past time ("Where do I
-    work?" wants today's job as much as "Where do I work now?")."""
+    it asks in the present simple about a kind of fact (``SLOTS``) and names no other time ("Where do I
+    work?" wants today's job as much as "Where do I work now?"; "Where did I work in January?" does not)."""
     if NOW.search(query):
         return True
-    return bool(_named_kinds(query)) and bool(_PRESENT.search(query)) and not _PAST.search(query)
+    query = query.replace("\u2019", "'")  # a typographic apostrophe, as phones write "what\u2019s"
+    return bool(_named_kinds(query)) and bool(_PRESENT.search(query)) and not _OTHER_TIME.search(query)
 
 
 def _named_kinds(query: str) -> list[str]:
