@@ -32,6 +32,8 @@ FILES: dict[str, str | bytes] = {
     "batch-without-turns.json": json.dumps([{"session_id": "a", "turns": [{"role": "user", "content": "x"}]},
                                             {"session_id": "b"}]),
     "messages-not-turns.jsonl": '{"session_id": "x", "messages": [{"role": "user", "content": "hello there"}]}\n',
+    "messages-and-garbage.jsonl": '{"session_id": "x", "messages": [{"role": "user", "content": "hi"}]}\nnot json\n',
+    "messages-array.json": '[{"session_id": "x", "messages": [{"role": "user", "content": "hello there"}]}]',
     "binary.bin": b"\x7fELF\x02\x01\x01\x00\x00\x00" + bytes(range(256)),
     "latin1.jsonl": '{"role": "user", "content": "caf\u00e9"}\n'.encode("latin-1"),
     "not-a-db.db": "this is a text file, not a database\n" * 20,
@@ -51,8 +53,11 @@ BAD = [
     ("blank --session", "capture {f:ok.jsonl} --session ' '", 2, "--session: must be a non-empty string"),
     ("bad --date", "capture {f:ok.jsonl} --session s --date yesterday", 2, "--date: 'yesterday' is not an ISO 8601"),
     ("sessions with messages, not turns", "capture {f:messages-not-turns.jsonl}", 2,
-     "no line is a turn, a session or an agent transcript's (1 unknown line type); nothing was captured: "
-     'a session is {"session_id": "s1", "turns": '),
+     'no line holds a turn (1 unknown line type); nothing was captured: a session is {"session_id": "s1", "turns": '),
+    ("the same beside a line that is not JSON", "capture {f:messages-and-garbage.jsonl}", 2,
+     "no line holds a turn (1 invalid json, 1 unknown line type); nothing was captured"),
+    ("an array of sessions with messages", "capture {f:messages-array.json}", 2,
+     'item 1: sessions[0]: this session has no "turns"'),
     # unreadable files: one line, whatever is wrong with them
     ("binary file", "capture {f:binary.bin} --session s", 2, "binary.bin: a binary file (NUL byte at offset 7)"),
     ("not UTF-8", "capture {f:latin1.jsonl} --session s", 2, "latin1.jsonl: not UTF-8 text (byte 0xe9 at offset 32)"),
@@ -153,7 +158,7 @@ def test_bad_input_exits_with_one_line(capsys, tmp_path, files, db, case, comman
 
 #: Captures refused for their input (the rows of BAD above, and two more), aimed at a --db not created yet.
 #: Read as a transcript (the store is open by then), no line of which is of a kind the SDK knows: refused after all.
-UNREAD = ("sessions with messages, not turns",)
+UNREAD = ("sessions with messages, not turns", "the same beside a line that is not JSON")
 
 REFUSED_CAPTURES = [row for row in BAD
                     if row[1].startswith("capture") and "--db" not in row[1] and row[0] not in UNREAD] + [

@@ -35,8 +35,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 #: What a session of a batch looks like, for the messages that say so.
 _SESSION_SHAPE = '{"session_id": "s1", "turns": [{"role": "user", "content": "..."}]}'
-#: The reason a transcript line of no known kind is skipped (``ParseReport.skip_reasons``).
-_UNKNOWN = "unknown line type"
 
 
 def _cmd_capture(args: argparse.Namespace) -> int:
@@ -53,7 +51,8 @@ def _capture_turns(args: argparse.Namespace, text: str) -> int:
     is_batch = all(isinstance(r, dict) and "turns" in r for r in records)
     batch = [dict(r, date=r.get("date", args.date)) for r in records] if is_batch else []
     try:  # before the store opens: a refused file creates no database
-        if not is_batch and any(isinstance(r, dict) and "turns" in r for r in records):
+        if not is_batch and any(isinstance(r, dict) and "role" not in r and ("turns" in r or "session_id" in r)
+                                for r in records):  # sessions, one of them (or all) without its turns
             i = next(i for i, r in enumerate(records) if not (isinstance(r, dict) and "turns" in r))
             raise InvalidInput(f'this session has no "turns" (a batch is one {_SESSION_SHAPE} per line, or a JSON '
                                "array of them)", field=f"sessions[{i}]")
@@ -146,10 +145,10 @@ def _cmd_ingest(args: argparse.Namespace, text: str | None) -> int:
         report = mem.ingest(text.splitlines() if args.file == "-" else args.file,
                             format=args.format, session_id=args.session, extract=extract_mode(args))
     skipped = report.parse.skip_reasons()
-    if args.format == "auto" and set(skipped) == {_UNKNOWN} and not (report.turns_received or report.frames):
-        # No line is a turn, a session or a transcript's: "0 sessions" with exit 0 looked like success.
-        raise InvalidInput(f"no line is a turn, a session or an agent transcript's ({skipped[_UNKNOWN]} {_UNKNOWN}); "
-                           f"nothing was captured: a session is {_SESSION_SHAPE} per line (or a JSON array of "
+    if args.format == "auto" and skipped and not (report.turns_received or report.frames):
+        # No line holds a turn: "0 sessions" with exit 0 looked like success.
+        raise InvalidInput("no line holds a turn (" + ", ".join(f"{n} {why}" for why, n in sorted(skipped.items()))
+                           + f"); nothing was captured: a session is {_SESSION_SHAPE} per line (or a JSON array of "
                            "them), a turn {\"role\": ..., \"content\": ...} per line with --session ID",
                            field=args.file)
     if args.format != "auto" and skipped and not (report.turns_received or report.frames):
