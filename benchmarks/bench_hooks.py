@@ -1,7 +1,7 @@
 """Wall time of ``tortoise hook`` as Claude Code runs it, on a long session, beside baselines from the same run.
 
 A Claude Code transcript is built from the real ``subagent.jsonl`` (``../shared/data``), repeated
-with fresh message ids until it is ``--mb`` MiB, and captured by ``Stop`` events (4 MiB per call at most). Then,
+with fresh message ids until it is ``--mb`` MiB, and captured by ``Stop`` events (``HOOK_MAX_BYTES`` per call at most). Then,
 ``--repeat`` times, one more line is appended and a ``UserPromptSubmit`` event is handed to
 ``tortoise hook`` (a new process each time, as Claude Code does): it follows the transcript from the
 stored offset (re-reading the earlier lines' ids) and prints the block (the prompt asks, so the
@@ -30,6 +30,7 @@ from pathlib import Path
 from bench_startup import wall  # the same baseline measure as the start-up benchmark
 
 import figures
+from tortoise_sdk.cli.hosts import HOOK_MAX_BYTES
 
 SHARED = Path(os.environ.get("TORTOISE_TEST_SHARED_DATA") or Path(__file__).resolve().parents[2] / "shared" / "data")
 SOURCE = SHARED / "claude-transcripts" / "subagent.jsonl"
@@ -88,9 +89,9 @@ def main() -> None:
         db, transcript = str(Path(d) / "m.db"), Path(d) / f"{SESSION}.jsonl"
         transcript.write_text("\n".join(lines[:-args.repeat]) + "\n")
         base = {"session_id": SESSION, "transcript_path": str(transcript), "cwd": d, "permission_mode": "default"}
-        # A Stop captures at most 4 MiB of backlog per call: enough calls to catch up.
+        # A Stop captures at most HOOK_MAX_BYTES of backlog per call: enough calls to catch up.
         stops = [hook(tortoise, db, {**base, "hook_event_name": "Stop", "stop_hook_active": False})[0]
-                 for _ in range(int(args.mb // 4) + 2)]
+                 for _ in range(int(args.mb * 1024 * 1024 // HOOK_MAX_BYTES) + 2)]
         prompt = {**base, "hook_event_name": "UserPromptSubmit",
                   "prompt": "remind me how we set up credo and dialyzer?"}
         times, shown = [], 0
@@ -107,7 +108,7 @@ def main() -> None:
               f"{wall([tortoise, '--db', db, 'sessions'], args.repeat) * 1000:>8.0f} ms")
         print(f"  {'tortoise hook UserPromptSubmit (+1 line, block)':<52}{statistics.median(times) * 1000:>8.0f} ms"
               f"  (max {max(times) * 1000:.0f} ms, block printed {shown}/{args.repeat})")
-        print(f"  {'Stop calls catching up (4 MiB each at most)':<52}"
+        print(f"  {f'Stop calls catching up ({HOOK_MAX_BYTES // 1024 // 1024} MiB each at most)':<52}"
               + ", ".join(f"{t * 1000:.0f}" for t in stops) + " ms")
         log = Path(d) / "hooks.log"
         if log.exists():

@@ -117,7 +117,13 @@ def test_install_says_which_worker_extracts_with_the_model_given(tmp_path, capsy
     assert "20 turns or 5 minutes after its last capture" in err
     monkeypatch.setenv("TORTOISE_MODEL", "ollama/llama3")
     assert main(["hooks", "install", "--project", str(project)]) == 0
-    assert "--model ollama/llama3` extracts it" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "--model ollama/llama3` extracts it" in err
+    # ... but the command names no model: Claude Code's environment decides, and install says so.
+    assert "$TORTOISE_MODEL is set in this shell, not in the hook's command" in err
+    # A dry run of an uninstall that would leave nothing says it would remove the file, as the real one does.
+    assert main(["hooks", "uninstall", "--project", str(project), "--print"]) == 0
+    assert "would remove " + str(project / ".claude" / "settings.local.json") in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("argv, namespace", [

@@ -26,12 +26,15 @@ DEFAULT_HOOK_TIMEOUT_S = 8.0
 #: The bound on each store call of the hook, a wait for another process's write lock included (at most half
 #: the hook's limit): Claude Code waits for the hook, so a locked database costs a prompt this much, and its
 #: block is still built from what is stored (reads go on beside a writer); what was not captured is taken
-#: by the next event (capturing the 4 MiB of ``HOOK_MAX_BYTES`` takes about 0.2 s).
+#: by the next event. The bound covers the capture's own work too: see ``HOOK_MAX_BYTES``.
 HOOK_STORE_TIMEOUT_S = 2.0
 #: What ``hooks install`` asks Claude Code to allow (its default is 60 s, or 600 s in newer versions).
 SETTINGS_TIMEOUT_S = 30
-#: New transcript bytes one hook call captures at most; a longer backlog is taken over several calls.
-HOOK_MAX_BYTES = 4 * 1024 * 1024
+#: New transcript bytes one hook call captures at most; a longer backlog is taken over several calls. Small
+#: enough that capturing it stays far inside ``HOOK_STORE_TIMEOUT_S`` (1 MiB of random text, the slowest to
+#: index, took 0.23 s here; 4 MiB took 0.9 s, and up to 2 s on a loaded machine, so a piece could time out
+#: on every call and never be captured).
+HOOK_MAX_BYTES = 1024 * 1024
 _LOG_MAX_BYTES = 1024 * 1024
 
 
@@ -226,7 +229,8 @@ def _cmd_hooks(args: argparse.Namespace) -> int:
     text = json.dumps(updated, ensure_ascii=False, indent=2) + "\n"
     if args.print:
         sys.stdout.write(text)
-        print(f"tortoise: would write {path} (nothing written)", file=sys.stderr)
+        would = f"remove {path}, which would hold nothing else" if current and not updated else f"write {path}"
+        print(f"tortoise: would {would} (nothing written)", file=sys.stderr)
         return 0
     if updated == current:  # leave the user's file (and its formatting) alone, or absent
         state = "already installed in" if args.action == "install" else "not found in"
@@ -253,9 +257,9 @@ def _install_warnings(args: argparse.Namespace, path: Path) -> list[str]:
     from ..adapters.claude_code import is_our_command
 
     project = Path(args.project or ".").expanduser().absolute()
-    where = {Path.home() / ".claude" / "settings.json": "--user",
-             project / ".claude" / "settings.json": f"--project {shlex.quote(str(project))} --shared",
-             project / ".claude" / "settings.local.json": f"--project {shlex.quote(str(project))}"}
+    where = {project / ".claude" / "settings.json": f"--project {shlex.quote(str(project))} --shared",
+             project / ".claude" / "settings.local.json": f"--project {shlex.quote(str(project))}",
+             Path.home() / ".claude" / "settings.json": "--user"}  # last: in the home folder, that file is --user's
     out = []
     for other, flags in where.items():
         if other == path or not other.is_file():
@@ -291,6 +295,9 @@ def _namespace_note(args: argparse.Namespace) -> str:
     if model:
         note += (f"; `tortoise worker{flag} --model {shlex.quote(model)}` extracts it (a session's job is due "
                  f"{DEFAULT_EXTRACT_EVERY} turns or {DEFAULT_IDLE_S / 60:g} minutes after its last capture)")
+        if not args.model:  # the command names no model: Claude Code's own environment decides
+            note += ("; $TORTOISE_MODEL is set in this shell, not in the hook's command: extraction is queued only "
+                     "if Claude Code's environment has it too (or install with --model)")
     else:
         note += ("; no model given (--model, or $TORTOISE_MODEL in Claude Code's environment): the turns are stored "
                  "and searchable, and no extraction is queued for `tortoise worker`")
