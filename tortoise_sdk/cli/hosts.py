@@ -252,8 +252,8 @@ def _cmd_hooks(args: argparse.Namespace) -> int:
 
 
 def _install_warnings(args: argparse.Namespace, path: Path) -> list[str]:
-    """What an install should know: our hooks in another settings file Claude Code also reads here (each event
-    would be captured twice), and a committed command naming this machine's home directory."""
+    """What an install should know: our hooks in another settings file Claude Code also reads here (each prompt
+    would get two blocks), and a committed command naming this machine's home directory."""
     from ..adapters.claude_code import is_our_command
 
     project = Path(args.project or ".").expanduser().absolute()
@@ -272,8 +272,8 @@ def _install_warnings(args: argparse.Namespace, path: Path) -> list[str]:
         if any(is_our_command(h.get("command")) for g in groups if isinstance(g, dict)
                for h in g.get("hooks") or [] if isinstance(h, dict)):
             out.append(f"tortoise: warning: tortoise hooks are also in {other}; Claude Code runs the hooks of every "
-                       f"settings file, so each event is captured by both (into each one's namespace): keep one, "
-                       f"`tortoise hooks uninstall {flags}` removes that one")
+                       f"settings file, so each prompt gets its block twice (and with two namespaces each event is "
+                       f"captured into both): keep one, `tortoise hooks uninstall {flags}` removes that one")
     db = getattr(args, "db", None)
     home = str(Path.home())
     if args.shared and db and "://" not in db and (db == home or db.startswith(home + os.sep)):
