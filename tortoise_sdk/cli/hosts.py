@@ -254,7 +254,7 @@ def _cmd_hooks(args: argparse.Namespace) -> int:
 def _install_warnings(args: argparse.Namespace, path: Path) -> list[str]:
     """What an install should know: our hooks in another settings file Claude Code also reads here (each prompt
     would get two blocks), and a committed command naming this machine's home directory."""
-    from ..adapters.claude_code import is_our_command
+    from ..adapters.claude_code import uninstall_hooks
 
     project = Path(args.project or ".").expanduser().absolute()
     where = {project / ".claude" / "settings.json": f"--project {shlex.quote(str(project))} --shared",
@@ -265,12 +265,11 @@ def _install_warnings(args: argparse.Namespace, path: Path) -> list[str]:
         if other == path or not other.is_file():
             continue
         try:
-            hooks = _read_settings(other).get("hooks")
-        except InvalidInput:
+            settings = _read_settings(other)
+            ours = uninstall_hooks(settings) != settings  # it holds our hooks when removing them changes it
+        except InvalidInput:  # not Claude Code settings: none of ours
             continue
-        groups = [g for gs in hooks.values() if isinstance(gs, list) for g in gs] if isinstance(hooks, dict) else []
-        if any(is_our_command(h.get("command")) for g in groups if isinstance(g, dict)
-               for h in g.get("hooks") or [] if isinstance(h, dict)):
+        if ours:
             out.append(f"tortoise: warning: tortoise hooks are also in {other}; Claude Code runs the hooks of every "
                        f"settings file, so each prompt gets its block twice (and with two namespaces each event is "
                        f"captured into both): keep one, `tortoise hooks uninstall {flags}` removes that one")

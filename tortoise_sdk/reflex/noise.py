@@ -30,8 +30,8 @@ from ..search import STOP_WORDS, tokenize
 from ..text import per_text
 from .shapes import Candidate, Reading
 
-__all__ = ("MIN_WORDS", "cleaned_matches", "evidence_text", "is_dump", "is_echo", "is_filler", "is_non_answer",
-           "is_noise", "unanswered")
+__all__ = ("MIN_WORDS", "WH_WORDS", "cleaned_matches", "evidence_text", "is_dump", "is_echo", "is_filler",
+           "is_non_answer", "is_noise", "unanswered")
 
 #: Words a turn must say (outside host text) to be evidence on its own.
 MIN_WORDS = 3
@@ -60,7 +60,7 @@ FILLER_MAX_WORDS = 12
 ECHO_MAX_CHARS = 200
 #: A turn with one of these in its first words asks ("so what are your cats called"); one with a negation
 #: (these, or a word ending in n't) says no: neither is an echo.
-_WH_WORDS = frozenset("what which who whom whose where when why how".split())
+WH_WORDS = frozenset("what which who whom whose where when why how".split())
 _NEGATION = frozenset("not no never nor none nothing nobody cannot".split())
 
 _HOST_TEXT = re.compile(
@@ -100,7 +100,7 @@ def is_echo(hit: SearchHit, asked: frozenset[str]) -> bool:
         return False
     words = _few_words(hit.content)
     return (words is not None and not hit.content.rstrip().endswith("?") and any(w in asked for w in words)
-            and not (_WH_WORDS.intersection(words[:3]) or any(w in _NEGATION or w.endswith("n't") for w in words))
+            and not (WH_WORDS.intersection(words[:3]) or any(w in _NEGATION or w.endswith("n't") for w in words))
             and all(w in asked or w in STOP_WORDS or w in FILLER_WORDS for w in words))
 
 

@@ -165,18 +165,21 @@ def context(
         if prepare is not None:
             with within(budget_s):
                 prepare()
-        window = as_list(window)  # read once: an iterator window is read again below
-        if tuning.INSTANCE_WEIGHT and listing(query_text(_messages(window))[0]):
-            # Read once per process (about 20 ms), kept out of the per-turn budget too; only a question that
-            # asks for several things of a kind uses it, so a hook's fresh process seldom pays for it.
-            instance_table()
         _warm_process(store)
         started = time.perf_counter()
+        msgs = [m for m in (message(x) for x in as_list(window)) if m is not None and m.text.strip()]
+        asked = query_text(msgs)
+        if tuning.INSTANCE_WEIGHT and listing(asked[0]):
+            # Read once per process (about 20 ms), kept out of the per-turn budget too; only a question that
+            # asks for several things of a kind uses it, so a hook's fresh process seldom pays for it.
+            loading = time.perf_counter()
+            instance_table()
+            started += time.perf_counter() - loading
         deadline = None if budget_s is None else started + budget_s
         # Every store call below ends by the budget too, whatever the database does (a lock, a frozen server).
         with within(budget_s), _collector_paused():
             block = _steps(Reading(store, namespace, token_counter or approx_tokens, deadline),
-                           window, prior_context, budget, max_tokens, session_id, held_from, specific_only,
+                           msgs, asked, prior_context, budget, max_tokens, session_id, held_from, specific_only,
                            semantic, None if categories is None else frozenset(categories))
     except (Timeout, StoreTimeout):
         block = MemoryBlock(degraded_reason="timeout")
@@ -192,20 +195,15 @@ def context(
     return block
 
 
-def _messages(window: Sequence[Any]) -> list[Message]:
-    """The window's messages that say something, in order."""
-    return [m for m in (message(x) for x in as_list(window)) if m is not None and m.text.strip()]
-
-
-def _steps(r: Reading, window: Sequence[Any], prior: Any, budget: int, max_tokens: int,
-           session_id: str | None, held_from: int | None = None, specific_only: bool = False,
+def _steps(r: Reading, msgs: list[Message], asked: tuple[str, str, bool], prior: Any, budget: int,
+           max_tokens: int, session_id: str | None, held_from: int | None = None, specific_only: bool = False,
            semantic: Semantic | None = None, categories: frozenset[str] | None = None) -> MemoryBlock:
+    """The block for the window's messages that say something (``msgs``) and what they ask (``query_text``)."""
     budget = min(int(budget), MAX_BUDGET)
     max_tokens = int(max_tokens)
     if budget < 1 or max_tokens < 1:
         return MemoryBlock()
-    msgs = _messages(window)
-    query, earlier, ask = query_text(msgs)
+    query, earlier, ask = asked
     if not query:
         return MemoryBlock()
     meaning = SemanticStep(semantic, query)  # embedded while the words are searched

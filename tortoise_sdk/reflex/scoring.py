@@ -14,7 +14,7 @@ from ..search import TF_CAP, tokenize
 from ..store.base import TurnFacts
 from ..text import per_text
 from . import ranker, tuning
-from .noise import is_echo, is_filler, unanswered
+from .noise import WH_WORDS, is_echo, is_filler, unanswered
 from .query import CAPITALISED, WHEN, named_days, speaking
 from .shapes import Candidate, Reading, Term, session_day
 
@@ -32,7 +32,7 @@ _YEAR = re.compile(r"\b(?:19|20)\d\d\b")
 _ABOUT_SAYING = re.compile(r"\b(mention(ed|s|ing)?|say(s|ing)?|said|tell(s|ing)?|told|talk(ed|s|ing)?|"
                            r"discuss(ed|es|ing)?|ask(ed|s|ing)?|br(ing|ings|inging|ought) up)\b", re.I)
 #: A question that asks for something (what, which, who...) rather than yes or no, and offers no choice ("or").
-_WH = re.compile(r"^(?!.*\bor\b).*\b(what|which|who|whom|whose|where|when|why|how)\b", re.I | re.S)
+_WH = re.compile(rf"^(?!.*\bor\b).*\b({'|'.join(sorted(WH_WORDS))})\b", re.I | re.S)
 
 
 @per_text
@@ -85,9 +85,10 @@ def score_turns(r: Reading, terms: list[Term], content_terms: list[Term], query:
     # sushi.", "Is Biscuit a beagle?": "Beagle!") or one about the saying itself ("When did Gina mention Shia
     # Labeouf?": "It's Shia Labeouf!").
     asked = frozenset(tokenize(query)) if _WH.search(query) and not _ABOUT_SAYING.search(query) else frozenset()
+    echoes = {pos for pos, h in by_pos.items() if is_echo(h, asked)}
     own: dict[tuple[str, int], tuple[float, set[str]]] = {
-        (h.session_id, h.index): (0.0, set()) if is_echo(h, asked) else (sc, {s for s in weights if s in tf})
-        for h, tf, sc in zip(pool, tfs, scores)
+        pos: (0.0, set()) if pos in echoes else (sc, {s for s in weights if s in tf})
+        for pos, tf, sc in zip(by_pos, tfs, scores)
     }
     # Terms the index has never seen count too: a query mostly about unknown things is unrelated.
     total = sum(t.weight for t in terms if not (tuning.NAMES_AS_SPEAKERS and t.is_name) and not t.context
@@ -128,7 +129,7 @@ def score_turns(r: Reading, terms: list[Term], content_terms: list[Term], query:
     cands = []
     raw: dict[str, dict[str, float]] = {}  # the learnt ranker's inputs (ranker.features), by turn
     for key, h in by_pos.items():
-        if is_filler(h) or not own[key][0] and is_echo(h, asked):  # "OK." would inherit a question's score
+        if key in echoes or is_filler(h):  # "OK." after a question that matched would inherit its score
             continue
         if unanswered(h, by_pos.get((h.session_id, h.index + 1))):  # asked before and not answered then
             continue
