@@ -44,6 +44,8 @@ ROWS = [
     ("sessions --json", True, 0, {"out": "[]", "err": ["data is in: demo"]}),
     ("sessions --namespace demo", True, 0, {"out": "s1", "not_err": ["is empty"]}),
     ("search Biscuit --namespace demo", True, 0, {"out": "Biscuit", "not_err": ["is empty"]}),
+    # in a store of two turns every word is in half of them: the 0.000 scores say why
+    ("search Biscuit --namespace demo", True, 0, {"err": ["scores are near 0: every word searched is in half"]}),
     ("sessions", False, 0, {"err": ["namespace 'default' is empty, and so is this database", "tortoise demo"]}),
     # tortoise namespaces
     ("namespaces", True, 0, {"out": "demo\t1 sessions\t2 turns\t1 memories"}),
@@ -67,6 +69,15 @@ def test_cli_message(capsys, db, monkeypatch, argv, seeded, code, expect):
         assert text in err
     for text in expect.get("not_err", []):
         assert text not in err
+
+
+def test_search_scores_that_tell_turns_apart_need_no_note(capsys, db):
+    with Memory(db, namespace="demo") as mem:
+        mem.append("s1", [{"role": "user", "content": text} for text in
+                          ("My dog Biscuit is a beagle", "The weather is grey", "I cook pasta", "Tea please")])
+    code, out, err = run(capsys, "--db", db, "--namespace", "demo", "search", "Biscuit")
+    assert code == 0 and "Biscuit" in out and float(out.split()[0]) > 0.1
+    assert "scores are near 0" not in err
 
 
 def test_namespaces_json(capsys, db):

@@ -9,6 +9,7 @@ import sys
 from typing import Any
 
 from ..errors import InvalidInput, NotFoundError
+from ..search import ZERO_SCORE
 from ._common import (
     bounded_int,
     data_is_in,
@@ -47,6 +48,9 @@ def _print_hits(result: Any) -> None:
         print(f"{h.score:7.3f}  [{h.session_id}#{h.index}{date}] {who}: {_one_line(h.content)}")
     if not result.hits:
         print(f"no matches: {result.reason}" if result.reason else "no matches", file=sys.stderr)
+    elif result.hits[0].score <= ZERO_SCORE:
+        print("scores are near 0: every word searched is in half the turns or more, too common for BM25 to tell "
+              "turns apart (usual in a store of a few turns); the hits are listed as stored", file=sys.stderr)
 
 
 def _one_line(text: str, width: int = 160) -> str:
