@@ -24,7 +24,7 @@ from locomo import load_questions, load_sessions, locomo_files, needs_locomo
 from tortoise_sdk import InvalidInput, Memory, MemoryBlock, NotFoundError, StoreError
 from tortoise_sdk.demo import load_demo_sessions
 from tortoise_sdk.models import MEMORY_BLOCK_MARKER, ExtractionReport
-from tortoise_sdk.reflex.slots import asks_now
+from tortoise_sdk.reflex.slots import asks_now, slot_words
 from tortoise_sdk.reflex import MAX_BUDGET, MEMORY_BLOCK_END, approx_tokens, tuning
 from tortoise_sdk.reflex.query import date_words, named_days, speaking, weigh_terms
 from tortoise_sdk.reflex.shapes import Reading, Term
@@ -251,9 +251,17 @@ def test_a_changing_fact_leads_with_its_latest_statement(tmp_path, question):
     ("What do I like to eat?", False), ("Where did Maya live before she moved?", False),
     ("What\u2019s my job?", True), ("How's the new job going?", True), ("What was the company I worked at?", False),
     ("Who's my ex-girlfriend?", False), ("Which school is Tom applying to next year?", False),
-    ("When is my wife's birthday at work?", False)])
+    ("When is my wife's birthday at work?", False),
+    # a coding prompt says these words of things, not of a person's life
+    ("Is the build working?", False), ("Does the home directory exist?", False), ("Is the major version bumped?", False),
+    ("Thanks. Where is the company config?", False), ("Which company does Jon work for?", True)])
 def test_the_present_simple_about_a_changing_fact_asks_how_things_stand_now(question, now):
     assert asks_now(question) is now
+
+
+def test_now_about_a_thing_adds_no_words_of_a_persons_life():
+    assert asks_now("Is the build working now?") and slot_words("Is the build working now?") == []
+    assert "job" in slot_words("Is she working now?")
 
 
 def test_a_window_given_as_an_iterator_is_read_once(mem):

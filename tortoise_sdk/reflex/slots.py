@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import re
 
-from ..search import query_terms
+from ..search import STOP_WORDS, query_terms
 from . import tuning
 from .query import NOW
 from .shapes import Reading, Term
@@ -29,6 +29,16 @@ SLOTS: dict[str, tuple[str, ...]] = {
     "study": ("study", "studying", "school", "university", "college", "degree", "course", "major"),
 }
 
+
+#: Words of a kind that a coding prompt uses of things ("is the build working?", "the home directory", "a major
+#: version", "of course"): they name a kind of fact only in a question about someone (``_about_someone``).
+_ALSO_OF_THINGS = frozenset({"work", "working", "live", "living", "home", "house", "flat", "moved", "company",
+                             "course", "major", "study", "school"})
+#: A person the question is about: a pronoun ...
+_PRONOUNS = frozenset("i i'm me my mine we us our you your you're he him his he's she her she's they them their "
+                      "they're".split())
+#: ... or a name: a capitalised word after the first, not a stop-word ("Where does Maya work?"; not "Thanks. Where").
+_WORD = re.compile(r"[^\W\d_]+(?:'[^\W\d_]+)?")
 
 #: A question in the present simple ("Where do I work?", "What's her job?", "Who is he dating?")...
 _PRESENT = re.compile(r"\b(do|does|am|is|are|what's|whats|where's|who's|how's|hows|i'm|you're|she's|he's|they're)\b",
@@ -52,9 +62,19 @@ def asks_now(query: str) -> bool:
 
 
 def _named_kinds(query: str) -> list[str]:
-    """The kinds of fact (``SLOTS``) one of whose words ``query`` says."""
+    """The kinds of fact (``SLOTS``) one of whose words ``query`` says; a word also used of things
+    (``_ALSO_OF_THINGS``) counts only in a question about someone."""
     words = set(query_terms(query))
+    if not _about_someone(query):
+        words -= _ALSO_OF_THINGS
     return [kind for kind, kind_words in SLOTS.items() if words & set(kind_words)]
+
+
+def _about_someone(query: str) -> bool:
+    """``query`` names a person: a pronoun, or a capitalised word that does not start it and is no stop-word."""
+    words = _WORD.findall(query.replace("\u2019", "'"))
+    return any(w.lower() in _PRONOUNS for w in words) or any(
+        w[0].isupper() and w[1:].islower() and w.lower() not in STOP_WORDS for w in words[1:])
 
 
 def slot_words(query: str) -> list[str]:
