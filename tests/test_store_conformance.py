@@ -181,8 +181,9 @@ def test_idempotency_key_with_other_content_conflicts(store: Store, ns):
     store.capture(ns, req("s1", ["a"], key="k1"))
     with pytest.raises(IdempotencyConflict):
         store.capture(ns, req("s1", ["a", "b"], key="k1"))
-    with pytest.raises(IdempotencyConflict):
+    with pytest.raises(IdempotencyConflict, match="in session 's1'.*make one per exchange") as err:
         store.capture(ns, req("s2", ["a"], key="k1"))
+    assert err.value.first_session == "s1"
     assert contents(store.turns(ns, "s1")) == ["a"]
     assert [s.session_id for s in store.sessions(ns)] == ["s1"]
 

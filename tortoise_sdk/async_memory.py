@@ -43,7 +43,8 @@ class AsyncMemory:
 
         async with AsyncMemory("memory.db", namespace="alice") as mem:
             block = await mem.context(history[-6:], session_id="chat-1")
-            await mem.append("chat-1", history[-2:], idempotency_key=f"chat-1:{len(history)}")
+            exchange_key = uuid.uuid4().hex  # once per exchange; a retry of this append reuses it
+            await mem.append("chat-1", history[-2:], idempotency_key=exchange_key)
 
     Args:
         db: as for ``Memory``; or a ``Memory`` to wrap (it is closed with this object).

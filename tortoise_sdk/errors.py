@@ -97,14 +97,23 @@ class CaptureConflict(InvalidInput):
 
 
 class IdempotencyConflict(TortoiseError):
-    """The idempotency key was used before with different content."""
+    """The idempotency key was used before with different content (or in another session).
 
-    def __init__(self, key: str) -> None:
+    Attributes:
+        key: the key.
+        first_session: the session the key was first used in, when known.
+    """
+
+    def __init__(self, key: str, first_session: str | None = None) -> None:
+        where = f" (in session {first_session!r})" if first_session else ""
         super().__init__(
-            f"idempotency key {key!r} was already used for a different capture; "
-            "use a new key for new content, or resend the original content to replay it"
+            f"idempotency key {key!r} was already used for a different capture{where}; keys are unique in the "
+            "namespace: make one per exchange (e.g. uuid.uuid4().hex) and reuse it only to retry that exchange, "
+            "not from a counter that restarts (len(history) after a restart or a trimmed history); "
+            "resend the original content to replay it"
         )
         self.key = key
+        self.first_session = first_session
 
 
 class StoreError(TortoiseError):

@@ -1216,13 +1216,18 @@ class Memory:
         ``IdempotencyConflict``. Without a key every call appends: the store cannot tell a
         retry from a user saying the same thing again, and a dropped turn would be lost for good,
         so a repeat of the session's last turns is stored and its receipt carries a
-        ``repeated_tail`` warning. Pass a key (e.g. ``f"{session_id}:{exchange_number}"``) when
-        calls can be retried. A turn with an ``id`` already stored is skipped as in ``capture``.
+        ``repeated_tail`` warning. Pass a key when calls can be retried: one made once per exchange
+        (``uuid.uuid4().hex``) and reused only by that exchange's retries. Keys are unique in the
+        namespace; one derived from a counter that restarts (``len(history)`` after a restart or a
+        trimmed history) names another exchange the second time: it replays and stores nothing, or raises
+        ``IdempotencyConflict``.
+        A turn with an ``id`` already stored is skipped as in ``capture``.
 
         Example::
 
+            exchange_key = uuid.uuid4().hex  # once per exchange, before the first try
             history += [{"role": "user", "content": text}, {"role": "assistant", "content": reply}]
-            mem.append("chat-1", history[-2:], idempotency_key=f"chat-1:{len(history)}")
+            mem.append("chat-1", history[-2:], idempotency_key=exchange_key)
 
         Raises:
             InvalidInput, CaptureConflict, IdempotencyConflict: as in ``capture``.

@@ -22,9 +22,10 @@ def replay_or_conflict(req: CaptureRequest, stored_hash: str | None, body: str) 
     Raises:
         IdempotencyConflict: the key was first used with different content.
     """
+    receipt = CaptureReceipt.model_validate_json(body)
     if stored_hash != req.request_hash:
-        raise IdempotencyConflict(str(req.idempotency_key))
-    return CaptureReceipt.model_validate_json(body).model_copy(update={"replayed": True})
+        raise IdempotencyConflict(str(req.idempotency_key), receipt.session_id)
+    return receipt.model_copy(update={"replayed": True})
 
 
 def session_date_for(stored_date: str | None, req: CaptureRequest) -> tuple[str | None, list[Diagnostic]]:
