@@ -28,6 +28,8 @@ PACKAGE_DIRS = ((REPO / "tortoise_sdk", "tortoise_sdk"), (REPO / "adapters", "to
 MEMORY_FACADE = frozenset({"tortoise_sdk", "tortoise_sdk.memory", "tortoise_sdk.models", "tortoise_sdk.errors"})
 #: Precise exceptions for the CLI, as (module, imported name).
 CLI_EXCEPTIONS = frozenset({
+    # A constant, no code: the score at or under which a hit matched only words too common to count.
+    ("tortoise_sdk.search", "ZERO_SCORE"),
     # Writes the networkx graph Memory.graph() returned to a file: a serializer that reads no store.
     ("tortoise_sdk.graph", "export_graph"),
     # `tortoise demo` is itself a Memory client (checked below to use only Memory), run from the CLI.

@@ -67,6 +67,28 @@ def test_append_starts_a_session(store):
     assert [s.session_id for s in mem.sessions()] == ["new"]
 
 
+def test_a_session_without_a_date_is_dated_by_its_turns_else_append_by_the_clock(store):
+    mem = fresh(store)
+    # The turns' first timestamp dates a capture or an append; a later one, or a later append, keeps it, silently.
+    stamped = [{"role": "user", "content": "I live in Lisbon", "timestamp": "not a date"},
+               {"role": "assistant", "content": "Nice", "timestamp": "2024-01-01T10:00:00Z"}]
+    receipt = mem.capture("imported", stamped)
+    assert receipt.session_date == "2024-01-01T10:00:00+00:00"
+    later = mem.append("imported", [{"role": "user", "content": "More", "timestamp": "2024-02-01T10:00:00"}])
+    assert later.session_date == "2024-01-01T10:00:00+00:00" and not later.warnings
+    assert mem.capture("undated", ex("a", "b")).session_date is None  # an import of no known day stays undated
+    # append is the chat-loop write: no date and no timestamps, its session is dated now ...
+    first = mem.append("live", ex("a", "b"), idempotency_key="live:1")
+    assert first.session_date is not None and first.session_date[:4] >= "2026"
+    # ... and a retry a moment later is the same request: a replay, not a conflict over the clock.
+    assert mem.append("live", ex("a", "b"), idempotency_key="live:1").replayed
+    assert not mem.append("live", ex("c", "d")).warnings
+    # A date the caller names still wins on a new session, and is warned about on a dated one.
+    assert mem.append("named", ex("a", "b"), session_date="2024-05-01").session_date == "2024-05-01T00:00:00"
+    assert [w.code for w in mem.append("live", ex("e", "f"), session_date="2020-01-01").warnings] == [
+        "session_date_kept"]
+
+
 def test_append_with_a_key_replays_and_refuses_other_turns(store):
     mem = fresh(store)
     first = mem.append("chat", ex("a", "b"), idempotency_key="chat:1")

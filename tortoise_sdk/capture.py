@@ -14,8 +14,8 @@ from .errors import InvalidInput, InvalidType
 from .models import ROLES, Diagnostic, ExtractionReport, Turn
 from .validate import MAX_ID_BYTES, check_id, check_json, check_session_id, check_text, take_at_most
 
-__all__ = ("TEXT_PART_TYPES", "CaptureRequest", "content_hash", "flatten_content", "normalize_date", "prepare_capture",
-           "turn_id_for")
+__all__ = ("TEXT_PART_TYPES", "CaptureRequest", "content_hash", "first_timestamp", "flatten_content", "normalize_date",
+           "prepare_capture", "turn_id_for")
 
 #: Content-part types whose ``text`` is the turn's text (OpenAI chat ``text``; Responses ``input_text``/``output_text``).
 TEXT_PART_TYPES = ("text", "input_text", "output_text")
@@ -26,8 +26,8 @@ CONTENT_PARTS_KEY = "content_parts"
 class CaptureRequest:
     """A validated capture: the turns, their identities and the request fingerprint."""
 
-    __slots__ = ("session_id", "session_date", "turns", "hashes", "idempotency_key", "extraction", "warnings",
-                 "append", "_request_hash")
+    __slots__ = ("session_id", "session_date", "date_given", "turns", "hashes", "idempotency_key", "extraction",
+                 "warnings", "append", "_request_hash")
 
     def __init__(
         self,
@@ -39,6 +39,9 @@ class CaptureRequest:
     ) -> None:
         self.session_id = session_id
         self.session_date = session_date
+        #: The caller named the date; False when it is the turns' first timestamp or ``append``'s now: then
+        #: a session dated already keeps its date without a warning, and the fingerprint leaves it out.
+        self.date_given = session_date is not None
         self.turns = turns
         self.hashes = [content_hash(t) for t in turns]
         self.idempotency_key = idempotency_key
@@ -54,7 +57,8 @@ class CaptureRequest:
     def request_hash(self) -> str:
         """Fingerprint of the whole request, compared on idempotent replays (computed on demand)."""
         if self._request_hash is None:
-            self._request_hash = _request_hash(self.session_id, self.session_date, self.turns, self.append)
+            date = self.session_date if self.date_given else None  # a default date is the turns' or the clock's
+            self._request_hash = _request_hash(self.session_id, date, self.turns, self.append)
         return self._request_hash
 
 
@@ -123,7 +127,21 @@ def prepare_capture(
             if t.id in seen:
                 raise InvalidInput(f"duplicate id {t.id!r} (also turns[{seen[t.id]}])", field=f"turns[{i}].id")
             seen[t.id] = i
-    return CaptureRequest(session_id, normalize_date(session_date), parsed, idempotency_key, _parts_note(kept))
+    request = CaptureRequest(session_id, normalize_date(session_date), parsed, idempotency_key, _parts_note(kept))
+    if request.session_date is None:
+        request.session_date = first_timestamp(parsed)
+    return request
+
+
+def first_timestamp(turns: Iterable[Turn]) -> str | None:
+    """The first ISO 8601 ``timestamp`` of ``turns`` (what a session is dated by when no date is given)."""
+    for t in turns:
+        try:
+            if date := normalize_date(t.timestamp, field="timestamp"):
+                return date
+        except InvalidInput:
+            continue
+    return None
 
 
 def flatten_content(turn: Mapping[str, Any], field: str = "turn") -> tuple[Mapping[str, Any], list[dict[str, Any]]]:

@@ -297,7 +297,9 @@ class Memory:
         (``extract=None`` or ``"inline"``), queued as a durable job
         (``"background"``; run it with ``process_pending()`` or ``tortoise worker``)
         or not at all (``False``). The receipt's ``extraction`` says which and how it
-        went; an extraction failure never raises and never loses the turns.
+        went; an extraction failure never raises and never loses the turns. A new session is dated
+        ``session_date``, else its turns' first ISO 8601 ``timestamp``, else left undated (an import
+        may be of any day; ``append`` dates by the clock); a session dated already keeps its date.
 
         Raises:
             InvalidInput: a bad field, named by ``field`` (``InvalidType``, also a ``TypeError``, for
@@ -1211,7 +1213,8 @@ class Memory:
         """Store new turns after the session's last stored turn (the chat-loop write); no turn ids needed.
 
         ``turns`` is one turn or a list of them, e.g. the last exchange. Extraction runs as in
-        ``capture``. A retried append with the same ``idempotency_key`` stores nothing and
+        ``capture``. A new session is dated ``session_date``, else its turns' first ``timestamp``,
+        else now (these turns were just said); a session dated already keeps its date. A retried append with the same ``idempotency_key`` stores nothing and
         returns the first call's receipt (``replayed``); the same key with other turns raises
         ``IdempotencyConflict``. Without a key every call appends: the store cannot tell a
         retry from a user saying the same thing again, and a dropped turn would be lost for good,
@@ -1237,6 +1240,10 @@ class Memory:
         request = prepare_capture(session_id, turns, session_date=session_date,  # type: ignore[arg-type]
                                   idempotency_key=idempotency_key, max_turns=self.max_turns_per_capture)
         request.append = True
+        if request.session_date is None:  # the chat-loop write: its turns were said now (a dated session keeps its date)
+            from .models import utc_now
+
+            request.session_date = utc_now().isoformat()
         request.extraction = self._report_before_writing(extract)
         receipt = self.store.capture(self.namespace, request)
         return receipt if receipt.replayed else self._after_capture(receipt, extract, request)

@@ -29,9 +29,9 @@ def replay_or_conflict(req: CaptureRequest, stored_hash: str | None, body: str) 
 
 
 def session_date_for(stored_date: str | None, req: CaptureRequest) -> tuple[str | None, list[Diagnostic]]:
-    """The date an existing session keeps (the first one given wins) and a warning when ``req`` disagrees."""
+    """The date an existing session keeps (the first one wins) and a warning when a date ``req`` names disagrees."""
     warnings: list[Diagnostic] = []
-    if stored_date and req.session_date and stored_date != req.session_date:
+    if stored_date and req.date_given and req.session_date and stored_date != req.session_date:
         warnings.append(Diagnostic(stage="capture", code="session_date_kept",
                                    message=f"session already dated {stored_date}; kept it, ignored {req.session_date}"))
     return stored_date or req.session_date, warnings
