@@ -25,6 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tortoise_sdk import Memory
+from tortoise_sdk.streams import parse_stream
 from tortoise_sdk.cli import main
 
 DATA = Path(__file__).resolve().parent / "data"
@@ -298,6 +299,26 @@ def test_a_half_written_last_line_waits_for_the_next_call(tmp_path) -> None:
         assert second.turns_stored == 1 and not second.parse.malformed
         bounded = mem.follow(transcript.with_name("t.jsonl"), "claude-code")
         assert bounded.turns_stored == 0 and bounded.start_offset == bounded.end_offset
+
+
+def test_a_whole_last_line_without_its_newline_is_read_and_the_next_lines_follow_it(tmp_path) -> None:
+    # Transcripts that end without a newline (every file of the entireio project does) lost their last reply.
+    transcript = tmp_path / "t.jsonl"
+    lines = SHORT.read_bytes().splitlines(keepends=True)
+    with Memory(str(tmp_path / "m.db")) as mem:
+        transcript.write_bytes(b"".join(lines[:7]).rstrip(b"\n"))
+        first = mem.follow(transcript, "claude-code")
+        assert first.end_offset == len(b"".join(lines[:7])) - 1 and first.turns_stored == 2
+        transcript.write_bytes(b"".join(lines))
+        rest = mem.follow(transcript, "claude-code")
+        assert rest.start_offset == first.end_offset and not rest.parse.malformed
+        with Memory(str(tmp_path / "w.db")) as whole:
+            whole.ingest(SHORT)
+            assert stored_turns(mem) == stored_turns(whole)
+        # The newline that ends line 7 opens the next read: line 8 is still numbered 8.
+        assert [(s.line, s.reason) for s in rest.parse.skipped] == [
+            (s.line, s.reason) for s in parse_stream(SHORT).report.skipped if s.line is not None and s.line > 7]
+        assert rest.parse.skipped
 
 
 def test_max_bytes_takes_a_backlog_over_several_calls(tmp_path) -> None:

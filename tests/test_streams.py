@@ -506,6 +506,26 @@ def test_turns_format_with_sessions_and_invalid_lines() -> None:
     assert parsed.report.skipped[0].reason.startswith("invalid turn: role")
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["hi", "I moved to Lisbon", "x" * 40, "{}", "\u00e9t\u00e9 }{"]),
+                          st.sampled_from(["user", "assistant"])), min_size=1, max_size=8),
+       st.lists(st.sampled_from(["\n", "", " "]), min_size=8, max_size=8))
+def test_objects_joined_on_one_line_are_read_as_if_each_had_its_own(turns: list[tuple[str, str]], seps: list[str]) -> None:
+    # Claude Code once wrote a reply and a summary on one line: a line of several objects loses none of them.
+    objs = [json.dumps({"role": role, "content": text, "session_id": "s", "id": f"t{i}"}) for i, (text, role) in
+            enumerate(turns)]
+    joined = objs[0] + "".join(sep + o for sep, o in zip(seps, objs[1:]))
+    one_each, together = parse_stream(objs, format="turns"), parse_stream(joined.split("\n"), format="turns")
+    assert [(t.id, t.content) for t in together.sessions["s"]] == [(t.id, t.content) for t in one_each.sessions["s"]]
+    assert together.report.malformed == 0
+
+
+def test_a_line_of_one_object_and_junk_is_still_malformed() -> None:
+    parsed = parse_stream(['{"role": "user", "content": "a", "session_id": "s"}{"role"', '[1]{"a": 1}',
+                           '{"role": "user", "content": "b", "session_id": "s"}'], format="turns")
+    assert parsed.report.malformed == 2 and [t.content for t in parsed.sessions["s"]] == ["b"]
+
+
 def test_whole_json_document_of_turns(tmp_path: Path) -> None:
     path = tmp_path / "turns.json"
     path.write_text(json.dumps({"session_id": "doc", "turns": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]}, indent=2))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import stat
 from collections.abc import Iterator, Mapping
@@ -158,7 +159,8 @@ def tail_span(f: FollowedFile, saved: Mapping[str, Any], max_bytes: int | None =
 
     A file shorter than the saved offset, or whose bytes before it changed, is read from its
     start (``restarted``). ``end`` stops after the last newline (a line still being written
-    waits), and within ``max_bytes`` of ``start`` when given (but always after one whole line,
+    waits; a last line with no newline that is a whole JSON object is read: a writer that never
+    ends its last line would otherwise keep it from every read), and within ``max_bytes`` of ``start`` when given (but always after one whole line,
     unless that line is longer than ``MAX_LINE_BYTES``: then ``skip`` is set and it is passed over).
     """
     start = saved.get("offset", 0)
@@ -169,6 +171,8 @@ def tail_span(f: FollowedFile, saved: Mapping[str, Any], max_bytes: int | None =
     window = f.size - start if max_bytes is None else min(f.size - start, max_bytes)
     end = f.rfind_newline(start, start + window)
     end = start if end < 0 else end
+    if window == f.size - start and _whole_object(f, end):  # the file's last line, ended but for its newline
+        end = f.size
     skip = False
     if end == start and window < f.size - start:  # one line longer than max_bytes: read it whole, if it is not huge
         past = f.find_newline(start + window, f.size)
@@ -178,6 +182,16 @@ def tail_span(f: FollowedFile, saved: Mapping[str, Any], max_bytes: int | None =
     if restarted or not isinstance(lines, int) or lines < 0:
         lines = sum(piece.count(b"\n") for piece in _pieces(f, start))
     return TailSpan(start, end, restarted, lines, skip)
+
+
+def _whole_object(f: FollowedFile, start: int) -> bool:
+    """The bytes from ``start`` to the end of ``f`` (a last line with no newline) are one JSON object."""
+    if not 0 < f.size - start <= MAX_LINE_BYTES:
+        return False
+    try:
+        return isinstance(json.loads(f.read(start, f.size - start)), dict)
+    except (ValueError, RecursionError):
+        return False
 
 
 def follow_state(f: FollowedFile, span: TailSpan, format: str, lines_read: int) -> dict[str, Any]:

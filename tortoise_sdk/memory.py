@@ -623,7 +623,7 @@ class Memory:
         ``follow:sha256:<hash of the path>`` when the path is too long, or not UTF-8, for an id),
         so separate processes (one per Claude Code hook call) continue where the last one
         stopped. Only complete lines are read: a line still being written waits for the next
-        call. Earlier lines still teach the parser their ids, so the new lines yield exactly
+        call (a last line with no newline is read once it is a whole JSON object). Earlier lines still teach the parser their ids, so the new lines yield exactly
         what ``ingest`` of the whole file yields for them. A file that shrank or whose read
         part changed (rewritten) is read again from its start (``report.restarted``); turns
         already stored are skipped, so nothing is captured twice. With ``max_bytes``, at most
@@ -667,8 +667,9 @@ class Memory:
                 self.save_cursor(cursor.name, follow_state(f, span, fmt, 1), revision=cursor.revision)
             elif span.end > span.start:
                 new = f.read(span.start, span.end - span.start)
-                parsed = parse_stream(itertools.chain(f.lines(span.start), new.split(b"\n")[:-1]), fmt, source=source,
-                                      session_id=session_id, skip_lines=span.skip_lines)
+                ended = new.split(b"\n")  # after a last newline, an empty piece; else a last line read whole
+                parsed = parse_stream(itertools.chain(f.lines(span.start), ended[:-1] if ended[-1] == b"" else ended),
+                                      fmt, source=source, session_id=session_id, skip_lines=span.skip_lines)
                 others = _other_sessions(parsed, only_session)
                 report = self._ingest_parsed(parsed, source, extract)
                 report.errors.extend(others)

@@ -142,11 +142,11 @@ class StreamParser:
     def feed_line(self, text: str | bytes) -> list[Event]:
         """Decode and feed one raw line (live use); malformed lines are reported, never raised."""
         self._line += 1
-        obj = decode_line(text, self._line, self.report)
-        if obj is None:
-            return []
-        self.index(self._line, obj)
-        return self.feed(self._line, obj)
+        events: list[Event] = []
+        for obj in decode_line(text, self._line, self.report):
+            self.index(self._line, obj)
+            events += self.feed(self._line, obj)
+        return events
 
     def index(self, line: int, obj: dict[str, Any]) -> None:
         """Learn ids from a line without emitting anything (idempotent)."""
@@ -187,25 +187,43 @@ class StreamParser:
 # -- helpers shared by the parsers ------------------------------------------------
 
 
-def decode_line(text: str | bytes, line: int, report: ParseReport) -> dict[str, Any] | None:
-    """Parse one JSONL line into a dict; count and report it when it is not one."""
+def decode_line(text: str | bytes, line: int, report: ParseReport) -> list[dict[str, Any]]:
+    """The JSON objects of one JSONL line (several when a writer joined them without a newline, as Claude
+    Code once wrote a reply and a ``summary`` on one line); a line that is not that is counted and reported."""
     if isinstance(text, bytes):
         try:
             text = text.decode("utf-8")
         except UnicodeDecodeError:
             _malformed(report, line, "invalid utf-8")
-            return None
+            return []
     if not text.strip():
-        return None
+        return []
     try:
-        obj = json.loads(text)
+        objs = [json.loads(text)]
     except (ValueError, RecursionError):
-        _malformed(report, line, "invalid json")
+        joined = _joined_objects(text)
+        if joined is None:
+            _malformed(report, line, "invalid json")
+            return []
+        objs = joined
+    if not isinstance(objs[0], dict):
+        _malformed(report, line, f"json {type(objs[0]).__name__}, not an object")
+        return []
+    return objs
+
+
+def _joined_objects(text: str) -> list[dict[str, Any]] | None:
+    """Two or more JSON objects written one after the other on a line, or None when ``text`` is not that."""
+    decoder, out, pos = json.JSONDecoder(), [], 0
+    try:
+        while (pos := len(text) - len(text[pos:].lstrip())) < len(text):
+            obj, pos = decoder.raw_decode(text, pos)
+            if not isinstance(obj, dict):
+                return None
+            out.append(obj)
+    except (ValueError, RecursionError):
         return None
-    if not isinstance(obj, dict):
-        _malformed(report, line, f"json {type(obj).__name__}, not an object")
-        return None
-    return obj
+    return out if len(out) > 1 else None
 
 
 def _malformed(report: ParseReport, line: int, reason: str) -> None:

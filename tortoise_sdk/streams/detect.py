@@ -107,13 +107,10 @@ def detect_format(first_lines: Iterable[str | bytes | dict[str, Any]]) -> Stream
     seen = False
     scratch = ParseReport(format="auto")
     for n, item in enumerate(first_lines, start=1):
-        obj = item if isinstance(item, dict) else decode_line(item, n, scratch)
-        if obj is None:
-            continue
-        seen = True
-        guess = _guess(obj)
-        if guess:
-            votes[guess] += 1
+        for obj in [item] if isinstance(item, dict) else decode_line(item, n, scratch):
+            seen = True
+            if guess := _guess(obj):
+                votes[guess] += 1
         if sum(votes.values()) >= _DETECT_LINES:
             break
     if not votes:
@@ -178,20 +175,18 @@ def parse_stream(
     waiting: list[tuple[int, dict[str, Any]]] = []
     lines = iter(raw)
     for n, text in enumerate(itertools.islice(lines, skip_lines), start=1):
-        if (obj := decode_line(text, n, earlier)) is None:
-            continue
-        if parser is not None:
-            parser.index(n, obj)
-            continue
-        waiting.append((n, obj))
-        if len(waiting) >= _DETECT_LINES * 4:
+        for obj in decode_line(text, n, earlier):
+            if parser is not None:
+                parser.index(n, obj)
+            else:
+                waiting.append((n, obj))
+        if parser is None and len(waiting) >= _DETECT_LINES * 4:
             parser = make(detect_format(o for _, o in waiting))
             for m, o in waiting:
                 parser.index(m, o)
             waiting = []
     rest = list(lines)
-    objs = [(n, obj) for n, text in enumerate(rest, start=skip_lines + 1)
-            if (obj := decode_line(text, n, scratch)) is not None]
+    objs = [(n, obj) for n, text in enumerate(rest, start=skip_lines + 1) for obj in decode_line(text, n, scratch)]
     if not objs and scratch.malformed and not skip_lines:
         objs = _whole_document(rest, scratch)
         if not objs:
