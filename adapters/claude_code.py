@@ -12,7 +12,8 @@ then runs ``tortoise hook`` for each event, with the event as JSON on stdin
   or None when the block is empty. Pointers already shown in the session are not repeated
   unless the prompt asks; the session's turns Claude Code still holds (all of them, or those
   since its last compaction summary) are never pointed to, and a pointer needs evidence
-  specific to the prompt (``reflex.gate``): generic prompts get no block.
+  specific to the prompt (``reflex.gate``): generic prompts get no block. A slash command
+  (``/init``, ``/review URL``) is searched by its arguments only: its name says what to do now.
 - ``Stop``, ``SubagentStop``, ``PreCompact``, ``SessionEnd``: what is new in the transcript
   (and a sub-agent's own transcript) is captured, turns and sub-agent rows, and extraction
   is queued (``tortoise worker`` runs it).
@@ -24,6 +25,7 @@ into silence (exit 0, no output) within its time limit, and logs the reason.
 from __future__ import annotations
 
 import logging
+import re
 import shlex
 import sys
 from collections.abc import Mapping
@@ -60,6 +62,8 @@ WINDOW_TURNS = 6
 REFLEX_TIME_BUDGET_MS = 1000.0
 #: How many pointer ids already shown in a session are remembered (prior-mention rule).
 SHOWN_KEPT = 64
+#: A prompt that runs a slash command: ``/name`` (``/workflows:review``, ``/pr-comments``), then its arguments.
+_SLASH_COMMAND = re.compile(r"\A\s*/[A-Za-z][\w:.-]*(?=\s|\Z)")
 #: How Claude Code's compaction summary begins (a user-role line it writes itself, stored as a system turn).
 COMPACTION_PREFIX = "This session is being continued from a previous conversation"
 
@@ -96,13 +100,21 @@ def handle_event(
             except (TortoiseError, OSError) as exc:  # the block can still be built from what is stored
                 log.warning("transcript not captured: %s", exc)
                 locked = isinstance(exc, StoreTimeout)
-        prompt = _text(event.get("prompt"))
+        prompt = slash_arguments(_text(event.get("prompt")))
         return (_prompt_context(mem, session_id, prompt, budget, max_tokens, time_budget_ms, remember=not locked)
                 if prompt else None)
     if name in CAPTURE_EVENTS:
         for path in dict.fromkeys(p for p in (transcript, _text(event.get("agent_transcript_path"))) if p):
             _follow(mem, path, session_id, "background", max_bytes)
     return None
+
+
+def slash_arguments(prompt: str | None) -> str | None:
+    """The prompt to search: a slash command's arguments ("/review https://…/pull/9": the URL), None for a
+    command alone ("/init", "/exit"); any other prompt as it is."""
+    if prompt is None or not (m := _SLASH_COMMAND.match(prompt)):
+        return prompt
+    return prompt[m.end():].strip() or None
 
 
 def _follow(mem: Memory, path: str, session_id: str | None, extract: Any, max_bytes: int | None) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from tortoise_sdk import Memory
-from tortoise_sdk.adapters.claude_code import handle_event
+from tortoise_sdk.adapters.claude_code import handle_event, slash_arguments
 
 
 class Transcript:
@@ -91,6 +91,21 @@ def test_generic_prompts_stay_silent_and_a_specific_question_still_gets_its_evid
         assert ids["retry"] in json.dumps(_external_ids(mem, block))
         assert "specific:" in "".join(mem.context([{"role": "user", "content": "how do we retry the goreleaser "
                                                     "release step?"}], specific_only=True).why)
+
+
+def test_a_slash_command_is_searched_by_its_arguments_only(tmp_path) -> None:
+    # "/exit" matched every "Exit code 1" result; "/release-notes" the goreleaser turns: a command's name is no topic.
+    with Memory(str(tmp_path / "m.db"), namespace="proj") as mem:
+        ids = earlier_sessions(mem, tmp_path)
+        t = Transcript(tmp_path / "x.jsonl", "x")
+        t.tool("Bash", {"command": "make lint", "description": "Lint"}, "Exit code 1: lint failed in parser.py")
+        stop(mem, t)
+        for i, text in enumerate(["/exit", "/lint", "  /release:notes  ", "/retry"]):
+            assert prompt(mem, Transcript(tmp_path / f"c{i}.jsonl", f"c{i}"), text) == "", text
+        block = prompt(mem, Transcript(tmp_path / "a.jsonl", "a"), "/ask how do we retry the goreleaser release step?")
+        assert ids["retry"] in json.dumps(_external_ids(mem, block))
+    assert slash_arguments("/usr/bin/env is missing") == "/usr/bin/env is missing"  # a path, not a command
+    assert slash_arguments("see /init") == "see /init" and slash_arguments(None) is None
 
 
 def _external_ids(mem: Memory, block: str) -> list[str | None]:
