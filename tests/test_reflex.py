@@ -490,6 +490,20 @@ def test_an_assistants_filler_is_never_evidence(tmp_path):
         assert "Yes, sure." in said
 
 
+def test_a_stock_greeting_lends_nothing_to_what_follows_it(tmp_path):
+    # "How can I help you today?" matched "help" and "today", and lent them to the medication the person named next.
+    with Memory(str(tmp_path / "g.db"), namespace="g") as m:
+        m.append("s1", [{"role": "user", "content": "Hi there!"},
+                        {"role": "assistant", "content": "Hello! How can I help you today?"},
+                        {"role": "user", "content": "My blood pressure medication is lisinopril."},
+                        {"role": "assistant", "content": "Thanks for telling me."}], session_date="2024-01-10")
+        for question in ["Can you help me write a SQL query?", "Good morning, how are you today?",
+                         "what should I cook today?"]:
+            assert ask(m, question).pointers == [], question
+        said = [p.synopsis for p in ask(m, "which medication do I take?").pointers]
+        assert said == ["My blood pressure medication is lisinopril."]
+
+
 _FILLER = sorted({"ok", "okay", "sure", "got", "it", "thanks", "happy", "to", "help", "will", "do", "noted", "great"})
 
 

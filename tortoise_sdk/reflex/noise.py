@@ -12,9 +12,10 @@ a turn of fewer than ``MIN_WORDS`` words ("yes", "3", "option 3": a reply that p
 context, which the block cannot carry). Matches inside such text do not count; a turn made only
 of it never counts.
 
-In any conversation, an assistant's filler ("OK.", "Sure, happy to help!", "Got it.") states
-nothing: it is never evidence (``is_filler``), neither as a candidate nor as the reply an asking
-turn brings. Nor is its non-answer ("Sorry, I don't know.", "I'm not sure."), and the question it
+In any conversation, an assistant's filler ("OK.", "Sure, happy to help!", "Got it.", "Hello! How
+can I help you today?") states nothing: it is never evidence (``is_filler``), neither as a candidate,
+nor as the reply an asking turn brings, nor as a neighbour lending its match (a greeting that
+matched "help" or "today" lent it to whatever the person said next). Nor is its non-answer ("Sorry, I don't know.", "I'm not sure."), and the question it
 failed to answer is not evidence of that answer either (``unanswered``): asked again, the question
 would otherwise outrank the turn that said the fact, since it repeats the question's words. A
 person's short reply ("Yes.", "Thanks!") is left alone: it may answer its question.
@@ -42,11 +43,13 @@ BOILERPLATE_TOOLS = frozenset({"TodoWrite"})
 _WORD = re.compile(r"\w+")
 #: A TodoWrite call, as transcript ingestion stores a tool call: the agent's own plan list.
 _PLAN_CALL = re.compile(r"\s*\[tool_use TodoWrite\b")
-#: Words of an acknowledgement, beside the stop words: an assistant turn of only these states nothing.
+#: Words of an acknowledgement or a stock greeting ("How can I help you today?", "Thanks for telling me."), beside
+#: the stop words: an assistant turn of only these states nothing.
 FILLER_WORDS = frozenset("""
     hello sure thanks thank noted alright right fine great good cool understood certainly absolutely course done
     sounds perfect nice glad happy help welcome problem np hmm mm hm ah see gotcha roger will thing
     please let know anything else definitely indeed agreed alrighty yup yep k kk
+    today assist assistance morning afternoon evening telling sharing letting
     """.split())
 #: Words of a non-answer ("Sorry, I don't know."): filler too, and the question before it goes unanswered.
 NON_ANSWER_WORDS = frozenset("sorry afraid unfortunately unsure idea remember recall".split())

@@ -85,9 +85,10 @@ def score_turns(r: Reading, terms: list[Term], content_terms: list[Term], query:
     # sushi.", "Is Biscuit a beagle?": "Beagle!") or one about the saying itself ("When did Gina mention Shia
     # Labeouf?": "It's Shia Labeouf!").
     asked = frozenset(tokenize(query)) if _WH.search(query) and not _ABOUT_SAYING.search(query) else frozenset()
-    echoes = {pos for pos, h in by_pos.items() if is_echo(h, asked)}
+    # Nor does an assistant's filler ("OK.", "How can I help you today?"): it matched "help" or "today" by chance.
+    silent = {pos for pos, h in by_pos.items() if is_echo(h, asked) or is_filler(h)}
     own: dict[tuple[str, int], tuple[float, set[str]]] = {
-        pos: (0.0, set()) if pos in echoes else (sc, {s for s in weights if s in tf})
+        pos: (0.0, set()) if pos in silent else (sc, {s for s in weights if s in tf})
         for pos, tf, sc in zip(by_pos, tfs, scores)
     }
     # Terms the index has never seen count too: a query mostly about unknown things is unrelated.
@@ -129,7 +130,7 @@ def score_turns(r: Reading, terms: list[Term], content_terms: list[Term], query:
     cands = []
     raw: dict[str, dict[str, float]] = {}  # the learnt ranker's inputs (ranker.features), by turn
     for key, h in by_pos.items():
-        if key in echoes or is_filler(h):  # "OK." after a question that matched would inherit its score
+        if key in silent:  # "OK." after a question that matched would inherit its score
             continue
         if unanswered(h, by_pos.get((h.session_id, h.index + 1))):  # asked before and not answered then
             continue
