@@ -1147,7 +1147,8 @@ class Memory:
         """The memory block to show the model before its next turn; never raises.
 
         Deterministic and read-only (no model call). ``window`` is the recent conversation
-        (``Turn``s, OpenAI-style dicts, LangChain messages or strings); ``prior_context`` is
+        (``Turn``s, OpenAI-style dicts, LangChain messages, ``(role, text)`` pairs or strings; anything
+        else gives an empty block whose ``degraded_reason`` names it); ``prior_context`` is
         what the host already showed (earlier blocks or text), which is not repeated unless
         the user asks. At most ``budget`` pointers (cap 8) and ``max_tokens`` tokens, counted
         with ``token_counter`` (default ``reflex.approx_tokens``). A failure or a run past

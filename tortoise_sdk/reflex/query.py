@@ -8,6 +8,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import date, timedelta
 from typing import Any
 
+from ..errors import InvalidType
 from ..models import MEMORY_BLOCK_MARKER
 from ..search import STOP_WORDS, query_terms
 from . import tuning
@@ -80,10 +81,37 @@ def as_list(value: Any) -> list[Any]:
     return list(value)
 
 
+def window_messages(window: Any) -> list[Message]:
+    """The window's messages with text (``message``), memory blocks left out.
+
+    Raises:
+        InvalidInput: the window, or an item of it, is not a message (``InvalidType`` for a wrong type),
+            named ``window`` or ``window[2]``.
+    """
+    if isinstance(window, (bytes, bytearray)) or not (
+            window is None or isinstance(window, (str, Mapping, Iterable)) or hasattr(window, "content")):
+        raise InvalidType("must be a list of messages: strings, {'role', 'content'} dicts, Turns, LangChain "
+                          f"messages or (role, text) pairs; got {type(window).__name__}", field="window")
+    out = []
+    for i, x in enumerate(as_list(window)):
+        if x is None:
+            continue
+        content = x.get("content", "") if isinstance(x, Mapping) else ""
+        if isinstance(x, (bytes, bytearray, int, float)) or not isinstance(content, (str, list, tuple, type(None))):
+            said = f" whose content is {type(content).__name__}" if isinstance(x, Mapping) else ""
+            raise InvalidType(f"must be a message with text, got {type(x).__name__}{said}", field=f"window[{i}]")
+        if (m := message(x)) is not None and m.text.strip():
+            out.append(m)
+    return out
+
+
 def message(x: Any) -> Message | None:
-    """A window item (Turn, OpenAI dict, LangChain message, str) as role + text; memory blocks are dropped."""
+    """A window item (Turn, OpenAI dict, LangChain message, a (role, text) pair, str) as role + text; memory
+    blocks are dropped."""
     if isinstance(x, str):
         role, content, ident, meta = "user", x, None, None
+    elif isinstance(x, tuple) and len(x) == 2 and all(isinstance(v, str) for v in x):  # LangChain's ("user", text)
+        role, content, ident, meta = x[0], x[1], None, None
     elif isinstance(x, Mapping):
         role, content, ident, meta = x.get("role", "user"), x.get("content", ""), x.get("id"), x.get("metadata")
     else:

@@ -23,7 +23,7 @@ from .exchange import filled, with_replies
 from .feedback import feedback_terms
 from .instances import instance_terms, table as instance_table
 from .prior import drop_prior, not_in_window
-from .query import CHANGE, as_list, message, query_text, weigh_terms
+from .query import CHANGE, query_text, weigh_terms, window_messages
 from .ranker import listing
 from .render import render
 from .scoring import distinct, fuse, latest_first, memories_first, score_turns, without_stale_turns
@@ -132,7 +132,8 @@ def context(
     """The memory block for the next host turn; never raises (see the ``tortoise_sdk.reflex`` docstring).
 
     Args:
-        window: the recent conversation: ``Turn``s, OpenAI-style dicts, LangChain messages or strings.
+        window: the recent conversation: ``Turn``s, OpenAI-style dicts, LangChain messages, ``(role, text)``
+            pairs or strings.
         prior_context: what the host already showed: earlier ``MemoryBlock``s, strings or messages.
         budget: at most this many pointers (capped at 8).
         max_tokens: at most this many tokens for the whole block, counted with ``token_counter``.
@@ -155,6 +156,7 @@ def context(
         if categories is not None and (isinstance(categories, str)
                                        or not all(isinstance(x, str) for x in categories)):
             raise InvalidInput("must be a list of category names, e.g. categories=['health']", field="categories")
+        msgs = window_messages(window)
     except InvalidInput as exc:
         log.warning("reflex: %s, returning an empty block", exc)
         return MemoryBlock(degraded_reason=f"invalid_input: {exc}")
@@ -167,7 +169,6 @@ def context(
                 prepare()
         _warm_process(store)
         started = time.perf_counter()
-        msgs = [m for m in (message(x) for x in as_list(window)) if m is not None and m.text.strip()]
         asked = query_text(msgs)
         if tuning.INSTANCE_WEIGHT and listing(asked[0]):
             # Read once per process (about 20 ms), kept out of the per-turn budget too; only a question that
