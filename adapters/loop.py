@@ -70,6 +70,10 @@ class MemorySession(MemoryAdapter):
                          shown_turns=shown_turns)
         self.session_id = session_id
         self._callers: dict[str, str] = {}  # tool call id -> id of the message that made the call
+        # The user message before_turn saw last, and its text once record_tool_call captured it ahead of the
+        # tool calls it caused (after_turn then captures only the reply).
+        self._asking: Message | None = None
+        self._asked: str | None = None
 
     def before_turn(self, messages: Sequence[Message]) -> list[dict[str, Any]]:
         """A copy of ``messages`` with the memory block as a system message after the leading system ones.
@@ -80,6 +84,8 @@ class MemorySession(MemoryAdapter):
         try:
             out = [dict(m) for m in messages]
             sent = [m for m in out if m.get("role") != "system"]
+            self._asking = next((m for m in reversed(sent) if m.get("role") == "user"), None)
+            self._asked = None
             held = (_turn(m, str(m.get("role") or "user")) for m in sent)
             self.last_block = block = self._context(self._window(sent), self.session_id, held)
         except Exception as exc:  # context() itself fails open; this guards bad input too
@@ -100,7 +106,10 @@ class MemorySession(MemoryAdapter):
 
     def after_turn(self, user_msg: str | Message, assistant_msg: str | Message) -> CaptureReceipt | None:
         """Capture one exchange (each message gets a fresh id); returns the receipt, or None on failure."""
-        exchange = ((user_msg, "user"), (assistant_msg, "assistant"))
+        asked, self._asking, self._asked = self._asked, None, None
+        exchange = [(assistant_msg, "assistant")]
+        if asked is None or (_turn(user_msg, "user") or {}).get("content") != asked:  # not captured with a tool call
+            exchange.insert(0, (user_msg, "user"))
         return self._capture(self.session_id, (self._turn(msg, role) for msg, role in exchange))
 
     def record_tool_call(self, message: Message) -> str | None:
@@ -109,13 +118,22 @@ class MemorySession(MemoryAdapter):
         ``message`` is OpenAI-style (``{"role": "assistant", "content": ..., "tool_calls": [{"id",
         "function": {"name", "arguments"}}]}``; ``{"id", "name", "args"}`` calls work too). It is kept
         as transcript ingestion keeps one: its text, then ``[tool_use name arg=…]`` per call, the
-        calls whole in the turn's metadata.
+        calls whole in the turn's metadata. The first call of an exchange also captures, before it, the
+        user message ``before_turn`` saw last (it asked for what the tools do), and ``after_turn``
+        then captures only the reply, so the session's turns keep the conversation's order.
         """
         turn = self._turn(message, "assistant") if isinstance(message, Mapping) else None
         if turn is None:
             self._log().warning("tortoise: not a message: %r", type(message).__name__)
             return None
-        return turn["id"] if self._capture(self.session_id, [turn]) is not None else None
+        turns = [turn]
+        if self._asked is None and (asking := _turn(self._asking, "user") if self._asking else None):
+            turns.insert(0, asking)  # the user's message goes first: it asked for what the tools do
+        if self._capture(self.session_id, turns) is None:
+            return None
+        if len(turns) == 2:
+            self._asked = turns[0]["content"]
+        return turn["id"]
 
     def record_subagent(
         self,

@@ -367,6 +367,29 @@ def test_a_custom_loop_records_tool_calls_and_sub_agents_through_its_session(mem
     assert session.record_tool_call("not a message") is None  # logged, never raised
 
 
+def test_a_tool_loop_keeps_the_user_message_before_the_tool_calls_it_caused(mem):
+    # record_tool_call during the turn, after_turn at its end: the call was stored before the user's message.
+    session = MemorySession(mem, "loop-order", extract=False)
+    session.before_turn([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "research tokio"}])
+    session.record_tool_call({"role": "assistant", "content": "Let me check.", "tool_calls": [
+        {"id": "call_1", "function": {"name": "research", "arguments": '{"q": "tokio"}'}}]})
+    session.record_tool_call({"role": "assistant", "content": "", "tool_calls": [{"id": "call_2", "name": "clock",
+                                                                                  "args": {}}]})
+    session.after_turn("research tokio", "Tokio is the most used runtime.")
+    session.before_turn([{"role": "user", "content": "thanks"}])
+    session.after_turn("thanks", "You're welcome.")  # no tool call: both captured by after_turn, as before
+    assert [(h.role, h.content.split("\n")[0]) for h in mem.turns("loop-order")] == [
+        ("user", "research tokio"), ("assistant", "Let me check."), ("assistant", "[tool_use clock]"),
+        ("assistant", "Tokio is the most used runtime."), ("user", "thanks"), ("assistant", "You're welcome.")]
+    # A reply to another message than the one before_turn saw keeps both.
+    session.before_turn([{"role": "user", "content": "what time is it?"}])
+    session.record_tool_call({"role": "assistant", "content": "", "tool_calls": [{"id": "call_3", "name": "clock",
+                                                                                  "args": {}}]})
+    session.after_turn("what time is it in Lima?", "Noon.")
+    assert [h.content for h in mem.turns("loop-order")][-4:] == [
+        "what time is it?", "[tool_use clock]", "what time is it in Lima?", "Noon."]
+
+
 def test_a_custom_loop_keys_sub_agents_by_the_run_it_names_never_by_the_tool_call(mem):
     """AC-30/31/32: a late frame of one run never lands on another run's settled row that reused the call id."""
     session = MemorySession(mem, "loop-runs", extract=False)
