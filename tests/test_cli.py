@@ -117,6 +117,18 @@ def test_export_graphml_and_json(capsys, db, tmp_path):
     assert run(capsys, "--db", db, "export", "--format", "json", str(tmp_path / "g.json"))[0] == 0
     data = json.loads((tmp_path / "g.json").read_text())
     assert {n["kind"] for n in data["nodes"]} == {"session", "turn"}
+    # The format follows the file's name unless --format says otherwise (a reviewer got GraphML in out.json).
+    code, _, err = run(capsys, "--db", db, "export", str(tmp_path / "named.json"))
+    assert code == 0 and "(json)" in err and json.loads((tmp_path / "named.json").read_text())["nodes"]
+    assert run(capsys, "--db", db, "export", str(tmp_path / "named.xml"))[0] == 0
+    assert ET.parse(tmp_path / "named.xml").getroot().tag.endswith("graphml")
+    code, _, err = run(capsys, "--db", db, "export", "--format", "graphml", str(tmp_path / "forced.json"))
+    assert code == 0 and "writing graphml into" in err
+    # An empty namespace writes nothing over the file and names where the data is.
+    (tmp_path / "keep.json").write_text("{}")
+    code, _, err = run(capsys, "--db", db, "--namespace", "nothere", "export", str(tmp_path / "keep.json"))
+    assert code == 2 and "data is in: default" in err and "nothing written" in err
+    assert (tmp_path / "keep.json").read_text() == "{}"
 
 
 def test_demo_is_idempotent(capsys, db):

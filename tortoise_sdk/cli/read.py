@@ -285,15 +285,21 @@ def _register_expand(sub: argparse._SubParsersAction) -> None:
 def _cmd_export(args: argparse.Namespace) -> int:
     from ..graph import export_graph
 
+    fmt = args.format or ("json" if args.out.lower().endswith(".json") else "graphml")
+    if args.format and args.out.lower().endswith((".json", ".graphml")) and not args.out.lower().endswith(f".{fmt}"):
+        print(f"tortoise: writing {fmt} into {args.out}, as --format asked", file=sys.stderr)
     with open_memory(args, create=False) as mem:
         _refuse_database_as_output(args.out, mem.store.url)
+        if name_other_namespaces(mem):  # an empty graph written over a file is never what was meant
+            print(f"tortoise: nothing written to {args.out}", file=sys.stderr)
+            return 2
         g = mem.graph()
     try:
-        export_graph(g, args.out, args.format)
+        export_graph(g, args.out, fmt)
     except OSError as exc:  # /proc/version, a full disk ...: the error names no file
         raise InvalidInput(f"cannot write the export: {exc.strerror or exc}; give a writable file path",
                            field=args.out) from None
-    print(f"wrote {g.number_of_nodes()} nodes and {g.number_of_edges()} edges to {args.out}", file=sys.stderr)
+    print(f"wrote {g.number_of_nodes()} nodes and {g.number_of_edges()} edges to {args.out} ({fmt})", file=sys.stderr)
     return 0
 
 
@@ -310,7 +316,10 @@ def _refuse_database_as_output(out: str, db: str) -> None:
 
 
 def _register_export(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("export", help="export the memory graph (GraphML or node-link JSON)")
-    p.add_argument("--format", choices=("graphml", "json"), default="graphml")
+    p = sub.add_parser("export", help="export the memory graph (GraphML or node-link JSON)",
+                       description="Writes the namespace's sessions, turns, entities and memories as a graph; an empty namespace "
+                                   "writes nothing (exit 2). Example: tortoise export graph.json")
+    p.add_argument("--format", choices=("graphml", "json"), default=None,
+                   help="default: json for a file named *.json, else graphml")
     p.add_argument("out", help="output file")
     p.set_defaults(handler=_cmd_export)
