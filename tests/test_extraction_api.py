@@ -192,10 +192,10 @@ def test_demo_replays_a_recorded_extraction(tmp_path: Path, capsys: pytest.Captu
     assert "extraction ok: ADD 3, UPDATE 3, 3 model calls" in out
     assert "~ [point] Maya works at Northwind Labs, a biotech startup in Oakland." in out
     assert "~ [point] Maya is a data engineer on the protein folding team at Northwind Labs." in out
-    # "where do I work now?": the March reply to the old job is flagged, since the Helix Health memory above it
-    # replaced the fact of the turn it replies to
+    # "where do I work now?": Maya's March turn about the old job is flagged, since the Helix Health memory above
+    # it replaced its fact; the assistant's reply to it ("Congratulations on the new job!") states no fact of hers
     assert '1. (memory) "Maya works at Helix Health in San Francisco' in out
-    assert '3. SUPERSEDED (2024-03-02, assistant) "Congratulations on the new job!' in out
+    assert '3. SUPERSEDED (2024-03-02, Maya) "Hi! I just got back from my first week at Northwind Labs' in out
     assert main(["--db", str(tmp_path / "demo.db"), "demo"]) == 0  # idempotent: replayed, memories listed again
     again = capsys.readouterr().out
     assert "replayed (already captured)" in again and "Maya works at Helix Health" in again

@@ -245,6 +245,54 @@ def test_a_changing_fact_leads_with_its_latest_statement(tmp_path, question):
         assert "Northwind" in ask(m, "where did I work in January?").pointers[0].synopsis
 
 
+def _said(sessions: list[tuple[str, str, list[tuple[str, str]]]], tmp_path) -> Memory:
+    m = Memory(str(tmp_path / "said.db"), namespace="said")
+    for sid, day, turns in sessions:
+        m.append(sid, [{"role": role, "content": text} for role, text in turns], session_date=day)
+    return m
+
+
+_GLOBEX = ("s1", "2024-01-10", [("user", "I work at Globex as a backend developer."),
+                                ("assistant", "Nice, Globex sounds interesting.")])
+
+
+@pytest.mark.parametrize("change", ["I left Globex, I'm now at Initech.", "I quit Globex and joined Initech."])
+@pytest.mark.parametrize("question", ["Where do I work now?", "Where do I work?", "Who is my employer now?"])
+def test_leaving_the_place_an_earlier_turn_names_follows_it_up(tmp_path, change, question):
+    # A reviewer's case: the later turn shares one word ("Globex") with the old job, and says it left it.
+    later = ("s2", "2024-03-05", [("user", change), ("assistant", "Congratulations!"),
+                                  ("user", "The migration finally finished."),
+                                  ("assistant", "Great that the migration worked.")])
+    with _said([_GLOBEX, later], tmp_path) as m:
+        block = ask(m, question)
+        said = [(p.synopsis, p.superseded) for p in block.pointers]
+        assert said[:2] == [(change, False), ("I work at Globex as a backend developer.", True)], said
+        # Not about now: the old job is no longer flagged.
+        assert not any(p.superseded for p in ask(m, "Where did I work in January?").pointers)
+
+
+def test_a_fact_about_someone_else_is_neither_superseded_nor_first_for_the_askers_question(tmp_path):
+    sessions = [("s1", "2024-01-01", [("user", "My sister Priya lives in Toronto."), ("assistant", "Nice.")]),
+                ("s2", "2024-04-01", [("user", "I moved to Berlin last week."), ("assistant", "Exciting!")])]
+    with _said(sessions, tmp_path) as m:
+        said = [(p.synopsis, p.superseded) for p in ask(m, "Where do I live?").pointers]
+        assert said[:2] == [("I moved to Berlin last week.", False), ("My sister Priya lives in Toronto.", False)]
+        # Asked about the sister, her turn is what is asked about.
+        assert ask(m, "Where does my sister live?").pointers[0].synopsis == "My sister Priya lives in Toronto."
+
+
+@pytest.mark.parametrize("question", ["Do I drink tea or coffee now?", "Do I drink tea or coffee these days?"])
+def test_a_switch_between_alternatives_follows_up_the_earlier_preference(tmp_path, question):
+    sessions = [("s1", "2024-01-01", [("user", "I prefer tea over coffee, green tea mostly."),
+                                      ("assistant", "Noted, green tea.")]),
+                ("s2", "2024-03-01", [("user", "I have switched to coffee, a double espresso every morning."),
+                                      ("assistant", "Strong choice!")])]
+    with _said(sessions, tmp_path) as m:
+        said = [(p.synopsis, p.superseded) for p in ask(m, question).pointers]
+        assert said[:2] == [("I have switched to coffee, a double espresso every morning.", False),
+                            ("I prefer tea over coffee, green tea mostly.", True)], said
+
+
 @pytest.mark.parametrize(("question", "now"), [
     ("Where do I work?", True), ("Where does Maya live these days?", True), ("Who is Sam dating?", True),
     ("Where did I work in January?", False), ("What was my job in 2023?", False), ("Where is the config file?", False),

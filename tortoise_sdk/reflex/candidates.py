@@ -11,12 +11,21 @@ from ..search import STOP_WORDS, query_terms
 from ..store.base import near_offsets
 from . import tuning
 from .query import CAPITALISED, entity_names, surface_of
+from .slots import about_someone_else, asks_about_self
 from .shapes import Candidate, Reading, Term, session_day
 
 # A turn that says things changed: what a later turn must say to outrank an earlier one.
 _CHANGED = re.compile(
     r"\b(now|currently|these days|nowadays|anymore|any more|no longer|used to|left|quit|moved|switched|"
     r"started|joined|changed|stopped|instead|new|since)\b", re.I)
+
+#: A question that weighs alternatives: "Do I drink tea or coffee now?"
+_ALTERNATIVES = re.compile(r"\b\w+ or \w+\b", re.I)
+def _left(text: str, surfaces: list[str]) -> bool:
+    """``text`` says it left what one of ``surfaces`` names ("I left Globex", "quit Globex", "moved from Lisbon")."""
+    return any(re.search(rf"\b(?:left|quit|quitting|leaving|moved (?:away )?from|moved out of|no longer (?:at|with|in))"
+                         rf"\s+(?:the\s+|my\s+|our\s+)?{re.escape(s)}\b", text, re.I) for s in surfaces)
+
 
 __all__ = ("hop_pool", "hop_terms", "instance_pool", "later_on_topic", "memory_candidates", "searched_terms", "topic_terms", "turn_pool",
            "widen_pool")
@@ -205,18 +214,25 @@ def topic_terms(r: Reading, texts: list[str], exclude: set[str], limit: int) -> 
 
 
 def later_on_topic(r: Reading, ranked: list[Candidate], terms: list[Term],
-                   pool: Mapping[tuple[str, int], SearchHit]) -> dict[str, list[Candidate]]:
+                   pool: Mapping[tuple[str, int], SearchHit], query: str = "") -> dict[str, list[Candidate]]:
     """For a present-tense question: turns of later sessions that follow up the top turns, by the turn they follow.
 
     A later turn follows up an earlier top turn when it says something changed (now, left, moved,
     started, no longer...) and shares with it all the query words it matched, or at least
     ``RECENCY_MIN_SHARED`` of those and the distinctive words of the turn and its neighbours
     ("I left Northwind Labs, I'm now at Helix Health" follows "Congratulations on the new job!",
-    the reply to "my first week at Northwind Labs"). Later turns come from the ranking and from one
-    more full-text read of those distinctive words. Undated turns are never compared.
+    the reply to "my first week at Northwind Labs"). One shared word is enough when the later turn
+    says it left what that word names ("I left Globex", "quit Globex", "moved from Lisbon"), or, for a
+    question weighing alternatives ("tea or coffee?"), when it says one of the query words the top turn
+    matched ("I have switched to coffee"). A turn about someone else ("My sister Priya lives in
+    Toronto") is not followed up for a question about the asker ("Where do I live?"). Later turns
+    come from the ranking and from one more full-text read of those distinctive words. Undated turns
+    are never compared.
     """
+    mine = asks_about_self(query)
     anchors = [(c, c.hit) for c in ranked[: tuning.RECENCY_ANCHORS]
-               if c.kind == "turn" and c.hit is not None and c.hit.session_date]
+               if c.kind == "turn" and c.hit is not None and c.hit.session_date
+               and not (mine and about_someone_else(c.text))]
     if not anchors:
         return {}
     texts = [" ".join(n.content for d in (-1, 0, 1) if (n := pool.get((h.session_id, h.index + d))) is not None)
@@ -238,7 +254,9 @@ def later_on_topic(r: Reading, ranked: list[Candidate], terms: list[Term],
     topic = {r.slots.get(s, s): v for s, v in topic.items()}
     own = [(c, h, {r.slots.get(w, w) for w in c.matched} | (st & set(topic))) for (c, h), st in zip(anchors, analysed)]
     by_key = {c.key: c for c in ranked}
+    alternatives = bool(_ALTERNATIVES.search(query))
     follow: dict[str, list[Candidate]] = {}
+    made: dict[str, Candidate] = {}
     for h, st in zip(hits, analysed[len(anchors):]):
         words = set(st)
         for a, a_hit, a_words in own:
@@ -246,12 +264,16 @@ def later_on_topic(r: Reading, ranked: list[Candidate], terms: list[Term],
             if h.turn_id == a.key or session_day(h) <= session_day(a_hit):
                 continue
             matched = {r.slots.get(w, w) for w in a.matched}
-            if not (matched and matched <= words) and len(shared) < tuning.RECENCY_MIN_SHARED:
+            if not (matched and matched <= words) and len(shared) < tuning.RECENCY_MIN_SHARED and not (
+                    _left(h.content, [topic[w][0] for w in shared if w in topic])
+                    or (alternatives and matched & words)):
                 continue
             said = ", ".join(repr(topic[s][0] if s in topic else surface_of(terms, s)) for s in sorted(shared))
-            c = by_key.get(h.turn_id) or Candidate(key=h.turn_id, kind="turn", text=h.content, hit=h)
-            c.reasons.append(f"said later than the turn of {session_day(a_hit)[:10]} it follows up "
-                             f"(shares {said}) and says what changed; the question asks how things are now")
+            c = by_key.get(h.turn_id) or made.get(h.turn_id) or Candidate(key=h.turn_id, kind="turn", text=h.content,
+                                                                          hit=h)
+            if c.key not in made:  # it may follow up several top turns: each is flagged, it says so once
+                made[c.key] = c
+                c.reasons.append(f"said later than the turn of {session_day(a_hit)[:10]} it follows up "
+                                 f"(shares {said}) and says what changed; the question asks how things are now")
             follow.setdefault(a.key, []).append(c)
-            break
     return follow

@@ -30,7 +30,7 @@ from .scoring import distinct, fuse, latest_first, memories_first, score_turns, 
 from .semantic import Semantic, SemanticStep
 from . import gate, host, tuning
 from .shapes import Message, Reading, Timeout
-from .slots import asks_now, expand, slot_words
+from .slots import asker_first, asks_now, expand, slot_words
 from .tokens import TokenCounter, approx_tokens
 
 __all__ = ("DEFAULT_BUDGET", "DEFAULT_MAX_TOKENS", "DEFAULT_TIME_BUDGET_MS", "MAX_BUDGET", "context")
@@ -259,7 +259,7 @@ def _steps(r: Reading, msgs: list[Message], asked: tuple[str, str, bool], prior:
     ranked = not_in_window(ranked, msgs, session_id)
     r.tick()
     if present:
-        ranked = latest_first(ranked, later_on_topic(r, ranked, terms, pool))
+        ranked = asker_first(latest_first(ranked, later_on_topic(r, ranked, terms, pool, query)), query)
     ranked = ranked[: budget * 4 + len(msgs)]
     # A present-tense question also flags a turn whose fact (or whose asking turn's) a ranked memory replaced.
     replied_to = {c.key: before.turn_id for c in ranked if c.kind == "turn" and c.hit is not None

@@ -13,12 +13,12 @@ from __future__ import annotations
 import math
 import re
 
-from ..search import STOP_WORDS, query_terms
+from ..search import STOP_WORDS, query_terms, tokenize
 from . import tuning
-from .query import NOW
-from .shapes import Reading, Term
+from .query import CAPITALISED, NOW
+from .shapes import Candidate, Reading, Term
 
-__all__ = ("SLOTS", "asks_now", "expand", "slot_words")
+__all__ = ("SLOTS", "about_someone_else", "asker_first", "asks_about_self", "asks_now", "expand", "slot_words")
 
 #: The kinds of fact that change over a life, each as the words that name it.
 SLOTS: dict[str, tuple[str, ...]] = {
@@ -112,3 +112,44 @@ def expand(r: Reading, terms: list[Term], query: str) -> tuple[list[Term], list[
                   context=True)
              for stem, (df, _) in stats.items() if df > 0]
     return terms, sorted(extra, key=lambda t: -t.weight)
+
+
+#: A question about the asker's own life ("Where do I live?", "my job").
+_FIRST_PERSON = re.compile(r"\b(i|i'm|me|my|mine)\b", re.I)
+#: Someone else as a turn's subject: a relative, a friend, a colleague ...
+_OTHERS = frozenset("""
+    sister brother mom mum mother dad father wife husband partner boyfriend girlfriend friend son daughter boss
+    cousin aunt uncle grandma grandpa grandmother grandfather neighbour neighbor roommate flatmate colleague
+    coworker parents kids children family
+    """.split())
+_CLAUSE = re.compile(r"[^.!?;]+")
+
+
+def about_someone_else(text: str) -> bool:
+    """The turn's first sentence is about someone else: before its verb it names a relative or friend
+    ("My sister Priya lives in Toronto"), not the speaker ("I", "we": "My family and I moved")."""
+    first = _CLAUSE.search(text)
+    words = tokenize(first.group()) if first else []
+    head = words[:4]
+    return bool(head) and not {"i", "i'm", "we", "we're"} & set(head) and bool(_OTHERS & set(head))
+
+
+def asks_about_self(query: str) -> bool:
+    """The question is about the asker ("Where do I live?"), not someone they name ("Where does my sister live?",
+    "Where does Maya live?")."""
+    names = [w for w in CAPITALISED.findall(query)[1:] if w.lower() not in STOP_WORDS]
+    return bool(_FIRST_PERSON.search(query)) and not _OTHERS & set(tokenize(query)) and not names
+
+
+def asker_first(ranked: list[Candidate], query: str) -> list[Candidate]:
+    """For a present-tense question about a fact of the asker's own life ("Where do I work?"), the turns the
+    asker said about themself first: an assistant's turn ("Great that the migration worked.") or one about
+    someone else ("My sister Priya lives in Toronto.") states no fact of the asker's; they follow, in order."""
+    if not (asks_about_self(query) and _named_kinds(query)):
+        return ranked
+    kept = [c for c in ranked if not _not_the_askers(c)]
+    return kept + [c for c in ranked if _not_the_askers(c)]
+
+
+def _not_the_askers(c: Candidate) -> bool:
+    return c.kind == "turn" and c.hit is not None and (c.hit.role == "assistant" or about_someone_else(c.text))
