@@ -107,6 +107,20 @@ def test_a_directory_as_the_database_is_refused_like_other_unusable_files(capsys
     assert code == 2 and "is a directory, not a database file" in err
 
 
+def test_a_file_of_more_turns_than_one_api_call_takes_is_captured_whole(capsys, db, tmp_path):
+    # Memory's per-call limit (5,000) guards API callers; the command line had no way to raise it.
+    from tortoise_sdk.memory import DEFAULT_MAX_TURNS_PER_CAPTURE
+
+    n = DEFAULT_MAX_TURNS_PER_CAPTURE + 1
+    path = write_jsonl(tmp_path / "long.jsonl", [{"role": "user", "content": f"turn {i}"} for i in range(n)])
+    code, out, _ = run(capsys, "--db", db, "capture", path, "--session", "long")
+    assert code == 0 and f"{n} new turn(s) of {n}" in out
+    batch = tmp_path / "batch.jsonl"
+    batch.write_text(json.dumps({"session_id": "b", "turns": [{"role": "user", "content": f"t {i}"} for i in range(n)]}))
+    code, out, _ = run(capsys, "--db", db, "capture", str(batch))
+    assert code == 0 and f"{n} new turn(s) of {n}" in out
+
+
 def test_export_graphml_and_json(capsys, db, tmp_path):
     run(capsys, "--db", db, "capture", write_jsonl(tmp_path / "t.jsonl", [
         {"role": "user", "content": "one"}, {"role": "assistant", "content": "two"}]), "--session", "s")

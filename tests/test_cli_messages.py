@@ -203,6 +203,15 @@ def test_context_passes_its_time_budget(capsys, db, tmp_path, monkeypatch, flag,
     assert code == 2 and "--time-budget-ms" in err
 
 
+def test_a_max_tokens_too_small_is_exit_2_as_a_bad_budget_is(capsys, db, tmp_path):
+    _seed_demo(db)
+    window = _window(tmp_path)
+    code, _, err = run(capsys, "--db", db, "--namespace", "demo", "context", "--window", window, "--max-tokens", "10")
+    assert code == 2 and "max_tokens: 10 " in err
+    assert run(capsys, "--db", db, "--namespace", "demo", "context", "--window", window, "--budget", "9")[0] == 2
+    assert run(capsys, "--db", db, "--namespace", "demo", "context", "--window", window)[0] == 0
+
+
 def test_a_missing_postgresql_database_says_how_to_create_it(capsys):
     from pgtemp import pg_base_url, require_postgres
 

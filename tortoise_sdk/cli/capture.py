@@ -45,10 +45,14 @@ def _cmd_capture(args: argparse.Namespace) -> int:
 
 
 def _capture_turns(args: argparse.Namespace, text: str) -> int:
-    from ..memory import Memory
+    from ..memory import DEFAULT_MAX_TURNS_PER_CAPTURE, Memory
 
     records, lines = parse_json_records(text, args.file)
     is_batch = all(isinstance(r, dict) and "turns" in r for r in records)
+    # A file is one import, as `capture` of a transcript is: the per-call limit guards API callers, and a CLI
+    # user could not raise it (a session of 50,000 turns was refused with advice no flag could follow).
+    most = max([DEFAULT_MAX_TURNS_PER_CAPTURE, len(records),
+                *(len(r["turns"]) for r in records if is_batch and isinstance(r.get("turns"), list))])
     batch = [dict(r, date=r.get("date", args.date)) for r in records] if is_batch else []
     try:  # before the store opens: a refused file creates no database
         if not is_batch and any(isinstance(r, dict) and "role" not in r and ("turns" in r or "session_id" in r)
@@ -60,14 +64,15 @@ def _capture_turns(args: argparse.Namespace, text: str) -> int:
             if args.session or args.key:
                 raise InvalidInput("--session and --key apply to a single-session file, not a batch of sessions",
                                    field="--session")
-            Memory.check_sessions(batch)
+            Memory.check_sessions(batch, max_turns_per_capture=most)
         else:
             if not args.session:
                 raise InvalidInput("a file of turns needs --session ID", field="--session")
-            Memory.check_capture(args.session, records, session_date=args.date, idempotency_key=args.key)
+            Memory.check_capture(args.session, records, session_date=args.date, idempotency_key=args.key,
+                                 max_turns_per_capture=most)
     except InvalidInput as exc:
         raise _at_line(exc, lines, args.file) from None
-    with open_memory(args, **model_options(args)) as mem:
+    with open_memory(args, max_turns_per_capture=most, **model_options(args)) as mem:
         try:
             if is_batch:
                 with progress(len(batch), "importing sessions") as advance:

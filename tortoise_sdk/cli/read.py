@@ -175,7 +175,8 @@ def _cmd_context(args: argparse.Namespace) -> int:
     else:
         print(f"no memory block{'' if empty else ': ' + _why_empty(block.degraded_reason, args.time_budget_ms)}",
               file=sys.stderr)
-    return 0
+    # A bad option is exit 2 as everywhere else (--max-tokens 10: too few for any pointer), the block still printed.
+    return 2 if (block.degraded_reason or "").startswith("invalid_input") else 0
 
 
 def _why_empty(reason: str | None, budget_ms: float | None) -> str:
