@@ -84,8 +84,7 @@ class MemorySession(MemoryAdapter):
         try:
             out = [dict(m) for m in messages]
             sent = [m for m in out if m.get("role") != "system"]
-            self._asking = next((m for m in reversed(sent) if m.get("role") == "user"), None)
-            self._asked = None
+            self._asking = _unanswered(sent)
             held = (_turn(m, str(m.get("role") or "user")) for m in sent)
             self.last_block = block = self._context(self._window(sent), self.session_id, held)
         except Exception as exc:  # context() itself fails open; this guards bad input too
@@ -108,7 +107,8 @@ class MemorySession(MemoryAdapter):
         """Capture one exchange (each message gets a fresh id); returns the receipt, or None on failure."""
         asked, self._asking, self._asked = self._asked, None, None
         exchange = [(assistant_msg, "assistant")]
-        if asked is None or (_turn(user_msg, "user") or {}).get("content") != asked:  # not captured with a tool call
+        said = ((_turn(user_msg, "user") or {}).get("content") or "").strip()
+        if asked is None or said != asked:  # not captured ahead of a tool call
             exchange.insert(0, (user_msg, "user"))
         return self._capture(self.session_id, (self._turn(msg, role) for msg, role in exchange))
 
@@ -131,8 +131,8 @@ class MemorySession(MemoryAdapter):
             turns.insert(0, asking)  # the user's message goes first: it asked for what the tools do
         if self._capture(self.session_id, turns) is None:
             return None
-        if len(turns) == 2:
-            self._asked = turns[0]["content"]
+        if len(turns) == 2:  # captured once per exchange, however many model calls the tool loop makes
+            self._asked = turns[0]["content"].strip()
         return turn["id"]
 
     def record_subagent(
@@ -179,12 +179,22 @@ class MemorySession(MemoryAdapter):
         return turn
 
 
+def _unanswered(sent: Sequence[Message]) -> Message | None:
+    """The last user message of ``sent`` when no reply follows it yet (only tool calls and results may)."""
+    for m in reversed(sent):
+        if m.get("role") == "user":
+            return m
+        if m.get("role") == "assistant" and not m.get("tool_calls"):
+            return None  # answered: the exchange ended
+    return None
+
+
 def _turn(msg: str | Message, role: str) -> dict[str, Any] | None:
     if isinstance(msg, str):
         msg = {"role": role, "content": msg}
     content = msg.get("content")
     if isinstance(content, list):
-        content = " ".join(p.get("text", "") for p in content if isinstance(p, Mapping))
+        content = " ".join(t for p in content if isinstance(p, Mapping) and isinstance(t := p.get("text"), str) and t)
     content = content if isinstance(content, str) else ""
     if content.startswith(MEMORY_BLOCK_MARKER):
         return None  # an echo of an injected memory block

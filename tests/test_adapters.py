@@ -381,6 +381,23 @@ def test_a_tool_loop_keeps_the_user_message_before_the_tool_calls_it_caused(mem)
     assert [(h.role, h.content.split("\n")[0]) for h in mem.turns("loop-order")] == [
         ("user", "research tokio"), ("assistant", "Let me check."), ("assistant", "[tool_use clock]"),
         ("assistant", "Tokio is the most used runtime."), ("user", "thanks"), ("assistant", "You're welcome.")]
+    # A tool loop calls before_turn before each model call: the user's message is still captured once.
+    call = {"role": "assistant", "content": "", "tool_calls": [{"id": "call_4", "name": "clock", "args": {}}]}
+    msgs = [{"role": "user", "content": [{"type": "text", "text": "what time is it in Oslo?"}, {"type": "image_url"}]}]
+    session.before_turn(msgs)
+    session.record_tool_call(call)
+    msgs += [call, {"role": "tool", "tool_call_id": "call_4", "content": "12:00"}]
+    session.before_turn(msgs)
+    session.record_tool_call({**call, "tool_calls": [{"id": "call_5", "name": "clock", "args": {}}]})
+    session.before_turn(msgs)
+    session.after_turn("what time is it in Oslo?", "Noon.")
+    assert [h.content for h in mem.turns("loop-order")][-4:] == [
+        "what time is it in Oslo?", "[tool_use clock]", "[tool_use clock]", "Noon."]
+    # A step with no new user message (the last one was answered) captures no user message again.
+    session.before_turn([*msgs, {"role": "assistant", "content": "Noon."}])
+    session.record_tool_call({**call, "tool_calls": [{"id": "call_6", "name": "clock", "args": {}}]})
+    assert [h.content for h in mem.turns("loop-order")][-2:] == ["Noon.", "[tool_use clock]"]
+    session.after_turn("what time is it in Oslo?", "Still noon.")  # a new exchange's own message: stored
     # A reply to another message than the one before_turn saw keeps both.
     session.before_turn([{"role": "user", "content": "what time is it?"}])
     session.record_tool_call({"role": "assistant", "content": "", "tool_calls": [{"id": "call_3", "name": "clock",

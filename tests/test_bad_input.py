@@ -215,7 +215,9 @@ def test_context_never_raises_on_bad_arguments_it_degrades(mem, args):
     (5, "invalid_input: window: must be a list of messages"), (b"my kayak?", "invalid_input: window: "),
     ([3], "invalid_input: window[0]: must be a message with text, got int"),
     (["my kayak?", {"role": "user", "content": 5}], "invalid_input: window[1]: must be a message with text, got dict "
-                                                     "whose content is int")])
+                                                     "whose content is int"),
+    ([("user", "my kayak?", "x")], "invalid_input: window[0]: must be a message with text, got tuple of 3 items"),
+    ([("user", 5)], "invalid_input: window[0]: "), ([object()], "invalid_input: window[0]: ")])
 def test_a_window_that_is_no_conversation_is_invalid_input_not_an_internal_error(mem, window, said):
     block = mem.context(window)
     assert block.block == "" and block.degraded_reason.startswith(said), block.degraded_reason
@@ -224,7 +226,9 @@ def test_a_window_that_is_no_conversation_is_invalid_input_not_an_internal_error
 def test_a_window_of_role_text_pairs_or_with_a_content_free_tool_call_is_read(tmp_path):
     with Memory(str(tmp_path / "m.db")) as m:
         m.capture("s", [{"role": "user", "content": "My kayak is a red Perception Pescador"}])
-        for window in ([("user", "what colour is my kayak?")],  # LangChain's tuples
+        for window in ([("user", "what colour is my kayak?")],  # LangChain's tuples, its roles, and 2-item lists
+                       [("human", "what colour is my kayak?"), ("ai", "Let me check.")],
+                       [["user", "what colour is my kayak?"]],
                        [None, {"role": "assistant", "content": None, "tool_calls": []}, "what colour is my kayak?"]):
             block = m.context(window)
             assert block.degraded_reason is None and len(block.pointers) == 1, window

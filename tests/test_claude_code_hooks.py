@@ -308,17 +308,40 @@ def test_a_whole_last_line_without_its_newline_is_read_and_the_next_lines_follow
     with Memory(str(tmp_path / "m.db")) as mem:
         transcript.write_bytes(b"".join(lines[:7]).rstrip(b"\n"))
         first = mem.follow(transcript, "claude-code")
-        assert first.end_offset == len(b"".join(lines[:7])) - 1 and first.turns_stored == 2
+        # Line 7 is read; the cursor stays at its start, so the next call reads it again, whole.
+        assert first.end_offset == len(b"".join(lines[:6])) and first.turns_stored == 2
+        again = mem.follow(transcript, "claude-code")
+        assert (again.start_offset, again.end_offset, again.turns_stored) == (first.end_offset, first.end_offset, 0)
         transcript.write_bytes(b"".join(lines))
         rest = mem.follow(transcript, "claude-code")
         assert rest.start_offset == first.end_offset and not rest.parse.malformed
         with Memory(str(tmp_path / "w.db")) as whole:
             whole.ingest(SHORT)
             assert stored_turns(mem) == stored_turns(whole)
-        # The newline that ends line 7 opens the next read: line 8 is still numbered 8.
+        # Lines keep their numbers: what the rest reports is what a whole parse reports of lines 7 on.
         assert [(s.line, s.reason) for s in rest.parse.skipped] == [
-            (s.line, s.reason) for s in parse_stream(SHORT).report.skipped if s.line is not None and s.line > 7]
+            (s.line, s.reason) for s in parse_stream(SHORT).report.skipped if s.line is not None and s.line > 6]
         assert rest.parse.skipped
+
+
+def test_a_tool_call_read_without_its_newline_still_names_its_result(tmp_path) -> None:
+    # The line read without its newline was not indexed by the next call: its result lost the tool's name.
+    def line(kind, content, n):
+        return json.dumps({"type": kind, "uuid": f"u{n}", "parentUuid": f"u{n - 1}" if n else None, "sessionId": "s",
+                           "timestamp": f"2026-01-05T12:00:0{n}Z", "message": {"role": kind, "content": content}})
+    call = [{"type": "tool_use", "id": "toolu_1", "name": "Bash", "input": {"command": "pytest -q"}}]
+    result = [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "3 passed"}]
+    parts = [line("user", "run the tests", 0), line("assistant", call, 1), line("user", result, 2)]
+    transcript = tmp_path / "t.jsonl"
+    with Memory(str(tmp_path / "m.db")) as mem:
+        transcript.write_text("\n".join(parts[:2]))
+        mem.follow(transcript, "claude-code")
+        transcript.write_text("\n".join(parts) + "\n")
+        mem.follow(transcript, "claude-code")
+        with Memory(str(tmp_path / "w.db")) as whole:
+            whole.ingest(transcript)
+            assert stored_turns(mem) == stored_turns(whole)
+        assert any(t.content.startswith("[tool_result Bash]") for t in mem.turns("s"))
 
 
 def test_max_bytes_takes_a_backlog_over_several_calls(tmp_path) -> None:

@@ -302,9 +302,27 @@ def test_a_switch_between_alternatives_follows_up_the_earlier_preference(tmp_pat
     ("When is my wife's birthday at work?", False),
     # a coding prompt says these words of things, not of a person's life
     ("Is the build working?", False), ("Does the home directory exist?", False), ("Is the major version bumped?", False),
-    ("Thanks. Where is the company config?", False), ("Which company does Jon work for?", True)])
+    ("Thanks. Where is the company config?", False), ("Which company does Jon work for?", True),
+    ("Why is my build not working?", False), ("Is she working these days?", True)])
 def test_the_present_simple_about_a_changing_fact_asks_how_things_stand_now(question, now):
     assert asks_now(question) is now
+
+
+@pytest.mark.parametrize(("text", "other"), [
+    ("My sister Priya lives in Toronto.", True), ("My wife works at Acme.", True),
+    ("After my dad retired I moved to Lisbon.", False), ("Our family moved to Lisbon.", False),
+    ("Me and my sister moved to Lisbon.", False), ("My friends and I moved.", False), ("I live in Porto.", False)])
+def test_a_turn_about_someone_else_names_them_and_never_the_speaker(text, other):
+    from tortoise_sdk.reflex.slots import about_someone_else
+
+    assert about_someone_else(text) is other
+
+
+def test_a_question_about_the_asker_may_address_the_assistant_by_name():
+    from tortoise_sdk.reflex.slots import asks_about_self
+
+    assert asks_about_self("Where do I work now, Claude?") and asks_about_self("Where do I live?")
+    assert not asks_about_self("Where does my sister live?") and not asks_about_self("Where does Maya live now?")
 
 
 def test_now_about_a_thing_adds_no_words_of_a_persons_life():

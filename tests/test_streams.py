@@ -451,6 +451,15 @@ def test_acp_turns_concatenate_chunks_per_message() -> None:
     assert covered_lines(parsed) | chunk_lines == set(range(1, len(ACP_LINES) + 1))
 
 
+def test_acp_objects_joined_on_one_line_keep_distinct_ids() -> None:
+    # Ids made from the line number (no messageId) collided: the joined reply was dropped as a repeat.
+    lines = [ACP_LINES[0] + ACP_LINES[2], ACP_LINES[5] + chunk("acp-1", "agent_message_chunk", "Done.")]
+    main = parse_stream(lines, "acp", now=NOW).sessions["acp-1"]
+    assert [(t.id, t.role, t.content) for t in main] == [
+        ("acp-1:L1", "user", "review this"), ("acp-1:L1.1", "assistant", "Let me "),
+        ("acp-1:L2.1", "assistant", "Done.")]
+
+
 def test_acp_frames_for_claude_opencode_cursor_auggie() -> None:
     rows = merged(parse_stream(ACP_LINES, now=NOW))
     claude = rows[("acp-1", "unknown", "toolu_acp")]

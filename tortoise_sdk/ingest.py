@@ -65,6 +65,14 @@ class TailSpan:
     restarted: bool
     skip_lines: int
     skip: bool = False  # the one line in [start, end) is longer than MAX_LINE_BYTES: passed over, not read
+    #: Where the next read starts: ``end``, or the start of a last line read without its newline (it is read again
+    #: then, whole: its ids teach the parser, and what it yielded is stored already).
+    resume: int | None = None
+
+    @property
+    def next_start(self) -> int:
+        """The offset to keep for the next read."""
+        return self.end if self.resume is None else self.resume
 
 
 class FollowedFile:
@@ -159,9 +167,11 @@ def tail_span(f: FollowedFile, saved: Mapping[str, Any], max_bytes: int | None =
 
     A file shorter than the saved offset, or whose bytes before it changed, is read from its
     start (``restarted``). ``end`` stops after the last newline (a line still being written
-    waits; a last line with no newline that is a whole JSON object is read: a writer that never
-    ends its last line would otherwise keep it from every read), and within ``max_bytes`` of ``start`` when given (but always after one whole line,
-    unless that line is longer than ``MAX_LINE_BYTES``: then ``skip`` is set and it is passed over).
+    waits; a last line with no newline that is a whole JSON object is read, and ``resume`` says
+    to read it again next time: a writer that never ends its last line would otherwise keep it
+    from every read), and within ``max_bytes`` of ``start`` when given (but always after one whole
+    line, unless that line is longer than ``MAX_LINE_BYTES``: then ``skip`` is set and it is passed
+    over).
     """
     start = saved.get("offset", 0)
     start = start if isinstance(start, int) and start >= 0 else 0
@@ -171,8 +181,9 @@ def tail_span(f: FollowedFile, saved: Mapping[str, Any], max_bytes: int | None =
     window = f.size - start if max_bytes is None else min(f.size - start, max_bytes)
     end = f.rfind_newline(start, start + window)
     end = start if end < 0 else end
+    resume = None
     if window == f.size - start and _whole_object(f, end):  # the file's last line, ended but for its newline
-        end = f.size
+        end, resume = f.size, end
     skip = False
     if end == start and window < f.size - start:  # one line longer than max_bytes: read it whole, if it is not huge
         past = f.find_newline(start + window, f.size)
@@ -181,7 +192,7 @@ def tail_span(f: FollowedFile, saved: Mapping[str, Any], max_bytes: int | None =
     lines = saved.get("lines")
     if restarted or not isinstance(lines, int) or lines < 0:
         lines = sum(piece.count(b"\n") for piece in _pieces(f, start))
-    return TailSpan(start, end, restarted, lines, skip)
+    return TailSpan(start, end, restarted, lines, skip, resume)
 
 
 def _whole_object(f: FollowedFile, start: int) -> bool:
@@ -195,9 +206,9 @@ def _whole_object(f: FollowedFile, start: int) -> bool:
 
 
 def follow_state(f: FollowedFile, span: TailSpan, format: str, lines_read: int) -> dict[str, Any]:
-    """The state to save after reading ``f`` up to ``span.end``: the offset, a check of the bytes before it,
+    """The state to save after reading ``f`` up to ``span.next_start``: the offset, a check of the bytes before it,
     the number of lines before it, the format."""
-    return {"offset": span.end, "check": _prefix_check(f, span.end), "format": format,
+    return {"offset": span.next_start, "check": _prefix_check(f, span.next_start), "format": format,
             "lines": span.skip_lines + lines_read}
 
 

@@ -623,8 +623,9 @@ class Memory:
         ``follow:sha256:<hash of the path>`` when the path is too long, or not UTF-8, for an id),
         so separate processes (one per Claude Code hook call) continue where the last one
         stopped. Only complete lines are read: a line still being written waits for the next
-        call (a last line with no newline is read once it is a whole JSON object). Earlier lines still teach the parser their ids, so the new lines yield exactly
-        what ``ingest`` of the whole file yields for them. A file that shrank or whose read
+        call (a last line with no newline is read once it is a whole JSON object, and read again
+        by the next call). Earlier lines still teach the parser their ids, so the new lines yield
+        exactly what ``ingest`` of the whole file yields for them. A file that shrank or whose read
         part changed (rewritten) is read again from its start (``report.restarted``); turns
         already stored are skipped, so nothing is captured twice. With ``max_bytes``, at most
         that many bytes of new lines are read (always at least one line); the rest waits for the
@@ -675,7 +676,8 @@ class Memory:
                 report.errors.extend(others)
                 self.save_cursor(cursor.name, follow_state(f, span, parsed.format, new.count(b"\n")),
                                  revision=cursor.revision)
-        report.start_offset, report.end_offset, report.restarted = span.start, max(span.end, span.start), span.restarted
+        report.start_offset, report.end_offset = span.start, max(span.next_start, span.start)
+        report.restarted = span.restarted
         return report
 
     def _ingest_parsed(self, parsed: ParsedStream, source: str, extract: ExtractMode) -> IngestReport:
@@ -683,7 +685,6 @@ class Memory:
         from .capture import content_hash
         from .errors import CaptureConflict
         from .ingest import IngestReport
-        from .streams.base import parse_time
         from .subagents import SubagentRecorder
 
         report = IngestReport(format=parsed.format, source=source, sessions=len(parsed.sessions),
@@ -696,14 +697,15 @@ class Memory:
             if all(t.id is not None and stored.get(t.id) == content_hash(t) for t in turns):
                 report.sessions_unchanged += 1
                 continue
-            first = next((d for t in turns if (d := parse_time(t.timestamp)) is not None), None)
             # An id-less turn's identity is its position, so such a session is captured in one call
             # (ingest is a file import; max_turns_per_capture guards API callers).
             size = len(turns) if any(t.id is None for t in turns) else self.max_turns_per_capture
             for start in range(0, len(turns), size):
                 chunk = turns[start:start + size]
                 try:
-                    request = prepare_capture(sid, chunk, session_date=first, max_turns=size)
+                    # A new session is dated by its first turn's timestamp (prepare_capture): a default, so a
+                    # later chunk or call, whose first timestamp is later, keeps it without a warning.
+                    request = prepare_capture(sid, chunk, max_turns=size)
                     request.extraction = self._report_before_writing(extract)
                     receipt = self._after_capture(self.store.capture(self.namespace, request), extract, request)
                 except (InvalidInput, CaptureConflict) as exc:

@@ -81,6 +81,10 @@ def as_list(value: Any) -> list[Any]:
     return list(value)
 
 
+#: LangChain's roles in a (role, text) pair, as the window's roles.
+_PAIR_ROLES = {"human": "user", "ai": "assistant"}
+
+
 def window_messages(window: Any) -> list[Message]:
     """The window's messages with text (``message``), memory blocks left out.
 
@@ -97,8 +101,11 @@ def window_messages(window: Any) -> list[Message]:
         if x is None:
             continue
         content = x.get("content", "") if isinstance(x, Mapping) else ""
-        if isinstance(x, (bytes, bytearray, int, float)) or not isinstance(content, (str, list, tuple, type(None))):
-            said = f" whose content is {type(content).__name__}" if isinstance(x, Mapping) else ""
+        pair = isinstance(x, (tuple, list)) and len(x) == 2 and all(isinstance(v, str) for v in x)
+        shaped = isinstance(x, (str, Mapping)) or pair or hasattr(x, "content") or hasattr(x, "block")
+        if not shaped or not isinstance(content, (str, list, tuple, type(None))):
+            said = f" whose content is {type(content).__name__}" if isinstance(x, Mapping) else (
+                f" of {len(x)} items, not (role, text)" if isinstance(x, (tuple, list)) else "")
             raise InvalidType(f"must be a message with text, got {type(x).__name__}{said}", field=f"window[{i}]")
         if (m := message(x)) is not None and m.text.strip():
             out.append(m)
@@ -110,8 +117,8 @@ def message(x: Any) -> Message | None:
     blocks are dropped."""
     if isinstance(x, str):
         role, content, ident, meta = "user", x, None, None
-    elif isinstance(x, tuple) and len(x) == 2 and all(isinstance(v, str) for v in x):  # LangChain's ("user", text)
-        role, content, ident, meta = x[0], x[1], None, None
+    elif isinstance(x, (tuple, list)) and len(x) == 2 and all(isinstance(v, str) for v in x):  # LangChain's ("human", text)
+        role, content, ident, meta = _PAIR_ROLES.get(x[0], x[0]), x[1], None, None
     elif isinstance(x, Mapping):
         role, content, ident, meta = x.get("role", "user"), x.get("content", ""), x.get("id"), x.get("metadata")
     else:

@@ -34,9 +34,9 @@ SLOTS: dict[str, tuple[str, ...]] = {
 #: version", "of course"): they name a kind of fact only in a question about someone (``_about_someone``).
 _ALSO_OF_THINGS = frozenset({"work", "working", "live", "living", "home", "house", "flat", "moved", "company",
                              "course", "major", "study", "school"})
-#: A person the question is about: a pronoun ...
-_PRONOUNS = frozenset("i i'm me my mine we us our you your you're he him his he's she her she's they them their "
-                      "they're".split())
+#: A person the question is about: a pronoun that is a subject or an object ("Is she working?", "Where do I work?";
+#: not "my build", "its home directory": a possessive names a thing as often as a person's) ...
+_PRONOUNS = frozenset("i i'm me we us you you're he him he's she she's they them they're".split())
 #: ... or a name: a capitalised word after the first, not a stop-word ("Where does Maya work?"; not "Thanks. Where").
 _WORD = re.compile(r"[^\W\d_]+(?:'[^\W\d_]+)?")
 
@@ -123,21 +123,25 @@ _OTHERS = frozenset("""
     coworker parents kids children family
     """.split())
 _CLAUSE = re.compile(r"[^.!?;]+")
+#: The speaker among a sentence's words.
+_SELF = frozenset("i i'm i've i'd me we we're we've us our".split())
+#: A name the question ends by addressing ("Where do I work now, Claude?"): not whom it is about.
+_VOCATIVE = re.compile(r",\s*[A-Z][\w'-]*\W*$")
 
 
 def about_someone_else(text: str) -> bool:
-    """The turn's first sentence is about someone else: before its verb it names a relative or friend
-    ("My sister Priya lives in Toronto"), not the speaker ("I", "we": "My family and I moved")."""
+    """The turn's first sentence is about someone else: it starts by naming a relative or friend ("My sister Priya
+    lives in Toronto") and never the speaker ("My family and I moved", "After my dad retired I moved", "Our family
+    moved", "Me and my sister moved")."""
     first = _CLAUSE.search(text)
     words = tokenize(first.group()) if first else []
-    head = words[:4]
-    return bool(head) and not {"i", "i'm", "we", "we're"} & set(head) and bool(_OTHERS & set(head))
+    return bool(_OTHERS & set(words[:4])) and not _SELF & set(words)
 
 
 def asks_about_self(query: str) -> bool:
     """The question is about the asker ("Where do I live?"), not someone they name ("Where does my sister live?",
     "Where does Maya live?")."""
-    names = [w for w in CAPITALISED.findall(query)[1:] if w.lower() not in STOP_WORDS]
+    names = [w for w in CAPITALISED.findall(_VOCATIVE.sub("", query))[1:] if w.lower() not in STOP_WORDS]
     return bool(_FIRST_PERSON.search(query)) and not _OTHERS & set(tokenize(query)) and not names
 
 

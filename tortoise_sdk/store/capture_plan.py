@@ -34,6 +34,8 @@ def session_date_for(stored_date: str | None, req: CaptureRequest) -> tuple[str 
     if stored_date and req.date_given and req.session_date and stored_date != req.session_date:
         warnings.append(Diagnostic(stage="capture", code="session_date_kept",
                                    message=f"session already dated {stored_date}; kept it, ignored {req.session_date}"))
+    if not req.date_given:  # a default (the turns' first timestamp, append's clock) dates only a new session
+        return stored_date, warnings
     return stored_date or req.session_date, warnings
 
 

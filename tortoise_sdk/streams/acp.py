@@ -109,6 +109,7 @@ class _Message:
     key: str
     line: int
     message_id: str | None
+    ref: str  # L<line>, or L<line>.<k> for a line's k-th joined object: its fallback id
     texts: list[str] = field(default_factory=list)
     lines: list[int] = field(default_factory=list)
 
@@ -239,7 +240,7 @@ class AcpParser(StreamParser):
             if current and (current.role != role or new_id):
                 events = self._close(key)
             if key not in self._open:
-                self._open[key] = _Message(role, session, key, line, message_id)
+                self._open[key] = _Message(role, session, key, line, message_id, self.line_ref(line))
             self._open[key].texts.append(_content_text(update.get("content")))
             self._open[key].lines.append(line)
             return events
@@ -270,11 +271,11 @@ class AcpParser(StreamParser):
         """
         claude = as_dict(as_dict(update.get("_meta")).get("claudeCode"))
         title = as_str(claude.get("toolName")) or as_str(update.get("title"))
-        ref = (session, call_id or f"L{line}")
+        ref = (session, call_id or self.line_ref(line))
         if title and (name == "tool_call" or ref not in self._tool_titles):
             self._tool_titles[ref] = title
         label = self._tool_titles.get(ref) or as_str(update.get("kind")) or "?"
-        base = f"{key}:tool-{call_id}" if call_id else f"{key}:L{line}"
+        base = f"{key}:tool-{call_id}" if call_id else f"{key}:{self.line_ref(line)}"
         metadata: dict[str, Any] = {
             "format": self.format, "line": line, "tool_call_id": call_id, "title": as_str(update.get("title")),
             "kind": as_str(update.get("kind")), "status": as_str(update.get("status")),
@@ -321,7 +322,7 @@ class AcpParser(StreamParser):
         turn = Turn(
             role="user",
             content=text,
-            id=as_str(params.get("messageId")) or f"{session}:L{line}",
+            id=as_str(params.get("messageId")) or f"{session}:{self.line_ref(line)}",
             metadata={"format": self.format, "line": line, "request_id": obj.get("id")},
         )
         events.append(self._turn_event(turn, session, line, as_str(params.get("messageId"))))
@@ -344,7 +345,7 @@ class AcpParser(StreamParser):
         turn = Turn(
             role="user" if message.role == "user" else "assistant",
             content=text,
-            id=message.message_id or f"{key}:L{message.line}",
+            id=message.message_id or f"{key}:{message.ref}",
             metadata={"format": self.format, "line": message.line, "chunk_lines": message.lines,
                       # a sub-agent's own messages: never memory grounding (pipeline.grounding)
                       **({"subagent": True} if key != message.session_id else {})},

@@ -134,6 +134,7 @@ class StreamParser:
         self.report = ParseReport(format=self.format)
         self._now = now
         self._line = 0
+        self._part_line, self._part = -1, 0
 
     def now(self) -> datetime:
         """The fallback observation time (fixed when the parser was given one)."""
@@ -153,10 +154,17 @@ class StreamParser:
 
     def feed(self, line: int, obj: dict[str, Any]) -> list[Event]:
         """Count the line by type and return the events it yields."""
+        # A second object on one line (decode_line) gets its own part: ids made from the line differ.
+        self._part = self._part + 1 if line == self._part_line else 0
+        self._part_line = line
         kind = self.line_type(obj)
         self.report.lines += 1
         self.report.line_types[kind] = self.report.line_types.get(kind, 0) + 1
         return self._feed(line, obj, kind)
+
+    def line_ref(self, line: int) -> str:
+        """``L<line>``, the fallback id part of what a line yields (``L<line>.<k>`` for its k-th joined object)."""
+        return f"L{line}.{self._part}" if self._part and line == self._part_line else f"L{line}"
 
     def finish(self) -> list[Event]:
         """Flush anything buffered (e.g. ACP message chunks)."""
@@ -212,11 +220,14 @@ def decode_line(text: str | bytes, line: int, report: ParseReport) -> list[dict[
     return objs
 
 
+_SPACE = re.compile(r"\s*")
+
+
 def _joined_objects(text: str) -> list[dict[str, Any]] | None:
     """Two or more JSON objects written one after the other on a line, or None when ``text`` is not that."""
     decoder, out, pos = json.JSONDecoder(), [], 0
     try:
-        while (pos := len(text) - len(text[pos:].lstrip())) < len(text):
+        while (pos := _SPACE.match(text, pos).end()) < len(text):  # type: ignore[union-attr]
             obj, pos = decoder.raw_decode(text, pos)
             if not isinstance(obj, dict):
                 return None

@@ -498,7 +498,7 @@ class ClaudeCodeParser(StreamParser):
                 role=role,
                 content=text,
                 name=",".join(names) or None,
-                id=as_str(obj.get("uuid")) or f"{session_key}:L{line}",
+                id=as_str(obj.get("uuid")) or f"{session_key}:{self.line_ref(line)}",
                 timestamp=as_str(obj.get("timestamp")),
                 metadata={k: v for k, v in metadata.items() if v is not None},
             ),
