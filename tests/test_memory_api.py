@@ -79,8 +79,8 @@ def test_a_session_without_a_date_is_dated_by_its_turns_else_append_by_the_clock
     assert mem.capture("undated", ex("a", "b")).session_date is None  # an import of no known day stays undated
     # ... and stays so: a default dates only a new session (the clock would date "I live in Porto" today).
     assert mem.append("undated", ex("c", "d")).session_date is None
-    assert mem.capture("undated", [*ex("a", "b"), {"role": "user", "content": "e", "timestamp": "2024-09-09T00:00:00"}]
-                       ).session_date is None
+    stamped_later = [*ex("a", "b"), *ex("c", "d"), {"role": "user", "content": "e", "timestamp": "2024-09-09T00:00:00"}]
+    assert mem.capture("undated", stamped_later).session_date is None
     # append is the chat-loop write: no date and no timestamps, its session is dated now ...
     first = mem.append("live", ex("a", "b"), idempotency_key="live:1")
     assert first.session_date is not None and first.session_date[:4] >= "2026"
