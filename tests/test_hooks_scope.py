@@ -200,3 +200,55 @@ def test_two_projects_installed_apart_never_see_each_other(tmp_path, capsys, mon
     mine = hook("spotter", ask)
     assert mine is not None and said["spotter"] in mine["hookSpecificOutput"]["additionalContext"]
     assert hook("site", ask) is None
+
+
+def test_two_projects_of_one_name_get_two_namespaces(tmp_path, capsys) -> None:
+    """Installed in ~/work/app and ~/play/app with one database, the hooks of each must not quote the other's
+    sessions: the first claims `app`, the second gets `app-<hash of its path>`, and each install again keeps its own."""
+    db = str(tmp_path / "m.db")
+    first, second = tmp_path / "work" / "app", tmp_path / "play" / "app"
+    for where in (first, second):
+        where.mkdir(parents=True)
+    assert main(["hooks", "install", "--project", str(first), "--db", db]) == 0
+    (command,) = _commands(first / ".claude" / "settings.local.json")
+    assert command.endswith("--namespace app hook"), command
+    assert "another project" not in capsys.readouterr().err
+    assert main(["hooks", "install", "--project", str(second), "--db", db]) == 0
+    (command,) = _commands(second / ".claude" / "settings.local.json")
+    other = command.split("--namespace ")[1].split()[0]
+    assert other.startswith("app-") and len(other) == len("app-") + 6, command
+    err = capsys.readouterr().err
+    assert f"namespace 'app' holds the sessions of {first}, another project of this name" in err
+    assert f"this project's hooks write to {other!r}" in err and f"--namespace {other}` reads it" in err
+    # Installing again changes nothing for either project.
+    for where, name in ((first, "app"), (second, other)):
+        assert main(["hooks", "install", "--project", str(where), "--db", db]) == 0
+        assert all(c.endswith(f"--namespace {name} hook") for c in _commands(where / ".claude" /
+                                                                              "settings.local.json"))
+    capsys.readouterr()
+    # A --namespace given is kept even when it is another project's, with a warning that says what it means.
+    assert main(["hooks", "install", "--project", str(second), "--db", db, "--namespace", "app"]) == 0
+    assert all(c.endswith("--namespace app hook") for c in _commands(second / ".claude" / "settings.local.json"))
+    assert f"warning: namespace 'app' holds the sessions of {first}" in capsys.readouterr().err
+
+
+def test_a_dry_run_claims_nothing_and_creates_no_database(tmp_path, capsys) -> None:
+    project = tmp_path / "app"
+    project.mkdir()
+    db = tmp_path / "m.db"
+    assert main(["hooks", "install", "--project", str(project), "--db", str(db), "--print"]) == 0
+    assert not db.exists()
+
+
+def test_a_namespace_with_sessions_from_before_the_claim_is_named(tmp_path, capsys) -> None:
+    """An older install wrote to `app` without recording its project: install cannot tell whose they are, so it
+    claims the name and says how to keep this project apart if they are another's."""
+    from tortoise_sdk import Memory
+
+    project = tmp_path / "app"
+    project.mkdir()
+    db = str(tmp_path / "m.db")
+    with Memory(db, namespace="app") as mem:
+        mem.capture("s1", [{"role": "user", "content": "the deploy script lives in ops/"}])
+    assert main(["hooks", "install", "--project", str(project), "--db", db]) == 0
+    assert "already holds sessions, captured before install recorded which project" in capsys.readouterr().err

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import logging
 import os
@@ -15,7 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError, InvalidInput
+from ..errors import ConfigError, InvalidInput, TortoiseError
 from ..memory import DEFAULT_EXTRACT_EVERY, DEFAULT_IDLE_S, DEFAULT_NAMESPACE, env_model
 from ._common import add_model_options, model_options
 
@@ -36,6 +37,8 @@ SETTINGS_TIMEOUT_S = 30
 #: on every call and never be captured).
 HOOK_MAX_BYTES = 1024 * 1024
 _LOG_MAX_BYTES = 1024 * 1024
+#: The cursor that names the project a project install's namespace belongs to (``{"dir": absolute path}``).
+PROJECT_CURSOR = "hooks:project"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -219,6 +222,7 @@ def _cmd_hooks(args: argparse.Namespace) -> int:
                            "~/.claude/settings.json: pass one of them")
     path = _settings_path(args)
     current = _read_settings(path)
+    claims = _claim_namespace(args) if args.action == "install" and not (args.user or args.shared) else []
     try:
         if args.action == "install":
             updated = install_hooks(current, _hook_command(args), timeout=SETTINGS_TIMEOUT_S)
@@ -246,7 +250,7 @@ def _cmd_hooks(args: argparse.Namespace) -> int:
         done = "installed in" if args.action == "install" else "removed from"
         print(f"tortoise hooks {done} {path}", file=sys.stderr)
     if args.action == "install":
-        for line in (_namespace_note(args), *_install_warnings(args, path)):
+        for line in (*claims, _namespace_note(args), *_install_warnings(args, path)):
             print(line, file=sys.stderr)
     return 0
 
@@ -279,6 +283,53 @@ def _install_warnings(args: argparse.Namespace, path: Path) -> list[str]:
         out.append(f"tortoise: warning: --db {db} names this machine's home directory, in a file the team commits; "
                    "their machines do not have it: give a path relative to the project, or leave --db out")
     return out
+
+
+def _claim_namespace(args: argparse.Namespace) -> list[str]:
+    """Keep a project install's namespace to that project: a namespace named after a directory is claimed in the
+    store for its absolute path, and another directory of the same name (``~/work/app`` beside ``~/play/app``)
+    gets the name with a short hash of its path instead (``app-3f2a91``); ``args`` then carries that namespace.
+    A ``--namespace`` given that holds another project's sessions is kept, with a warning. Returns what install
+    should say. ``--print`` claims nothing and creates no database; a store that cannot be opened is named, and
+    the install goes on (the check is a courtesy, not a condition)."""
+    project = str(Path(args.project or ".").expanduser().resolve())
+    given = getattr(args, "namespace_given", getattr(args, "namespace", DEFAULT_NAMESPACE) != DEFAULT_NAMESPACE)
+    wanted = hook_namespace(args)
+    if wanted == DEFAULT_NAMESPACE:  # the namespace every --user install shares: nobody's to claim
+        return []
+    names = [wanted] if given else [wanted, f"{wanted}-{hashlib.sha256(project.encode()).hexdigest()[:6]}"]
+    from ..memory import Memory
+
+    taken_by = None  # the project that holds the name wanted, when this one moved aside
+    try:
+        for name in names:
+            with Memory(args.db, namespace=name, create=not args.print) as mem:
+                cursor = mem.cursor(PROJECT_CURSOR)
+                owner = cursor.value.get("dir")
+                if owner not in (None, project) and name != names[-1]:
+                    taken_by = owner
+                    continue  # another project's: this project's own name next
+                if owner is None and not args.print:
+                    mem.save_cursor(PROJECT_CURSOR, {"dir": project}, revision=cursor.revision)
+                held = owner is None and bool(mem.sessions())
+                break  # name: the one this project writes to; owner: who claimed it before (None: nobody)
+    except TortoiseError as exc:
+        if args.print:  # no database yet: nothing to check
+            return []
+        return [f"tortoise: warning: could not check whether namespace {wanted!r} is another project's ({exc})"]
+    notes = []
+    if taken_by is not None:
+        args.namespace, args.namespace_given = name, True
+        notes.append(f"tortoise: namespace {wanted!r} holds the sessions of {taken_by}, another project of this "
+                     f"name: this project's hooks write to {name!r}")
+    if owner not in (None, project):
+        notes.append(f"tortoise: warning: namespace {name!r} holds the sessions of {owner}: the two projects' "
+                     f"blocks can quote each other's; drop --namespace to give this project its own")
+    elif held:
+        notes.append(f"tortoise: namespace {name!r} already holds sessions, captured before install recorded "
+                     f"which project a namespace is for; if they are another project's, install again with "
+                     f"--namespace NAME to keep this one apart")
+    return notes
 
 
 def _namespace_note(args: argparse.Namespace) -> str:
