@@ -59,8 +59,12 @@ def run_demo(args: argparse.Namespace) -> int:
             print(f"  {mark} [{m.kind}] {m.content}  <- \"{quote}\" ({m.session_id})")
         for query in ("where does Maya work now?", "what is the dog called"):
             print(f"\nsearch: {query}")
+            print("  turns, by their own words (no model needed):")
             for h in mem.search(query, k=3):
-                print(f"  {h.score:6.2f}  [{h.session_id}#{h.index}] {h.name or h.role}: {h.content}")
+                print(f"    {h.score:6.2f}  [{h.session_id}#{h.index}] {h.name or h.role}: {h.content}")
+            print("  memories, extracted from the turns (they name what the words leave implicit):")
+            for m in mem.search_memories(query, k=2):
+                print(f"    [{m.kind}] {m.content}  ({m.session_id})")
         next_turn = "Remind me, where do I work now?"
         block = mem.context([{"role": "user", "content": next_turn}])
         print(f"\nnext user turn: {next_turn!r}; the model would also receive ({block.tokens} tokens):")
