@@ -109,6 +109,7 @@ def test_a_project_install_names_its_namespace_after_the_project(tmp_path, capsy
 def test_install_says_which_worker_extracts_with_the_model_given(tmp_path, capsys, monkeypatch) -> None:
     """Reviewer: install said `tortoise worker --model MODEL` though a model was given, and with none the worker
     said only "no job queued"."""
+    monkeypatch.delenv("TORTOISE_DB")  # the default database (in the test's HOME): no --db in the commands
     project = tmp_path / "app"
     project.mkdir()
     assert main(["hooks", "install", "--project", str(project), "--model", "openai/gpt-4o-mini"]) == 0
@@ -252,3 +253,44 @@ def test_a_namespace_with_sessions_from_before_the_claim_is_named(tmp_path, caps
         mem.capture("s1", [{"role": "user", "content": "the deploy script lives in ops/"}])
     assert main(["hooks", "install", "--project", str(project), "--db", db]) == 0
     assert "already holds sessions, captured before install recorded which project" in capsys.readouterr().err
+
+
+def test_the_database_install_checked_is_the_one_the_hooks_write_to(tmp_path, capsys, monkeypatch) -> None:
+    """Reviewer: with $TORTOISE_DB set and no --db, install checked that database while the command (no --db)
+    wrote wherever Claude Code's environment pointed, so two projects named `app` shared a namespace."""
+    env_db = tmp_path / "env.db"
+    monkeypatch.setenv("TORTOISE_DB", str(env_db))
+    project = tmp_path / "play" / "app"
+    project.mkdir(parents=True)
+    assert main(["hooks", "install", "--project", str(project)]) == 0
+    (command,) = _commands(project / ".claude" / "settings.local.json")
+    assert f"--db {env_db} --namespace app hook" in command, command
+    assert "$TORTOISE_DB" in capsys.readouterr().err
+    # Without the variable, the default database: install and the hooks both use it, no --db written.
+    monkeypatch.delenv("TORTOISE_DB")
+    other = tmp_path / "work" / "app"
+    other.mkdir(parents=True)
+    assert main(["hooks", "install", "--project", str(other)]) == 0
+    (command,) = _commands(other / ".claude" / "settings.local.json")
+    assert "--db" not in command and command.endswith("--namespace app hook"), command
+
+
+def test_a_shared_install_claims_nothing_but_warns_of_another_projects_namespace(tmp_path, capsys) -> None:
+    """Reviewer: a --shared install wrote `--namespace app` that another project had claimed in this machine's
+    database, with no word. The team's command keeps its name (a teammate's database is their own): it warns."""
+    db = tmp_path / "m.db"
+    first, second = tmp_path / "play" / "app", tmp_path / "x" / "app"
+    for where in (first, second):
+        where.mkdir(parents=True)
+    assert main(["hooks", "install", "--project", str(first), "--db", str(db)]) == 0
+    capsys.readouterr()
+    assert main(["hooks", "install", "--project", str(second), "--db", str(db), "--shared"]) == 0
+    (command,) = _commands(second / ".claude" / "settings.json")
+    assert command.endswith("--namespace app hook"), command
+    assert f"warning: namespace 'app' holds the sessions of {first}" in capsys.readouterr().err
+    # It claimed nothing: a personal install of the second project still moves aside, and the first keeps `app`.
+    assert main(["hooks", "install", "--project", str(first), "--db", str(db)]) == 0
+    assert "another project" not in capsys.readouterr().err
+    # A relative --db is the project's own (the hook runs there): nothing there yet, so nothing to warn of.
+    assert main(["hooks", "install", "--project", str(second), "--db", "memory.db", "--shared"]) == 0
+    assert "warning: namespace" not in capsys.readouterr().err and not (second / "memory.db").exists()

@@ -222,7 +222,9 @@ def _cmd_hooks(args: argparse.Namespace) -> int:
                            "~/.claude/settings.json: pass one of them")
     path = _settings_path(args)
     current = _read_settings(path)
-    claims = _claim_namespace(args) if args.action == "install" and not (args.user or args.shared) else []
+    claims: list[str] = []
+    if args.action == "install":
+        claims = _db_from_environment(args) + ([] if args.user else _claim_namespace(args))
     try:
         if args.action == "install":
             updated = install_hooks(current, _hook_command(args), timeout=SETTINGS_TIMEOUT_S)
@@ -285,6 +287,17 @@ def _install_warnings(args: argparse.Namespace, path: Path) -> list[str]:
     return out
 
 
+def _db_from_environment(args: argparse.Namespace) -> list[str]:
+    """A personal install without ``--db`` while ``$TORTOISE_DB`` is set: that database is written into the
+    command, so the hooks write where install looked (Claude Code's environment may not have the variable)."""
+    env = os.environ.get("TORTOISE_DB")
+    if getattr(args, "db", None) or args.shared or not env:
+        return []
+    args.db = env
+    return [f"tortoise: --db not given: $TORTOISE_DB ({env}) is written into the command, so the hooks write "
+            f"there whatever Claude Code's environment holds"]
+
+
 def _claim_namespace(args: argparse.Namespace) -> list[str]:
     """Keep a project install's namespace to that project: a namespace named after a directory is claimed in the
     store for its absolute path, and another directory of the same name (``~/work/app`` beside ``~/play/app``)
@@ -297,24 +310,30 @@ def _claim_namespace(args: argparse.Namespace) -> list[str]:
     wanted = hook_namespace(args)
     if wanted == DEFAULT_NAMESPACE:  # the namespace every --user install shares: nobody's to claim
         return []
-    names = [wanted] if given else [wanted, f"{wanted}-{hashlib.sha256(project.encode()).hexdigest()[:6]}"]
+    # A --shared install's command is the team's: it keeps its name and claims nothing, and is only checked
+    # against this machine's database (a relative --db is the project's, where Claude Code runs the hook).
+    claim = not args.shared
+    db = args.db
+    if args.shared and db and "://" not in db and not Path(db).expanduser().is_absolute():
+        db = str(Path(project) / db)
+    names = [wanted] if given or not claim else [wanted, f"{wanted}-{hashlib.sha256(project.encode()).hexdigest()[:6]}"]
     from ..memory import Memory
 
     taken_by = None  # the project that holds the name wanted, when this one moved aside
     try:
         for name in names:
-            with Memory(args.db, namespace=name, create=not args.print) as mem:
+            with Memory(db, namespace=name, create=claim and not args.print) as mem:
                 cursor = mem.cursor(PROJECT_CURSOR)
                 owner = cursor.value.get("dir")
                 if owner not in (None, project) and name != names[-1]:
                     taken_by = owner
                     continue  # another project's: this project's own name next
-                if owner is None and not args.print:
+                if owner is None and claim and not args.print:
                     mem.save_cursor(PROJECT_CURSOR, {"dir": project}, revision=cursor.revision)
                 held = owner is None and bool(mem.sessions())
                 break  # name: the one this project writes to; owner: who claimed it before (None: nobody)
     except TortoiseError as exc:
-        if args.print:  # no database yet: nothing to check
+        if args.print or not claim:  # no database yet: nothing to check
             return []
         return [f"tortoise: warning: could not check whether namespace {wanted!r} is another project's ({exc})"]
     notes = []
@@ -323,9 +342,10 @@ def _claim_namespace(args: argparse.Namespace) -> list[str]:
         notes.append(f"tortoise: namespace {wanted!r} holds the sessions of {taken_by}, another project of this "
                      f"name: this project's hooks write to {name!r}")
     if owner not in (None, project):
+        fix = "pass --namespace NAME to keep them apart" if not claim else "drop --namespace to give this project its own"
         notes.append(f"tortoise: warning: namespace {name!r} holds the sessions of {owner}: the two projects' "
-                     f"blocks can quote each other's; drop --namespace to give this project its own")
-    elif held:
+                     f"blocks can quote each other's; {fix}")
+    elif held and claim:
         notes.append(f"tortoise: namespace {name!r} already holds sessions, captured before install recorded "
                      f"which project a namespace is for; if they are another project's, install again with "
                      f"--namespace NAME to keep this one apart")
