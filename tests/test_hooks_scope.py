@@ -233,12 +233,78 @@ def test_two_projects_of_one_name_get_two_namespaces(tmp_path, capsys) -> None:
     assert f"warning: namespace 'app' holds the sessions of {first}" in capsys.readouterr().err
 
 
-def test_a_dry_run_claims_nothing_and_creates_no_database(tmp_path, capsys) -> None:
-    project = tmp_path / "app"
-    project.mkdir()
+def test_a_dry_run_opens_no_database_and_claims_nothing(tmp_path, capsys) -> None:
+    """Reviewer: --print wrote the claim into an existing database (and a whole schema into an empty
+    PostgreSQL one). A dry run opens no database; it says which name install would take instead."""
+    from tortoise_sdk import Memory
+
+    first, second = tmp_path / "work" / "app", tmp_path / "play" / "app"
+    for where in (first, second):
+        where.mkdir(parents=True)
     db = tmp_path / "m.db"
-    assert main(["hooks", "install", "--project", str(project), "--db", str(db), "--print"]) == 0
+    assert main(["hooks", "install", "--project", str(first), "--db", str(db), "--print"]) == 0
     assert not db.exists()
+    assert main(["hooks", "install", "--project", str(second), "--db", str(db)]) == 0  # claims `app`
+    before = db.read_bytes()
+    capsys.readouterr()
+    assert main(["hooks", "install", "--project", str(first), "--db", str(db), "--print"]) == 0
+    assert db.read_bytes() == before
+    assert "--print opens no database" in capsys.readouterr().err
+    with Memory(str(db), namespace="app") as mem:
+        assert mem.cursor("hooks:project").value == {"dir": str(second)}
+
+
+def test_an_install_refused_for_its_settings_file_claims_nothing(tmp_path, capsys) -> None:
+    """Reviewer: a settings file install refused ("fix it first, nothing was changed") still claimed `app`, so the
+    next project of that name was moved aside."""
+    from tortoise_sdk import Memory
+
+    broken, other = tmp_path / "z" / "app", tmp_path / "r" / "app"
+    for where in (broken, other):
+        (where / ".claude").mkdir(parents=True)
+    (broken / ".claude" / "settings.local.json").write_text('{"hooks": "oops"}')
+    db = str(tmp_path / "m.db")
+    with Memory(db, namespace="app"):
+        pass  # the database exists: install reads it
+    assert main(["hooks", "install", "--project", str(broken), "--db", db]) == 2
+    assert "nothing was changed" in capsys.readouterr().err
+    assert main(["hooks", "install", "--project", str(other), "--db", db]) == 0
+    (command,) = _commands(other / ".claude" / "settings.local.json")
+    assert command.endswith("--namespace app hook"), command
+
+
+def test_a_moved_project_keeps_its_namespace(tmp_path, capsys) -> None:
+    """Reviewer: a project moved to another folder was told its own namespace was another project's. A claim whose
+    directory no longer exists passes to the project installed under that name."""
+    db = str(tmp_path / "m.db")
+    old, new = tmp_path / "mv1" / "app", tmp_path / "mv2" / "app"
+    old.mkdir(parents=True)
+    assert main(["hooks", "install", "--project", str(old), "--db", db]) == 0
+    (tmp_path / "mv1").rename(tmp_path / "mv2")
+    capsys.readouterr()
+    assert main(["hooks", "install", "--project", str(new), "--db", db]) == 0
+    (command,) = _commands(new / ".claude" / "settings.local.json")
+    assert command.endswith("--namespace app hook"), command
+    assert f"was {old}'s, which no longer exists (moved?): it is this project's now" in capsys.readouterr().err
+    # ... and it is recorded: a third project of that name moves aside.
+    third = tmp_path / "t" / "app"
+    third.mkdir(parents=True)
+    assert main(["hooks", "install", "--project", str(third), "--db", db]) == 0
+    assert f"holds the sessions of {new}" in capsys.readouterr().err
+
+
+def test_a_project_under_a_folder_whose_name_is_not_utf8(tmp_path, capsys) -> None:
+    """Reviewer: hashing the path crashed on a parent folder whose name is not UTF-8 (install worked before)."""
+    import os
+
+    base = tmp_path / os.fsdecode(b"bad\xff")
+    first, second = tmp_path / "ok" / "app", base / "app"
+    for where in (first, second):
+        where.mkdir(parents=True)
+    db = str(tmp_path / "m.db")
+    assert main(["hooks", "install", "--project", str(first), "--db", db]) == 0
+    assert main(["hooks", "install", "--project", str(second), "--db", db]) == 0
+    assert "this project's hooks write to 'app-" in capsys.readouterr().err
 
 
 def test_a_namespace_with_sessions_from_before_the_claim_is_named(tmp_path, capsys) -> None:
@@ -291,6 +357,11 @@ def test_a_shared_install_claims_nothing_but_warns_of_another_projects_namespace
     # It claimed nothing: a personal install of the second project still moves aside, and the first keeps `app`.
     assert main(["hooks", "install", "--project", str(first), "--db", str(db)]) == 0
     assert "another project" not in capsys.readouterr().err
-    # A relative --db is the project's own (the hook runs there): nothing there yet, so nothing to warn of.
+    # A relative --db is the project's own (the hook runs there): nothing there yet, so nothing to warn of ...
     assert main(["hooks", "install", "--project", str(second), "--db", "memory.db", "--shared"]) == 0
     assert "warning: namespace" not in capsys.readouterr().err and not (second / "memory.db").exists()
+    # ... and where the project's own database gave the name to another project, that is the one checked.
+    assert main(["hooks", "install", "--project", str(first), "--db", str(second / "memory.db")]) == 0
+    capsys.readouterr()
+    assert main(["hooks", "install", "--project", str(second), "--db", "memory.db", "--shared"]) == 0
+    assert f"warning: namespace 'app' holds the sessions of {first}" in capsys.readouterr().err

@@ -14,7 +14,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..errors import ConfigError, InvalidInput, TortoiseError
 from ..memory import DEFAULT_EXTRACT_EVERY, DEFAULT_IDLE_S, DEFAULT_NAMESPACE, env_model
@@ -223,8 +223,12 @@ def _cmd_hooks(args: argparse.Namespace) -> int:
     path = _settings_path(args)
     current = _read_settings(path)
     claims: list[str] = []
+    pending: Claim | None = None
     if args.action == "install":
-        claims = _db_from_environment(args) + ([] if args.user else _claim_namespace(args))
+        claims = _db_from_environment(args)
+        if not args.user:
+            more, pending = _choose_namespace(args)
+            claims += more
     try:
         if args.action == "install":
             updated = install_hooks(current, _hook_command(args), timeout=SETTINGS_TIMEOUT_S)
@@ -237,6 +241,8 @@ def _cmd_hooks(args: argparse.Namespace) -> int:
         sys.stdout.write(text)
         would = f"remove {path}, which would hold nothing else" if current and not updated else f"write {path}"
         print(f"tortoise: would {would} (nothing written)", file=sys.stderr)
+        for line in claims:
+            print(line, file=sys.stderr)
         return 0
     if updated == current:  # leave the user's file (and its formatting) alone, or absent
         state = "already installed in" if args.action == "install" else "not found in"
@@ -251,6 +257,8 @@ def _cmd_hooks(args: argparse.Namespace) -> int:
         os.replace(tmp, path)
         done = "installed in" if args.action == "install" else "removed from"
         print(f"tortoise hooks {done} {path}", file=sys.stderr)
+    if pending is not None:  # the settings are written: the namespace is this project's now
+        claims += _save_claim(args, pending)
     if args.action == "install":
         for line in (*claims, _namespace_note(args), *_install_warnings(args, path)):
             print(line, file=sys.stderr)
@@ -298,58 +306,99 @@ def _db_from_environment(args: argparse.Namespace) -> list[str]:
             f"there whatever Claude Code's environment holds"]
 
 
-def _claim_namespace(args: argparse.Namespace) -> list[str]:
-    """Keep a project install's namespace to that project: a namespace named after a directory is claimed in the
-    store for its absolute path, and another directory of the same name (``~/work/app`` beside ``~/play/app``)
-    gets the name with a short hash of its path instead (``app-3f2a91``); ``args`` then carries that namespace.
-    A ``--namespace`` given that holds another project's sessions is kept, with a warning. Returns what install
-    should say. ``--print`` claims nothing and creates no database; a store that cannot be opened is named, and
-    the install goes on (the check is a courtesy, not a condition)."""
+class Claim(NamedTuple):
+    """A namespace to record as a project's once its settings are written: the cursor's revision as read."""
+
+    namespace: str
+    project: str
+    revision: int
+
+
+def _choose_namespace(args: argparse.Namespace) -> tuple[list[str], Claim | None]:
+    """Keep a project install's namespace to that project. A namespace named after a directory is recorded in
+    the store as that directory's (``_save_claim``, once the settings are written), and another directory of
+    the same name (``~/work/app`` beside ``~/play/app``) gets the name with a short hash of its path instead
+    (``app-3f2a91``); ``args`` then carries that namespace. A claim whose directory no longer exists (the
+    project moved) passes to this one. A ``--namespace`` given that holds another project's sessions is kept,
+    with a warning; so is a ``--shared`` install's name, which claims nothing (the command is the team's).
+    Returns what install should say and the claim to save. ``--print`` opens no database; a store that cannot
+    be opened is named, and the install goes on (the check is a courtesy, not a condition)."""
     project = str(Path(args.project or ".").expanduser().resolve())
     given = getattr(args, "namespace_given", getattr(args, "namespace", DEFAULT_NAMESPACE) != DEFAULT_NAMESPACE)
     wanted = hook_namespace(args)
     if wanted == DEFAULT_NAMESPACE:  # the namespace every --user install shares: nobody's to claim
-        return []
-    # A --shared install's command is the team's: it keeps its name and claims nothing, and is only checked
-    # against this machine's database (a relative --db is the project's, where Claude Code runs the hook).
+        return [], None
     claim = not args.shared
-    db = args.db
+    own = f"{wanted}-{hashlib.sha256(project.encode('utf-8', 'surrogateescape')).hexdigest()[:6]}"
+    names = [wanted] if given or not claim else [wanted, own]
+    if args.print:  # a dry run opens nothing (opening may create a database, or a schema in PostgreSQL)
+        return ([f"tortoise: --print opens no database: if another project of this name holds {wanted!r} there, "
+                 f"install writes to {own!r} instead"] if len(names) > 1 else []), None
+    db = args.db  # a --shared install's relative --db is the project's: Claude Code runs the hook there
     if args.shared and db and "://" not in db and not Path(db).expanduser().is_absolute():
         db = str(Path(project) / db)
-    names = [wanted] if given or not claim else [wanted, f"{wanted}-{hashlib.sha256(project.encode()).hexdigest()[:6]}"]
+    if not _exists(db):  # nothing recorded yet: the name wanted, claimed once the settings are written
+        return [], (Claim(wanted, project, 0) if claim else None)
     from ..memory import Memory
 
     taken_by = None  # the project that holds the name wanted, when this one moved aside
     try:
         for name in names:
-            with Memory(db, namespace=name, create=claim and not args.print) as mem:
+            with Memory(db, namespace=name, create=False) as mem:
                 cursor = mem.cursor(PROJECT_CURSOR)
                 owner = cursor.value.get("dir")
-                if owner not in (None, project) and name != names[-1]:
+                moved = owner not in (None, project) and not Path(owner).exists()
+                if owner not in (None, project) and not moved and name != names[-1]:
                     taken_by = owner
                     continue  # another project's: this project's own name next
-                if owner is None and claim and not args.print:
-                    mem.save_cursor(PROJECT_CURSOR, {"dir": project}, revision=cursor.revision)
                 held = owner is None and bool(mem.sessions())
                 break  # name: the one this project writes to; owner: who claimed it before (None: nobody)
     except TortoiseError as exc:
-        if args.print or not claim:  # no database yet: nothing to check
-            return []
-        return [f"tortoise: warning: could not check whether namespace {wanted!r} is another project's ({exc})"]
+        return [f"tortoise: warning: could not check whether namespace {wanted!r} is another project's "
+                f"({exc})"], None
     notes = []
     if taken_by is not None:
         args.namespace, args.namespace_given = name, True
         notes.append(f"tortoise: namespace {wanted!r} holds the sessions of {taken_by}, another project of this "
                      f"name: this project's hooks write to {name!r}")
-    if owner not in (None, project):
-        fix = "pass --namespace NAME to keep them apart" if not claim else "drop --namespace to give this project its own"
+    if moved:
+        notes.append(f"tortoise: namespace {name!r} was {owner}'s, which no longer exists (moved?): "
+                     + ("it is this project's now, with its sessions" if claim else "this machine's hooks write there"))
+    elif owner not in (None, project):
+        fix = "drop --namespace to give this project its own" if claim else "pass --namespace NAME to keep them apart"
         notes.append(f"tortoise: warning: namespace {name!r} holds the sessions of {owner}: the two projects' "
                      f"blocks can quote each other's; {fix}")
     elif held and claim:
         notes.append(f"tortoise: namespace {name!r} already holds sessions, captured before install recorded "
                      f"which project a namespace is for; if they are another project's, install again with "
                      f"--namespace NAME to keep this one apart")
-    return notes
+    return notes, (Claim(name, project, cursor.revision) if claim and (owner is None or moved) else None)
+
+
+def _exists(db: str | None) -> bool:
+    """Whether the SQLite file ``db`` names (the default one for None) exists; a URL counts as existing."""
+    from ..config import default_db_path
+
+    target = db or default_db_path()
+    return "://" in target or Path(target).expanduser().exists()
+
+
+def _save_claim(args: argparse.Namespace, claim: Claim) -> list[str]:
+    """Record ``claim`` in the store (creating the database, as the hook would); a claim saved by another
+    install in between, or a store that fails, is named."""
+    from ..memory import Memory
+
+    try:
+        with Memory(args.db, namespace=claim.namespace) as mem:
+            if mem.save_cursor(PROJECT_CURSOR, {"dir": claim.project}, revision=claim.revision) is not None:
+                return []
+            other = mem.cursor(PROJECT_CURSOR).value.get("dir")
+    except TortoiseError as exc:
+        return [f"tortoise: warning: could not record namespace {claim.namespace!r} as this project's ({exc})"]
+    if other == claim.project:
+        return []
+    return [f"tortoise: warning: another install gave namespace {claim.namespace!r} to {other} meanwhile: "
+            f"run install again"]
 
 
 def _namespace_note(args: argparse.Namespace) -> str:
