@@ -296,3 +296,11 @@ def test_any_captured_names_and_contents_render_exactly_the_real_pointers(turns)
     assert block.degraded_reason is None and block.pointers
     parse(block)
     assert all(p.label.startswith("turn 2024-02-02 ") for p in block.pointers)
+
+
+def test_a_mark_left_beside_a_new_letter_escapes_to_a_fixed_point() -> None:
+    """Hypothesis found it: the bracket in "A⎛̀" goes, its grave accent lands on the "A", and escaping the result
+    again composed them into "À": escaping must change nothing the second time."""
+    out = escape("A\u239b\u0300")
+    assert out == "\u00c0" and escape(out) == out
+    assert escape("x (\u0301 y") == escape(escape("x (\u0301 y"))  # an unpaired parenthesis dropped the same way

@@ -377,7 +377,7 @@ def _choose_namespace(args: argparse.Namespace) -> tuple[list[str], Claim | None
 
 def _exists(db: str | None) -> bool:
     """Whether the SQLite file ``db`` names (the default one for None) exists; a URL counts as existing."""
-    from ..config import default_db_path
+    from ..memory import default_db_path
 
     target = db or default_db_path()
     return "://" in target or Path(target).expanduser().exists()

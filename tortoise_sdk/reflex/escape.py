@@ -76,10 +76,23 @@ def escape(text: str, limit: int | None = None) -> str:
     A longer text is cut, ending in ``…``; only its first ``4 * limit`` characters are read,
     so a pasted megabyte costs what a paragraph does.
     """
+    out = _escape_once(text, limit)
+    # What was taken out can leave a combining mark beside a new letter ("A⎛̀": the bracket goes, and "A" with
+    # its grave accent is "À" once normalised): escaping again until nothing moves keeps the result a fixed
+    # point, so a pointer's text escaped twice reads the same (it never grows: NFKC text only composes).
+    for _ in range(4):
+        again = _escape_once(out, None, "NFC")  # NFC: a cut's "…" stays one character
+        if again == out:
+            break
+        out = again
+    return out
+
+
+def _escape_once(text: str, limit: int | None, form: str = "NFKC") -> str:
     cut = limit is not None and len(text) > 4 * limit + 16
     if cut:
         text = text[: 4 * limit + 16]
-    flat = _SPACES.sub(" ", unicodedata.normalize("NFKC", text).translate(_NEUTRAL)).strip()
+    flat = _SPACES.sub(" ", unicodedata.normalize(form, text).translate(_NEUTRAL)).strip()
     if limit is not None and (cut or len(flat) > limit):
         flat = flat[: max(limit - 1, 0)].rstrip() + "…"
     # Last, what could make a pointer out of its neighbours: an unpaired parenthesis between ``ref``
