@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from ..errors import ConfigError, InvalidInput, TortoiseError
+from ..errors import ConfigError, InvalidInput, NotFoundError, TortoiseError
 from ..memory import DEFAULT_EXTRACT_EVERY, DEFAULT_IDLE_S, DEFAULT_NAMESPACE, env_model
 from ._common import add_model_options, model_options
 
@@ -324,21 +324,18 @@ def _choose_namespace(args: argparse.Namespace) -> tuple[list[str], Claim | None
     Returns what install should say and the claim to save. ``--print`` opens no database; a store that cannot
     be opened is named, and the install goes on (the check is a courtesy, not a condition)."""
     project = str(Path(args.project or ".").expanduser().resolve())
-    given = getattr(args, "namespace_given", getattr(args, "namespace", DEFAULT_NAMESPACE) != DEFAULT_NAMESPACE)
     wanted = hook_namespace(args)
     if wanted == DEFAULT_NAMESPACE:  # the namespace every --user install shares: nobody's to claim
         return [], None
-    claim = not args.shared
+    personal = not args.shared  # a personal install claims its name; a --shared one only checks it
     own = f"{wanted}-{hashlib.sha256(project.encode('utf-8', 'surrogateescape')).hexdigest()[:6]}"
-    names = [wanted] if given or not claim else [wanted, own]
+    names = [wanted] if _namespace_given(args) or not personal else [wanted, own]
     if args.print:  # a dry run opens nothing (opening may create a database, or a schema in PostgreSQL)
         return ([f"tortoise: --print opens no database: if another project of this name holds {wanted!r} there, "
                  f"install writes to {own!r} instead"] if len(names) > 1 else []), None
     db = args.db  # a --shared install's relative --db is the project's: Claude Code runs the hook there
     if args.shared and db and "://" not in db and not Path(db).expanduser().is_absolute():
         db = str(Path(project) / db)
-    if not _exists(db):  # nothing recorded yet: the name wanted, claimed once the settings are written
-        return [], (Claim(wanted, project, 0) if claim else None)
     from ..memory import Memory
 
     taken_by = None  # the project that holds the name wanted, when this one moved aside
@@ -353,6 +350,8 @@ def _choose_namespace(args: argparse.Namespace) -> tuple[list[str], Claim | None
                     continue  # another project's: this project's own name next
                 held = owner is None and bool(mem.sessions())
                 break  # name: the one this project writes to; owner: who claimed it before (None: nobody)
+    except NotFoundError:  # no database yet: nothing recorded, the name wanted is claimed once settings are written
+        return [], (Claim(wanted, project, 0) if personal else None)
     except TortoiseError as exc:
         return [f"tortoise: warning: could not check whether namespace {wanted!r} is another project's "
                 f"({exc})"], None
@@ -363,24 +362,16 @@ def _choose_namespace(args: argparse.Namespace) -> tuple[list[str], Claim | None
                      f"name: this project's hooks write to {name!r}")
     if moved:
         notes.append(f"tortoise: namespace {name!r} was {owner}'s, which no longer exists (moved?): "
-                     + ("it is this project's now, with its sessions" if claim else "this machine's hooks write there"))
+                     + ("it is this project's now, with its sessions" if personal else "this machine's hooks write there"))
     elif owner not in (None, project):
-        fix = "drop --namespace to give this project its own" if claim else "pass --namespace NAME to keep them apart"
+        fix = "drop --namespace to give this project its own" if personal else "pass --namespace NAME to keep them apart"
         notes.append(f"tortoise: warning: namespace {name!r} holds the sessions of {owner}: the two projects' "
                      f"blocks can quote each other's; {fix}")
-    elif held and claim:
+    elif held and personal:
         notes.append(f"tortoise: namespace {name!r} already holds sessions, captured before install recorded "
                      f"which project a namespace is for; if they are another project's, install again with "
                      f"--namespace NAME to keep this one apart")
-    return notes, (Claim(name, project, cursor.revision) if claim and (owner is None or moved) else None)
-
-
-def _exists(db: str | None) -> bool:
-    """Whether the SQLite file ``db`` names (the default one for None) exists; a URL counts as existing."""
-    from ..memory import default_db_path
-
-    target = db or default_db_path()
-    return "://" in target or Path(target).expanduser().exists()
+    return notes, (Claim(name, project, cursor.revision) if personal and (owner is None or moved) else None)
 
 
 def _save_claim(args: argparse.Namespace, claim: Claim) -> list[str]:
@@ -459,13 +450,17 @@ def _read_settings(path: Path) -> dict[str, Any]:
     return data
 
 
+def _namespace_given(args: argparse.Namespace) -> bool:
+    """Whether the command line named the namespace (``main`` records it; a parsed ``args`` alone: not the default)."""
+    return getattr(args, "namespace_given", getattr(args, "namespace", DEFAULT_NAMESPACE) != DEFAULT_NAMESPACE)
+
+
 def hook_namespace(args: argparse.Namespace) -> str:
     """The namespace the hooks write to: ``--namespace`` when given; else, installed in a project, one named after
     the project's directory (``spotter`` for ``~/code/spotter``), so one project's sessions are never another's
     memory; installed for the user (``--user``), the one ``default`` namespace every project shares."""
-    given = getattr(args, "namespace", DEFAULT_NAMESPACE)
-    if getattr(args, "namespace_given", given != DEFAULT_NAMESPACE) or getattr(args, "user", False):
-        return given
+    if _namespace_given(args) or getattr(args, "user", False):
+        return getattr(args, "namespace", DEFAULT_NAMESPACE)
     name = Path(getattr(args, "project", None) or ".").expanduser().resolve().name  # `--project ..`: its name
     # A name a namespace cannot be (blank, a control character, long past a directory name's): the shared one.
     return name if name.strip() and name.isprintable() and len(name.encode("utf-8")) <= 255 else DEFAULT_NAMESPACE

@@ -78,13 +78,13 @@ def escape(text: str, limit: int | None = None) -> str:
     """
     out = _escape_once(text, limit)
     # What was taken out can leave a combining mark beside a new letter ("A⎛̀": the bracket goes, and "A" with
-    # its grave accent is "À" once normalised): escaping again until nothing moves keeps the result a fixed
-    # point, so a pointer's text escaped twice reads the same (it never grows: NFKC text only composes).
+    # its grave accent is "À" once normalised): such a text is escaped again, composed, so escaping twice
+    # changes nothing (it never grows: NFC only composes, and a cut's "…" stays one character). Other texts,
+    # nearly all, are normalised already and pay only the quick check.
     for _ in range(4):
-        again = _escape_once(out, None, "NFC")  # NFC: a cut's "…" stays one character
-        if again == out:
+        if unicodedata.is_normalized("NFC", out):
             break
-        out = again
+        out = _escape_once(out, None, "NFC")
     return out
 
 
