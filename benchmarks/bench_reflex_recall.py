@@ -48,6 +48,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
@@ -403,6 +404,42 @@ def _cache_file() -> Path:
     return Path(tempfile.gettempdir()) / "tortoise-bench" / f"loo-{digest.hexdigest()[:16]}.json"
 
 
+class Choice(NamedTuple):
+    """The reflex's method chosen on some conversations, step by step (``_choose``)."""
+
+    chosen: dict[str, object]     # GRID and the kept methods, by coordinate ascent from the neutral start
+    fitted: float                 # their recall@K on the conversations they were chosen on
+    w_tuned: tuple[float, ...]    # the ranker learnt with them
+    l2_tuned: float               # ... its penalty, chosen by leave-one-out inside the conversations
+    inst: float                   # INSTANCE_WEIGHT chosen over them (0: off)
+    with_inst: dict[str, object]
+    w_inst: tuple[float, ...]
+    gath: dict[str, object]       # ... and the ranker's gathering weights on
+    w_gath: tuple[float, ...]
+    final: dict[str, object]      # ... and the turn two after a question, its share chosen: the reflex's method
+    w_final: tuple[float, ...]
+
+
+def _choose(train: list[str]) -> Choice:
+    """The reflex's method chosen on ``train`` alone, as ``--loo`` reads it held out and ``--ship`` ships it."""
+    # The neutral start: every part off, category instances too (they ship on: a later step adds them).
+    off = {**{k: v[0] for k, v in LOO_GRID.items()}, **METHODS_OFF}
+    chosen, fitted = _ascend(train, LOO_GRID, off)
+    w_tuned, l2_tuned = _learn(train, chosen)
+    # Category instances: the weight chosen over what they chose (ties keep the smaller, 0 = off), then the
+    # ranker learnt again with it, as it would ship.
+    inst = max(INSTANCE_WEIGHTS, key=lambda v: (statistics.fmean(_score(train, {**chosen, "INSTANCE_WEIGHT": v}, w_tuned)), -v))
+    with_inst = {**chosen, "INSTANCE_WEIGHT": inst}
+    w_inst = _learn(train, with_inst)[0] if inst else w_tuned
+    # The ranker's own weights for a question that gathers: the ranker learnt again with them; then the turn
+    # two after a question on top, its share chosen with that ranker (and the ranker learnt again).
+    gath = {**with_inst, "RANKER_GATHERS": True}
+    w_gath = _learn(train, gath)[0]
+    final, w_final = _with_method(train, {**gath, **AFTER_A_QUESTION}, w_gath,
+                                  {"SECOND_NEIGHBOUR_SHARE": SECOND_NEIGHBOUR_SHARES})
+    return Choice(chosen, fitted, w_tuned, l2_tuned, inst, with_inst, w_inst, gath, w_gath, final, w_final)
+
+
 def _fold(job: tuple[str, list[str], str]) -> dict[str, object]:
     """One leave-one-out fold: everything chosen on ``train``, read once on ``test``."""
     db, stems, test = job
@@ -410,17 +447,12 @@ def _fold(job: tuple[str, list[str], str]) -> dict[str, object]:
         _open(db, stems)
     known = set(_memo)
     train = [s for s in stems if s != test]
-    # The neutral start: every part off, category instances too (they ship on: their row below adds them).
-    off = {**{k: v[0] for k, v in LOO_GRID.items()}, **METHODS_OFF}
-    chosen, fitted = _ascend(train, LOO_GRID, off)
-    w_tuned, l2_tuned = _learn(train, chosen)
+    m = _choose(train)
+    chosen, fitted, w_tuned, l2_tuned = m.chosen, m.fitted, m.w_tuned, m.l2_tuned
+    inst, with_inst, w_inst, gath, w_gath = m.inst, m.with_inst, m.w_inst, m.gath, m.w_gath
+    gath_after, w_gath_after = m.final, m.w_final
     w_shipped, l2_shipped = _learn(train, {})
     spread = max(SPREADS, key=lambda v: (statistics.fmean(_score(train, {**chosen, "LIST_SPREAD": v}, w_tuned)), -v))
-    # Category instances: the weight chosen on the three over what they chose (ties keep the smaller,
-    # 0 = off), then the ranker learnt again on the three with it, as it would ship.
-    inst = max(INSTANCE_WEIGHTS, key=lambda v: (statistics.fmean(_score(train, {**chosen, "INSTANCE_WEIGHT": v}, w_tuned)), -v))
-    with_inst = {**chosen, "INSTANCE_WEIGHT": inst}
-    w_inst = _learn(train, with_inst)[0] if inst else w_tuned
     # Instances and the second hop together: both weights chosen on the three by coordinate ascent over what
     # they chose, with the ranker learnt there; then the ranker learnt again with them.
     both, w_both = _with_method(train, chosen, w_tuned, {"INSTANCE_WEIGHT": INSTANCE_WEIGHTS, "SECOND_HOP": SECOND_HOPS})
@@ -431,13 +463,7 @@ def _fold(job: tuple[str, list[str], str]) -> dict[str, object]:
     # session's lend too.
     after, w_after = _with_method(train, {**chosen, **AFTER_A_QUESTION}, w_tuned,
                                   {"INSTANCE_WEIGHT": INSTANCE_WEIGHTS, "SECOND_NEIGHBOUR_SHARE": SECOND_NEIGHBOUR_SHARES})
-    # The ranker's own weights for a question that gathers, over the instances' row: the ranker learnt again
-    # with them; then the turn two after a question on top, its share chosen on the three with that ranker.
-    gath = {**with_inst, "RANKER_GATHERS": True}
-    w_gath = _learn(train, gath)[0]
-    gath_after, w_gath_after = _with_method(train, {**gath, **AFTER_A_QUESTION}, w_gath,
-                                            {"SECOND_NEIGHBOUR_SHARE": SECOND_NEIGHBOUR_SHARES})
-    # ... and with the shipped share on every fold instead of the one its three choose.
+    # The reflex's method with the shipped share on every fold instead of the one its three choose on every fold instead of the one its three choose.
     forced = {**gath, **AFTER_A_QUESTION, "SECOND_NEIGHBOUR_SHARE": tuning.SECOND_NEIGHBOUR_SHARE}
     w_forced = _learn(train, forced)[0]
     lent, w_lent = _with_method(train, {**chosen, **AFTER_A_QUESTION}, w_tuned,
@@ -486,19 +512,16 @@ def _with_method(train: list[str], chosen: dict[str, object], w: tuple[float, ..
     return ov, (_learn(train, ov)[0] if on else w)
 
 
-def loo() -> int:
-    """Leave one conversation out: constants and the ranker chosen on three, recall@K read on the fourth."""
-    files = locomo_files()
-    if len(files) < 3:
-        print(SKIP_REASON if not files else "--loo needs three conversations at least")
-        return 0
-    stems = [p.stem for p in files]
+@contextmanager
+def _cached_store(files: list[Path]) -> Iterator[str]:
+    """A temporary store holding each conversation in its own namespace, with every evaluation a run of the same
+    code and data made before read back (``_cache_file``), and those made inside written back after."""
+    global _journal
     with tempfile.TemporaryDirectory() as tmp:
         db = str(Path(tmp) / "locomo.db")
         for path in files:
             with Memory(db, namespace=path.stem) as mem:
                 mem.capture_many(load_sessions(path))
-        global _journal
         cache = _cache_file()
         if cache.exists():  # the same code and data: every evaluation already made is read back
             _memo.update((eval(k), v) for k, v in json.loads(cache.read_text()).items())  # noqa: S307 (our own file)
@@ -511,16 +534,72 @@ def loo() -> int:
                     continue
                 _memo[eval(k)] = v  # noqa: S307 (our own file)
         cache.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            yield db
+        finally:
+            cache.write_text(json.dumps({repr(k): v for k, v in _memo.items()}))
+            for part in cache.parent.glob(_journal.name + ".*"):
+                part.unlink()
+            _journal = None
+
+
+#: What ``--ship`` chooses and ``tuning`` ships: GRID, the kept methods and the methods added over them since.
+SHIPPED_CHOICE: tuple[str, ...] = (*LOO_GRID, "INSTANCE_WEIGHT", "RANKER_GATHERS", "SECOND_NEIGHBOUR_SHARE",
+                                   *AFTER_A_QUESTION)
+
+
+def ship(check: bool) -> int:
+    """The reflex's method chosen on every conversation, as ``--loo`` chooses it on three: the constants
+    ``tuning`` should ship and the penalty ``train_reflex_ranker.py`` should train with. It prints them beside
+    what ships, and with ``check`` exits 1 when they differ."""
+    files = locomo_files()
+    if not files:
+        print(SKIP_REASON)
+        return 0
+    stems = [p.stem for p in files]
+    t0 = time.perf_counter()
+    with _cached_store(files) as db:
+        _open(db, stems)
+        m = _choose(stems)
+        w, l2 = _learn(stems, m.final)
+        ours = _score(stems, m.final, w)
+        shipped_w = ranker.weights()
+        now = _score(stems, {}, shipped_w) if shipped_w else _score(stems, {})
+        cats = [q.category_name for s in stems for q in _worker[s][1]]  # type: ignore[index]
+    print(f"LoCoMo: the reflex's method chosen on all {len(stems)} conversations ({', '.join(stems)}; "
+          f"{len(ours)} questions, category 5 excluded), as --loo chooses it on three; {time.perf_counter() - t0:.0f} s\n")
+    print(f"chosen {json.dumps({k: m.final[k] for k in SHIPPED_CHOICE})}")
+    print(f"ranker penalty chosen (leave one conversation out inside the {len(stems)}): l2 {l2}\n")
+
+    def line(label: str, xs: list[float]) -> str:
+        by = " ".join(f"{c} {statistics.fmean(x for x, k in zip(xs, cats) if k == c):.3f}" for c in sorted(set(cats)))
+        return f"  {label:44s} {statistics.fmean(xs):.3f} pooled | {by}"
+
+    print("recall@5 on the conversations chosen on (fitted, not held out: --loo reads the method held out):")
+    print(line("this choice and its ranker", ours))
+    print(line("what ships now (tuning.py, ranker.json)", now))
+    differ = {k: (getattr(tuning, k), m.final[k]) for k in SHIPPED_CHOICE if getattr(tuning, k) != m.final[k]}
+    if train_reflex_ranker.L2 != l2:
+        differ["train_reflex_ranker.L2"] = (train_reflex_ranker.L2, l2)
+    print("\n" + ("\n".join(f"differs: {k} ships {a!r}, chosen {b!r}" for k, (a, b) in differ.items())
+                  or "tuning.py and train_reflex_ranker.L2 ship this choice"))
+    return 1 if check and differ else 0
+
+
+def loo() -> int:
+    """Leave one conversation out: constants and the ranker chosen on three, recall@K read on the fourth."""
+    files = locomo_files()
+    if len(files) < 3:
+        print(SKIP_REASON if not files else "--loo needs three conversations at least")
+        return 0
+    stems = [p.stem for p in files]
+    with _cached_store(files) as db:
         t0 = time.perf_counter()
         with multiprocessing.get_context("fork").Pool(2) as pool:
             folds = pool.map(_fold, [(db, stems, s) for s in stems], chunksize=1)
         took = time.perf_counter() - t0
         for f in folds:
             _memo.update(f.pop("memo"))  # type: ignore[arg-type]
-        cache.write_text(json.dumps({repr(k): v for k, v in _memo.items()}))
-        for part in cache.parent.glob(_journal.name + ".*"):
-            part.unlink()
-        _journal = None
         _open(db, stems)
         shipped_w = ranker.weights()
         fitted_ranker = _score(stems, {}, shipped_w) if shipped_w else None
@@ -667,5 +746,8 @@ if __name__ == "__main__":
     ap.add_argument("--smoke", action="store_true", help="one conversation, 20 questions, for the tests")
     ap.add_argument("--loo", action="store_true",
                     help="leave one conversation out: choose on the others, report on it, for each conversation")
+    ap.add_argument("--ship", action="store_true",
+                    help="choose the reflex's method on every conversation, as --loo does on three: what tuning ships")
+    ap.add_argument("--check", action="store_true", help="with --ship: exit 1 when tuning.py ships another choice")
     args = ap.parse_args()
-    sys.exit(loo() if args.loo else cross(args.ablations) if args.cross else run(args.ablations, args.smoke))
+    sys.exit(ship(args.check) if args.ship else loo() if args.loo else cross(args.ablations) if args.cross else run(args.ablations, args.smoke))

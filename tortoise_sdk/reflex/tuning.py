@@ -2,6 +2,14 @@
 
 The steps read them as ``tuning.NAME`` at call time, so the benchmark's ablations can switch
 one part off by setting an attribute of this module.
+
+Those ``bench_reflex_recall.py --ship`` chooses (its ``SHIPPED_CHOICE``: the BM25 and neighbour
+constants, the kept methods' strengths, category instances, the gathering weights and the turn two
+after a question) are what the procedure ``--loo`` reads held out chose on all four LoCoMo
+conversations of ``../shared``; ``--ship --check`` exits 1 when a value here differs, and
+``tests/test_reflex.py`` checks them against its record (docs/figures/bench_reflex_recall-ship.md).
+The rest keep their hand-set values: the gates silence unrelated questions, which recall cannot
+see, and the others change nothing under LoCoMo's protocol.
 """
 
 from __future__ import annotations
@@ -68,7 +76,7 @@ __all__ = (
 
 CANDIDATES = 32          # turns fetched by the full-text query
 MAX_TERMS = 10           # query terms kept, rarest first
-MAX_DF_SHARE = 0.04      # terms in more than this share of turns are pruned from the full-text query
+MAX_DF_SHARE = 1.0       # terms in more than this share of turns are pruned from the full-text query (1.0: none)
 COMMON_DF_FLOOR = 10     # ... but in a small store no word is common below this many turns
 MIN_WEIGHTING_TURNS = 250  # IDF weights count a smaller namespace as this large: in a one-turn store
                            # the word it holds is not "too common" to matter beside an unknown word
@@ -77,10 +85,10 @@ UNSEEN_WEIGHTING_TURNS = 100_000  # ... and a word no turn holds weighs as in a 
                            # silence more questions the larger it is (no namespace up to this size is affected)
 MAX_QUERY_TERMS = 6      # of those, the rarest searched in the index
 PER_TERM = 200           # newest matches read per term: bounds the cost of common terms
-K1, B = 1.2, 0.75
-NEIGHBOUR_SHARE = 0.8    # share of the previous turn's score a turn inherits (it may answer it)
-NEXT_SHARE = 0.8         # share of the next turn's score a turn inherits
-SPEAKER_BOOST = 0.30     # relative boost for a turn spoken by a person the query names
+K1, B = 1.2, 0.4
+NEIGHBOUR_SHARE = 0.4    # share of the previous turn's score a turn inherits (it may answer it)
+NEXT_SHARE = 0.4         # share of the next turn's score a turn inherits
+SPEAKER_BOOST = 0.5      # relative boost for a turn spoken by a person the query names
 MIN_COVERAGE = 0.20      # share of the query's weight a pointer (with its neighbour) must match
 SYNOPSIS_CHARS = 300
 RRF_K = 60
@@ -88,9 +96,9 @@ FUSE_DEPTH = 24          # ranks of each list that take part in the fusion
 RELATIVE_GATE = 0.2      # drop turns scoring under this share of the best one
 CONTEXT_WEIGHT = 0.4     # weight of terms only in the earlier user turn (a short follow-up's topic)
 HOP_WEIGHT = 0.5         # rank-fusion weight of memories reached one hop through an entity
-NAMES_AS_SPEAKERS = True   # a name the turns' speakers carry is a speaker signal, not a content term
-WHEN_BOOST = 0.2         # a 'when' question prefers turns that say when
-DIVERSIFY = True         # a turn does not inherit the score of a neighbour already chosen
+NAMES_AS_SPEAKERS = False  # a name the turns' speakers carry is a speaker signal, not a content term
+WHEN_BOOST = 0.4         # a 'when' question prefers turns that say when
+DIVERSIFY = False        # a turn does not inherit the score of a neighbour already chosen
 PRESENT_TENSE = True     # 'now', 'these days', 'still'...: later follow-ups of the top turns go first
 RECENCY_ANCHORS = 3      # present tense: the top turns whose later follow-ups go before them
 TOPIC_WORDS = 10         # words of those turns whose frequency is looked up (each costs a postings walk)
@@ -116,7 +124,7 @@ EXCHANGE_FILL = False     # off: a block shorter than its places is filled with 
 RANKER_GATHERS = True     # the ranker's own weights for a question that gathers (ranker.gathers); off, they read 0
 RANKER = True             # the learnt order of ranker.json (benchmarks/train_reflex_ranker.py) replaces the hand-set one
 SLOT_WEIGHT = 0.4         # a present-tense question naming a kind of fact (slots.SLOTS) also seeks that kind's other words, at this share
-INSTANCE_WEIGHT = 0.5     # a category a listing question names ("activities") also seeks its instances ("hiking"), at this share
+INSTANCE_WEIGHT = 1.0     # a category a listing question names ("activities") also seeks its instances ("hiking"), at this share
 INSTANCE_CATEGORIES = 2   # ... of at most this many categories (the heaviest words)
 INSTANCE_TERMS = 8        # ... at most this many instances the namespace holds, rarest first
 INSTANCE_CANDIDATES = 16  # ... turns read for them (with their neighbours), in one more full-text read
@@ -130,7 +138,7 @@ SECOND_HOP_CANDIDATES = 16  # ... turns read for them (with their neighbours), i
 # Issue 25: the turn two after a candidate (in a two-party exchange, the same speaker's turn across the
 # other's question: "I took the kids to the museum" / "What did they like?" / "The dinosaurs!") joins the
 # pool and inherits a share of its score, as the next turns do.
-SECOND_NEIGHBOUR_SHARE = 0.6  # the share a turn inherits of the turn two before it (0: off)
+SECOND_NEIGHBOUR_SHARE = 0.3  # the share a turn inherits of the turn two before it (0: off)
 SECOND_NEIGHBOUR_SIDE = "after"  # with it on, only the turn two after a candidate joins ("both": two before too)
 SECOND_NEIGHBOUR_ASKS = True     # ... and only across a turn that asks (a question mark in the turn between)
 # Issue 25: session-level evidence as a score. A session one of whose turns matches the question well
