@@ -463,7 +463,7 @@ def _fold(job: tuple[str, list[str], str]) -> dict[str, object]:
     # session's lend too.
     after, w_after = _with_method(train, {**chosen, **AFTER_A_QUESTION}, w_tuned,
                                   {"INSTANCE_WEIGHT": INSTANCE_WEIGHTS, "SECOND_NEIGHBOUR_SHARE": SECOND_NEIGHBOUR_SHARES})
-    # The reflex's method with the shipped share on every fold instead of the one its three choose on every fold instead of the one its three choose.
+    # The reflex's method with the shipped share on every fold instead of the one its three choose.
     forced = {**gath, **AFTER_A_QUESTION, "SECOND_NEIGHBOUR_SHARE": tuning.SECOND_NEIGHBOUR_SHARE}
     w_forced = _learn(train, forced)[0]
     lent, w_lent = _with_method(train, {**chosen, **AFTER_A_QUESTION}, w_tuned,
@@ -543,9 +543,9 @@ def _cached_store(files: list[Path]) -> Iterator[str]:
             _journal = None
 
 
-#: What ``--ship`` chooses and ``tuning`` ships: GRID, the kept methods and the methods added over them since.
-SHIPPED_CHOICE: tuple[str, ...] = (*LOO_GRID, "INSTANCE_WEIGHT", "RANKER_GATHERS", "SECOND_NEIGHBOUR_SHARE",
-                                   *AFTER_A_QUESTION)
+#: What ``--ship`` chooses and ``tuning`` ships: GRID, the kept methods, the methods added over them since, and
+#: those the procedure keeps off (``METHODS_OFF``: a method switched on in ``tuning`` alone would ship unmeasured).
+SHIPPED_CHOICE: tuple[str, ...] = tuple(dict.fromkeys((*LOO_GRID, *METHODS_OFF, *AFTER_A_QUESTION)))
 
 
 def ship(check: bool) -> int:

@@ -37,7 +37,7 @@ from tortoise_sdk import Memory  # noqa: E402
 from tortoise_sdk.reflex import ranker, tuning  # noqa: E402
 
 K = 5
-L2 = 1e-3       # penalty on the weights, per question: what --loo chose inside the train conversations in 7 of 8 fits
+L2 = 1e-3       # penalty on the weights, per question: what bench_reflex_recall.py --ship chose on all four (--check says)
 ITERATIONS = 30  # Newton steps (it converges in under 15)
 OUT = ROOT / "tortoise_sdk" / "reflex" / "ranker.json"
 
