@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ast
 import importlib.util
 import json
 import math
@@ -1162,13 +1161,7 @@ def test_tuning_ships_what_the_procedure_chose_on_every_conversation():
     spec.loader.exec_module(bench)
     assert list(chosen) == list(bench.SHIPPED_CHOICE)  # every constant the procedure sets, none left out
     assert {k: getattr(tuning, k) for k in chosen} == chosen
-    assert f"l2 {_train_l2()}\n" in record  # the penalty train_reflex_ranker.py trains ranker.json with
-
-
-def _train_l2() -> float:
-    tree = ast.parse((REPO / "benchmarks" / "train_reflex_ranker.py").read_text("utf-8"))
-    return next(ast.literal_eval(n.value) for n in tree.body
-                if isinstance(n, ast.Assign) and [getattr(t, "id", None) for t in n.targets] == ["L2"])
+    assert f"l2 {bench.train_reflex_ranker.L2}\n" in record  # the penalty ranker.json is trained with
 
 
 def _locomo_recall(m: Memory, questions) -> float:
