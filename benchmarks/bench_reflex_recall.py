@@ -41,6 +41,7 @@ import hashlib
 import json
 import multiprocessing
 import os
+import random
 import statistics
 import sys
 import tempfile
@@ -638,6 +639,11 @@ def loo() -> int:
     for label, key in rows:
         by = {c: [x for f in folds for x, k in zip(f[key], cats[f["test"]]) if k == c] for c in names}  # type: ignore[arg-type]
         print(f"  {label:76s} " + " ".join(f"{c} {statistics.fmean(v):.3f}" for c, v in by.items()))
+    key = "tuned+ranker+instances+gathers+after"
+    every = [x for f in folds for x in f[key]]  # type: ignore[attr-defined]
+    hops = [x for f in folds for x, k in zip(f[key], cats[f["test"]]) if k == "multi-hop"]  # type: ignore[arg-type]
+    print(f"\nthe reflex's method, held out, with a 95 % interval over questions ({BOOTSTRAP} resamples of the "
+          f"questions, seeded): pooled {_interval(every)}, multi-hop {_interval(hops)}")
     print("\nfitted (on the three train conversations, not held out):")
     for f in folds:
         print(f"  without {f['test']}: constants {f['fitted']:.3f}, with the ranker {f['fitted+ranker']:.3f} "
@@ -652,6 +658,17 @@ def loo() -> int:
           + ", ".join(f"{v} {r:.4f}" for v, r in share_on_all.items())
           + f" pooled (fitted; shipped {tuning.SECOND_NEIGHBOUR_SHARE})")
     return 0
+
+
+BOOTSTRAP = 2000  # resamples for the interval --loo prints
+
+
+def _interval(xs: list[float], seed: int = 25) -> str:
+    """``xs``' mean and the 2.5th and 97.5th percentiles of the means of ``BOOTSTRAP`` resamples of it
+    (with replacement, seeded: a rerun prints the same): how much the figure owes to which questions were asked."""
+    rng = random.Random(seed)
+    means = sorted(statistics.fmean(rng.choices(xs, k=len(xs))) for _ in range(BOOTSTRAP))
+    return f"{statistics.fmean(xs):.3f} [{means[int(0.025 * BOOTSTRAP)]:.3f}, {means[int(0.975 * BOOTSTRAP) - 1]:.3f}]"
 
 
 def rrf(*rankings: list[str], k: int = 60) -> list[str]:
