@@ -42,6 +42,7 @@ import json
 import multiprocessing
 import os
 import random
+import re
 import statistics
 import sys
 import tempfile
@@ -555,6 +556,39 @@ def _cached_store(files: list[Path]) -> Iterator[str]:
 SHIPPED_CHOICE: tuple[str, ...] = tuple(dict.fromkeys((*LOO_GRID, *METHODS_OFF, *AFTER_A_QUESTION)))
 
 
+def _foreign(stems: list[str]) -> dict[str, list[str]]:
+    """Each conversation's questions that are not its own: the other conversations' questions (their first 60)
+    with their two speakers' names swapped for its two, those that name one of them. Its turns were not written
+    to answer them, so a block for one is the reflex speaking where it had better be silent."""
+    files = {p.stem: p for p in locomo_files()}
+    speakers = {}
+    for stem in stems:
+        names = list(dict.fromkeys(t["name"] for s in load_sessions(files[stem]) for t in s["turns"] if t.get("name")))
+        speakers[stem] = names[:2]
+    out: dict[str, list[str]] = {}
+    for stem in stems:
+        x, y = speakers[stem]
+        out[stem] = []
+        for other in (o for o in stems if o != stem):
+            a, b = speakers[other]
+            for q in _worker[other][1][:60]:  # type: ignore[index]
+                asked = re.sub(rf"\b{re.escape(b)}\b", y, re.sub(rf"\b{re.escape(a)}\b", "\0", q.question)).replace("\0", x)
+                if re.search(rf"\b({re.escape(x)}|{re.escape(y)})\b", asked):
+                    out[stem].append(asked)
+    return out
+
+
+def _speech(foreign: dict[str, list[str]], overrides: dict[str, object], w: tuple[float, ...] | None) -> float:
+    """The share of ``foreign``'s questions that get a block with ``overrides`` (and the ranker ``w``)."""
+    spoke = []
+    with tuned({**overrides, "RANKER": w is not None}, w):
+        for stem, asked in foreign.items():
+            mem = _worker[stem][0]  # type: ignore[index]
+            spoke += [bool(mem.context([{"role": "user", "content": q}], budget=K, time_budget_ms=None).pointers)
+                      for q in asked]
+    return statistics.fmean(spoke)
+
+
 def ship(check: bool) -> int:
     """The reflex's method chosen on every conversation, as ``--loo`` chooses it on three: the constants
     ``tuning`` should ship and the penalty ``train_reflex_ranker.py`` should train with. It prints them beside
@@ -573,6 +607,9 @@ def ship(check: bool) -> int:
         shipped_w = ranker.weights()
         now = _score(stems, {}, shipped_w) if shipped_w else _score(stems, {})
         cats = [q.category_name for s in stems for q in _worker[s][1]]  # type: ignore[index]
+        foreign = _foreign(stems)
+        speech = {k: _speech(foreign, {**m.final, k: not m.final[k]}, w) for k in HELD}
+        speech["this choice"] = _speech(foreign, m.final, w)
     print(f"LoCoMo: the reflex's method chosen on all {len(stems)} conversations ({', '.join(stems)}; "
           f"{len(ours)} questions, category 5 excluded), as --loo chooses it on three; {time.perf_counter() - t0:.0f} s\n")
     print(f"chosen {json.dumps({k: m.final[k] for k in SHIPPED_CHOICE})}")
@@ -585,6 +622,9 @@ def ship(check: bool) -> int:
     print("recall@5 on the conversations chosen on (fitted, not held out: --loo reads the method held out):")
     print(line("this choice and its ranker", ours))
     print(line("what ships now (tuning.py, ranker.json)", now))
+    print(f"\nquestions of another conversation asked with this one's speakers' names ({sum(map(len, foreign.values()))}; "
+          f"each a block where silence is right): a block for {speech.pop('this choice'):.2f} of them with this choice, "
+          + ", ".join(f"{v:.2f} with {k} switched" for k, v in speech.items()))
     differ = {k: (getattr(tuning, k), m.final[k]) for k in SHIPPED_CHOICE if getattr(tuning, k) != m.final[k]}
     if train_reflex_ranker.L2 != l2:
         differ["train_reflex_ranker.L2"] = (train_reflex_ranker.L2, l2)
