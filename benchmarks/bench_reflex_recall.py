@@ -317,14 +317,11 @@ def cross(ablations: bool) -> int:
     return 0
 
 
-#: Constants of GRID that --loo and --ship leave at their shipped values. NAMES_AS_SPEAKERS decides whether a
-#: speaker's name counts toward the coverage gate, so like the gates it silences questions recall cannot see:
-#: swept, it was switched off, and questions of another conversation asked with this one's speakers' names then
-#: got a block 0.93 of the time against 0.83 (``--ship`` prints that share for what it chose).
-HELD: tuple[str, ...] = ("NAMES_AS_SPEAKERS",)
-# --loo: every constant of GRID (but HELD) and of the kept methods swept together from the neutral start.
-LOO_GRID: dict[str, list[object]] = {**{k: v for k, v in GRID.items() if k not in HELD},
-                                     **{k: v for name in KEPT for k, v in METHODS[name].items()}}
+# --loo: every constant of GRID and of the kept methods swept together from the neutral start.
+LOO_GRID: dict[str, list[object]] = {**GRID, **{k: v for name in KEPT for k, v in METHODS[name].items()}}
+#: Constants that decide what the coverage gate counts as well as the order: --ship also prints how often an
+#: unrelated question gets a block with each of them switched (a recall sweep cannot see that cost).
+GATING: tuple[str, ...] = ("NAMES_AS_SPEAKERS",)
 RANKER_L2 = [1e-3, 1e-2, 1e-1]
 SPREADS = [0.0, 0.3, 0.6, 0.9]  # LIST_SPREAD, with the ranker, chosen on the three train conversations
 #: INSTANCE_WEIGHT (a category the question names seeks its instances, reflex/instances.py), chosen on the
@@ -608,7 +605,7 @@ def ship(check: bool) -> int:
         now = _score(stems, {}, shipped_w) if shipped_w else _score(stems, {})
         cats = [q.category_name for s in stems for q in _worker[s][1]]  # type: ignore[index]
         foreign = _foreign(stems)
-        speech = {k: _speech(foreign, {**m.final, k: not m.final[k]}, w) for k in HELD}
+        speech = {k: _speech(foreign, {**m.final, k: not m.final[k]}, w) for k in GATING}
         speech["this choice"] = _speech(foreign, m.final, w)
     print(f"LoCoMo: the reflex's method chosen on all {len(stems)} conversations ({', '.join(stems)}; "
           f"{len(ours)} questions, category 5 excluded), as --loo chooses it on three; {time.perf_counter() - t0:.0f} s\n")
