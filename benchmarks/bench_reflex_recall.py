@@ -619,8 +619,8 @@ def ship(check: bool) -> int:
     print("recall@5 on the conversations chosen on (fitted, not held out: --loo reads the method held out):")
     print(line("this choice and its ranker", ours))
     print(line("what ships now (tuning.py, ranker.json)", now))
-    print(f"\nquestions of another conversation asked with this one's speakers' names ({sum(map(len, foreign.values()))}; "
-          f"each a block where silence is right): a block for {speech.pop('this choice'):.2f} of them with this choice, "
+    print(f"\nquestions of another conversation asked with this one's speakers' names ({sum(map(len, foreign.values()))}, "
+          f"questions its turns were not written to answer): a block for {speech.pop('this choice'):.2f} of them with this choice, "
           + ", ".join(f"{v:.2f} with {k} switched" for k, v in speech.items()))
     differ = {k: (getattr(tuning, k), m.final[k]) for k in SHIPPED_CHOICE if getattr(tuning, k) != m.final[k]}
     if train_reflex_ranker.L2 != l2:
