@@ -556,7 +556,8 @@ SHIPPED_CHOICE: tuple[str, ...] = tuple(dict.fromkeys((*LOO_GRID, *METHODS_OFF, 
 def _foreign(stems: list[str]) -> dict[str, list[str]]:
     """Each conversation's questions that are not its own: the other conversations' questions (their first 60)
     with their two speakers' names swapped for its two, those that name one of them. Its turns were not written
-    to answer them, so a block for one is the reflex speaking where it had better be silent."""
+    to answer them (though some touch what it talks about), so the share that gets a block says how readily the
+    reflex speaks about a person when the question is not about what was said."""
     files = {p.stem: p for p in locomo_files()}
     speakers = {}
     for stem in stems:
