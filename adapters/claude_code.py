@@ -31,6 +31,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote, urlsplit
 
 from ..errors import InvalidInput, StoreTimeout, TortoiseError
 from ..memory import DEFAULT_NAMESPACE
@@ -41,10 +42,14 @@ if TYPE_CHECKING:
 __all__ = (
     "CAPTURE_EVENTS",
     "HOOK_EVENTS",
+    "HTTP_ROUTE",
+    "MAX_BYTES_PER_CALL",
     "expand_hint",
     "handle_event",
+    "hook_url",
     "install_hooks",
     "is_our_command",
+    "is_our_hook",
     "namespace_words",
     "uninstall_hooks",
 )
@@ -55,6 +60,13 @@ log = logging.getLogger(__name__)
 CAPTURE_EVENTS: tuple[str, ...] = ("Stop", "SubagentStop", "PreCompact", "SessionEnd")
 #: Every event ``tortoise hooks install`` registers.
 HOOK_EVENTS: tuple[str, ...] = ("UserPromptSubmit", *CAPTURE_EVENTS)
+#: New transcript bytes one event captures at most; a longer backlog is taken over several events. Small
+#: enough that capturing it stays far inside the hook's store bound (1 MiB of random text, the slowest to
+#: index, took 0.23 s here; 4 MiB took 0.9 s, and up to 2 s on a loaded machine, so a piece could time out
+#: on every call and never be captured).
+MAX_BYTES_PER_CALL = 1024 * 1024
+#: The path under ``tortoise serve``'s namespace prefix that takes Claude Code's HTTP hooks (``--claude-code-hooks``).
+HTTP_ROUTE = "/hooks/claude-code"
 #: Recent turns of the session the reflex reads beside the prompt.
 WINDOW_TURNS = 6
 #: The reflex's own time budget in a hook. Larger than ``Memory.context``'s in-process default: each
@@ -201,30 +213,66 @@ def is_our_command(command: Any) -> bool:
     return bool(argv) and Path(argv[0]).name in ("tortoise", "tortoise.exe") and "hook" in argv[1:]
 
 
-def install_hooks(settings: Mapping[str, Any], command: str, *, timeout: int) -> dict[str, Any]:
-    """``settings`` with one ``tortoise hook`` entry per event in ``HOOK_EVENTS`` (replacing ours, keeping others).
+def is_our_hook(entry: Any) -> bool:
+    """Whether a settings hook entry is one ``install_hooks`` writes: a command running ``tortoise hook``, or an
+    HTTP hook posting to ``tortoise serve``'s Claude Code route."""
+    if not isinstance(entry, Mapping):
+        return False
+    if entry.get("type") == "http":
+        url = entry.get("url")
+        return isinstance(url, str) and urlsplit(url).path.endswith(HTTP_ROUTE) and "/v1/ns/" in url
+    return is_our_command(entry.get("command"))
+
+
+def hook_url(server: str, namespace: str) -> str:
+    """The URL Claude Code posts each event to: ``server`` (``http://127.0.0.1:8765``) and the namespace's route.
+
+    Raises:
+        InvalidInput: ``server`` is not an ``http://`` or ``https://`` address with a host, or has a query.
+    """
+    parts = urlsplit(server.strip())
+    if parts.scheme not in ("http", "https") or not parts.netloc or parts.query or parts.fragment:
+        raise InvalidInput(f"--url {server!r}: give the address `tortoise serve` listens on, e.g. "
+                           "http://127.0.0.1:8765", field="url")
+    return f"{parts.scheme}://{parts.netloc}{parts.path.rstrip('/')}/v1/ns/{quote(namespace, safe='')}{HTTP_ROUTE}"
+
+
+def install_hooks(settings: Mapping[str, Any], command: str | None = None, *, timeout: int,
+                  url: str | None = None, token_env: str | None = None) -> dict[str, Any]:
+    """``settings`` with one tortoise entry per event in ``HOOK_EVENTS`` (replacing ours, keeping others).
 
     Args:
         settings: the parsed ``settings.json`` (not modified).
         command: the shell command Claude Code runs, e.g. ``/home/me/.venv/bin/tortoise hook``.
-        timeout: seconds Claude Code allows the command (above the hook's own limit).
+        timeout: seconds Claude Code allows the command or the request (above the hook's own limit).
+        url: instead of ``command``, the URL of a running ``tortoise serve --claude-code-hooks`` that Claude
+            Code posts each event to (``hook_url``): no process starts per event.
+        token_env: with ``url``, the environment variable holding the server's token, sent as
+            ``Authorization: Bearer $NAME`` (Claude Code reads it from its own environment).
 
     Raises:
-        InvalidInput: ``settings``, its ``hooks`` or the list of one of our events is not shaped
-            like Claude Code settings (the message names the key).
+        InvalidInput: neither or both of ``command`` and ``url``; ``settings``, its ``hooks`` or the list of
+            one of our events is not shaped like Claude Code settings (the message names the key).
     """
+    if (command is None) == (url is None):
+        raise InvalidInput("give the hook a command or a url, not both")
+    entry: dict[str, Any] = {"type": "command", "command": command, "timeout": timeout}
+    if url is not None:
+        entry = {"type": "http", "url": url, "timeout": timeout}
+        if token_env:
+            entry |= {"headers": {"Authorization": f"Bearer ${token_env}"}, "allowedEnvVars": [token_env]}
     out = uninstall_hooks(settings)
     hooks = out.setdefault("hooks", {})
     for event in HOOK_EVENTS:
         groups = hooks.setdefault(event, [])
         if not isinstance(groups, list):
             raise InvalidInput(f'"hooks.{event}" must be a list of matcher groups')
-        groups.append({"hooks": [{"type": "command", "command": command, "timeout": timeout}]})
+        groups.append({"hooks": [dict(entry)]})
     return out
 
 
 def uninstall_hooks(settings: Mapping[str, Any]) -> dict[str, Any]:
-    """``settings`` without the ``tortoise hook`` entries; every other hook, group and key is kept as it was.
+    """``settings`` without tortoise's entries (``is_our_hook``); every other hook, group and key is kept as it was.
 
     Raises:
         InvalidInput: ``settings`` or its ``hooks`` is not shaped like Claude Code settings.
@@ -248,7 +296,7 @@ def uninstall_hooks(settings: Mapping[str, Any]) -> dict[str, Any]:
             if not isinstance(entries, list):
                 kept_groups.append(group)
                 continue
-            mine = [h for h in entries if isinstance(h, Mapping) and is_our_command(h.get("command"))]
+            mine = [h for h in entries if is_our_hook(h)]
             if not mine:
                 kept_groups.append(group)
             elif len(mine) < len(entries):

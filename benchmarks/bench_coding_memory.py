@@ -35,6 +35,7 @@ Run: .venv/bin/python benchmarks/bench_coding_memory.py [--project NAME] [--hook
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import os
 import statistics
@@ -45,8 +46,10 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote, urlsplit
 
 import figures
+from bench_serve import start_server
 
 ROOT = Path(__file__).resolve().parents[1]
 QUESTIONS = ROOT / "tests" / "data" / "coding_memory_questions.json"
@@ -337,15 +340,21 @@ def run_replay(code: Path | None, name: str, work: Path, sets: list[str], embedd
     return json.loads(out.read_text())
 
 
-def hook_times(runs: dict[str, tuple[Path | None, str, str]], prompts: list[str], n: int) -> dict[str, list[float]]:
+def hook_times(runs: dict[str, tuple[Path | None, str, str]], prompts: list[str], n: int,
+               served: str | None = None) -> tuple[dict[str, list[float]], int]:
     """Wall ms of ``tortoise hook`` UserPromptSubmit in a fresh process, the codes alternating, and of a bare
-    interpreter (``python -c pass``: what the machine's load costs any process)."""
-    times: dict[str, list[float]] = {k: [] for k in [*runs, "python"]}
+    interpreter (``python -c pass``: what the machine's load costs any process). With ``served`` (the URL of
+    this checkout's ``tortoise serve --claude-code-hooks`` on this checkout's database), also the same event
+    posted there as Claude Code's HTTP hook does (a new connection each time); and how many of its answers
+    equal the fresh process's output (each call is its own session, so the prior-mention rule plays no part)."""
+    times: dict[str, list[float]] = {k: [] for k in [*runs, *([SERVED] if served else []), "python"]}
+    same = 0
     for i in range(-1, n):  # -1: one untimed call per code, which writes its bytecode caches
         started = time.perf_counter()
         subprocess.run([sys.executable, "-c", "pass"], check=True)
         if i >= 0:
             times["python"].append((time.perf_counter() - started) * 1000)
+        printed = None
         for label, (code, db, namespace) in runs.items():
             event = {"hook_event_name": "UserPromptSubmit", "session_id": f"latency-{i}", "transcript_path": "",
                      "cwd": "/tmp", "prompt": prompts[i % len(prompts)]}
@@ -353,12 +362,40 @@ def hook_times(runs: dict[str, tuple[Path | None, str, str]], prompts: list[str]
             started = time.perf_counter()
             # cwd: the database's folder, not this checkout (``-m`` puts the cwd first on sys.path, which would
             # time this checkout under the baseline's label); bytecode caches on, as an installed package has.
-            subprocess.run([sys.executable, "-m", "tortoise_sdk.cli", "--db", db, "--namespace", namespace, "hook"],
-                           input=json.dumps(event), capture_output=True, text=True, env=env, check=True,
-                           cwd=str(Path(db).parent))
+            proc = subprocess.run([sys.executable, "-m", "tortoise_sdk.cli", "--db", db, "--namespace", namespace,
+                                   "hook"], input=json.dumps(event), capture_output=True, text=True, env=env,
+                                  check=True, cwd=str(Path(db).parent))
             if i >= 0:
                 times[label].append((time.perf_counter() - started) * 1000)
-    return times
+            if code is None:
+                printed = json.loads(proc.stdout) if proc.stdout.strip() else {}
+        if served:
+            event = {**event, "session_id": f"latency-served-{i}"}
+            started = time.perf_counter()
+            answer = post_json(served, event)
+            if i >= 0:
+                times[SERVED].append((time.perf_counter() - started) * 1000)
+                same += answer == printed
+    return times, same
+
+
+#: The label of the served hook's times.
+SERVED = "served"
+
+
+def post_json(url: str, doc: dict[str, Any]) -> Any:
+    """POST ``doc`` to ``url`` on a new connection, as an HTTP hook does; the answer's JSON (an error raises)."""
+    parts = urlsplit(url)
+    conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port, timeout=30)
+    try:
+        conn.request("POST", parts.path, body=json.dumps(doc), headers={"Content-Type": "application/json"})
+        answer = conn.getresponse()
+        body = answer.read()
+    finally:
+        conn.close()
+    if answer.status != 200:
+        raise RuntimeError(f"POST {url}: {answer.status} {body[:200]!r}")
+    return json.loads(body)
 
 
 def pct(values: list[float], p: float) -> float:
@@ -379,6 +416,8 @@ def main() -> None:
                     help="this checkout only: set a reflex constant, e.g. gate.MIN_BITS=6 (ablations)")
     ap.add_argument("--embedder", choices=["minilm"], help="add this checkout fused with a real small model "
                                                             "(all-MiniLM-L6-v2 in numpy) as a third arm")
+    ap.add_argument("--no-served", action="store_true", help="do not time this checkout's hook served by a running "
+                                                             "`tortoise serve --claude-code-hooks`")
     ap.add_argument("--unbudgeted", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--work", help=argparse.SUPPRESS)
@@ -414,6 +453,7 @@ def main() -> None:
             codes["fused"], embedders["fused"] = None, args.embedder
         rows = []
         bare: dict[str, tuple[float, float]] = {}
+        served: dict[str, int] = {}
         for name in names:
             held = " (held out)" if spec["projects"][name].get("held_out") else ""
             dbs: dict[str, tuple[Path | None, str, str]] = {}
@@ -431,12 +471,24 @@ def main() -> None:
                             print(f"--- {r['kind']} {r['id']} hit={s['per_question'].get(r['id'])}\n{r['block']}")
                             print("\n".join(f"why {i + 1}: {w}" for i, w in enumerate(r.get("why") or [])))
             prompts = [q["question"] for q in spec["questions"] if q["project"] == name]
-            t = hook_times(dbs, prompts, args.hook_runs)
+            if args.no_served:
+                t, same = hook_times(dbs, prompts, args.hook_runs)
+            else:
+                server, base = start_server(dbs["this"][1], name, "--claude-code-hooks")
+                try:
+                    t, same = hook_times(dbs, prompts, args.hook_runs,
+                                         f"{base}/v1/ns/{quote(name, safe='')}/hooks/claude-code")
+                finally:
+                    server.terminate()
+                    server.wait(timeout=30)
+                served[name + held] = same
             bare[name + held] = (pct(t["python"], 0.5), pct(t["python"], 0.95))
             for (proj, label, s) in rows:
                 if proj == name + held:
                     s["hook_p50"], s["hook_p95"] = ((pct(t[label], 0.5), pct(t[label], 0.95)) if label in t
                                                     else (float("nan"), float("nan")))
+                    if label == "this" and SERVED in t:
+                        s["served_p50"], s["served_p95"] = pct(t[SERVED], 0.5), pct(t[SERVED], 0.95)
         print(f"{'project':34} {'code':5} {'n':>3} {'hit@3':>6} {'para':>5} {'recall':>6} {'answer':>6} "
               f"{'generic silent':>15} {'cur.ptrs':>8} {'hook p50/p95 ms':>16}")
         for proj, label, s in rows:
@@ -444,6 +496,11 @@ def main() -> None:
                   f"{_f(s['recall']):>6} {_f(s['answer_shown']):>6} {_f(s['generic_silent']):>6} of {s['generic']:>3}    "
                   f"{s['current_session_pointers']:>8} {s['hook_p50']:>7.0f}/{s['hook_p95']:<7.0f}"
                   + (f" words-only blocks {s['words_only_blocks']}" if args.embedder else ""))
+            if label == "this" and proj in served:
+                print(f"{proj:34} {SERVED:5} {'':>3} {'':>6} {'':>5} {'':>6} {'':>6} {'':>15} {'':>8} "
+                      f"{s['served_p50']:>7.0f}/{s['served_p95']:<7.0f} this, as Claude Code's HTTP hook to `tortoise "
+                      f"serve --claude-code-hooks` on its database: the answer equalled the fresh process's output "
+                      f"in {served[proj]} of {args.hook_runs} calls")
         by = {(proj, label): s for proj, label, s in rows}
         for proj in dict.fromkeys(p for p, _, _ in rows):
             if (proj, "fused") in by:

@@ -70,12 +70,14 @@ def build(db: str, items: int, rng: random.Random) -> float:
     return time.perf_counter() - started
 
 
-def start_server(db: str) -> tuple[subprocess.Popen[bytes], str]:
+def start_server(db: str, namespace: str = NAMESPACE, *options: str) -> tuple[subprocess.Popen[bytes], str]:
+    """This checkout's ``tortoise serve`` on ``db`` at a free loopback port, once it answers /health; and its URL."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     proc = subprocess.Popen([sys.executable, "-m", "tortoise_sdk.cli", "serve", "--db", db, "--namespace",
-                             NAMESPACE, "--port", str(port)], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+                             namespace, "--port", str(port), *options], cwd=ROOT,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:

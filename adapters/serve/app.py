@@ -29,7 +29,7 @@ from ...errors import (
     TortoiseError,
 )
 from ...memory import NO_MODEL_REASON, Memory
-from . import api, inspector
+from . import api, hooks, inspector
 from .auth import Denied, MemoryPool, ServeSettings, is_loopback
 
 __all__ = ("NO_MODEL_ON_SERVER", "build_app", "error_status")
@@ -90,6 +90,7 @@ def build_app(settings: ServeSettings | None = None, *, memory_factory: Callable
         return api.Health(version=__version__)
 
     app.include_router(api.router, tags=["memory"])
+    app.include_router(hooks.router, tags=["hosts"])
     app.include_router(inspector.router, include_in_schema=False)
     app.mount("/static", StaticFiles(directory=Path(__file__).parent / "static"), name="static")
 

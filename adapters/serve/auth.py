@@ -95,6 +95,8 @@ class ServeSettings:
         max_body_bytes: the largest request body accepted (413 past it).
         memory_options: more ``Memory`` arguments (``model``, ``api_base`` ...), the same for every namespace.
         host: the bind address, for the ``Host`` header check on loopback.
+        claude_code_hooks: take Claude Code's HTTP hooks (``hooks``): the server then reads the transcript
+            files the events name.
     """
 
     db: str | None = None
@@ -103,6 +105,7 @@ class ServeSettings:
     max_body_bytes: int = 4 * 1024 * 1024
     memory_options: dict[str, Any] = field(default_factory=dict)
     host: str = "127.0.0.1"
+    claude_code_hooks: bool = False
 
 
 class MemoryPool:

@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from ..adapters.claude_code import MAX_BYTES_PER_CALL
 from ..errors import ConfigError, InvalidInput, NotFoundError, TortoiseError
 from ..memory import DEFAULT_EXTRACT_EVERY, DEFAULT_IDLE_S, DEFAULT_NAMESPACE, env_model
 from ._common import add_model_options, model_options
@@ -31,11 +32,11 @@ DEFAULT_HOOK_TIMEOUT_S = 8.0
 HOOK_STORE_TIMEOUT_S = 2.0
 #: What ``hooks install`` asks Claude Code to allow (its default is 60 s, or 600 s in newer versions).
 SETTINGS_TIMEOUT_S = 30
-#: New transcript bytes one hook call captures at most; a longer backlog is taken over several calls. Small
-#: enough that capturing it stays far inside ``HOOK_STORE_TIMEOUT_S`` (1 MiB of random text, the slowest to
-#: index, took 0.23 s here; 4 MiB took 0.9 s, and up to 2 s on a loaded machine, so a piece could time out
-#: on every call and never be captured).
-HOOK_MAX_BYTES = 1024 * 1024
+#: What ``hooks install --url`` asks Claude Code to allow a request: the command's own hard limit, since a
+#: request has no limit of its own on the server (past it Claude Code goes on without the block).
+HTTP_TIMEOUT_S = int(DEFAULT_HOOK_TIMEOUT_S)
+#: New transcript bytes one hook call captures at most (kept far inside ``HOOK_STORE_TIMEOUT_S``).
+HOOK_MAX_BYTES = MAX_BYTES_PER_CALL
 _LOG_MAX_BYTES = 1024 * 1024
 #: The cursor that names the project a project install's namespace belongs to (``{"dir": absolute path}``).
 PROJECT_CURSOR = "hooks:project"
@@ -215,11 +216,16 @@ def _register_hook(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_hooks(args: argparse.Namespace) -> int:
-    from ..adapters.claude_code import install_hooks, uninstall_hooks
+    from ..adapters.claude_code import hook_url, install_hooks, uninstall_hooks
 
     if args.user and args.shared:
         raise InvalidInput("--shared chooses a project's committed .claude/settings.json; --user writes "
                            "~/.claude/settings.json: pass one of them")
+    if args.url is None and args.token_env:
+        raise InvalidInput("--token-env names the server's token for --url: give --url too, or drop --token-env")
+    if args.url is not None and args.model:
+        raise InvalidInput("with --url the server queues extraction with its own model (`tortoise serve --model "
+                           "MODEL`): drop --model here")
     path = _settings_path(args)
     current = _read_settings(path)
     claims: list[str] = []
@@ -231,7 +237,9 @@ def _cmd_hooks(args: argparse.Namespace) -> int:
             claims += more
     try:
         if args.action == "install":
-            updated = install_hooks(current, _hook_command(args), timeout=SETTINGS_TIMEOUT_S)
+            updated = (install_hooks(current, url=hook_url(args.url, hook_namespace(args)), token_env=args.token_env,
+                                     timeout=HTTP_TIMEOUT_S) if args.url is not None
+                       else install_hooks(current, _hook_command(args), timeout=SETTINGS_TIMEOUT_S))
         else:
             updated = uninstall_hooks(current)
     except InvalidInput as exc:  # the message names the key; this names the file
@@ -402,7 +410,13 @@ def _namespace_note(args: argparse.Namespace) -> str:
     flag = f" {shlex.join(words)}" if words else ""
     note = f"tortoise: namespace {namespace!r}: `tortoise search WORDS{flag}` reads it"
     model = args.model or env_model()
-    if model:
+    if getattr(args, "url", None) is not None:
+        db = shlex.join(["--db", args.db]) + " " if getattr(args, "db", None) else ""
+        note += (f"; Claude Code posts each event to {args.url}: keep `tortoise {db}serve --claude-code-hooks` "
+                 f"running there (its --model queues extraction for `tortoise worker`; its --token SECRET is the one "
+                 f"--token-env names); while it is down prompts get no block, and the next event captures what "
+                 f"was missed")
+    elif model:
         note += (f"; `tortoise worker{flag} --model {shlex.quote(model)}` extracts it (a session's job is due "
                  f"{DEFAULT_EXTRACT_EVERY} turns or {DEFAULT_IDLE_S / 60:g} minutes after its last capture)")
         if not args.model:  # the command names no model: Claude Code's own environment decides
@@ -506,4 +520,11 @@ def _register_hooks(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--print", action="store_true",
                    help="print the resulting settings instead of writing them, and name the file they would go to")
     p.add_argument("--model", help="litellm model the hook queues extraction for (default: $TORTOISE_MODEL)")
+    p.add_argument("--url", metavar="SERVER",
+                   help="write HTTP hooks that post each event to a running `tortoise serve --claude-code-hooks` at "
+                        "SERVER (e.g. http://127.0.0.1:8765) instead of starting `tortoise hook` per event: no "
+                        "process start, the same block")
+    p.add_argument("--token-env", metavar="NAME",
+                   help="with --url: the environment variable holding the server's token, sent as "
+                        "'Authorization: Bearer $NAME' (Claude Code's environment must have it)")
     p.set_defaults(handler=_cmd_hooks)

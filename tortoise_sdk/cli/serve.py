@@ -27,6 +27,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "(also $TORTOISE_SERVE_TOKENS, comma-separated)")
     p.add_argument("--max-body", type=bounded_int(1, 1024), default=4, metavar="MB",
                    help="the largest request body, in MiB (default: 4)")
+    p.add_argument("--claude-code-hooks", action="store_true",
+                   help="take Claude Code's HTTP hooks (`tortoise hooks install --url`) at "
+                        "/v1/ns/NAMESPACE/hooks/claude-code: no process starts per event; the server reads the "
+                        "transcript files the events name, so run it as the user whose transcripts they are")
     add_model_options(p, model_help="litellm model whose extraction jobs captures queue and POST /flush runs "
                                     "(default: $TORTOISE_MODEL)")
     p.set_defaults(handler=_cmd_serve)
@@ -46,6 +50,6 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     check_bind(args.host, grants)
     settings = ServeSettings(db=args.db, namespaces=[args.namespace], tokens=grants,
                              max_body_bytes=args.max_body * 1024 * 1024, memory_options=model_options(args),
-                             host=args.host)
+                             host=args.host, claude_code_hooks=args.claude_code_hooks)
     uvicorn.run(build_app(settings), host=args.host, port=args.port, log_level="warning")
     return 0

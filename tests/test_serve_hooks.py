@@ -1,0 +1,231 @@
+"""Claude Code's HTTP hooks on ``tortoise serve --claude-code-hooks``, and ``tortoise hooks install --url``.
+
+The same events as ``tests/test_claude_code_hooks.py``, posted as Claude Code's ``"type": "http"`` hooks
+post them: the answer must be what ``tortoise hook`` prints for the same store and event, captures must
+equal the command's, and the route must take nothing it should not (off by default, a token when the
+server has them, JSON bodies only).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+pytest.importorskip("fastapi", reason="the server extra is not installed (pip install -e '.[dev]' installs it)")
+
+from fastapi.testclient import TestClient  # noqa: E402
+
+from tortoise_sdk import Memory  # noqa: E402
+from tortoise_sdk.adapters.claude_code import hook_url, install_hooks, is_our_hook, uninstall_hooks  # noqa: E402
+from tortoise_sdk.adapters.serve import ServeSettings, build_app, parse_tokens  # noqa: E402
+from tortoise_sdk.adapters.serve.hooks import OFF  # noqa: E402
+from tortoise_sdk.cli import main  # noqa: E402
+from tortoise_sdk.errors import InvalidInput  # noqa: E402
+
+DATA = Path(__file__).resolve().parent / "data"
+SHORT = DATA / "claude_code_short.jsonl"
+SHORT_SESSION = "55604662-cf2a-4331-851a-ec234028f8ca"
+ROUTE = "/v1/ns/default/hooks/claude-code"
+TOKEN = "hooks-token-0123456789"
+
+
+def event(name: str, session_id: str, transcript: Path | str, **extra: Any) -> dict[str, Any]:
+    return {"session_id": session_id, "transcript_path": str(transcript), "cwd": "/home/marco/projects/spotter",
+            "permission_mode": "default", "hook_event_name": name, **extra}
+
+
+def served(db: Path, *, hooks: bool = True, tokens: list[str] | None = None) -> TestClient:
+    app = build_app(ServeSettings(db=str(db), tokens=parse_tokens(tokens or []), claude_code_hooks=hooks))
+    return TestClient(app, base_url="http://127.0.0.1", raise_server_exceptions=False)
+
+
+def run_hook(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], db: Path,
+             doc: dict[str, Any]) -> dict[str, Any]:
+    """``tortoise hook`` in this process; what it prints, ``{}`` for nothing (the served route's empty answer)."""
+    monkeypatch.setattr(sys, "stdin", io.StringIO(json.dumps(doc)))
+    assert main(["--db", str(db), "hook"]) == 0
+    out = capsys.readouterr().out
+    return json.loads(out) if out.strip() else {}
+
+
+def turns_of(db: Path) -> dict[str, list[tuple[Any, ...]]]:
+    with Memory(str(db)) as mem:
+        return {s.session_id: [(t.external_id, t.role, t.content) for t in mem.turns(s.session_id)]
+                for s in mem.sessions()}
+
+
+@pytest.fixture
+def earlier(tmp_path: Path) -> Path:
+    path = tmp_path / "earlier.jsonl"
+    path.write_bytes(SHORT.read_bytes())
+    return path
+
+
+def test_the_served_hook_answers_what_the_command_prints(monkeypatch, capsys, tmp_path, earlier) -> None:
+    """Two stores fed the same events, one by the command and one by the server, give the same answers."""
+    by_command, by_server = tmp_path / "command.db", tmp_path / "server.db"
+    today = tmp_path / "today.jsonl"
+    today.write_bytes(b"")
+    events = [event("SessionEnd", SHORT_SESSION, earlier),
+              event("UserPromptSubmit", "today", today, prompt="mix phx.server doesnt start again"),
+              event("UserPromptSubmit", "today", today, prompt="mix phx.server doesnt start again"),
+              event("UserPromptSubmit", "today", today, prompt="remind me what we found about mix phx.server?"),
+              event("UserPromptSubmit", "today", today, prompt="thanks!"),
+              event("UserPromptSubmit", "today", today, prompt="/init")]
+    with served(by_server) as c:
+        answers = [c.post(ROUTE, json=e) for e in events]
+    assert [a.status_code for a in answers] == [200] * len(events)
+    printed = [run_hook(monkeypatch, capsys, by_command, e) for e in events]
+    # The block's last line names the database to expand a pointer from: each store's own.
+    assert (json.dumps([a.json() for a in answers]).replace(str(by_server), "DB")
+            == json.dumps(printed).replace(str(by_command), "DB"))
+    assert str(by_server) in answers[1].json()["hookSpecificOutput"]["additionalContext"]
+    block = printed[1]["hookSpecificOutput"]["additionalContext"]
+    assert block.startswith("[tortoise memory]") and "mix phx.server doesnt seem to start" in block
+    assert printed[2] != printed[1] and printed[4] == printed[5] == {}  # shown once; nothing to say
+    assert turns_of(by_server) == turns_of(by_command) and SHORT_SESSION in turns_of(by_server)
+
+
+def test_events_missed_while_the_server_was_down_are_captured_by_the_next(tmp_path, earlier) -> None:
+    """Claude Code goes on when an HTTP hook fails: the next event reads on from the offset the store kept."""
+    db, live = tmp_path / "m.db", tmp_path / "live.jsonl"
+    lines = SHORT.read_bytes().splitlines(keepends=True)
+    live.write_bytes(b"".join(lines[:3]))
+    with served(db) as c:
+        assert c.post(ROUTE, json=event("Stop", SHORT_SESSION, live)).json() == {}
+        live.write_bytes(b"".join(lines))  # the rest was written while no event reached the server
+        assert c.post(ROUTE, json=event("Stop", SHORT_SESSION, live)).json() == {}
+    whole = tmp_path / "whole.db"
+    with served(whole) as c:
+        assert c.post(ROUTE, json=event("SessionEnd", SHORT_SESSION, earlier)).status_code == 200
+    assert turns_of(db) == turns_of(whole) and len(turns_of(db)[SHORT_SESSION]) > 3
+
+
+def test_the_route_is_off_unless_the_server_was_started_with_it(tmp_path, earlier) -> None:
+    db = tmp_path / "m.db"
+    with served(db, hooks=False) as c:
+        answer = c.post(ROUTE, json=event("SessionEnd", SHORT_SESSION, earlier))
+    assert answer.status_code == 404 and answer.json() == {"error": "NotFoundError", "message": OFF, "field": None}
+    assert turns_of(db) == {}  # nothing read
+
+
+def test_the_route_needs_the_servers_token_for_its_namespace(tmp_path, earlier) -> None:
+    db = tmp_path / "m.db"
+    with served(db, tokens=[f"{TOKEN}:default", "other-token-0123456789:other"]) as c:
+        doc = event("SessionEnd", SHORT_SESSION, earlier)
+        assert c.post(ROUTE, json=doc).status_code == 401
+        assert c.post(ROUTE, json=doc, headers={"Authorization": "Bearer other-token-0123456789"}).status_code == 403
+        assert turns_of(db) == {}
+        assert c.post(ROUTE, json=doc, headers={"Authorization": f"Bearer {TOKEN}"}).status_code == 200
+    assert SHORT_SESSION in turns_of(db)
+
+
+def test_only_a_json_body_is_taken(tmp_path, earlier) -> None:
+    """A page of another site can post text/plain to a loopback server without asking the browser first; the
+    route refuses it, so such a page cannot make the server read a file into memory."""
+    db = tmp_path / "m.db"
+    with served(db) as c:
+        answer = c.post(ROUTE, content=json.dumps(event("SessionEnd", SHORT_SESSION, earlier)),
+                        headers={"Content-Type": "text/plain"})
+    assert answer.status_code == 400 and answer.json()["error"] == "InvalidInput"
+    assert turns_of(db) == {}
+
+
+@pytest.mark.parametrize(("doc", "field"), [
+    ({"prompt": "hello"}, "stdin"),  # no hook_event_name: not an event
+    (event("Stop", "s", "{tmp}/missing.jsonl"), "transcript_path"),
+    (event("Stop", "s", "{tmp}"), "transcript_path"),  # a directory
+])
+def test_a_bad_event_or_an_unreadable_transcript_is_a_400_in_one_line(tmp_path, doc, field) -> None:
+    doc = {k: v.format(tmp=tmp_path) if isinstance(v, str) else v for k, v in doc.items()}
+    with served(tmp_path / "m.db") as c:
+        answer = c.post(ROUTE, json=doc)
+    assert answer.status_code == 400, answer.text
+    body = answer.json()
+    assert body["error"] == "InvalidInput" and body["field"] == field and "\n" not in body["message"]
+
+
+# -- hooks install --url -----------------------------------------------------------------------------
+
+
+OTHERS = {"hooks": {"Stop": [{"hooks": [{"type": "command", "command": "notify-send done"}]},
+                             {"hooks": [{"type": "http", "url": "http://127.0.0.1:9000/audit"}]}]},
+          "model": "opus"}
+
+
+def test_install_url_writes_http_hooks_and_uninstall_removes_only_them(tmp_path, capsys) -> None:
+    project = tmp_path / "spotter"
+    settings_file = project / ".claude" / "settings.local.json"
+    settings_file.parent.mkdir(parents=True)
+    settings_file.write_text(json.dumps(OTHERS))
+    args = ["--db", str(tmp_path / "m.db"), "hooks", "install", "--project", str(project),
+            "--url", "http://127.0.0.1:8765/", "--token-env", "TORTOISE_TOKEN"]
+    assert main(args) == 0
+    said = capsys.readouterr().err
+    assert "keep `tortoise --db" in said and "serve --claude-code-hooks` running there" in said
+    written = json.loads(settings_file.read_text())
+    ours = {"type": "http", "url": "http://127.0.0.1:8765/v1/ns/spotter/hooks/claude-code", "timeout": 8,
+            "headers": {"Authorization": "Bearer $TORTOISE_TOKEN"}, "allowedEnvVars": ["TORTOISE_TOKEN"]}
+    for name in ("UserPromptSubmit", "Stop", "SubagentStop", "PreCompact", "SessionEnd"):
+        assert written["hooks"][name][-1] == {"hooks": [ours]}
+    assert written["hooks"]["Stop"][:2] == OTHERS["hooks"]["Stop"] and written["model"] == "opus"
+    # A command install replaces the HTTP one (never both: each prompt would get two blocks), and back.
+    assert main(args[:-4]) == 0
+    assert not any(h.get("type") == "http" and "claude-code" in h["url"]
+                   for g in json.loads(settings_file.read_text())["hooks"]["Stop"] for h in g["hooks"])
+    assert main(args) == 0 and json.loads(settings_file.read_text()) == written
+    assert main(["hooks", "uninstall", "--project", str(project)]) == 0
+    assert json.loads(settings_file.read_text()) == OTHERS
+
+
+@pytest.mark.parametrize(("extra", "says"), [
+    (["--url", "127.0.0.1:8765"], "give the address `tortoise serve` listens on"),
+    (["--url", "http://127.0.0.1:8765/?x=1"], "give the address"),
+    (["--token-env", "T"], "give --url too"),
+    (["--url", "http://127.0.0.1:8765", "--model", "openai/gpt-4o-mini"], "drop --model here"),
+])
+def test_install_url_refuses_what_cannot_work_and_writes_nothing(tmp_path, capsys, extra, says) -> None:
+    assert main(["hooks", "install", "--project", str(tmp_path), *extra]) == 2
+    assert says in capsys.readouterr().err and not (tmp_path / ".claude").exists()
+
+
+def test_hook_url_quotes_the_namespace() -> None:
+    assert hook_url("https://mem.example/base/", "a b/c") == "https://mem.example/base/v1/ns/a%20b%2Fc/hooks/claude-code"
+    with pytest.raises(InvalidInput):
+        hook_url("ftp://127.0.0.1", "x")
+
+
+_entries = st.one_of(
+    st.builds(lambda c: {"type": "command", "command": c}, st.sampled_from(["notify-send", "make lint", "tortoise"])),
+    st.builds(lambda u: {"type": "http", "url": u},
+              st.sampled_from(["http://127.0.0.1:9000/audit", "http://x/v1/ns/a/hooks/other", "http://x/claude-code"])),
+)
+_settings = st.fixed_dictionaries({"hooks": st.dictionaries(
+    st.sampled_from(["Stop", "UserPromptSubmit", "PreToolUse", "SessionEnd"]),
+    st.lists(st.builds(lambda hs: {"hooks": hs}, st.lists(_entries, min_size=1, max_size=3)), min_size=1, max_size=3),
+    min_size=1)})
+
+
+@settings(max_examples=150, suppress_health_check=[HealthCheck.too_slow])
+@given(others=_settings, first=st.booleans(), repeat=st.integers(1, 3))
+def test_any_install_sequence_then_uninstall_gives_back_the_other_hooks(others, first, repeat) -> None:
+    """Installs of either kind, in any order and any number of times, then one uninstall: the other hooks as they
+    were, and between installs exactly one of ours per event."""
+    url = hook_url("http://127.0.0.1:8765", "spotter")
+    current: dict[str, Any] = others
+    for i in range(repeat):
+        by_url = (i % 2 == 0) == first
+        current = (install_hooks(current, url=url, timeout=8) if by_url
+                   else install_hooks(current, "/usr/bin/tortoise hook", timeout=30))
+        mine = {name: [h for g in groups for h in g["hooks"] if is_our_hook(h)]
+                for name, groups in current["hooks"].items()}
+        assert all(len(mine[name]) == 1 for name in ("UserPromptSubmit", "Stop", "SubagentStop", "PreCompact",
+                                                     "SessionEnd"))
+    assert uninstall_hooks(current) == others
