@@ -18,7 +18,10 @@ recall, answer (share of questions whose block text holds the answer itself, as 
 pointer cut before it does not count), silence on generic prompts, current-session pointers (a pointer to a turn of the session
 being run that the host still holds: before its last compaction summary it is fair game), and the
 wall time of ``tortoise hook`` UserPromptSubmit as a fresh process (p50/p95, alternating codes).
-One project (``held_out`` in the JSON) took no part in any tuning.
+One project (``held_out`` in the JSON) took no part in any tuning. The ``served`` row times the same
+prompts posted, as Claude Code's HTTP hook posts them (a new connection each), to this checkout's
+``tortoise serve --claude-code-hooks`` on this checkout's database, in the same loop, and says how many
+of its answers equal the fresh process's output (``--no-served`` leaves it out).
 
 ``--embedder minilm`` adds a third arm: this checkout with ``Memory(embedder=MiniLM)`` (all-MiniLM-L6-v2
 in numpy, from ``bench_embeddings``, texts cut at 128 tokens as sentence-transformers does for this
@@ -29,7 +32,7 @@ how fast this loaded machine embeds a query; the fused arm has no fresh-process 
 embedder cannot go through the CLI).
 
 Run: .venv/bin/python benchmarks/bench_coding_memory.py [--project NAME] [--hook-runs 12] [--no-main]
-[--embedder minilm]
+[--no-served] [--embedder minilm]
 """
 
 from __future__ import annotations
