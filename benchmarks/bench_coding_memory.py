@@ -52,7 +52,6 @@ from typing import Any
 from urllib.parse import quote, urlsplit
 
 import figures
-from bench_serve import start_server
 
 ROOT = Path(__file__).resolve().parents[1]
 QUESTIONS = ROOT / "tests" / "data" / "coding_memory_questions.json"
@@ -215,7 +214,7 @@ def replay(spec: dict, name: str, work: Path, embedder: str | None = None, unbud
         turns = _turns_by_id(mem, list(refs))
     for res in results:
         res["pointers"] = [turns.get(r) or {"id": r} for r in _refs(res["block"])]
-    return {"results": results, "db": db}
+    return {"results": results, "db": db, "code": sys.modules[Memory.__module__].__file__}
 
 
 def _refs(block: str) -> list[str]:
@@ -340,7 +339,10 @@ def run_replay(code: Path | None, name: str, work: Path, sets: list[str], embedd
     script = str(ROOT / "benchmarks" / "bench_coding_memory.py")  # main's tree may predate the options
     subprocess.run([sys.executable, script, "--worker", name, "--work", str(work), "--out", str(out), *extra],
                    check=True, env=env_for(code), cwd=str(work))
-    return json.loads(out.read_text())
+    res = json.loads(out.read_text())
+    if not Path(res["code"]).resolve().is_relative_to((code or ROOT).resolve()):
+        raise SystemExit(f"the replay of {code or 'this checkout'} imported {res['code']}: the codes would be mixed")
+    return res
 
 
 def hook_times(runs: dict[str, tuple[Path | None, str, str]], prompts: list[str], n: int,
@@ -477,6 +479,10 @@ def main() -> None:
             if args.no_served:
                 t, same = hook_times(dbs, prompts, args.hook_runs)
             else:
+                # Here, not at the top: bench_serve puts this checkout first on sys.path and imports it, and a
+                # worker replaying the baseline's code must import the baseline's.
+                from bench_serve import start_server
+
                 server, base = start_server(dbs["this"][1], name, "--claude-code-hooks")
                 try:
                     t, same = hook_times(dbs, prompts, args.hook_runs,
