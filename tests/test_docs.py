@@ -267,3 +267,17 @@ def test_pages_cite_no_internal_issue_numbers(page):
     text = re.sub(r"\[[^\]]*\]\(https?://[^)]*\)", "", page.read_text(encoding="utf-8"))  # a public issue, linked
     cited = re.findall(r"\bissues?\s+#?\d+(?:\s+and\s+\d+)?", text, re.I)
     assert not cited, f"{page.relative_to(REPO)} cites {cited}: say what it refers to, or link a public page"
+
+
+_HEADING = re.compile(r"^#{1,6} \S", re.M)
+_FENCE = re.compile(r"^```.*?^```", re.M | re.S)
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(REPO)))
+def test_every_heading_of_a_page_renders_as_a_heading(page: Path) -> None:
+    """A wrapped line that starts with an HTML block tag (a code span's ``<main checkout>`` did) turns the rest of
+    the page into raw text, its headings and links with it, and the strict build does not see it."""
+    markdown = pytest.importorskip("markdown", reason="the docs tools are not installed (pip install -e '.[dev]')")
+    text = page.read_text(encoding="utf-8")
+    html = markdown.markdown(text, extensions=["toc", "tables", "fenced_code"])
+    assert len(re.findall(r"<h[1-6] id=", html)) == len(_HEADING.findall(_FENCE.sub("", text)))
