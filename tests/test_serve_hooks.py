@@ -229,3 +229,25 @@ def test_any_install_sequence_then_uninstall_gives_back_the_other_hooks(others, 
         assert all(len(mine[name]) == 1 for name in ("UserPromptSubmit", "Stop", "SubagentStop", "PreCompact",
                                                      "SessionEnd"))
     assert uninstall_hooks(current) == others
+
+
+def test_concurrent_events_of_one_transcript_capture_each_turn_once(tmp_path, earlier) -> None:
+    """Claude Code fires Stop, SubagentStop and the next prompt close together, and the server runs them on
+    its threads at once: whatever the interleaving, the store ends with each turn once, as a whole capture."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    db, live = tmp_path / "m.db", tmp_path / "live.jsonl"
+    lines = SHORT.read_bytes().splitlines(keepends=True)
+    live.write_bytes(b"")
+    names = ["Stop", "SubagentStop", "PreCompact", "UserPromptSubmit"]
+    with served(db) as c, ThreadPoolExecutor(4) as pool:
+        for start in range(0, len(lines), 3):
+            with live.open("ab") as f:
+                f.write(b"".join(lines[start:start + 3]))
+            docs = [event(n, SHORT_SESSION, live, **({"prompt": "mix phx.server"} if n == "UserPromptSubmit" else {}))
+                    for n in names]
+            assert [a.status_code for a in pool.map(lambda d: c.post(ROUTE, json=d), docs)] == [200] * 4
+    whole = tmp_path / "whole.db"
+    with served(whole) as c:
+        assert c.post(ROUTE, json=event("SessionEnd", SHORT_SESSION, earlier)).status_code == 200
+    assert turns_of(db) == turns_of(whole)
