@@ -268,7 +268,10 @@ def _cmd_hooks(args: argparse.Namespace) -> int:
     if pending is not None:  # the settings are written: the namespace is this project's now
         claims += _save_claim(args, pending)
     if args.action == "install":
-        for line in (*claims, _namespace_note(args), *_install_warnings(args, path)):
+        faster = [] if args.url is not None else [
+            "tortoise: each prompt starts a `tortoise hook` process and waits for its block; to skip the start, keep "
+            "`tortoise serve --claude-code-hooks` running and install with --url SERVER (docs/hosts/claude-code.md)"]
+        for line in (*claims, _namespace_note(args), *faster, *_install_warnings(args, path)):
             print(line, file=sys.stderr)
     return 0
 
