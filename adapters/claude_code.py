@@ -35,6 +35,7 @@ from urllib.parse import quote, urlsplit
 
 from ..errors import InvalidInput, StoreTimeout, TortoiseError
 from ..memory import DEFAULT_NAMESPACE
+from ..store.deadline import within
 
 if TYPE_CHECKING:
     from ..memory import Memory
@@ -44,6 +45,7 @@ __all__ = (
     "HOOK_EVENTS",
     "HTTP_ROUTE",
     "MAX_BYTES_PER_CALL",
+    "STORE_BOUND_S",
     "expand_hint",
     "handle_event",
     "hook_url",
@@ -51,6 +53,7 @@ __all__ = (
     "is_our_command",
     "is_our_hook",
     "namespace_words",
+    "transcript_paths",
     "uninstall_hooks",
 )
 
@@ -60,8 +63,13 @@ log = logging.getLogger(__name__)
 CAPTURE_EVENTS: tuple[str, ...] = ("Stop", "SubagentStop", "PreCompact", "SessionEnd")
 #: Every event ``tortoise hooks install`` registers.
 HOOK_EVENTS: tuple[str, ...] = ("UserPromptSubmit", *CAPTURE_EVENTS)
+#: The bound on each step's store calls (the capture, then the block), a wait for another process's write lock
+#: included: Claude Code waits for the hook, so a locked database costs a prompt this much, and its block is
+#: still built from what is stored (reads go on beside a writer); what was not captured is taken by the next
+#: event of the session.
+STORE_BOUND_S = 2.0
 #: New transcript bytes one event captures at most; a longer backlog is taken over several events. Small
-#: enough that capturing it stays far inside the hook's store bound (1 MiB of random text, the slowest to
+#: enough that capturing it stays far inside ``STORE_BOUND_S`` (1 MiB of random text, the slowest to
 #: index, took 0.23 s here; 4 MiB took 0.9 s, and up to 2 s on a loaded machine, so a piece could time out
 #: on every call and never be captured).
 MAX_BYTES_PER_CALL = 1024 * 1024
@@ -88,12 +96,15 @@ def handle_event(
     max_tokens: int = 400,
     max_bytes: int | None = None,
     time_budget_ms: float = REFLEX_TIME_BUDGET_MS,
+    step_bound_s: float | None = None,
 ) -> dict | None:
     """Act on one hook event; returns the JSON document to print, or None to print nothing.
 
     ``budget`` and ``max_tokens`` bound the block, ``time_budget_ms`` the reflex's run (past it
     the block is empty); ``max_bytes`` bounds the transcript bytes captured per call
-    (``Memory.follow``), so a long backlog is taken over several calls.
+    (``Memory.follow``), so a long backlog is taken over several calls. ``step_bound_s`` bounds each
+    step's store calls together (a capture, then the block), whatever ``mem``'s own bound: a database
+    another process holds for writing then costs a prompt that long, and the block is still built.
 
     Raises:
         InvalidInput: the event is not a hook event object.
@@ -108,17 +119,27 @@ def handle_event(
         locked = False
         if transcript:
             try:
-                _follow(mem, transcript, session_id, False, max_bytes)
+                with within(step_bound_s):
+                    _follow(mem, transcript, session_id, False, max_bytes)
             except (TortoiseError, OSError) as exc:  # the block can still be built from what is stored
                 log.warning("transcript not captured: %s", exc)
                 locked = isinstance(exc, StoreTimeout)
         prompt = slash_arguments(_text(event.get("prompt")))
-        return (_prompt_context(mem, session_id, prompt, budget, max_tokens, time_budget_ms, remember=not locked)
-                if prompt else None)
+        if not prompt:
+            return None
+        with within(step_bound_s):
+            return _prompt_context(mem, session_id, prompt, budget, max_tokens, time_budget_ms, remember=not locked)
     if name in CAPTURE_EVENTS:
-        for path in dict.fromkeys(p for p in (transcript, _text(event.get("agent_transcript_path"))) if p):
-            _follow(mem, path, session_id, "background", max_bytes)
+        for path in transcript_paths(event):
+            with within(step_bound_s):
+                _follow(mem, path, session_id, "background", max_bytes)
     return None
+
+
+def transcript_paths(event: Mapping[str, Any]) -> list[str]:
+    """The files an event names for capture: its ``transcript_path`` and a sub-agent's ``agent_transcript_path``."""
+    return list(dict.fromkeys(p for p in (_text(event.get("transcript_path")),
+                                          _text(event.get("agent_transcript_path"))) if p))
 
 
 def slash_arguments(prompt: str | None) -> str | None:
@@ -228,12 +249,17 @@ def hook_url(server: str, namespace: str) -> str:
     """The URL Claude Code posts each event to: ``server`` (``http://127.0.0.1:8765``) and the namespace's route.
 
     Raises:
-        InvalidInput: ``server`` is not an ``http://`` or ``https://`` address with a host, or has a query.
+        InvalidInput: ``server`` is not an ``http://`` or ``https://`` address with a host, has a query or
+            already holds a route (``/v1/...``); ``namespace`` holds a ``/``.
     """
     parts = urlsplit(server.strip())
-    if parts.scheme not in ("http", "https") or not parts.netloc or parts.query or parts.fragment:
+    if (parts.scheme not in ("http", "https") or not parts.netloc or parts.query or parts.fragment
+            or "/v1/" in parts.path + "/"):
         raise InvalidInput(f"--url {server!r}: give the address `tortoise serve` listens on, e.g. "
-                           "http://127.0.0.1:8765", field="url")
+                           "http://127.0.0.1:8765 (the path to the namespace is added)", field="url")
+    if "/" in namespace:
+        raise InvalidInput(f"namespace {namespace!r} holds a '/', which a URL path cannot carry: give the HTTP "
+                           "hooks a namespace without one (--namespace NAME)", field="namespace")
     return f"{parts.scheme}://{parts.netloc}{parts.path.rstrip('/')}/v1/ns/{quote(namespace, safe='')}{HTTP_ROUTE}"
 
 

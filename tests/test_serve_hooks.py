@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import io
 import json
+import sqlite3
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -23,11 +25,17 @@ pytest.importorskip("fastapi", reason="the server extra is not installed (pip in
 from fastapi.testclient import TestClient  # noqa: E402
 
 from tortoise_sdk import Memory  # noqa: E402
-from tortoise_sdk.adapters.claude_code import hook_url, install_hooks, is_our_hook, uninstall_hooks  # noqa: E402
+from tortoise_sdk.adapters.claude_code import (  # noqa: E402
+    STORE_BOUND_S,
+    hook_url,
+    install_hooks,
+    is_our_hook,
+    uninstall_hooks,
+)
 from tortoise_sdk.adapters.serve import ServeSettings, build_app, parse_tokens  # noqa: E402
 from tortoise_sdk.adapters.serve.hooks import OFF  # noqa: E402
 from tortoise_sdk.cli import main  # noqa: E402
-from tortoise_sdk.errors import InvalidInput  # noqa: E402
+from tortoise_sdk.errors import ConfigError, InvalidInput  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data"
 SHORT = DATA / "claude_code_short.jsonl"
@@ -42,7 +50,9 @@ def event(name: str, session_id: str, transcript: Path | str, **extra: Any) -> d
 
 
 def served(db: Path, *, hooks: bool = True, tokens: list[str] | None = None) -> TestClient:
-    app = build_app(ServeSettings(db=str(db), tokens=parse_tokens(tokens or []), claude_code_hooks=hooks))
+    """The server on ``db``, taking transcripts from the database's folder (where each test writes them)."""
+    app = build_app(ServeSettings(db=str(db), tokens=parse_tokens(tokens or []), claude_code_hooks=hooks,
+                                  transcripts=str(db.parent)))
     return TestClient(app, base_url="http://127.0.0.1", raise_server_exceptions=False)
 
 
@@ -93,14 +103,16 @@ def test_the_served_hook_answers_what_the_command_prints(monkeypatch, capsys, tm
     assert turns_of(by_server) == turns_of(by_command) and SHORT_SESSION in turns_of(by_server)
 
 
-def test_events_missed_while_the_server_was_down_are_captured_by_the_next(tmp_path, earlier) -> None:
-    """Claude Code goes on when an HTTP hook fails: the next event reads on from the offset the store kept."""
+def test_what_a_session_wrote_while_the_server_was_down_is_captured_by_its_next_event(tmp_path, earlier) -> None:
+    """Claude Code goes on when an HTTP hook fails: the session's next event reads on from the offset the store
+    kept."""
     db, live = tmp_path / "m.db", tmp_path / "live.jsonl"
     lines = SHORT.read_bytes().splitlines(keepends=True)
     live.write_bytes(b"".join(lines[:3]))
     with served(db) as c:
         assert c.post(ROUTE, json=event("Stop", SHORT_SESSION, live)).json() == {}
-        live.write_bytes(b"".join(lines))  # the rest was written while no event reached the server
+    live.write_bytes(b"".join(lines))  # written while the server was down: its events were lost
+    with served(db) as c:  # up again
         assert c.post(ROUTE, json=event("Stop", SHORT_SESSION, live)).json() == {}
     whole = tmp_path / "whole.db"
     with served(whole) as c:
@@ -127,29 +139,94 @@ def test_the_route_needs_the_servers_token_for_its_namespace(tmp_path, earlier) 
     assert SHORT_SESSION in turns_of(db)
 
 
-def test_only_a_json_body_is_taken(tmp_path, earlier) -> None:
-    """A page of another site can post text/plain to a loopback server without asking the browser first; the
-    route refuses it, so such a page cannot make the server read a file into memory."""
+@pytest.mark.parametrize("headers", [
+    {"Content-Type": "text/plain"},  # a form or a no-cors fetch of another site: no question asked first
+    {"Content-Type": ""},  # a Blob body with no type (FastAPI before 0.132 parsed it as JSON)
+    {"Content-Type": "application/json", "Origin": "https://evil.example"},
+    {"Content-Type": "application/json", "Sec-Fetch-Site": "cross-site"},
+], ids=["text/plain", "no type", "origin", "sec-fetch-site"])
+def test_a_request_a_browser_can_send_is_refused_and_reads_nothing(tmp_path, earlier, headers) -> None:
+    """A page of another site can post to a loopback server without the browser asking it first; such a request
+    must not make the server read a file into memory (Claude Code sends JSON with no Origin)."""
     db = tmp_path / "m.db"
     with served(db) as c:
-        answer = c.post(ROUTE, content=json.dumps(event("SessionEnd", SHORT_SESSION, earlier)),
-                        headers={"Content-Type": "text/plain"})
-    assert answer.status_code == 400 and answer.json()["error"] == "InvalidInput"
+        answer = c.post(ROUTE, content=json.dumps(event("SessionEnd", SHORT_SESSION, earlier)), headers=headers)
+    assert answer.status_code == 400 and answer.json()["error"] == "InvalidInput", answer.text
     assert turns_of(db) == {}
 
 
 @pytest.mark.parametrize(("doc", "field"), [
-    ({"prompt": "hello"}, "stdin"),  # no hook_event_name: not an event
+    ({"prompt": "hello"}, "hook_event_name"),  # not an event
+    ({"hook_event_name": "Stop", "transcript_path": "{tmp}/earlier.jsonl"}, "session_id"),
     (event("Stop", "s", "{tmp}/missing.jsonl"), "transcript_path"),
-    (event("Stop", "s", "{tmp}"), "transcript_path"),  # a directory
+    (event("Stop", "s", "{tmp}/d.jsonl"), "transcript_path"),  # a directory
+    (event("Stop", "s", "earlier.jsonl"), "transcript_path"),  # relative: to what?
+    (event("Stop", "s", "{tmp}/earlier.txt"), "transcript_path"),
+    (event("Stop", "s", "/etc/passwd"), "transcript_path"),
+    (event("Stop", "s", "{tmp}/../elsewhere.jsonl"), "transcript_path"),
+    (event("UserPromptSubmit", "s", "/tmp/x.jsonl", prompt="hi"), "transcript_path"),
+    (event("SubagentStop", "s", "{tmp}/earlier.jsonl", agent_transcript_path="/var/x.jsonl"), "transcript_path"),
 ])
-def test_a_bad_event_or_an_unreadable_transcript_is_a_400_in_one_line(tmp_path, doc, field) -> None:
+def test_a_bad_event_or_a_transcript_outside_claude_codes_folder_is_a_400_in_one_line(tmp_path, earlier, doc,
+                                                                                      field) -> None:
+    (tmp_path / "d.jsonl").mkdir()
+    (tmp_path / "earlier.txt").write_bytes(earlier.read_bytes())
     doc = {k: v.format(tmp=tmp_path) if isinstance(v, str) else v for k, v in doc.items()}
     with served(tmp_path / "m.db") as c:
         answer = c.post(ROUTE, json=doc)
     assert answer.status_code == 400, answer.text
     body = answer.json()
     assert body["error"] == "InvalidInput" and body["field"] == field and "\n" not in body["message"]
+    assert str(tmp_path / "missing") not in body["message"]  # nothing said of what exists where
+    assert turns_of(tmp_path / "m.db") == {}
+
+
+def test_the_default_folder_is_claude_codes_own(monkeypatch, tmp_path) -> None:
+    monkeypatch.delenv("CLAUDE_CONFIG_DIR", raising=False)
+    assert ServeSettings().transcripts_folder() == Path.home() / ".claude" / "projects"
+    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(tmp_path))
+    assert ServeSettings().transcripts_folder() == tmp_path / "projects"
+    assert ServeSettings(transcripts=str(tmp_path / "t")).transcripts_folder() == tmp_path / "t"
+
+
+def test_the_hooks_are_refused_on_an_address_other_machines_reach(tmp_path, capsys) -> None:
+    with pytest.raises(ConfigError, match="--claude-code-hooks reads the transcript files"):
+        build_app(ServeSettings(db=str(tmp_path / "m.db"), host="0.0.0.0", tokens=parse_tokens([TOKEN]),
+                                claude_code_hooks=True))
+    assert main(["--db", str(tmp_path / "m.db"), "serve", "--host", "0.0.0.0", "--token", TOKEN,
+                 "--claude-code-hooks"]) == 2
+    assert "bind --host 127.0.0.1" in capsys.readouterr().err
+
+
+def test_a_locked_database_costs_a_prompt_the_store_bound_and_the_block_still_comes(tmp_path, earlier) -> None:
+    """As the command's: the server's own store bound (30 s) would hold the prompt past Claude Code's timeout."""
+    db = tmp_path / "m.db"
+    transcript = tmp_path / "t.jsonl"
+    transcript.write_text(json.dumps({"type": "user", "sessionId": "s2", "uuid": "u-1", "timestamp":
+                                      "2026-12-01T10:00:00Z", "message": {"role": "user", "content": "hello"}}) + "\n")
+    with served(db) as c:
+        assert c.post(ROUTE, json=event("Stop", SHORT_SESSION, earlier)).status_code == 200
+        blocker = sqlite3.connect(db, isolation_level=None)
+        blocker.execute("BEGIN IMMEDIATE")  # another writer holds the database: every write waits, reads go on
+        try:
+            started = time.monotonic()
+            answer = c.post(ROUTE, json=event("UserPromptSubmit", "s2", transcript,
+                                              prompt="why does mix phx.server not start?"))
+            elapsed = time.monotonic() - started
+        finally:
+            blocker.execute("ROLLBACK")
+            blocker.close()
+        assert answer.status_code == 200 and elapsed < 2 * STORE_BOUND_S + 2, (answer.text, elapsed)
+        assert "mix phx.server doesnt seem to start" in answer.json()["hookSpecificOutput"]["additionalContext"]
+        assert turns_of(db).get("s2", []) == []  # the capture that gave up left nothing...
+        assert c.post(ROUTE, json=event("Stop", "s2", transcript)).status_code == 200
+    assert turns_of(db)["s2"] == [("u-1", "user", "hello")]  # ... and the next event took it
+
+
+def test_an_empty_bearer_says_the_hooks_variable_is_not_set(tmp_path, earlier) -> None:
+    with served(tmp_path / "m.db", tokens=[TOKEN]) as c:
+        answer = c.post(ROUTE, json=event("Stop", SHORT_SESSION, earlier), headers={"Authorization": "Bearer "})
+    assert answer.status_code == 401 and "allowedEnvVars" in answer.json()["message"]
 
 
 # -- hooks install --url -----------------------------------------------------------------------------
@@ -166,10 +243,11 @@ def test_install_url_writes_http_hooks_and_uninstall_removes_only_them(tmp_path,
     settings_file.parent.mkdir(parents=True)
     settings_file.write_text(json.dumps(OTHERS))
     args = ["--db", str(tmp_path / "m.db"), "hooks", "install", "--project", str(project),
-            "--url", "http://127.0.0.1:8765/", "--token-env", "TORTOISE_TOKEN"]
+            "--url", "http://127.0.0.1:8765/", "--token-env", "$TORTOISE_TOKEN"]
     assert main(args) == 0
     said = capsys.readouterr().err
-    assert "keep `tortoise --db" in said and "serve --claude-code-hooks` running there" in said
+    assert f"keep `tortoise --db {tmp_path / 'm.db'} serve --claude-code-hooks` running there" in said
+    assert "--token SECRET:spotter with SECRET the value of $TORTOISE_TOKEN" in said
     written = json.loads(settings_file.read_text())
     ours = {"type": "http", "url": "http://127.0.0.1:8765/v1/ns/spotter/hooks/claude-code", "timeout": 8,
             "headers": {"Authorization": "Bearer $TORTOISE_TOKEN"}, "allowedEnvVars": ["TORTOISE_TOKEN"]}
@@ -188,6 +266,10 @@ def test_install_url_writes_http_hooks_and_uninstall_removes_only_them(tmp_path,
 @pytest.mark.parametrize(("extra", "says"), [
     (["--url", "127.0.0.1:8765"], "give the address `tortoise serve` listens on"),
     (["--url", "http://127.0.0.1:8765/?x=1"], "give the address"),
+    (["--url", "http://127.0.0.1:8765/v1/ns/x/hooks/claude-code"], "the path to the namespace is added"),
+    (["--url", "http://127.0.0.1:8765", "--namespace", "team/a"], "a URL path cannot carry"),
+    (["--url", "http://127.0.0.1:8765", "--token-env", "A B"], "is not the name of an environment variable"),
+    (["--url", "http://127.0.0.1:8765", "--token-env", ""], "is not the name of an environment variable"),
     (["--token-env", "T"], "give --url too"),
     (["--url", "http://127.0.0.1:8765", "--model", "openai/gpt-4o-mini"], "drop --model here"),
 ])
@@ -197,9 +279,10 @@ def test_install_url_refuses_what_cannot_work_and_writes_nothing(tmp_path, capsy
 
 
 def test_hook_url_quotes_the_namespace() -> None:
-    assert hook_url("https://mem.example/base/", "a b/c") == "https://mem.example/base/v1/ns/a%20b%2Fc/hooks/claude-code"
-    with pytest.raises(InvalidInput):
-        hook_url("ftp://127.0.0.1", "x")
+    assert hook_url("http://127.0.0.1:8765/base/", "a b") == "http://127.0.0.1:8765/base/v1/ns/a%20b/hooks/claude-code"
+    for server, namespace in (("ftp://127.0.0.1", "x"), ("http://127.0.0.1", "a/b")):
+        with pytest.raises(InvalidInput):
+            hook_url(server, namespace)
 
 
 _entries = st.one_of(

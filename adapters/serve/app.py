@@ -30,7 +30,7 @@ from ...errors import (
 )
 from ...memory import NO_MODEL_REASON, Memory
 from . import api, hooks, inspector
-from .auth import Denied, MemoryPool, ServeSettings, is_loopback
+from .auth import Denied, MemoryPool, ServeSettings, check_bind, is_loopback
 
 __all__ = ("NO_MODEL_ON_SERVER", "build_app", "error_status")
 
@@ -71,6 +71,7 @@ def build_app(settings: ServeSettings | None = None, *, memory_factory: Callable
         memory_factory: builds each namespace's ``Memory`` (``namespace=``, ``db=`` or ``store=``, options).
     """
     settings = settings or ServeSettings()
+    check_bind(settings.host, settings.tokens, settings.claude_code_hooks)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

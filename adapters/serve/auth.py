@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
+import os
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from fastapi import Request
@@ -73,15 +75,18 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def check_bind(host: str, grants: list[TokenGrant]) -> None:
-    """Refuse a bind address other clients can reach while no token is configured.
+def check_bind(host: str, grants: list[TokenGrant], claude_code_hooks: bool = False) -> None:
+    """Refuse a bind address other clients can reach while no token is configured, or with the Claude Code hooks on.
 
     Raises:
-        ConfigError: ``host`` is not loopback and ``grants`` is empty.
+        ConfigError: ``host`` is not loopback and ``grants`` is empty or ``claude_code_hooks`` is on.
     """
     if not grants and not is_loopback(host):
         raise ConfigError(f"--host {host} is reachable from other machines: pass --token SECRET[:namespace] (or set "
                           "TORTOISE_SERVE_TOKENS) so clients must authenticate, or bind --host 127.0.0.1", field="host")
+    if claude_code_hooks and not is_loopback(host):
+        raise ConfigError(f"--claude-code-hooks reads the transcript files of this machine's Claude Code: bind --host "
+                          f"127.0.0.1, not {host} (another machine's transcripts are not on this one)", field="host")
 
 
 @dataclass
@@ -96,7 +101,9 @@ class ServeSettings:
         memory_options: more ``Memory`` arguments (``model``, ``api_base`` ...), the same for every namespace.
         host: the bind address, for the ``Host`` header check on loopback.
         claude_code_hooks: take Claude Code's HTTP hooks (``hooks``): the server then reads the transcript
-            files the events name.
+            files the events name (loopback only).
+        transcripts: the folder those files must be in (default: Claude Code's projects folder,
+            ``$CLAUDE_CONFIG_DIR/projects`` or ``~/.claude/projects``).
     """
 
     db: str | None = None
@@ -106,6 +113,14 @@ class ServeSettings:
     memory_options: dict[str, Any] = field(default_factory=dict)
     host: str = "127.0.0.1"
     claude_code_hooks: bool = False
+    transcripts: str | None = None
+
+    def transcripts_folder(self) -> Path:
+        """The folder the Claude Code hooks' transcripts must be in (``transcripts``, or Claude Code's own)."""
+        if self.transcripts:
+            return Path(self.transcripts).expanduser()
+        config = os.environ.get("CLAUDE_CONFIG_DIR")
+        return (Path(config).expanduser() if config else Path.home() / ".claude") / "projects"
 
 
 class MemoryPool:
@@ -152,6 +167,10 @@ def authorize(request: Request, namespace: str | None) -> TokenGrant | None:
     if not grants:
         return None
     secret = _presented(request)
+    if secret is None and request.headers.get("authorization", "").strip().lower() == "bearer":
+        raise Denied("the Authorization header holds 'Bearer' and no token: a Claude Code HTTP hook sends it so when "
+                     "the variable its allowedEnvVars names (hooks install --token-env) is not set in Claude Code's "
+                     "environment", status=401)
     if secret is None:
         raise Denied("this server needs a token: send the header 'Authorization: Bearer SECRET'", status=401)
     grant = next((g for g in grants if hmac.compare_digest(g.secret.encode(), secret.encode())), None)

@@ -4,29 +4,43 @@ A command hook starts a Python process per event (``tortoise hook``), and most o
 goes to importing the package. An HTTP hook (``"type": "http"`` in Claude Code's settings, written by
 ``tortoise hooks install --url``) posts the same event as JSON to ``POST /v1/ns/{namespace}/hooks/claude-code``
 instead. The server is already warm and answers with what the command would have printed, from the
-same ``handle_event``, so the block is the same. Claude Code treats a non-2xx answer, a refused
-connection or a timeout as a non-blocking error. A server that is down therefore costs that prompt's
-block, never the prompt. The transcript is read from the byte offset the store keeps, so the next event
-captures whatever was missed.
+same ``handle_event`` with the same bounds, so the block is the same. Claude Code treats a non-2xx
+answer, a refused connection or a timeout as a non-blocking error: a server that is down costs those
+prompts their blocks, never the prompts, and the next event of a session captures what its transcript
+gained meanwhile (the store keeps each file's byte offset).
 
-The server reads the transcript files the events name. It must run as the user whose transcripts they
-are, and it captures only the lines of the event's own session. The route answers 404 unless the server
-was started with ``--claude-code-hooks``. It takes only ``application/json`` bodies: a page of another
-site cannot post one unless the browser asks the server first, and the server never grants that. Like
-every route, it needs a token when the server has tokens.
+The server reads the transcript files the events name, so the route takes what only Claude Code on
+this machine sends:
+
+- it answers 404 unless the server was started with ``--claude-code-hooks``, and ``build_app`` refuses
+  that on an address other machines can reach (their transcripts are not on this one);
+- a transcript must be an absolute ``.jsonl`` path inside Claude Code's projects folder
+  (``ServeSettings.transcripts``: ``$CLAUDE_CONFIG_DIR/projects`` or ``~/.claude/projects``), and only
+  the lines of the event's own ``session_id`` (required) are captured;
+- the body must be ``application/json``, and a request a browser sends (an ``Origin`` header, or
+  ``Sec-Fetch-Site`` other than ``none``) is refused: a page of another site cannot make the server read
+  a file;
+- like every route, it needs a token when the server has tokens.
+
+Failures answer 4xx/5xx with the usual error body and a log line on the server's stderr (the command
+instead exits 0 silently and logs to ``hooks.log``); either way Claude Code goes on without a block.
 """
 
 from __future__ import annotations
 
+import logging
+from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Query, Request
 
 from ...errors import InvalidInput, NotFoundError, StreamParseError
-from ..claude_code import HTTP_ROUTE, MAX_BYTES_PER_CALL, handle_event
+from ..claude_code import HTTP_ROUTE, MAX_BYTES_PER_CALL, STORE_BOUND_S, handle_event, transcript_paths
 from .api import MAX_BUDGET, MAX_MAX_TOKENS, Mem
 
 __all__ = ("OFF", "router")
+
+log = logging.getLogger("tortoise.serve")
 
 #: What the route says when the server was not started with ``--claude-code-hooks``.
 OFF = ("this server takes no Claude Code hooks: start it with `tortoise serve --claude-code-hooks` (it then reads "
@@ -48,9 +62,42 @@ def claude_code_hook(
     captured and ``{"hookSpecificOutput": {..., "additionalContext": block}}`` is returned; on Stop,
     SubagentStop, PreCompact and SessionEnd what is new is captured and extraction queued. An empty object
     when there is nothing to say (Claude Code then adds nothing)."""
-    if not request.app.state.settings.claude_code_hooks:
+    settings = request.app.state.settings
+    if not settings.claude_code_hooks:
         raise NotFoundError(OFF)
+    _from_claude_code(request)
+    if not isinstance(event.get("hook_event_name"), str):
+        raise InvalidInput("expected a Claude Code hook event with hook_event_name", field="hook_event_name")
+    if not isinstance(event.get("session_id"), str) or not event["session_id"].strip():
+        raise InvalidInput("a Claude Code hook event names its session_id", field="session_id")
+    root = settings.transcripts_folder()
+    for path in transcript_paths(event):
+        if not _inside(path, root):
+            raise InvalidInput(f"a transcript must be an absolute .jsonl path in Claude Code's projects folder, "
+                               f"{root} (start the server with --transcripts DIR for another)", field="transcript_path")
     try:
-        return handle_event(mem, event, budget=budget, max_tokens=max_tokens, max_bytes=MAX_BYTES_PER_CALL) or {}
+        return handle_event(mem, event, budget=budget, max_tokens=max_tokens, max_bytes=MAX_BYTES_PER_CALL,
+                            step_bound_s=STORE_BOUND_S) or {}
     except (OSError, StreamParseError) as exc:  # the transcript the event names: missing, unreadable, not a file
-        raise InvalidInput(f"the event's transcript could not be read: {exc}", field="transcript_path") from None
+        log.warning("%s %s: transcript not captured: %s", request.method, request.url.path, exc)
+        raise InvalidInput("the event's transcript could not be read (the server's log says why)",
+                           field="transcript_path") from None
+
+
+def _from_claude_code(request: Request) -> None:
+    """Refuse a body that is not JSON and a request a browser made (Claude Code sends neither)."""
+    media = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if media != "application/json":
+        raise InvalidInput("the event must be sent as application/json", field="content-type")
+    if "origin" in request.headers or request.headers.get("sec-fetch-site", "none") != "none":
+        raise InvalidInput("a browser's request is refused here: only Claude Code posts hook events", field="origin")
+
+
+def _inside(path: str, root: Path) -> bool:
+    candidate = Path(path)
+    if not candidate.is_absolute() or candidate.suffix != ".jsonl":
+        return False
+    try:
+        return candidate.resolve().is_relative_to(root.resolve())
+    except (OSError, RuntimeError):  # a symlink loop
+        return False

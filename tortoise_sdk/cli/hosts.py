@@ -7,6 +7,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import shlex
 import sys
 import threading
@@ -16,20 +17,19 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from ..adapters.claude_code import MAX_BYTES_PER_CALL
+from ..adapters.claude_code import MAX_BYTES_PER_CALL, STORE_BOUND_S
 from ..errors import ConfigError, InvalidInput, NotFoundError, TortoiseError
 from ..memory import DEFAULT_EXTRACT_EVERY, DEFAULT_IDLE_S, DEFAULT_NAMESPACE, env_model
 from ._common import add_model_options, model_options
+from .serve import DEFAULT_PORT
 
 __all__ = ("DEFAULT_HOOK_TIMEOUT_S", "register")
 
 #: The hook's own hard limit, in seconds: well under the timeout written into settings.json.
 DEFAULT_HOOK_TIMEOUT_S = 8.0
-#: The bound on each store call of the hook, a wait for another process's write lock included (at most half
-#: the hook's limit): Claude Code waits for the hook, so a locked database costs a prompt this much, and its
-#: block is still built from what is stored (reads go on beside a writer); what was not captured is taken
-#: by the next event. The bound covers the capture's own work too: see ``HOOK_MAX_BYTES``.
-HOOK_STORE_TIMEOUT_S = 2.0
+#: The bound on each store call of the hook (``STORE_BOUND_S``; at most half the hook's limit). It covers the
+#: capture's own work too: see ``HOOK_MAX_BYTES``.
+HOOK_STORE_TIMEOUT_S = STORE_BOUND_S
 #: What ``hooks install`` asks Claude Code to allow (its default is 60 s, or 600 s in newer versions).
 SETTINGS_TIMEOUT_S = 30
 #: What ``hooks install --url`` asks Claude Code to allow a request: the command's own hard limit, since a
@@ -38,6 +38,8 @@ HTTP_TIMEOUT_S = int(DEFAULT_HOOK_TIMEOUT_S)
 #: New transcript bytes one hook call captures at most (kept far inside ``HOOK_STORE_TIMEOUT_S``).
 HOOK_MAX_BYTES = MAX_BYTES_PER_CALL
 _LOG_MAX_BYTES = 1024 * 1024
+#: An environment variable's name, as Claude Code interpolates it into an HTTP hook's header.
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 #: The cursor that names the project a project install's namespace belongs to (``{"dir": absolute path}``).
 PROJECT_CURSOR = "hooks:project"
 
@@ -221,8 +223,13 @@ def _cmd_hooks(args: argparse.Namespace) -> int:
     if args.user and args.shared:
         raise InvalidInput("--shared chooses a project's committed .claude/settings.json; --user writes "
                            "~/.claude/settings.json: pass one of them")
-    if args.url is None and args.token_env:
+    if args.url is None and args.token_env is not None:
         raise InvalidInput("--token-env names the server's token for --url: give --url too, or drop --token-env")
+    if args.token_env is not None:
+        args.token_env = args.token_env.removeprefix("$")
+        if not _ENV_NAME.fullmatch(args.token_env):
+            raise InvalidInput(f"{args.token_env!r} is not the name of an environment variable (letters, digits and "
+                               "_, not starting with a digit), e.g. TORTOISE_TOKEN", field="token-env")
     if args.url is not None and args.model:
         raise InvalidInput("with --url the server queues extraction with its own model (`tortoise serve --model "
                            "MODEL`): drop --model here")
@@ -414,11 +421,7 @@ def _namespace_note(args: argparse.Namespace) -> str:
     note = f"tortoise: namespace {namespace!r}: `tortoise search WORDS{flag}` reads it"
     model = args.model or env_model()
     if getattr(args, "url", None) is not None:
-        db = shlex.join(["--db", args.db]) + " " if getattr(args, "db", None) else ""
-        note += (f"; Claude Code posts each event to {args.url}: keep `tortoise {db}serve --claude-code-hooks` "
-                 f"running there (its --model queues extraction for `tortoise worker`; its --token SECRET is the one "
-                 f"--token-env names); while it is down prompts get no block, and the next event captures what "
-                 f"was missed")
+        note += "; " + _serve_note(args, words)
     elif model:
         note += (f"; `tortoise worker{flag} --model {shlex.quote(model)}` extracts it (a session's job is due "
                  f"{DEFAULT_EXTRACT_EVERY} turns or {DEFAULT_IDLE_S / 60:g} minutes after its last capture)")
@@ -435,6 +438,26 @@ def _namespace_note(args: argparse.Namespace) -> str:
         note += ("; a --user install and any other project given --namespace default share it, so a block can quote "
                  "their sessions: drop --namespace to give this project its own")
     return note
+
+
+def _serve_note(args: argparse.Namespace, words: list[str]) -> str:
+    """What an ``--url`` install asks of the user: the server to keep running at that address, and its worker."""
+    from urllib.parse import urlsplit
+
+    url = urlsplit(args.url)
+    serve = (["--db", args.db] if getattr(args, "db", None) else []) + ["serve", "--claude-code-hooks"]
+    if url.hostname not in (None, "127.0.0.1"):
+        serve += ["--host", url.hostname]
+    if url.port not in (None, DEFAULT_PORT):
+        serve += ["--port", str(url.port)]
+    note = (f"Claude Code posts each event to {args.url}: keep `tortoise {shlex.join(serve)}` running there "
+            f"(add --model MODEL to queue extraction, then `tortoise worker {shlex.join(words)} --model MODEL` "
+            f"extracts")
+    if args.token_env:
+        note += f"; add --token SECRET:{hook_namespace(args)} with SECRET the value of ${args.token_env}"
+        if args.token_env not in os.environ:
+            note += f", which this shell does not set: Claude Code's environment must have it"
+    return note + "); while it is down prompts get no block, and a session's next event captures what it missed"
 
 
 def _settings_path(args: argparse.Namespace) -> Path:

@@ -30,7 +30,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--claude-code-hooks", action="store_true",
                    help="take Claude Code's HTTP hooks (`tortoise hooks install --url`) at "
                         "/v1/ns/NAMESPACE/hooks/claude-code: no process starts per event; the server reads the "
-                        "transcript files the events name, so run it as the user whose transcripts they are")
+                        "transcript files the events name (loopback only), so run it as the user whose transcripts they are")
+    p.add_argument("--transcripts", metavar="DIR",
+                   help="with --claude-code-hooks: the folder the events' transcripts must be in (default: Claude "
+                        "Code's, $CLAUDE_CONFIG_DIR/projects or ~/.claude/projects)")
     add_model_options(p, model_help="litellm model whose extraction jobs captures queue and POST /flush runs "
                                     "(default: $TORTOISE_MODEL)")
     p.set_defaults(handler=_cmd_serve)
@@ -47,9 +50,9 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         raise ConfigError("tortoise serve needs uvicorn: " + install_hint("server")) from None
     env = [t for t in os.environ.get("TORTOISE_SERVE_TOKENS", "").split(",") if t.strip()]
     grants = parse_tokens([*args.token, *env])
-    check_bind(args.host, grants)
+    check_bind(args.host, grants, args.claude_code_hooks)
     settings = ServeSettings(db=args.db, namespaces=[args.namespace], tokens=grants,
                              max_body_bytes=args.max_body * 1024 * 1024, memory_options=model_options(args),
-                             host=args.host, claude_code_hooks=args.claude_code_hooks)
+                             host=args.host, claude_code_hooks=args.claude_code_hooks, transcripts=args.transcripts)
     uvicorn.run(build_app(settings), host=args.host, port=args.port, log_level="warning")
     return 0
