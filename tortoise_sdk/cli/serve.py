@@ -30,7 +30,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--claude-code-hooks", action="store_true",
                    help="take Claude Code's HTTP hooks (`tortoise hooks install --url`) at "
                         "/v1/ns/NAMESPACE/hooks/claude-code: no process starts per event; the server reads the "
-                        "transcript files the events name (loopback only), so run it as the user whose transcripts they are")
+                        "transcript files the events name (loopback only), so run it as the user whose transcripts "
+                        "they are")
     p.add_argument("--transcripts", metavar="DIR",
                    help="with --claude-code-hooks: the folder the events' transcripts must be in (default: Claude "
                         "Code's, $CLAUDE_CONFIG_DIR/projects or ~/.claude/projects)")
