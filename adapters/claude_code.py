@@ -35,7 +35,6 @@ from urllib.parse import quote, urlsplit
 
 from ..errors import InvalidInput, StoreTimeout, TortoiseError
 from ..memory import DEFAULT_NAMESPACE
-from ..store.deadline import within
 
 if TYPE_CHECKING:
     from ..memory import Memory
@@ -119,7 +118,7 @@ def handle_event(
         locked = False
         if transcript:
             try:
-                with within(step_bound_s):
+                with mem.within(step_bound_s):
                     _follow(mem, transcript, session_id, False, max_bytes)
             except (TortoiseError, OSError) as exc:  # the block can still be built from what is stored
                 log.warning("transcript not captured: %s", exc)
@@ -127,11 +126,11 @@ def handle_event(
         prompt = slash_arguments(_text(event.get("prompt")))
         if not prompt:
             return None
-        with within(step_bound_s):
+        with mem.within(step_bound_s):
             return _prompt_context(mem, session_id, prompt, budget, max_tokens, time_budget_ms, remember=not locked)
     if name in CAPTURE_EVENTS:
         for path in transcript_paths(event):
-            with within(step_bound_s):
+            with mem.within(step_bound_s):
                 _follow(mem, path, session_id, "background", max_bytes)
     return None
 

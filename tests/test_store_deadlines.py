@@ -172,6 +172,52 @@ def test_sqlite_capture_raises_store_timeout_within_its_bound_when_another_proce
     mem.close()
 
 
+def test_memory_within_bounds_the_store_calls_of_a_block_below_store_timeout_s(tmp_path):
+    """``Memory.within`` (what the served Claude Code hook bounds each step with): the sooner bound holds."""
+    path = str(tmp_path / "m.db")
+    mem = Memory(path)  # the default 30 s bound
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    try:
+        with mem.within(0.5):
+            _, elapsed = raises_within(StoreTimeout, lambda: mem.capture("s1", DOG, extract=False))
+        assert 0.4 <= elapsed < 0.5 + SLACK_S
+        with mem.within(5.0), mem.within(0.5):  # nested: the inner, sooner one
+            _, elapsed = raises_within(StoreTimeout, lambda: mem.capture("s1", DOG, extract=False))
+        assert elapsed < 0.5 + SLACK_S
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    with mem.within(None):
+        assert mem.capture("s1", DOG, extract=False).turns_stored == 2
+    mem.close()
+
+
+def test_async_memory_within_bounds_the_awaited_calls_inside(tmp_path):
+    """The awaited call runs on a worker thread that inherits the task's context, so the bound reaches it."""
+    import asyncio
+
+    from tortoise_sdk import AsyncMemory
+
+    path = str(tmp_path / "m.db")
+    other = sqlite3.connect(path, isolation_level=None)
+
+    async def go() -> float:
+        async with AsyncMemory(path) as amem:
+            await amem.capture("s0", DOG, extract=False)  # the database exists before the lock
+            other.execute("BEGIN IMMEDIATE")
+            started = time.monotonic()
+            with amem.within(0.5), pytest.raises(StoreTimeout):
+                await amem.capture("s1", DOG, extract=False)
+            return time.monotonic() - started
+
+    try:
+        assert asyncio.run(go()) < 0.5 + SLACK_S
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+
+
 # -- PostgreSQL: a server of our own, frozen or stopped -------------------------------------------------
 
 

@@ -50,8 +50,10 @@ class AsyncMemory:
         db: as for ``Memory``; or a ``Memory`` to wrap (it is closed with this object).
         **options: ``Memory``'s keyword arguments (``namespace``, ``model`` ...).
 
-    ``sync`` is the wrapped ``Memory``. ``check_capture``, ``check_sessions``, ``subagent_handler`` and
-    ``extraction_paused`` stay synchronous (no I/O of their own, or a synchronous object back).
+    ``sync`` is the wrapped ``Memory``. ``check_capture``, ``check_sessions``, ``subagent_handler``,
+    ``extraction_paused`` and ``within`` stay synchronous (no I/O of their own, or a synchronous object back;
+    ``with amem.within(2.0): await amem.capture(...)`` bounds the awaited call, whose thread inherits the task's
+    context).
     """
 
     def __init__(self, db: str | Memory | None = None, **options: Any) -> None:
@@ -212,7 +214,7 @@ class AsyncMemory:
 
 
 #: Verbs that take no I/O of their own or hand back a synchronous object: use them as they are.
-SYNC_ONLY = frozenset({"check_capture", "check_sessions", "subagent_handler", "extraction_paused"})
+SYNC_ONLY = frozenset({"check_capture", "check_sessions", "subagent_handler", "extraction_paused", "within"})
 #: The remaining ``Memory`` verbs, awaited through the same worker thread with ``Memory``'s signature.
 _FORWARDED = ("cursor", "embed_pending", "follow", "graph", "ingest", "record_subagent", "reset_breaker", "run_worker", "save_cursor",
               "subagent_counters", "subagent_health", "subagents", "tombstones", "turn_metadata", "vacuum", "vector_stats")

@@ -6,7 +6,8 @@ import hashlib
 import itertools
 import logging
 import os
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -54,7 +55,7 @@ from . import reflex
 from .reflex.semantic import fuse_hits
 from .search import MAX_SEARCH_K, content_terms, rank_hits
 from .store import Store, open_store, sqlite_path
-from .store.deadline import DEFAULT_STORE_TIMEOUT_S
+from .store.deadline import DEFAULT_STORE_TIMEOUT_S, within
 from .store.forget import HASHED_FOLLOW
 from .validate import (
     MAX_REVISION,
@@ -263,6 +264,18 @@ class Memory:
         self.store: Store = store
 
     # -- lifecycle ---------------------------------------------------------------------------
+
+    @contextmanager
+    def within(self, seconds: float | None) -> Iterator[None]:
+        """Store calls this thread makes inside the block end within ``seconds`` of entering it, or raise
+        ``StoreTimeout``; a bound that ends sooner (an outer block, ``store_timeout_s``) still holds. None: no bound
+        beyond those. For a host with its own latency budget, e.g. a request handler::
+
+            with mem.within(2.0):
+                mem.capture(session_id, turns)
+        """
+        with within(seconds):
+            yield
 
     def close(self) -> None:
         """Close the store's connections."""
