@@ -198,6 +198,19 @@ def test_the_hooks_are_refused_on_an_address_other_machines_reach(tmp_path, caps
     assert "bind --host 127.0.0.1" in capsys.readouterr().err
 
 
+def test_serve_says_where_the_hooks_are_and_how_to_install_them(tmp_path, monkeypatch, capsys) -> None:
+    import uvicorn
+
+    ran: list[Any] = []
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: ran.append(kw))
+    assert main(["--db", str(tmp_path / "m.db"), "serve", "--port", "9123", "--claude-code-hooks",
+                 "--transcripts", str(tmp_path)]) == 0
+    assert ran == [{"host": "127.0.0.1", "port": 9123, "log_level": "warning"}]
+    assert capsys.readouterr().err == (
+        f"tortoise: Claude Code hooks at http://127.0.0.1:9123/v1/ns/NAMESPACE/hooks/claude-code, transcripts from "
+        f"{tmp_path}; `tortoise hooks install --url http://127.0.0.1:9123` writes them\n")
+
+
 def test_a_locked_database_costs_a_prompt_the_store_bound_and_the_block_still_comes(tmp_path, earlier) -> None:
     """As the command's: the server's own store bound (30 s) would hold the prompt past Claude Code's timeout."""
     db = tmp_path / "m.db"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 
 from ..errors import ConfigError, install_hint
 from ._common import add_model_options, bounded_int, model_options
@@ -55,5 +56,11 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     settings = ServeSettings(db=args.db, namespaces=[args.namespace], tokens=grants,
                              max_body_bytes=args.max_body * 1024 * 1024, memory_options=model_options(args),
                              host=args.host, claude_code_hooks=args.claude_code_hooks, transcripts=args.transcripts)
+    if args.claude_code_hooks:
+        folder = settings.transcripts_folder()
+        server = f"http://{f'[{args.host}]' if ':' in args.host else args.host}:{args.port}"
+        print(f"tortoise: Claude Code hooks at {server}/v1/ns/NAMESPACE/hooks/claude-code, transcripts from {folder}"
+              + ("" if folder.is_dir() else " (not there yet)")
+              + f"; `tortoise hooks install --url {server}` writes them", file=sys.stderr)
     uvicorn.run(build_app(settings), host=args.host, port=args.port, log_level="warning")
     return 0
