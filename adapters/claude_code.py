@@ -24,6 +24,7 @@ into silence (exit 0, no output) within its time limit, and logs the reason.
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import re
 import shlex
@@ -248,18 +249,34 @@ def hook_url(server: str, namespace: str) -> str:
     """The URL Claude Code posts each event to: ``server`` (``http://127.0.0.1:8765``) and the namespace's route.
 
     Raises:
-        InvalidInput: ``server`` is not an ``http://`` or ``https://`` address with a host, has a query or
-            already holds a route (``/v1/...``); ``namespace`` holds a ``/``.
+        InvalidInput: ``server`` is not an ``http://`` address of this machine (loopback) with a valid port,
+            has a query or already holds a route (``/v1/...``); ``namespace`` holds a ``/``.
     """
     parts = urlsplit(server.strip())
-    if (parts.scheme not in ("http", "https") or not parts.netloc or parts.query or parts.fragment
+    try:
+        parts.port  # noqa: B018 - raises on a port out of range
+    except ValueError:
+        parts = parts._replace(scheme="")
+    if (parts.scheme != "http" or not parts.hostname or parts.query or parts.fragment
             or "/v1/" in parts.path + "/"):
         raise InvalidInput(f"--url {server!r}: give the address `tortoise serve` listens on, e.g. "
                            "http://127.0.0.1:8765 (the path to the namespace is added)", field="url")
+    if not _loopback(parts.hostname):
+        raise InvalidInput(f"--url {server!r}: `tortoise serve --claude-code-hooks` listens on this machine only "
+                           "(it reads this machine's transcripts): give 127.0.0.1, localhost or [::1]", field="url")
     if "/" in namespace:
         raise InvalidInput(f"namespace {namespace!r} holds a '/', which a URL path cannot carry: give the HTTP "
                            "hooks a namespace without one (--namespace NAME)", field="namespace")
     return f"{parts.scheme}://{parts.netloc}{parts.path.rstrip('/')}/v1/ns/{quote(namespace, safe='')}{HTTP_ROUTE}"
+
+
+def _loopback(host: str) -> bool:
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def install_hooks(settings: Mapping[str, Any], command: str | None = None, *, timeout: int,

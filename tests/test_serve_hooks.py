@@ -181,6 +181,52 @@ def test_a_bad_event_or_a_transcript_outside_claude_codes_folder_is_a_400_in_one
     assert turns_of(tmp_path / "m.db") == {}
 
 
+@pytest.mark.parametrize("how", ["dot-dot", "symlinked file", "symlinked folder", "nul byte"])
+def test_a_transcript_that_exists_outside_the_folder_is_not_read(tmp_path, how) -> None:
+    """The folder is checked on the resolved path: ``..`` and symlinks lead out of it, to a real transcript."""
+    root = tmp_path / "projects"
+    (root / "p").mkdir(parents=True)
+    outside = tmp_path / "outside.jsonl"
+    outside.write_bytes(SHORT.read_bytes())
+    (root / "p" / "link.jsonl").symlink_to(outside)
+    (root / "out").symlink_to(tmp_path)
+    path = {"dot-dot": f"{root}/p/../../outside.jsonl", "symlinked file": f"{root}/p/link.jsonl",
+            "symlinked folder": f"{root}/out/outside.jsonl", "nul byte": f"{root}/p/a\x00.jsonl"}[how]
+    with served(root / "m.db") as c:
+        answer = c.post(ROUTE, json=event("SessionEnd", SHORT_SESSION, path))
+    assert answer.status_code == 400 and answer.json()["field"] == "transcript_path", answer.text
+    assert turns_of(root / "m.db") == {}
+    with served(root / "m.db") as c:  # the same file inside the folder is read: the refusal was the folder's
+        (root / "p" / "inside.jsonl").write_bytes(outside.read_bytes())
+        assert c.post(ROUTE, json=event("SessionEnd", SHORT_SESSION, root / "p" / "inside.jsonl")).status_code == 200
+    assert SHORT_SESSION in turns_of(root / "m.db")
+
+
+@pytest.mark.parametrize("key, value", [("transcript_path", 123), ("agent_transcript_path", ["x"]),
+                                        ("session_id", {"a": 1})])
+def test_a_field_of_the_wrong_type_is_a_400(tmp_path, key, value) -> None:
+    with served(tmp_path / "m.db") as c:
+        answer = c.post(ROUTE, json={**event("UserPromptSubmit", "s", "", prompt="hi"), key: value})
+    assert answer.status_code == 400 and answer.json()["field"] == key, answer.text
+
+
+@pytest.mark.parametrize("headers", [{}, {"content-type": "text/plain"}, {"content-type": "application/jsonx"},
+                                     {"content-type": "application/json", "origin": "null"},
+                                     {"content-type": "application/json", "sec-fetch-site": "same-site"}])
+def test_the_check_itself_refuses_what_a_browser_can_send(headers) -> None:
+    """The check, apart from FastAPI (whose versions differ on bodies without a JSON type)."""
+    from starlette.requests import Request
+
+    from tortoise_sdk.adapters.serve.hooks import _from_claude_code
+
+    request = Request({"type": "http", "method": "POST", "path": ROUTE,
+                       "headers": [(k.encode(), v.encode()) for k, v in headers.items()]})
+    with pytest.raises(InvalidInput):
+        _from_claude_code(request)
+    _from_claude_code(Request({"type": "http", "method": "POST", "path": ROUTE,
+                               "headers": [(b"content-type", b"application/json; charset=utf-8")]}))
+
+
 def test_the_default_folder_is_claude_codes_own(monkeypatch, tmp_path) -> None:
     monkeypatch.delenv("CLAUDE_CONFIG_DIR", raising=False)
     assert ServeSettings().transcripts_folder() == Path.home() / ".claude" / "projects"
@@ -236,10 +282,13 @@ def test_a_locked_database_costs_a_prompt_the_store_bound_and_the_block_still_co
     assert turns_of(db)["s2"] == [("u-1", "user", "hello")]  # ... and the next event took it
 
 
-def test_an_empty_bearer_says_the_hooks_variable_is_not_set(tmp_path, earlier) -> None:
-    with served(tmp_path / "m.db", tokens=[TOKEN]) as c:
+def test_an_empty_bearer_says_the_hooks_variable_is_not_set_and_the_server_logs_it(tmp_path, earlier,
+                                                                                  caplog) -> None:
+    """Claude Code shows no answer of an HTTP hook: a refused one is said on the server's stderr too."""
+    with served(tmp_path / "m.db", tokens=[TOKEN]) as c, caplog.at_level("WARNING", logger="tortoise.serve"):
         answer = c.post(ROUTE, json=event("Stop", SHORT_SESSION, earlier), headers={"Authorization": "Bearer "})
     assert answer.status_code == 401 and "allowedEnvVars" in answer.json()["message"]
+    assert any("401 Denied" in r.getMessage() and "allowedEnvVars" in r.getMessage() for r in caplog.records)
 
 
 # -- hooks install --url -----------------------------------------------------------------------------
@@ -281,6 +330,9 @@ def test_install_url_writes_http_hooks_and_uninstall_removes_only_them(tmp_path,
     (["--url", "http://127.0.0.1:8765/?x=1"], "give the address"),
     (["--url", "http://127.0.0.1:8765/v1/ns/x/hooks/claude-code"], "the path to the namespace is added"),
     (["--url", "http://127.0.0.1:8765", "--namespace", "team/a"], "a URL path cannot carry"),
+    (["--url", "http://127.0.0.1:99999"], "give the address"),
+    (["--url", "https://127.0.0.1:8765"], "give the address"),
+    (["--url", "http://mem.example:8765"], "listens on this machine only"),
     (["--url", "http://127.0.0.1:8765", "--token-env", "A B"], "is not the name of an environment variable"),
     (["--url", "http://127.0.0.1:8765", "--token-env", ""], "is not the name of an environment variable"),
     (["--token-env", "T"], "give --url too"),

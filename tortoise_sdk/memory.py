@@ -267,9 +267,10 @@ class Memory:
 
     @contextmanager
     def within(self, seconds: float | None) -> Iterator[None]:
-        """Store calls this thread makes inside the block end within ``seconds`` of entering it, or raise
-        ``StoreTimeout``; a bound that ends sooner (an outer block, ``store_timeout_s``) still holds. None: no bound
-        beyond those. For a host with its own latency budget, e.g. a request handler::
+        """Store calls made inside the block end within ``seconds`` of entering it, or raise ``StoreTimeout``; a
+        bound that ends sooner (an outer block, ``store_timeout_s``) still holds. None: no bound beyond those. The
+        bound holds in this context: this thread, or this task and the threads ``asyncio.to_thread`` runs for it
+        (``AsyncMemory``'s calls), not threads started otherwise. For a host with its own latency budget::
 
             with mem.within(2.0):
                 mem.capture(session_id, turns)

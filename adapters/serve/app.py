@@ -29,6 +29,7 @@ from ...errors import (
     TortoiseError,
 )
 from ...memory import NO_MODEL_REASON, Memory
+from ..claude_code import HTTP_ROUTE
 from . import api, hooks, inspector
 from .auth import Denied, MemoryPool, ServeSettings, check_bind, is_loopback
 
@@ -100,6 +101,8 @@ def build_app(settings: ServeSettings | None = None, *, memory_factory: Callable
         status = error_status(exc)
         if status >= 500:
             log.error("%s %s: %s: %s", request.method, request.url.path, type(exc).__name__, exc)
+        elif request.url.path.endswith(HTTP_ROUTE):  # Claude Code shows no answer of a hook: the log must say why
+            log.warning("%s %s: %d %s: %s", request.method, request.url.path, status, type(exc).__name__, exc)
         headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
         message = NO_MODEL_ON_SERVER if str(exc) == NO_MODEL_REASON else _one_line(str(exc))
         return _error(status, type(exc).__name__, message, getattr(exc, "field", None), headers)

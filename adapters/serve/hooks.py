@@ -22,8 +22,9 @@ this machine sends:
   a file;
 - like every route, it needs a token when the server has tokens.
 
-Failures answer 4xx/5xx with the usual error body and a log line on the server's stderr (the command
-instead exits 0 silently and logs to ``hooks.log``); either way Claude Code goes on without a block.
+Failures answer 4xx/5xx with the usual error body, and a line on the server's stderr says why (the
+command instead exits 0 silently and logs to ``hooks.log``); either way Claude Code goes on without a
+block.
 """
 
 from __future__ import annotations
@@ -70,6 +71,9 @@ def claude_code_hook(
         raise InvalidInput("expected a Claude Code hook event with hook_event_name", field="hook_event_name")
     if not isinstance(event.get("session_id"), str) or not event["session_id"].strip():
         raise InvalidInput("a Claude Code hook event names its session_id", field="session_id")
+    for key in ("transcript_path", "agent_transcript_path"):
+        if event.get(key) is not None and not isinstance(event[key], str):
+            raise InvalidInput(f"{key} must be a path (a string)", field=key)
     root = settings.transcripts_folder()
     for path in transcript_paths(event):
         if not _inside(path, root):
@@ -99,5 +103,5 @@ def _inside(path: str, root: Path) -> bool:
         return False
     try:
         return candidate.resolve().is_relative_to(root.resolve())
-    except (OSError, RuntimeError):  # a symlink loop
+    except (OSError, RuntimeError, ValueError):  # a symlink loop, a NUL byte
         return False

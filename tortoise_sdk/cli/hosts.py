@@ -448,8 +448,8 @@ def _serve_note(args: argparse.Namespace, words: list[str]) -> str:
     serve = (["--db", args.db] if getattr(args, "db", None) else []) + ["serve", "--claude-code-hooks"]
     if url.hostname not in (None, "127.0.0.1"):
         serve += ["--host", url.hostname]
-    if url.port not in (None, DEFAULT_PORT):
-        serve += ["--port", str(url.port)]
+    if (url.port or 80) != DEFAULT_PORT:
+        serve += ["--port", str(url.port or 80)]
     note = (f"Claude Code posts each event to {args.url}: keep `tortoise {shlex.join(serve)}` running there "
             f"(add --model MODEL to queue extraction, then `tortoise worker {shlex.join(words)} --model MODEL` "
             f"extracts")
