@@ -18,6 +18,7 @@ before it are memory again, turns of earlier sessions always are.
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from os import PathLike
@@ -29,7 +30,7 @@ from ..models import CaptureReceipt, JobInfo, MemoryBlock, tool_use_text, utc_no
 if TYPE_CHECKING:
     from ..memory import ExtractMode, Memory
 
-__all__ = ("DEFAULT_SHOWN_TURNS", "MemoryAdapter", "check_memory", "first_held_index", "tool_use_text")
+__all__ = ("DEFAULT_SHOWN_TURNS", "MemoryAdapter", "check_memory", "first_held_index", "is_loopback", "tool_use_text")
 
 #: Pointers a block showed in this many recent host turns of a session are not shown again unasked.
 DEFAULT_SHOWN_TURNS = 3
@@ -202,3 +203,13 @@ class MemoryAdapter:
     def _log(self) -> logging.Logger:
         # The adapter's own module logger, as before the steps were shared.
         return logging.getLogger(type(self).__module__)
+
+
+def is_loopback(host: str) -> bool:
+    """``host`` is ``localhost`` or a loopback address (127.0.0.0/8, ::1)."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False

@@ -24,7 +24,6 @@ into silence (exit 0, no output) within its time limit, and logs the reason.
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 import re
 import shlex
@@ -35,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlsplit
 
 from ..errors import InvalidInput, StoreTimeout, TortoiseError
+from ._common import is_loopback
 from ..memory import DEFAULT_NAMESPACE
 
 if TYPE_CHECKING:
@@ -261,22 +261,13 @@ def hook_url(server: str, namespace: str) -> str:
             or "/v1/" in parts.path + "/"):
         raise InvalidInput(f"--url {server!r}: give the address `tortoise serve` listens on, e.g. "
                            "http://127.0.0.1:8765 (the path to the namespace is added)", field="url")
-    if not _loopback(parts.hostname):
+    if not is_loopback(parts.hostname):
         raise InvalidInput(f"--url {server!r}: `tortoise serve --claude-code-hooks` listens on this machine only "
                            "(it reads this machine's transcripts): give 127.0.0.1, localhost or [::1]", field="url")
     if "/" in namespace:
         raise InvalidInput(f"namespace {namespace!r} holds a '/', which a URL path cannot carry: give the HTTP "
                            "hooks a namespace without one (--namespace NAME)", field="namespace")
     return f"{parts.scheme}://{parts.netloc}{parts.path.rstrip('/')}/v1/ns/{quote(namespace, safe='')}{HTTP_ROUTE}"
-
-
-def _loopback(host: str) -> bool:
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def install_hooks(settings: Mapping[str, Any], command: str | None = None, *, timeout: int,

@@ -10,7 +10,6 @@ header, so another site cannot make a browser call them.
 from __future__ import annotations
 
 import hmac
-import ipaddress
 import os
 import threading
 from collections.abc import Callable, Iterable
@@ -21,6 +20,7 @@ from typing import Any
 from fastapi import Request
 
 from ...errors import ConfigError, TortoiseError
+from .._common import is_loopback
 
 __all__ = ("COOKIE", "INSPECTOR_HEADER", "Denied", "MemoryPool", "ServeSettings", "TokenGrant", "authorize",
            "check_bind", "is_loopback", "namespace_memory", "parse_tokens")
@@ -63,16 +63,6 @@ def parse_tokens(specs: Iterable[str]) -> list[TokenGrant]:
                               field="token")
         grants.append(TokenGrant(secret, namespace or None))
     return grants
-
-
-def is_loopback(host: str) -> bool:
-    """``host`` is ``localhost`` or a loopback address (127.0.0.0/8, ::1)."""
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 def check_bind(host: str, grants: list[TokenGrant], claude_code_hooks: bool = False) -> None:
