@@ -343,7 +343,7 @@ AFTER_A_QUESTION = {"SECOND_NEIGHBOUR_SIDE": "after", "SECOND_NEIGHBOUR_ASKS": T
 #: The methods tried over the kept ones, each off: the neutral start of --loo sets them so (a row switches one on),
 #: and the dev loop drops them from the record's choices, so its base is the shipped method.
 METHODS_OFF: dict[str, object] = {"INSTANCE_WEIGHT": 0.0, "SECOND_HOP": 0.0, "SECOND_NEIGHBOUR_SHARE": 0.0,
-                                  "SESSION_LEND": 0.0, "RANKER_GATHERS": False}
+                                  "SESSION_LEND": 0.0, "RANKER_GATHERS": False, "RANKER_NAMED": False}
 _memo: dict[tuple[object, ...], list[float]] = {}
 #: Where each worker appends every evaluation it makes (one JSON line each), beside the cache file: a run
 #: stopped half way keeps what it measured, and the next run of the same code reads it back.
@@ -421,7 +421,9 @@ class Choice(NamedTuple):
     w_inst: tuple[float, ...]
     gath: dict[str, object]       # ... and the ranker's gathering weights on
     w_gath: tuple[float, ...]
-    final: dict[str, object]      # ... and the turn two after a question, its share chosen: the reflex's method
+    after: dict[str, object]      # ... and the turn two after a question, its share chosen
+    w_after: tuple[float, ...]
+    final: dict[str, object]      # ... and the ranker's features for the things a turn names: the reflex's method
     w_final: tuple[float, ...]
 
 
@@ -440,9 +442,14 @@ def _choose(train: list[str]) -> Choice:
     # two after a question on top, its share chosen with that ranker (and the ranker learnt again).
     gath = {**with_inst, "RANKER_GATHERS": True}
     w_gath = _learn(train, gath)[0]
-    final, w_final = _with_method(train, {**gath, **AFTER_A_QUESTION}, w_gath,
+    after, w_after = _with_method(train, {**gath, **AFTER_A_QUESTION}, w_gath,
                                   {"SECOND_NEIGHBOUR_SHARE": SECOND_NEIGHBOUR_SHARES})
-    return Choice(chosen, fitted, w_tuned, l2_tuned, inst, with_inst, w_inst, gath, w_gath, final, w_final)
+    # The things a turn names (quoted titles, capitalised words inside a sentence) as ranker features: the
+    # ranker learnt again with them, as the gathering weights were (a feature that does not help learns ~0).
+    final = {**after, "RANKER_NAMED": True}
+    w_final = _learn(train, final)[0]
+    return Choice(chosen, fitted, w_tuned, l2_tuned, inst, with_inst, w_inst, gath, w_gath, after, w_after,
+                  final, w_final)
 
 
 def _fold(job: tuple[str, list[str], str]) -> dict[str, object]:
@@ -455,7 +462,7 @@ def _fold(job: tuple[str, list[str], str]) -> dict[str, object]:
     m = _choose(train)
     chosen, fitted, w_tuned, l2_tuned = m.chosen, m.fitted, m.w_tuned, m.l2_tuned
     inst, with_inst, w_inst, gath, w_gath = m.inst, m.with_inst, m.w_inst, m.gath, m.w_gath
-    gath_after, w_gath_after = m.final, m.w_final
+    gath_after, w_gath_after = m.after, m.w_after
     w_shipped, l2_shipped = _learn(train, {})
     spread = max(SPREADS, key=lambda v: (statistics.fmean(_score(train, {**chosen, "LIST_SPREAD": v}, w_tuned)), -v))
     # Instances and the second hop together: both weights chosen on the three by coordinate ascent over what
@@ -469,7 +476,7 @@ def _fold(job: tuple[str, list[str], str]) -> dict[str, object]:
     after, w_after = _with_method(train, {**chosen, **AFTER_A_QUESTION}, w_tuned,
                                   {"INSTANCE_WEIGHT": INSTANCE_WEIGHTS, "SECOND_NEIGHBOUR_SHARE": SECOND_NEIGHBOUR_SHARES})
     # The reflex's method with the shipped share on every fold instead of the one its three choose.
-    forced = {**gath, **AFTER_A_QUESTION, "SECOND_NEIGHBOUR_SHARE": tuning.SECOND_NEIGHBOUR_SHARE}
+    forced = {**gath, **AFTER_A_QUESTION, "SECOND_NEIGHBOUR_SHARE": tuning.SECOND_NEIGHBOUR_SHARE, "RANKER_NAMED": True}
     w_forced = _learn(train, forced)[0]
     lent, w_lent = _with_method(train, {**chosen, **AFTER_A_QUESTION}, w_tuned,
                                 {"INSTANCE_WEIGHT": INSTANCE_WEIGHTS, "SECOND_NEIGHBOUR_SHARE": SECOND_NEIGHBOUR_SHARES,
@@ -491,6 +498,7 @@ def _fold(job: tuple[str, list[str], str]) -> dict[str, object]:
         "tuned+ranker+instances+gathers": _score([test], gath, w_gath),
         "tuned+ranker+instances+gathers+after": _score([test], gath_after, w_gath_after),
         "gath_after": gath_after["SECOND_NEIGHBOUR_SHARE"],
+        "tuned+ranker+instances+gathers+after+named": _score([test], m.final, m.w_final),
         "tuned+ranker+instances+gathers+after-shipped": _score([test], forced, w_forced),
         "fitted+ranker": statistics.fmean(_score(train, chosen, w_tuned)),
         "memo": {k: v for k, v in _memo.items() if k not in known},
@@ -667,6 +675,7 @@ def loo() -> int:
             ("constants + ranker chosen on the three, + instances + gathering weights", "tuned+ranker+instances+gathers"),
             ("constants + ranker chosen on the three, + instances + gathering + two after",
              "tuned+ranker+instances+gathers+after"),
+            ("the row before + the things a turn names (the reflex's method)", "tuned+ranker+instances+gathers+after+named"),
             (f"the row before, the turn two after at the shipped {tuning.SECOND_NEIGHBOUR_SHARE} on every fold",
              "tuned+ranker+instances+gathers+after-shipped")]
     print(f"LoCoMo leave-one-conversation-out: {len(stems)} folds, recall@{K} on the held-out conversation "
@@ -683,7 +692,7 @@ def loo() -> int:
     for label, key in rows:
         by = {c: [x for f in folds for x, k in zip(f[key], cats[f["test"]]) if k == c] for c in names}  # type: ignore[arg-type]
         print(f"  {label:76s} " + " ".join(f"{c} {statistics.fmean(v):.3f}" for c, v in by.items()))
-    key = "tuned+ranker+instances+gathers+after"
+    key = "tuned+ranker+instances+gathers+after+named"
     every = [x for f in folds for x in f[key]]  # type: ignore[attr-defined]
     hops = [x for f in folds for x, k in zip(f[key], cats[f["test"]]) if k == "multi-hop"]  # type: ignore[arg-type]
     print(f"\nthe reflex's method, held out, with a 95 % interval over questions ({BOOTSTRAP} resamples of the "

@@ -1048,7 +1048,7 @@ def _raw(**values: object) -> dict[str, object]:
     """A candidate's raw ranker inputs (what scoring.score_turns computes), plain unless ``values`` say otherwise."""
     return {"own": 1.0, "neighbour": 0.0, "score": 1.0, "coverage": 0.5, "coverage_nb": 0.5, "spoken": 0.0,
             "on_day": 0.0, "says_when": 0.0, "session": 0.0, "answers": 0.0, "asks": 0.0, "length": 8,
-            "key_term": 1.0, "time_words": 0.0, "from": None, "mult": 1.0, **values}
+            "key_term": 1.0, "time_words": 0.0, "named": 0, "from": None, "mult": 1.0, **values}
 
 
 def test_rerank_orders_by_the_learnt_weights(monkeypatch):
@@ -1092,8 +1092,12 @@ def test_a_question_that_gathers_has_its_own_weights(monkeypatch):
         cands = [Candidate(key=k, kind="turn", text=k, score=1.0) for k in ("a", "b")]
         raw = [_raw(neighbour=0.0, pos=("s", 0)), _raw(neighbour=0.5, pos=("s", 1))]
         rows = ranker.features(raw, gathers)
-        assert [r[: -3] for r in rows] == [r[: -3] for r in ranker.features(raw)]
-        assert all(r[-3:] == ([r[0], r[1], r[2]] if gathers and tuning.RANKER_GATHERS else [0.0] * 3) for r in rows)
+        g = [i for i, f in enumerate(ranker.FEATURES) if f.startswith("gathers_")]
+        plain = [ranker.FEATURES.index(f.removeprefix("gathers_")) for f in ranker.FEATURES if f.startswith("gathers_")]
+        assert [[x for i, x in enumerate(r) if i not in g] for r in rows] == [
+            [x for i, x in enumerate(r) if i not in g] for r in ranker.features(raw)]
+        assert all([r[i] for i in g] == ([r[i] for i in plain] if gathers and tuning.RANKER_GATHERS else [0.0] * len(g))
+                   for r in rows)
         return [c.key for c in ranker.rerank(cands, raw, lambda cs: cs, gathers=gathers)]
 
     assert order(True) == ["b", "a"]
@@ -1115,11 +1119,64 @@ def test_the_reflex_tells_the_ranker_whether_a_question_gathers(tmp_path):
             for q in ("How many times did I go hiking?", "Where did I go hiking?"):
                 ranker.RECORD.clear()
                 ask(m, q)
-                tails[q] = [row[-3:] for _, rows in ranker.RECORD for row in rows]
+                tails[q] = [[row[i] for i, f in enumerate(ranker.FEATURES) if f.startswith("gathers_")]
+                            for _, rows in ranker.RECORD for row in rows]
         finally:
             ranker.RECORD = None
     assert any(any(t) for t in tails["How many times did I go hiking?"])
     assert tails["Where did I go hiking?"] and not any(any(t) for t in tails["Where did I go hiking?"])
+
+
+@pytest.mark.parametrize(("text", "named"), [
+    ("I usually play Valorant, and last week the Street Fighter final.", {"valorant", "street", "fighter"}),
+    ('I loved reading "Charlotte\'s Web" as a kid.', {"charlotte's web", "charlotte's", "web"}),
+    ("Hey! Great to hear. I'm fine, OK? Thanks. Wow.", set()),  # a capital that starts a sentence names nothing
+    ("- Bought milk\n* Walked: Nowhere", set()),                 # nor one after a bullet, a line or a colon
+    ("we met Anna at the Louvre", {"anna", "louvre"}),
+])
+def test_proper_words_are_the_things_a_turn_names(text, named):
+    from tortoise_sdk.reflex.scoring import proper_words
+    assert proper_words(text) == named
+
+
+def test_a_turn_that_names_things_goes_before_one_that_says_the_question_back(tmp_path, monkeypatch):
+    """The ranker's "named" features count the things a turn names, not the speakers' names nor the question's
+    own capitalised words; weighed (the shipped ranker weighs them up), "Valorant" goes before "I love
+    playing video games", and with RANKER_NAMED off the features read 0."""
+    from tortoise_sdk.reflex import ranker
+
+    def said(ident: str, name: str, content: str) -> dict[str, str]:
+        return {"role": "user", "id": ident, "name": name, "content": content}
+
+    question = "What video games does Nate play?"
+    with Memory(str(tmp_path / "n.db"), namespace="n") as m:
+        m.capture("s1", [said("echo", "Nate", "Playing video games with Joanna is my favourite thing."),
+                         said("reply", "Joanna", "Same here, Nate!")], session_date="2024-03-01T10:00:00")
+        m.capture("s2", [said("named", "Nate", "Yes! I won the Valorant final in my video games league."),
+                         said("cheer", "Joanna", "Congrats.")], session_date="2024-03-02T10:00:00")
+        m.capture("pad", [said(f"pad{i}", "Joanna", f"unrelated chatter number {i} about work") for i in range(30)],
+                  session_date="2024-03-03T10:00:00")
+
+        def features() -> dict[str, list[float]]:
+            ranker.RECORD = []
+            try:
+                ask(m, question)
+                keys, rows = ranker.RECORD[-1]
+            finally:
+                ranker.RECORD = None
+            at = [ranker.FEATURES.index(f) for f in ("named", "gathers_named")]
+            return {k: [row[i] for i in at] for k, row in zip(keys, rows)}
+
+        got = features()
+        assert got["named"] == pytest.approx([math.log(2)] * 2)  # "Valorant", and the question gathers
+        assert got["echo"] == [0.0, 0.0]  # "Joanna" speaks here and "Video" starts no name: nothing named
+        monkeypatch.setattr(tuning, "NEIGHBOUR_SHARE", 0.0)
+        monkeypatch.setattr(tuning, "NEXT_SHARE", 0.0)
+        _weighing(monkeypatch, "coverage", "named")
+        assert [p.external_id for p in ask(m, question, budget=2).pointers][0] == "named"
+        monkeypatch.setattr(tuning, "RANKER_NAMED", False)
+        assert all(v == [0.0, 0.0] for v in features().values())
+        assert [p.external_id for p in ask(m, question, budget=2).pointers][0] == "echo"
 
 
 def test_a_turn_placed_after_its_neighbour_keeps_no_gathering_share_of_it(monkeypatch):

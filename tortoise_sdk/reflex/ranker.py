@@ -40,12 +40,14 @@ FEATURES = (
     "direct",         # its own words match (not only a neighbour's)
     "key_term",       # the weight of its heaviest own matched word, as a share of the query's heaviest
     "time_words",     # it says when (a date, a weekday, 'last week'), whatever the question
+    "named",          # log of 1 + the specific things it names (capitalised inside a sentence, quoted), not the speakers
     # A question that gathers (``gathers``: several things, or what two people have in common) wants turns from
     # different days, each matching part of it: the first three again for such a question only, so it
     # weighs a turn's own match, its neighbours' and its score its own way (0 for any other question).
     "gathers_own",
     "gathers_neighbour",
     "gathers_score",
+    "gathers_named",  # ... and the things it names, its own way: "What video games does Nate play?" wants "Valorant"
 )
 
 _GATHERS = re.compile(r"\b(both|how many|in common)\b", re.I)
@@ -80,7 +82,8 @@ def features(raw: Sequence[Mapping[str, Any]], gathers: bool = False) -> list[li
         own, nb, score = x["own"] / best_own, x["neighbour"] / best_own, x["score"] / best
         rows.append([own, nb, score, 1 / (1 + rank[x["score"]]), x["coverage"], x["coverage_nb"], x["spoken"],
                      x["on_day"], x["says_when"], x["session"], x["answers"], x["asks"], math.log1p(x["length"]),
-                     float(x["own"] > 0), x["key_term"], x["time_words"], g * own, g * nb, g * score])
+                     float(x["own"] > 0), x["key_term"], x["time_words"], math.log1p(x["named"]), g * own, g * nb, g * score,
+                     g * math.log1p(x["named"])])
     return rows
 
 

@@ -35,6 +35,30 @@ _ABOUT_SAYING = re.compile(r"\b(mention(ed|s|ing)?|say(s|ing)?|said|tell(s|ing)?
 _WH = re.compile(rf"^(?!.*\bor\b).*\b({'|'.join(sorted(WH_WORDS))})\b", re.I | re.S)
 
 
+#: A quoted title ("Little Women", "Charlotte's Web"): straight or typographic double quotes around 2 to 60 characters.
+_QUOTED = re.compile(r"[\"\u201c]([^\"\u201c\u201d\n]{2,60})[\"\u201d]")
+#: What may stand between a sentence's end and its first word: a capital there says nothing about the word.
+_OPENERS = " \t\"'\u201c\u2018([*"
+_SENTENCE_ENDS = frozenset(".!?:;\n-\u2022")
+#: Words written with a capital wherever they stand: not the names of things.
+_NOT_NAMES = frozenset({"i", "i'm", "i've", "i'll", "i'd", "ok", "okay", "omg", "lol"})
+
+
+@per_text
+def proper_words(text: str) -> frozenset[str]:
+    """The specific things ``text`` names, case-folded: its quoted titles and the words it capitalises inside a
+    sentence ("a Valorant tournament", "we played Catan"). A question that asks "what games..." wants those
+    turns beside one that only says "games" back. (Only the few characters before a word are looked at, so a
+    long paste costs one pass.)"""
+    out = {m.group(1).strip().casefold() for m in _QUOTED.finditer(text)}
+    for m in CAPITALISED.finditer(text):
+        word = m.group(0).strip("'-").casefold()
+        before = text[max(0, m.start() - 8):m.start()].rstrip(_OPENERS)
+        if word not in _NOT_NAMES and before and before[-1] not in _SENTENCE_ENDS:
+            out.add(word)
+    return frozenset(out)
+
+
 @per_text
 def says_time(text: str) -> bool:
     """Whether ``text`` names a time, read by its words. (A regular expression of the same words as
@@ -58,6 +82,8 @@ def score_turns(r: Reading, terms: list[Term], content_terms: list[Term], query:
     got = r.store.analyze([h.content for h in fresh] + names)
     r.tokens.update((h.turn_id, (Counter(toks), len(toks))) for h, toks in zip(fresh, got))
     name_stems = {name: set(toks) for name, toks in zip(names, got[len(fresh):])}
+    # The speakers' names and the question's own words are not things a turn names for it.
+    not_named = {w.casefold() for n in names for w in n.split()} | {w.casefold() for w in CAPITALISED.findall(query)}
     weights = {t.stem: t.weight for t in content_terms}
     named = [t for t in terms if t.is_name]
     speakers = {t.stem for t in (speaking(query, named) if tuning.SUBJECT_SPEAKER else named)}
@@ -172,6 +198,7 @@ def score_turns(r: Reading, terms: list[Term], content_terms: list[Term], query:
             "asks": float(h.content.rstrip().endswith("?")), "length": r.tokens[h.turn_id][1],
             "key_term": max((weights[s] for s in matched), default=0.0) / heaviest,
             "time_words": float(says_when or says_time(h.content)),
+            "named": len(proper_words(h.content) - not_named) if tuning.RANKER_NAMED else 0,
             "pos": key, "from": nb_from, "mult": mult}
         cands.append(Candidate(key=h.turn_id, kind="turn", text=h.content, hit=h, score=ctx, own=score,
                                matched=matched, mult=mult, nb_only=(nb_matched - matched) if best_nb else set(), answers=answers,
