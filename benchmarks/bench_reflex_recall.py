@@ -421,9 +421,7 @@ class Choice(NamedTuple):
     w_inst: tuple[float, ...]
     gath: dict[str, object]       # ... and the ranker's gathering weights on
     w_gath: tuple[float, ...]
-    after: dict[str, object]      # ... and the turn two after a question, its share chosen
-    w_after: tuple[float, ...]
-    final: dict[str, object]      # ... and the ranker's features for the things a turn names: the reflex's method
+    final: dict[str, object]      # ... and the turn two after a question, its share chosen: the reflex's method
     w_final: tuple[float, ...]
 
 
@@ -442,14 +440,9 @@ def _choose(train: list[str]) -> Choice:
     # two after a question on top, its share chosen with that ranker (and the ranker learnt again).
     gath = {**with_inst, "RANKER_GATHERS": True}
     w_gath = _learn(train, gath)[0]
-    after, w_after = _with_method(train, {**gath, **AFTER_A_QUESTION}, w_gath,
+    final, w_final = _with_method(train, {**gath, **AFTER_A_QUESTION}, w_gath,
                                   {"SECOND_NEIGHBOUR_SHARE": SECOND_NEIGHBOUR_SHARES})
-    # The things a turn names (quoted titles, capitalised words inside a sentence) as ranker features: the
-    # ranker learnt again with them, as the gathering weights were (a feature that does not help learns ~0).
-    final = {**after, "RANKER_NAMED": True}
-    w_final = _learn(train, final)[0]
-    return Choice(chosen, fitted, w_tuned, l2_tuned, inst, with_inst, w_inst, gath, w_gath, after, w_after,
-                  final, w_final)
+    return Choice(chosen, fitted, w_tuned, l2_tuned, inst, with_inst, w_inst, gath, w_gath, final, w_final)
 
 
 def _fold(job: tuple[str, list[str], str]) -> dict[str, object]:
@@ -462,7 +455,11 @@ def _fold(job: tuple[str, list[str], str]) -> dict[str, object]:
     m = _choose(train)
     chosen, fitted, w_tuned, l2_tuned = m.chosen, m.fitted, m.w_tuned, m.l2_tuned
     inst, with_inst, w_inst, gath, w_gath = m.inst, m.with_inst, m.w_inst, m.gath, m.w_gath
-    gath_after, w_gath_after = m.after, m.w_after
+    gath_after, w_gath_after = m.final, m.w_final
+    # Tried, not kept: the things a turn names (quoted titles, capitalised words inside a sentence) as ranker
+    # features on top of the reflex's method, the ranker learnt again with them as for the gathering weights.
+    named = {**gath_after, "RANKER_NAMED": True}
+    w_named = _learn(train, named)[0]
     w_shipped, l2_shipped = _learn(train, {})
     spread = max(SPREADS, key=lambda v: (statistics.fmean(_score(train, {**chosen, "LIST_SPREAD": v}, w_tuned)), -v))
     # Instances and the second hop together: both weights chosen on the three by coordinate ascent over what
@@ -476,7 +473,7 @@ def _fold(job: tuple[str, list[str], str]) -> dict[str, object]:
     after, w_after = _with_method(train, {**chosen, **AFTER_A_QUESTION}, w_tuned,
                                   {"INSTANCE_WEIGHT": INSTANCE_WEIGHTS, "SECOND_NEIGHBOUR_SHARE": SECOND_NEIGHBOUR_SHARES})
     # The reflex's method with the shipped share on every fold instead of the one its three choose.
-    forced = {**gath, **AFTER_A_QUESTION, "SECOND_NEIGHBOUR_SHARE": tuning.SECOND_NEIGHBOUR_SHARE, "RANKER_NAMED": True}
+    forced = {**gath, **AFTER_A_QUESTION, "SECOND_NEIGHBOUR_SHARE": tuning.SECOND_NEIGHBOUR_SHARE}
     w_forced = _learn(train, forced)[0]
     lent, w_lent = _with_method(train, {**chosen, **AFTER_A_QUESTION}, w_tuned,
                                 {"INSTANCE_WEIGHT": INSTANCE_WEIGHTS, "SECOND_NEIGHBOUR_SHARE": SECOND_NEIGHBOUR_SHARES,
@@ -498,7 +495,7 @@ def _fold(job: tuple[str, list[str], str]) -> dict[str, object]:
         "tuned+ranker+instances+gathers": _score([test], gath, w_gath),
         "tuned+ranker+instances+gathers+after": _score([test], gath_after, w_gath_after),
         "gath_after": gath_after["SECOND_NEIGHBOUR_SHARE"],
-        "tuned+ranker+instances+gathers+after+named": _score([test], m.final, m.w_final),
+        "tuned+ranker+instances+gathers+after+named": _score([test], named, w_named),
         "tuned+ranker+instances+gathers+after-shipped": _score([test], forced, w_forced),
         "fitted+ranker": statistics.fmean(_score(train, chosen, w_tuned)),
         "memo": {k: v for k, v in _memo.items() if k not in known},
@@ -675,9 +672,9 @@ def loo() -> int:
             ("constants + ranker chosen on the three, + instances + gathering weights", "tuned+ranker+instances+gathers"),
             ("constants + ranker chosen on the three, + instances + gathering + two after",
              "tuned+ranker+instances+gathers+after"),
-            ("the row before + the things a turn names (the reflex's method)", "tuned+ranker+instances+gathers+after+named"),
             (f"the row before, the turn two after at the shipped {tuning.SECOND_NEIGHBOUR_SHARE} on every fold",
-             "tuned+ranker+instances+gathers+after-shipped")]
+             "tuned+ranker+instances+gathers+after-shipped"),
+            ("the reflex's method + the things a turn names (tried, off)", "tuned+ranker+instances+gathers+after+named")]
     print(f"LoCoMo leave-one-conversation-out: {len(stems)} folds, recall@{K} on the held-out conversation "
           f"(category 5 excluded; {took:.0f} s on 2 processes)\n")
     print(f"{'method':78s} " + " ".join(f"{s:>8s}" for s in stems) + f" {'mean':>7s} {'pooled':>7s}")
@@ -692,7 +689,7 @@ def loo() -> int:
     for label, key in rows:
         by = {c: [x for f in folds for x, k in zip(f[key], cats[f["test"]]) if k == c] for c in names}  # type: ignore[arg-type]
         print(f"  {label:76s} " + " ".join(f"{c} {statistics.fmean(v):.3f}" for c, v in by.items()))
-    key = "tuned+ranker+instances+gathers+after+named"
+    key = "tuned+ranker+instances+gathers+after"
     every = [x for f in folds for x in f[key]]  # type: ignore[attr-defined]
     hops = [x for f in folds for x, k in zip(f[key], cats[f["test"]]) if k == "multi-hop"]  # type: ignore[arg-type]
     print(f"\nthe reflex's method, held out, with a 95 % interval over questions ({BOOTSTRAP} resamples of the "

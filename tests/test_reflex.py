@@ -1140,10 +1140,11 @@ def test_proper_words_are_the_things_a_turn_names(text, named):
 
 
 def test_a_turn_that_names_things_goes_before_one_that_says_the_question_back(tmp_path, monkeypatch):
-    """The ranker's "named" features count the things a turn names, not the speakers' names nor the question's
-    own capitalised words; weighed (the shipped ranker weighs them up), "Valorant" goes before "I love
+    """With RANKER_NAMED on (tried, off as shipped) the ranker's "named" features count the things a turn names,
+    not the speakers' names nor the question's own capitalised words; weighed, "Valorant" goes before "I love
     playing video games", and with RANKER_NAMED off the features read 0."""
     from tortoise_sdk.reflex import ranker
+    monkeypatch.setattr(tuning, "RANKER_NAMED", True)
 
     def said(ident: str, name: str, content: str) -> dict[str, str]:
         return {"role": "user", "id": ident, "name": name, "content": content}
