@@ -1022,6 +1022,16 @@ def test_the_learnt_ranker_ships_a_weight_for_every_feature():
     assert tuning.RANKER  # the reflex orders its turns with it
 
 
+def test_features_switched_off_weigh_nothing_in_the_shipped_ranker():
+    """ranker.json is trained with what tuning ships: a feature family switched off reads 0, so its weights are 0
+    (switching it on without training again would add nothing), and one switched on has weights of its own."""
+    from tortoise_sdk.reflex import ranker
+    weights = dict(zip(ranker.FEATURES, ranker.weights()))
+    for switch, family in (("RANKER_NAMED", ("named", "gathers_named")),
+                           ("RANKER_GATHERS", ("gathers_own", "gathers_neighbour", "gathers_score"))):
+        assert all((weights[f] != 0.0) == getattr(tuning, switch) for f in family), switch
+
+
 def test_ranker_training_is_deterministic_and_learns_the_signal():
     import numpy as np
     train = _trainer()
@@ -1090,7 +1100,7 @@ def test_a_question_that_gathers_has_its_own_weights(monkeypatch):
 
     def order(gathers: bool) -> list[str]:
         cands = [Candidate(key=k, kind="turn", text=k, score=1.0) for k in ("a", "b")]
-        raw = [_raw(neighbour=0.0, pos=("s", 0)), _raw(neighbour=0.5, pos=("s", 1))]
+        raw = [_raw(neighbour=0.0, pos=("s", 0), named=2), _raw(neighbour=0.5, pos=("s", 1))]
         rows = ranker.features(raw, gathers)
         g = [i for i, f in enumerate(ranker.FEATURES) if f.startswith("gathers_")]
         plain = [ranker.FEATURES.index(f.removeprefix("gathers_")) for f in ranker.FEATURES if f.startswith("gathers_")]
@@ -1129,10 +1139,17 @@ def test_the_reflex_tells_the_ranker_whether_a_question_gathers(tmp_path):
 
 @pytest.mark.parametrize(("text", "named"), [
     ("I usually play Valorant, and last week the Street Fighter final.", {"valorant", "street", "fighter"}),
-    ('I loved reading "Charlotte\'s Web" as a kid.', {"charlotte's web", "charlotte's", "web"}),
-    ("Hey! Great to hear. I'm fine, OK? Thanks. Wow.", set()),  # a capital that starts a sentence names nothing
-    ("- Bought milk\n* Walked: Nowhere", set()),                 # nor one after a bullet, a line or a colon
+    ('I loved reading "Charlotte\'s Web" as a kid.', {"charlotte's web", "charlotte", "web"}),
     ("we met Anna at the Louvre", {"anna", "louvre"}),
+    ("so (Tokyo) was fun, and Zürich", {"tokyo", "zürich"}),
+    ("Nate's dog and Joanna's cat", {"joanna"}),                # a possessive is the name itself
+    ('a 12" pizza and a "Margherita"', {"margherita"}),         # an inch mark opens no title
+    ('a "b" and "c"', set()),                                  # nor does the quote that closes one
+    ("Hey! Great to hear. I'm fine, OK? Thanks. Wow.", set()),  # a capital that starts a sentence names nothing
+    ("- Bought milk\n* Walked: Nowhere", set()),                # nor one after a bullet, a line or a colon
+    ("waited\u2026 Then (see below.) Then \u2013 Then \u2014 Then", set()),  # an ellipsis, a bracket, dashes
+    ("1) Milk 2) Eggs. Thanks \U0001f60a See you", set()),       # a numbered item, an emoji
+    ("THIS IS SO AWESOME, WE WON THE CUP", set()),             # a text in capitals
 ])
 def test_proper_words_are_the_things_a_turn_names(text, named):
     from tortoise_sdk.reflex.scoring import proper_words
@@ -1141,20 +1158,21 @@ def test_proper_words_are_the_things_a_turn_names(text, named):
 
 def test_a_turn_that_names_things_goes_before_one_that_says_the_question_back(tmp_path, monkeypatch):
     """With RANKER_NAMED on (tried, off as shipped) the ranker's "named" features count the things a turn names,
-    not the speakers' names nor the question's own capitalised words; weighed, "Valorant" goes before "I love
-    playing video games", and with RANKER_NAMED off the features read 0."""
+    not the speakers' names nor the question's own capitalised words; weighed, "Valorant" goes before "Playing
+    video games with Joanna...", and with RANKER_NAMED off the features read 0."""
     from tortoise_sdk.reflex import ranker
     monkeypatch.setattr(tuning, "RANKER_NAMED", True)
 
     def said(ident: str, name: str, content: str) -> dict[str, str]:
         return {"role": "user", "id": ident, "name": name, "content": content}
 
-    question = "What video games does Nate play?"
+    question = "What video games does Nate play on the Switch?"
     with Memory(str(tmp_path / "n.db"), namespace="n") as m:
         m.capture("s1", [said("echo", "Nate", "Playing video games with Joanna is my favourite thing."),
                          said("reply", "Joanna", "Same here, Nate!")], session_date="2024-03-01T10:00:00")
         m.capture("s2", [said("named", "Nate", "Yes! I won the Valorant final in my video games league."),
-                         said("cheer", "Joanna", "Congrats.")], session_date="2024-03-02T10:00:00")
+                         said("cheer", "Joanna", "Congrats."),
+                         said("switch", "Joanna", "Nate plays video games on the Switch.")], session_date="2024-03-02T10:00:00")
         m.capture("pad", [said(f"pad{i}", "Joanna", f"unrelated chatter number {i} about work") for i in range(30)],
                   session_date="2024-03-03T10:00:00")
 
@@ -1170,14 +1188,15 @@ def test_a_turn_that_names_things_goes_before_one_that_says_the_question_back(tm
 
         got = features()
         assert got["named"] == pytest.approx([math.log(2)] * 2)  # "Valorant", and the question gathers
-        assert got["echo"] == [0.0, 0.0]  # "Joanna" speaks here and "Video" starts no name: nothing named
+        assert got["echo"] == [0.0, 0.0]  # "Joanna" is a speaker and "Playing" starts the sentence: nothing named
+        assert got["switch"] == [0.0, 0.0]  # the question says "Switch" itself
         monkeypatch.setattr(tuning, "NEIGHBOUR_SHARE", 0.0)
         monkeypatch.setattr(tuning, "NEXT_SHARE", 0.0)
         _weighing(monkeypatch, "coverage", "named")
         assert [p.external_id for p in ask(m, question, budget=2).pointers][0] == "named"
         monkeypatch.setattr(tuning, "RANKER_NAMED", False)
         assert all(v == [0.0, 0.0] for v in features().values())
-        assert [p.external_id for p in ask(m, question, budget=2).pointers][0] == "echo"
+        assert [p.external_id for p in ask(m, question, budget=2).pointers][0] != "named"  # coverage alone leads
 
 
 def test_a_turn_placed_after_its_neighbour_keeps_no_gathering_share_of_it(monkeypatch):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import statistics
+import unicodedata
 from collections import Counter, defaultdict
 from collections.abc import Mapping
 from datetime import date
@@ -35,28 +36,49 @@ _ABOUT_SAYING = re.compile(r"\b(mention(ed|s|ing)?|say(s|ing)?|said|tell(s|ing)?
 _WH = re.compile(rf"^(?!.*\bor\b).*\b({'|'.join(sorted(WH_WORDS))})\b", re.I | re.S)
 
 
-#: A quoted title ("Little Women", "Charlotte's Web"): straight or typographic double quotes around 2 to 60 characters.
-_QUOTED = re.compile(r"[\"\u201c]([^\"\u201c\u201d\n]{2,60})[\"\u201d]")
-#: What may stand between a sentence's end and its first word: a capital there says nothing about the word.
-_OPENERS = " \t\"'\u201c\u2018([*"
-_SENTENCE_ENDS = frozenset(".!?:;\n-\u2022")
+#: A quoted title ("Little Women", "Charlotte's Web"): 2 to 60 characters between double quotes, the opening
+#: one at the start of the text or after a space or bracket, the closing one before a space, punctuation or the end.
+_QUOTED = re.compile(r"(?:^|(?<=[\s(\[]))[\"\u201c]([^\"\u201c\u201d\n]{2,60})[\"\u201d](?=[\s.,;:!?)\]]|$)")
+#: What may stand between a sentence's end and its first word: spaces, quotes, brackets, a bullet's star.
+_BETWEEN = frozenset(" \t\"'\u201c\u2018\u201d\u2019()[]*\ufe0f")
+#: A capital after one of these (or a symbol, an emoji, a digit: "1) Milk") starts a sentence or an item.
+_SENTENCE_ENDS = frozenset(".!?:;-\n\u2022\u2013\u2014\u2026")
 #: Words written with a capital wherever they stand: not the names of things.
 _NOT_NAMES = frozenset({"i", "i'm", "i've", "i'll", "i'd", "ok", "okay", "omg", "lol"})
+_POSSESSIVE = re.compile(r"['\u2019]s$")
+
+
+def _word(raw: str) -> str:
+    """A capitalised word as compared: case-folded, without quotes, dashes or a possessive ("Nate's": "nate")."""
+    return _POSSESSIVE.sub("", raw.strip("'-\u2019").casefold())
+
+
+def _starts_sentence(text: str, at: int) -> bool:
+    """Whether the word at ``at`` starts a sentence or an item: what comes before it, past spaces, quotes and
+    brackets (at most 8 characters back), is the text's start, a sentence's end, a digit or a symbol."""
+    i, lo = at - 1, max(0, at - 8)
+    while i >= lo and text[i] in _BETWEEN:
+        i -= 1
+    if i < lo:
+        return True
+    c = text[i]
+    return c in _SENTENCE_ENDS or c.isdigit() or unicodedata.category(c).startswith("S")
 
 
 @per_text
 def proper_words(text: str) -> frozenset[str]:
     """The specific things ``text`` names, case-folded: its quoted titles and the words it capitalises inside a
-    sentence ("a Valorant tournament", "we played Catan"). A question that asks "what games..." wants those
-    turns beside one that only says "games" back. (Only the few characters before a word are looked at, so a
-    long paste costs one pass.)"""
-    out = {m.group(1).strip().casefold() for m in _QUOTED.finditer(text)}
+    sentence ("a Valorant tournament", "we played Catan"; a title's words count too, a word in capitals in a
+    text in capitals does not). A question that asks "what games..." wants those turns beside one that only
+    says "games" back. Only the few characters before a word are looked at, so a long paste costs one pass."""
+    out = {m.group(1).strip(" .,;:!?").casefold() for m in _QUOTED.finditer(text)}
+    shouting = sum(c.isupper() for c in text) > sum(c.islower() for c in text)
     for m in CAPITALISED.finditer(text):
-        word = m.group(0).strip("'-").casefold()
-        before = text[max(0, m.start() - 8):m.start()].rstrip(_OPENERS)
-        if word not in _NOT_NAMES and before and before[-1] not in _SENTENCE_ENDS:
-            out.add(word)
-    return frozenset(out)
+        raw, word = m.group(0), _word(m.group(0))
+        if not word or word in _NOT_NAMES or (shouting and raw.isupper()) or _starts_sentence(text, m.start()):
+            continue
+        out.add(word)
+    return frozenset(out - {""})
 
 
 @per_text
@@ -83,7 +105,8 @@ def score_turns(r: Reading, terms: list[Term], content_terms: list[Term], query:
     r.tokens.update((h.turn_id, (Counter(toks), len(toks))) for h, toks in zip(fresh, got))
     name_stems = {name: set(toks) for name, toks in zip(names, got[len(fresh):])}
     # The speakers' names and the question's own words are not things a turn names for it.
-    not_named = {w.casefold() for n in names for w in n.split()} | {w.casefold() for w in CAPITALISED.findall(query)}
+    not_named = ({_word(w) for n in names for w in n.split()} | {_word(w) for w in CAPITALISED.findall(query)}
+                 if tuning.RANKER_NAMED else set())
     weights = {t.stem: t.weight for t in content_terms}
     named = [t for t in terms if t.is_name]
     speakers = {t.stem for t in (speaking(query, named) if tuning.SUBJECT_SPEAKER else named)}
