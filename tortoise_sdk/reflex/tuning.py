@@ -124,7 +124,8 @@ EXCHANGE_REPLIES = True   # in the block's top half, a turn that asks about the 
 EXCHANGE_FILL = False     # off: a block shorter than its places is filled with the turns next to its turns
 RANKER_GATHERS = True     # the ranker's own weights for a question that gathers (ranker.gathers); off, they read 0
 RANKER_NAMED = False      # off: the ranker's features for the specific things a turn names (ranker.FEATURES "named") read 0;
-                          # on, --loo read 0.728 mean against 0.730 without (multi-hop 0.391 against 0.400): not kept
+                          # on, --loo read 0.731 mean against 0.730 without, pooled 0.719 against 0.720, multi-hop
+                          # 0.395 against 0.400 (conv-42 lost a question and a half): not kept
 RANKER = True             # the learnt order of ranker.json (benchmarks/train_reflex_ranker.py) replaces the hand-set one
 SLOT_WEIGHT = 0.4         # a present-tense question naming a kind of fact (slots.SLOTS) also seeks that kind's other words, at this share
 INSTANCE_WEIGHT = 1.0     # a category a listing question names ("activities") also seeks its instances ("hiking"), at this share
