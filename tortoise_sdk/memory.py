@@ -6,8 +6,8 @@ import hashlib
 import itertools
 import logging
 import os
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -265,8 +265,7 @@ class Memory:
 
     # -- lifecycle ---------------------------------------------------------------------------
 
-    @contextmanager
-    def within(self, seconds: float | None) -> Iterator[None]:
+    def within(self, seconds: float | None) -> AbstractContextManager[None]:
         """Store calls made inside the block end within ``seconds`` of entering it, or raise ``StoreTimeout``; a
         bound that ends sooner (an outer block, ``store_timeout_s``) still holds. None: no bound beyond those. The
         bound holds in this context: this thread, or this task and the threads ``asyncio.to_thread`` runs for it
@@ -275,8 +274,7 @@ class Memory:
             with mem.within(2.0):
                 mem.capture(session_id, turns)
         """
-        with within(seconds):
-            yield
+        return within(seconds)
 
     def close(self) -> None:
         """Close the store's connections."""

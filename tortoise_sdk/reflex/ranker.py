@@ -80,10 +80,10 @@ def features(raw: Sequence[Mapping[str, Any]], gathers: bool = False) -> list[li
     rows = []
     for x in raw:
         own, nb, score = x["own"] / best_own, x["neighbour"] / best_own, x["score"] / best
+        named = math.log1p(x["named"])
         rows.append([own, nb, score, 1 / (1 + rank[x["score"]]), x["coverage"], x["coverage_nb"], x["spoken"],
                      x["on_day"], x["says_when"], x["session"], x["answers"], x["asks"], math.log1p(x["length"]),
-                     float(x["own"] > 0), x["key_term"], x["time_words"], math.log1p(x["named"]), g * own, g * nb, g * score,
-                     g * math.log1p(x["named"])])
+                     float(x["own"] > 0), x["key_term"], x["time_words"], named, g * own, g * nb, g * score, g * named])
     return rows
 
 
