@@ -31,7 +31,7 @@ from ..extraction_core import ExtractionCore
 from ..plan import EntityPlan, ExtractionPlan, ItemPlan, SourcePlan
 from ..rows import add_graph, and_equal, entity_dicts, job_info, memory_records, norm_keys, state_info
 from .fts import (bm25_search_sql, index_memories_sql, newest_memory_matches_sql, terms_from_fts5, top_matches_sql,
-                  usable_terms)
+                  usable_terms, walk_rule)
 
 if TYPE_CHECKING:
     import networkx
@@ -69,8 +69,9 @@ _TURN_FACT_STATUS_SQL = (
 
 
 @functools.cache
-def _candidate_memories_sql(walk: bool) -> str:
-    """``candidate_memories``' statement, with or without the newest-first walk (built once each)."""
+def _candidate_memories_sql(walk: bool, rule: tuple[float, float, float]) -> str:
+    """``candidate_memories``' statement, with or without the newest-first walk (built once each per walk
+    rule, ``fts.walk_rule()``)."""
     return top_matches_sql(newest_memory_matches_sql(walk=walk), alias="m", select=f"{_MEMORY_COLUMNS}, {_MEMORY_LINKS}",
                            from_="memories m", where="TRUE")
 
@@ -157,7 +158,7 @@ class PostgresExtractionMixin(ExtractionCore):
         if k < 1 or not terms:
             return []
         statuses = ["live", "superseded"] if include_superseded else ["live"]
-        sql = _candidate_memories_sql(newest_first)
+        sql = _candidate_memories_sql(newest_first, walk_rule())
         with self.read() as c:  # one round trip: the reflex's budget is mostly round trips on a busy host
             rows = _dicts(c, sql, (terms, namespace, statuses, per_term, [weighted_terms[t] for t in terms], k))
         rows.sort(key=lambda r: (-r["score"], -r["id"]))

@@ -53,6 +53,7 @@ from .fts import (
     top_matches_sql,
     turn_bm25_sql,
     usable_terms,
+    walk_rule,
 )
 from .lexemes import LexemeCache
 from .migrations import POSTGRES_MIGRATIONS, migrate_postgres
@@ -530,7 +531,7 @@ class PostgresStore(PostgresExtractionMixin, PostgresSubagentMixin, PostgresForg
         terms = [t for t in weighted_terms if t and "\x00" not in t]
         if k < 1 or not terms:
             return []
-        rows = self._rows(_candidate_turns_sql(), (terms, namespace, per_term, [weighted_terms[t] for t in terms], k,
+        rows = self._rows(_candidate_turns_sql(walk_rule()), (terms, namespace, per_term, [weighted_terms[t] for t in terms], k,
                                                    namespace))
         rows.sort(key=lambda r: (-r[0], -r[1]))
         return [_hit(r[2:], r[0]) for r in rows]
@@ -619,8 +620,8 @@ _WARM_SQL = f"""
 
 
 @functools.cache
-def _candidate_turns_sql() -> str:
-    """``candidate_turns``' statement, built once per process rather than on every call."""
+def _candidate_turns_sql(rule: tuple[float, float, float]) -> str:
+    """``candidate_turns``' statement, built once per walk rule (``fts.walk_rule()``) rather than on every call."""
     return top_matches_sql(newest_turn_matches_sql(), alias="t", select=f"t.id, {_INDEXED_COLUMNS}",
                            from_=f"turns t {_JOIN_SESSION}", where="t.namespace = %s")
 
