@@ -549,7 +549,7 @@ class PostgresStore(PostgresExtractionMixin, PostgresSubagentMixin, PostgresForg
         pairs = [(n, ord_of[t], pos, float(w[t])) for n, (w, ts) in enumerate(zip(weightings, kept))
                  for pos, t in enumerate(ts)]
         # Integers, not user text; with no offset, the candidates' own rows stand in (``near`` may hold them).
-        sql = _near_each_sql(tuple(near_offsets(reach)) or (0,))
+        sql = _near_each_sql(tuple(near_offsets(reach)) or (0,), walk_rule())
         rows = self._rows(sql, (terms, namespace, per_term, *(list(c) for c in zip(*pairs)), k, namespace,
                                 namespace))
         each: list[list[SearchHit]] = [[] for _ in weightings]
@@ -627,8 +627,8 @@ def _candidate_turns_sql(rule: tuple[float, float, float]) -> str:
 
 
 @functools.cache
-def _near_each_sql(offsets: tuple[int, ...]) -> str:
-    """``candidate_turns_near_each``' statement for these neighbour offsets (integers, not user text)."""
+def _near_each_sql(offsets: tuple[int, ...], rule: tuple[float, float, float]) -> str:
+    """``candidate_turns_near_each``' statement for these neighbour offsets (integers, not user text), per walk rule."""
     top = top_matches_each_sql(newest_turn_matches_sql(), alias="t", select=f"t.id, {_INDEXED_COLUMNS}",
                                from_=f"turns t {_JOIN_SESSION}", where="t.namespace = %s")
     values = ", ".join(f"({int(d)})" for d in offsets)
