@@ -45,16 +45,17 @@ def walk_rule() -> tuple[float, float, float]:
 
 
 def own_newest(alias: str, table: str, *, columns: str) -> str:
-    """``FROM`` and ``ORDER BY`` of a walk down the rows of namespace ``x.ns``, newest first, read from the
-    ``<table>_namespace_id`` index alone, whatever the planner knows of the pages or the namespace.
+    """A walk down the rows of namespace ``x.ns``, newest first, through the ``<table>_namespace_id``
+    index, whatever the planner knows of the pages or of the namespace.
 
     Asked with ``namespace = x.ns``, the planner drops the namespace from the order (it is fixed) and
     may take the primary key backwards, passing every newer row of every other namespace: it did so
-    whenever the newest pages were not yet marked all-visible by a vacuum (a live store's usual state),
-    6,000 rows read to walk 50 in ``test_namespace_walks``. Written as a range the namespace stays in
-    the order, which only that index gives without sorting the namespace's rows. Nothing is read when
-    the term is not walked (``x.span`` NULL). The caller appends its own ``LIMIT`` or ``OFFSET``;
-    ``columns`` are of ``alias``.
+    when the newest pages were not yet marked all-visible by a vacuum (a live store's usual state),
+    and a merge join with the primary key did so even when they were (``test_namespace_walks``: 12,105
+    and 6,105 rows read to walk 50). Written as a range, the namespace stays in the order, which only
+    that index gives without sorting the namespace's rows. Nothing is read when the term is not
+    walked (``x.span`` NULL). The caller appends its own ``LIMIT`` or ``OFFSET``; ``columns`` are of
+    ``alias``.
     """
     return (f"SELECT {columns} FROM {table} {alias} WHERE x.span IS NOT NULL"
             f" AND {alias}.namespace >= x.ns AND {alias}.namespace <= x.ns"
@@ -148,8 +149,8 @@ def newest_memory_matches_sql(*, walk: bool = False) -> str:
     names of the entities a hop follows), a one-lexeme term that is common among the namespace's
     turns by ``newest_turn_matches_sql``'s rule (its share there standing for its share here) is
     first looked for in the namespace's newest ``WALK_SPAN * per_term * N / n`` memories, walked
-    newest first: their ids from the ``memories_namespace_id`` index alone (other namespaces'
-    newer memories are never passed), then one probe each, stopping at ``per_term`` matches
+    newest first through the ``memories_namespace_id`` index (``own_newest``: other namespaces'
+    newer memories are never passed), stopping at ``per_term`` matches
     (``ts_match_vq``, the function of ``@@``, keeps the planner off the GIN index there). Only when
     those hold fewer than ``per_term`` of its matches does the index find the older ones. Both ways
     return the same rows. Without ``walk`` the statement is the index's way alone (cheaper to plan).
@@ -171,14 +172,10 @@ def newest_memory_matches_sql(*, walk: bool = False) -> str:
         ) AS hit
     """
     return _newest_matches_sql(table="memories", count="n_turns", query="q.query", statuses=True, found=f"""
-                SELECT newest.id FROM ({own_newest("n", "memories", columns="n.namespace, n.id")} LIMIT x.span
-                ) AS newest
-                CROSS JOIN LATERAL (  -- one probe a walked memory; in the walk's order, so it stops at per_term
-                    SELECT 1 FROM memories m
-                    WHERE m.id = newest.id AND ts_match_vq(m.fts, x.query) AND m.status = ANY(x.statuses)
-                    OFFSET 0
+                SELECT w.id FROM ({own_newest("n", "memories", columns="n.namespace, n.id, n.fts, n.status")} LIMIT x.span
                 ) AS w
-                ORDER BY newest.namespace DESC, newest.id DESC LIMIT x.per_term""")
+                WHERE ts_match_vq(w.fts, x.query) AND w.status = ANY(x.statuses)
+                ORDER BY w.namespace DESC, w.id DESC LIMIT x.per_term""")
 
 
 def newest_turn_matches_sql(*, content_only: bool = True) -> str:
@@ -191,10 +188,9 @@ def newest_turn_matches_sql(*, content_only: bool = True) -> str:
     is instead looked for in the namespace's newest ``WALK_SPAN * per_term * N / n`` turns, walked
     newest first (about ``per_term * N / n`` would do if the word were spread evenly); only when
     that window holds fewer than ``per_term`` of its matches does the index find the older ones.
-    The walk takes the namespace's newest ids from ``turns_namespace_id`` alone (an index-only scan)
-    and only then reads those turns: asked for the turns themselves newest first, the planner took the
-    primary key backwards and passed every newer turn of every other namespace (1.3 s a block for a
-    namespace quiet while nine others of its size were written); there ``ts_match_vq`` (the function of
+    The walk reads the namespace's newest turns through ``turns_namespace_id`` (``own_newest``): taking
+    the primary key backwards, the planner passed every newer turn of every other namespace (1.3 s a
+    block for a namespace quiet while nine others of its size were written); there ``ts_match_vq`` (the function of
     ``@@``) tests each row, as the planner cannot take it to the index. The index's way sits behind ``OFFSET 0``: the
     planner cannot see how rare a word is, and with the ``LIMIT`` above it would walk the newest turns
     testing each one, a scan of most of the store for a rare word. Both ways return the same rows, those
@@ -206,13 +202,10 @@ def newest_turn_matches_sql(*, content_only: bool = True) -> str:
     return _newest_matches_sql(
         table="turns", count="n_content" if content_only else "n_turns",
         query=content_query("q.query") if content_only else "q.query", statuses=False, found=f"""
-                SELECT newest.id FROM ({own_newest("n", "turns", columns="n.namespace, n.id")} LIMIT x.span
-                ) AS newest
-                CROSS JOIN LATERAL (  -- one probe a walked turn; in the walk's order, so it stops at per_term
-                    SELECT 1 FROM turns t WHERE t.id = newest.id AND ts_match_vq(t.fts, x.query)
-                    OFFSET 0
+                SELECT w.id FROM ({own_newest("n", "turns", columns="n.namespace, n.id, n.fts")} LIMIT x.span
                 ) AS w
-                ORDER BY newest.namespace DESC, newest.id DESC LIMIT x.per_term""")
+                WHERE ts_match_vq(w.fts, x.query)
+                ORDER BY w.namespace DESC, w.id DESC LIMIT x.per_term""")
 
 
 def _newest_matches_sql(*, table: str, count: str, query: str, statuses: bool, found: str) -> str:
