@@ -30,6 +30,8 @@ this tree's code and git revision REV's, each in its own process, query by query
 is first migrated by this tree; REV's code is told of the migrations it lacks, so both read one
 database with this tree's indexes, which REV's statements may also use); ``--explain``
 then prints ``EXPLAIN (ANALYZE, BUFFERS)`` of every statement the slowest query's ``context()`` sends.
+``--busy TURNS`` does so on a copy of the store where another namespace then wrote TURNS turns, its
+newest pages not yet vacuumed: a namespace quiet while another keeps writing (``busy_copy``).
 ``--store URL --live TURNS`` weighs the GIN indexes' pending list on a live PostgreSQL store: two
 copies, ``fastupdate`` on and off, get the same new turns, then are timed in turn (``run_live``).
 ``--store URL --cold K`` starts K new processes per tree (this one and ``--against``'s), each asking
@@ -41,6 +43,7 @@ Usage::
     .venv/bin/python benchmarks/bench_reflex_latency.py [--sizes 10000 100000] [--queries 300]
     .venv/bin/python benchmarks/bench_reflex_latency.py --sizes 100000 --pastes 3 [--engine postgres]
     .venv/bin/python benchmarks/bench_reflex_latency.py --store postgresql://.../db --against main [--explain] [--rounds 5]
+    .venv/bin/python benchmarks/bench_reflex_latency.py --store postgresql://.../db --against main --busy 100000
     .venv/bin/python benchmarks/bench_reflex_latency.py --store postgresql://.../db --live 8000 --queries 100
     .venv/bin/python benchmarks/bench_reflex_latency.py --store postgresql://.../db --against main --cold 20 [--present]
 """
@@ -542,10 +545,14 @@ def machine_ms() -> float:
     return best * 1000
 
 
-def run_against(url: str, rev: str, n_queries: int, explain: bool, rounds: int = 1) -> int:
+def run_against(url: str, rev: str, n_queries: int, explain: bool, rounds: int = 1, busy: int = 0) -> int:
     """Time ``context()`` on the store at ``url`` with this tree's code and with ``rev``'s, query by query in
     turn; with ``rounds`` > 1 the whole comparison is run that many times, each round's p50/p95 printed
-    and their medians and ranges summed up (this machine's speed moves p95 from run to run)."""
+    and their medians and ranges summed up (this machine's speed moves p95 from run to run). With
+    ``busy`` it is run on a copy where another namespace wrote that many turns after (``busy_copy``)."""
+    if busy:
+        with busy_copy(url, busy) as copy:
+            return run_against(copy, rev, n_queries, explain, rounds)
     qs = queries(n_queries)
     runs, speed = [], []
     with tempfile.TemporaryDirectory() as tmp:
@@ -625,6 +632,40 @@ def _explain(url: str, qs: list[str]) -> None:
             print(f"  with jit = on: Execution Time {on['Execution Time']:.3f} ms, "
                   + ("not compiled" if jit is None else f"of which JIT compilation {jit:.3f} ms"))
     mem.close()
+
+
+@contextmanager
+def busy_copy(url: str, n_turns: int) -> Iterator[str]:
+    """A copy of the PostgreSQL store at ``url`` (``CREATE DATABASE ... TEMPLATE``, dropped afterwards) where
+    namespace "busy" then captured ``n_turns`` turns, so "bench" is a namespace quiet while another kept
+    writing. Autovacuum is off on ``turns`` and its statistics are taken by hand: the newest pages are
+    not yet all-visible, as in a live store between two vacuums."""
+    import psycopg
+
+    base, template = url.rsplit("/", 1)
+    name, admin = f"{template}_busy", f"{base}/postgres"
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
+    try:
+        copy = f"{base}/{name}"
+        with psycopg.connect(copy, autocommit=True) as conn:
+            conn.execute("ALTER TABLE turns SET (autovacuum_enabled = false)")
+        rng = random.Random(23)
+        vocab = [f"{a}{b}" for a in ("ka", "lo", "mi", "ne", "ru", "sa", "to", "vi", "ze", "po") for b in range(300)]
+        with Memory(copy, namespace="busy") as mem:
+            for start in range(0, n_turns // 20, 200):
+                mem.capture_many([{"session_id": f"busy{s}", "turns": [
+                    {"role": "user" if i % 2 == 0 else "assistant", "content": _sentence(rng, vocab)}
+                    for i in range(20)]} for s in range(start, min(start + 200, n_turns // 20))])
+        with psycopg.connect(copy, autocommit=True) as conn:
+            conn.execute("ANALYZE turns")
+            seen = conn.execute("SELECT relallvisible, relpages FROM pg_class WHERE relname = 'turns'").fetchone()
+        print(f"namespace busy: {n_turns} turns captured after bench's; turns' pages all-visible: {seen[0]} of {seen[1]}")
+        yield copy
+    finally:
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def run_live(url: str, n_turns: int, n_queries: int) -> int:
@@ -712,6 +753,9 @@ if __name__ == "__main__":
     ap.add_argument("--live", type=int, metavar="TURNS",
                     help="with --store (PostgreSQL): capture TURNS turns into two copies, GIN fastupdate on and off, "
                          "and time both")
+    ap.add_argument("--busy", type=int, default=0, metavar="TURNS",
+                    help="with --store (PostgreSQL) and --against: time namespace bench of a copy where another "
+                         "namespace then wrote TURNS turns, its newest pages not yet vacuumed")
     ap.add_argument("--rounds", type=int, default=1, metavar="R",
                     help="with --store and --against: run the comparison R times and print each round's figures")
     ap.add_argument("--cold", type=int, default=0, metavar="K",
@@ -731,6 +775,6 @@ if __name__ == "__main__":
     if args.store and args.cold:
         sys.exit(run_cold(args.store, args.against or "HEAD", args.cold, args.present))
     if args.store:
-        sys.exit(run_against(args.store, args.against or "HEAD", args.queries, args.explain, args.rounds))
+        sys.exit(run_against(args.store, args.against or "HEAD", args.queries, args.explain, args.rounds, args.busy))
     sys.exit(run_pastes(args.sizes, args.queries, args.pastes, args.engine) if args.pastes
              else run(args.sizes, args.queries, args.against, args.instances, args.second_neighbours))
