@@ -770,6 +770,8 @@ if __name__ == "__main__":
     args = ap.parse_args()
     if args.smoke:
         args.sizes, args.queries = [2_000], 20
+    if args.busy and not (args.store and args.store.startswith("postgresql://")) or args.busy and (args.cold or args.live):
+        ap.error("--busy times a PostgreSQL --store beside --against; it does not combine with --cold or --live")
     if args.store and args.live:
         sys.exit(run_live(args.store, args.live, args.queries))
     if args.store and args.cold:

@@ -84,15 +84,28 @@ def test_sqlite_bounded_search_of_a_quiet_namespace_costs_what_a_busy_ones_does(
     assert quiet <= 2 * busy + 10, (quiet, busy)
 
 
-# -- PostgreSQL: the walk's plan reads the namespace's own turns only --------------------------------
+# -- PostgreSQL: each walk's plan reads the namespace's own rows only -------------------------------
+
+MEMORY_SESSIONS = {"quiet": 3, "busy": 10}  # of 100 memories each, the busy namespace's written after
 
 
-@pytest.fixture(scope="module", params=("VACUUM ANALYZE turns", "ANALYZE turns"),
-                ids=("vacuumed", "newest-pages-not-yet-vacuumed"))
-def pg_walk(request: pytest.FixtureRequest) -> Iterator[tuple[Any, str]]:
-    """The two namespaces in a database of their own, statistics taken, with the pages marked all-visible by
-    a vacuum or (a live store's usual state) not yet: then the namespace index costs the planner a heap
-    visit a row, and it had preferred the primary key backwards. Yields the store and its URL."""
+def _fill_memories(store: Any) -> None:
+    from tortoise_sdk.models import ExtractionReport
+    from tortoise_sdk.store.plan import EntityPlan, ExtractionPlan, ItemPlan
+
+    for ns, sessions in MEMORY_SESSIONS.items():
+        for s in range(sessions):
+            items = [ItemPlan(kind="point", content=f"apple pie memory {s}-{i} of {ns}", about=("Apple",))
+                     for i in range(100)]
+            plan = ExtractionPlan(session_id=f"s{s}", extraction_id=f"x-{ns}-{s}", valid_at=None,
+                                  entities=[EntityPlan(name="Apple", kind="thing")], items=items)
+            store.write_extraction(ns, plan, finalize=lambda r: ExtractionReport(status="ok"))
+
+
+@pytest.fixture(scope="module")
+def pg_filled() -> Iterator[tuple[Any, str]]:
+    """The two namespaces' turns and memories in a database of their own, autovacuum off. Yields the store
+    and its URL."""
     import psycopg
 
     from pgtemp import require_postgres, temp_database
@@ -101,42 +114,113 @@ def pg_walk(request: pytest.FixtureRequest) -> Iterator[tuple[Any, str]]:
     require_postgres()
     with temp_database("tortoise_namespace_walks") as url:
         store = PostgresStore(url)
-        _fill(store)
         with psycopg.connect(url, autocommit=True) as c:
-            c.execute(request.param)
+            for table in ("turns", "memories"):
+                c.execute(f"ALTER TABLE {table} SET (autovacuum_enabled = false)")
+        _fill(store)
+        _fill_memories(store)
         yield store, url
         store.close()
 
 
-def _turns_read(plan: dict) -> int:
-    """Rows the plan's scans of ``turns`` read, kept or thrown away, over all their loops (EXPLAIN ANALYZE)."""
+@pytest.fixture(scope="module", params=("ANALYZE", "VACUUM ANALYZE"), ids=("newest-pages-not-yet-vacuumed", "vacuumed"))
+def pg_walk(request: pytest.FixtureRequest, pg_filled: tuple[Any, str]) -> tuple[Any, str]:
+    """``pg_filled`` with statistics taken, its pages not yet marked all-visible (a live store's usual state
+    between two vacuums: a namespace's index then costs the planner a heap visit a row, and it had
+    preferred the primary key backwards), then vacuumed. pytest runs a module's tests a parameter at a
+    time, in this order; the state is checked, not assumed."""
+    import psycopg
+
+    _, url = pg_filled
+    with psycopg.connect(url, autocommit=True) as c:
+        for table in ("turns", "memories"):
+            c.execute(f"{request.param} {table}")
+        visible = c.execute("SELECT SUM(relallvisible) FROM pg_class WHERE relname IN ('turns', 'memories')").fetchone()[0]
+    assert (visible > 0) == request.param.startswith("VACUUM"), (request.param, visible)
+    return pg_filled
+
+
+def _rows_read(plan: dict, table: str) -> int:
+    """Rows the plan's scans of ``table`` read, kept or thrown away, over all their loops (EXPLAIN ANALYZE)."""
     own = 0
-    if plan.get("Relation Name") == "turns":
+    if plan.get("Relation Name") == table:
         own = (plan.get("Actual Rows", 0) + plan.get("Rows Removed by Filter", 0)) * plan.get("Actual Loops", 1)
-    return own + sum(_turns_read(p) for p in plan.get("Plans", []))
+    return own + sum(_rows_read(p, table) for p in plan.get("Plans", []))
+
+
+def _read_by(url: str, call: Any, table: str) -> int:
+    """Rows of ``table`` that the reads ``call()`` sends read, by their plans (each statement run again under
+    ``EXPLAIN ANALYZE``)."""
+    import psycopg
+
+    sent: list[tuple[str, Any]] = []
+    real = psycopg.Cursor.execute
+
+    def record(self: Any, query: Any, params: Any = None, **kw: Any) -> Any:
+        if isinstance(query, str) and query.lstrip().upper().startswith(("SELECT", "WITH")):
+            sent.append((query, params))
+        return real(self, query, params, **kw)
+
+    psycopg.Cursor.execute = record  # type: ignore[method-assign]
+    try:
+        call()
+    finally:
+        psycopg.Cursor.execute = real  # type: ignore[method-assign]
+    assert sent
+    read = 0
+    with psycopg.connect(url) as c:
+        for sql, params in sent:
+            plan = c.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, params).fetchone()[0]
+            plan = plan if isinstance(plan, list) else json.loads(plan)
+            read += _rows_read(plan[0]["Plan"], table)
+    return read
 
 
 def test_postgres_context_walk_of_a_quiet_namespace_reads_none_of_the_busy_ones_turns(pg_walk, monkeypatch):
-    import psycopg
-
     from tortoise_sdk.store.postgres import fts
 
     pg_store, pg_url = pg_walk
     monkeypatch.setattr(fts, "WALK_MIN", 10)  # "apple" is in every turn: walked newest first, not looked up
-    sent: list[tuple[str, Any]] = []
-    real = pg_store._rows
-
-    def record(sql: str, params: Any = None) -> Any:
-        sent.append((sql, params))
-        return real(sql, params)
-
-    monkeypatch.setattr(pg_store, "_rows", record)
     hits = pg_store.candidate_turns("quiet", {"apple": 1.0}, k=5, per_term=50)
     assert [h.content for h in hits] == _newest(pg_store, "quiet", 5)
-    (sql, params), = sent
-    with psycopg.connect(pg_url) as c:
-        plan = c.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, params).fetchone()[0]
-    plan = plan if isinstance(plan, list) else json.loads(plan)
-    # The walk reads the quiet namespace's newest 50 ids and probes those 50 turns. Taking the primary key
+    # The walk reads the quiet namespace's newest 50 turns (and the 5 it returns). Taking the primary key
     # backwards instead, it passed the busy namespace's 6,000 newer turns (filtered out, or merge-joined).
-    assert _turns_read(plan[0]["Plan"]) <= 2 * 50 + 10
+    assert _read_by(pg_url, lambda: pg_store.candidate_turns("quiet", {"apple": 1.0}, k=5, per_term=50), "turns") <= 2 * 50 + 10
+
+
+def test_postgres_bounded_search_of_a_quiet_namespace_reads_none_of_the_busy_ones_turns(pg_walk, monkeypatch):
+    from tortoise_sdk.store.postgres import fts
+    from tortoise_sdk.store.postgres import store as pg
+
+    pg_store, pg_url = pg_walk
+    monkeypatch.setattr(fts, "WALK_MIN", 10)
+    monkeypatch.setattr(pg, "POSTINGS_BUDGET", 50)  # "apple" is over it: its newest matches are walked
+    hits = pg_store.search_terms("quiet", ["apple"], k=5)
+    assert len(hits) == 5 and all(h.content.endswith("of quiet") for h in hits)
+    # Its own 300 turns at most, twice (walked, then scored); before, the busy namespace's 6,000 newer ones too.
+    assert _read_by(pg_url, lambda: pg_store.search_terms("quiet", ["apple"], k=5), "turns") <= 2 * QUIET
+
+
+def test_postgres_memory_walk_of_a_quiet_namespace_reads_none_of_the_busy_ones_memories(pg_walk, monkeypatch):
+    from tortoise_sdk.store.postgres import fts
+
+    pg_store, pg_url = pg_walk
+    monkeypatch.setattr(fts, "WALK_MIN", 10)
+
+    def walk() -> list[Any]:
+        return pg_store.candidate_memories("quiet", {"apple": 1.0}, k=5, per_term=50, newest_first=True)
+
+    assert [m.content for m, _ in walk()] == [f"apple pie memory 2-{i} of quiet" for i in range(99, 94, -1)]
+    # Before, not yet vacuumed: the busy namespace's 1,000 newer memories.
+    assert _read_by(pg_url, walk, "memories") <= 2 * 50 + 10
+
+
+@pytest.mark.parametrize("session", [None, "s1"])
+def test_postgres_latest_memories_of_a_quiet_namespace_read_none_of_the_busy_ones(pg_walk, session):
+    pg_store, pg_url = pg_walk
+    got = pg_store.memories("quiet", session, latest=3)
+    last = MEMORY_SESSIONS["quiet"] - 1 if session is None else 1
+    assert [m.content for m in got] == [f"apple pie memory {last}-{i} of quiet" for i in (97, 98, 99)]
+    # The extraction window's known memories (a session's) and the CLI's "is it empty?" (the namespace's).
+    # Walking the primary key backwards, both passed the busy namespace's 1,000 newer memories.
+    assert _read_by(pg_url, lambda: pg_store.memories("quiet", session, latest=3), "memories") <= 100 + 10

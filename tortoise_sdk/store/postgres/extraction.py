@@ -95,14 +95,23 @@ class PostgresExtractionMixin(ExtractionCore):
         latest: int | None = None, category: str | None = None,
     ) -> list[MemoryRecord]:
         """Memories of a namespace (or one session, or one category), oldest first; live only unless asked;
-        the newest ``latest``."""
-        args: list[Any] = [namespace]
-        sql = and_equal(f"SELECT {_MEMORY_COLUMNS} FROM memories m WHERE m.namespace = %s", args,
+        the newest ``latest``.
+
+        The newest are never found by walking the primary key backwards, which passes every newer memory
+        of every other namespace (``fts.own_newest``): a whole namespace's are walked down its own
+        index, a session's or a category's (a few) are read through theirs and sorted."""
+        walk = latest is not None and session_id is None and category is None
+        args: list[Any] = [namespace, namespace] if walk else [namespace]
+        own = "m.namespace >= %s AND m.namespace <= %s" if walk else "m.namespace = %s"
+        sql = and_equal(f"SELECT {_MEMORY_COLUMNS} FROM memories m WHERE {own}", args,
                         {"m.session_id": session_id, "m.category": category}, "%s")
         if not include_superseded:
             sql += " AND m.status = 'live'"
+        if walk:
+            sql = f"SELECT * FROM ({sql} ORDER BY m.namespace DESC, m.id DESC LIMIT %s) m"
+        elif latest is not None:
+            sql = f"WITH found AS MATERIALIZED ({sql}) SELECT * FROM (SELECT * FROM found ORDER BY id DESC LIMIT %s) m"
         if latest is not None:
-            sql = f"SELECT * FROM ({sql} ORDER BY m.id DESC LIMIT %s) m"
             args.append(max(0, latest))
         with self.read() as c:
             return self._records(c, _dicts(c, sql + " ORDER BY m.id", args))

@@ -612,7 +612,8 @@ _WARM_SQL = f"""
            (SELECT COUNT(*) FROM turns t WHERE t.namespace = '' AND t.session_id = '' AND t.idx = 0),
            (SELECT COUNT(*) FROM memories m
             WHERE m.namespace = '' AND m.fts @@ phraseto_tsquery('{FTS_CONFIG}'::regconfig, 'warm')),
-           (SELECT COUNT(*) FROM (SELECT m.id FROM memories m WHERE m.namespace = '' ORDER BY m.id DESC LIMIT 1) AS w),
+           (SELECT COUNT(*) FROM (SELECT m.id FROM memories m WHERE m.namespace >= '' AND m.namespace <= ''
+                                  ORDER BY m.namespace DESC, m.id DESC LIMIT 1) AS w),
            {content_query(f"phraseto_tsquery('{FTS_CONFIG}'::regconfig, 'warm')")},
            (SELECT COUNT(*) FROM memory_entities WHERE memory_id = ''),
            (SELECT COUNT(*) FROM provenance WHERE namespace = '' AND turn_id = '')
