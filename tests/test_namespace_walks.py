@@ -201,18 +201,22 @@ def test_postgres_bounded_search_of_a_quiet_namespace_reads_none_of_the_busy_one
     assert _read_by(pg_url, lambda: pg_store.search_terms("quiet", ["apple"], k=5), "turns") <= 2 * QUIET
 
 
-def test_postgres_memory_walk_of_a_quiet_namespace_reads_none_of_the_busy_ones_memories(pg_walk, monkeypatch):
+@pytest.mark.parametrize("newest_first", [True, False])
+def test_postgres_memory_walk_of_a_quiet_namespace_reads_none_of_the_busy_ones_memories(pg_walk, monkeypatch,
+                                                                                         newest_first):
     from tortoise_sdk.store.postgres import fts
 
     pg_store, pg_url = pg_walk
     monkeypatch.setattr(fts, "WALK_MIN", 10)
 
     def walk() -> list[Any]:
-        return pg_store.candidate_memories("quiet", {"apple": 1.0}, k=5, per_term=50, newest_first=True)
+        return pg_store.candidate_memories("quiet", {"apple": 1.0}, k=5, per_term=50, newest_first=newest_first)
 
     assert [m.content for m, _ in walk()] == [f"apple pie memory 2-{i} of quiet" for i in range(99, 94, -1)]
-    # Before, not yet vacuumed: the busy namespace's 1,000 newer memories.
-    assert _read_by(pg_url, walk, "memories") <= 2 * 50 + 10
+    # Walked: the newest 50 (before, not yet vacuumed, the busy namespace's 1,000 newer memories too). Through
+    # the GIN index: every match of the word in the namespace (its 300), none of the busy one's.
+    own = MEMORY_SESSIONS["quiet"] * 100
+    assert _read_by(pg_url, walk, "memories") <= (2 * 50 if newest_first else own) + 10
 
 
 @pytest.mark.parametrize("session", [None, "s1"])
