@@ -36,12 +36,22 @@ def _newest(store: Any, ns: str, n: int) -> list[str]:
 # -- SQLite: the walk reads no posting past the namespace's newest turn -----------------------------
 
 
-@pytest.fixture(scope="module")
-def sqlite_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+@pytest.fixture(scope="module", params=(False, True), ids=("no-statistics", "analyzed"))
+def sqlite_store(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """The two namespaces; as the store keeps them (it never runs ``ANALYZE``), or after a user ran it on
+    the file, which gives SQLite's planner statistics to choose by."""
+    import sqlite3
+
     from tortoise_sdk.store.sqlite import SQLiteStore
 
-    store = SQLiteStore(tmp_path_factory.mktemp("walks") / "walks.db", timeout_s=None)
+    path = tmp_path_factory.mktemp("walks") / "walks.db"
+    store = SQLiteStore(path, timeout_s=None)
     _fill(store)
+    if request.param:
+        store.close()
+        with sqlite3.connect(path) as c:
+            c.execute("ANALYZE")
+        store = SQLiteStore(path, timeout_s=None)
     yield store
     store.close()
 
