@@ -64,6 +64,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -307,7 +308,7 @@ def _postgres_copy(sqlite_path: Path) -> Iterator[str]:
     name = f"tortoise_bench_{os.getpid()}_{uuid.uuid4().hex[:8]}"
     with psycopg.connect(base, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
-    url = base.rsplit("/", 1)[0] + f"/{name}"
+    url = _on_database(base, name)
     try:
         copy_store(str(sqlite_path), url)
         yield url
@@ -634,6 +635,32 @@ def _explain(url: str, qs: list[str]) -> None:
     mem.close()
 
 
+def _on_database(url: str, name: str) -> str:
+    """``url`` pointed at database ``name`` (user, host and query string kept)."""
+    return urlsplit(url)._replace(path=f"/{name}").geturl()
+
+
+@contextmanager
+def _template_copies(url: str, suffixes: list[str]) -> Iterator[list[str]]:
+    """Copies of the PostgreSQL database at ``url`` (``CREATE DATABASE ... TEMPLATE``), ``<name>_<suffix>``
+    each, replaced if left by an earlier run and dropped afterwards; yields their URLs."""
+    import psycopg
+
+    template = urlsplit(url).path.lstrip("/")
+    names = [f"{template}_{suffix}" for suffix in suffixes]
+    admin = _on_database(url, "postgres")
+    with psycopg.connect(admin, autocommit=True) as conn:
+        for name in names:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
+    try:
+        yield [_on_database(url, name) for name in names]
+    finally:
+        with psycopg.connect(admin, autocommit=True) as conn:
+            for name in names:
+                conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
 @contextmanager
 def busy_copy(url: str, n_turns: int) -> Iterator[str]:
     """A copy of the PostgreSQL store at ``url`` (``CREATE DATABASE ... TEMPLATE``, dropped afterwards) where
@@ -642,13 +669,7 @@ def busy_copy(url: str, n_turns: int) -> Iterator[str]:
     not yet all-visible, as in a live store between two vacuums."""
     import psycopg
 
-    base, template = url.rsplit("/", 1)
-    name, admin = f"{template}_busy", f"{base}/postgres"
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
-    try:
-        copy = f"{base}/{name}"
+    with _template_copies(url, ["busy"]) as (copy,):
         with psycopg.connect(copy, autocommit=True) as conn:
             conn.execute("ALTER TABLE turns SET (autovacuum_enabled = false)")
         rng = random.Random(23)
@@ -663,9 +684,6 @@ def busy_copy(url: str, n_turns: int) -> Iterator[str]:
             seen = conn.execute("SELECT relallvisible, relpages FROM pg_class WHERE relname = 'turns'").fetchone()
         print(f"namespace busy: {n_turns} turns captured after bench's; turns' pages all-visible: {seen[0]} of {seen[1]}")
         yield copy
-    finally:
-        with psycopg.connect(admin, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def run_live(url: str, n_turns: int, n_queries: int) -> int:
@@ -679,20 +697,15 @@ def run_live(url: str, n_turns: int, n_queries: int) -> int:
     """
     import psycopg
 
-    base, template = url.rsplit("/", 1)
-    names = {"on": f"{template}_live_on", "off": f"{template}_live_off"}
-    admin = f"{base}/postgres"
-    with psycopg.connect(admin, autocommit=True) as conn:
-        for name in names.values():
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-            conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
-    try:
-        for mode, name in names.items():
-            with psycopg.connect(f"{base}/{name}", autocommit=True) as conn:
+    template = urlsplit(url).path.lstrip("/")
+    with _template_copies(url, ["live_on", "live_off"]) as (on, off):
+        urls = {"on": on, "off": off}
+        for mode, copy in urls.items():
+            with psycopg.connect(copy, autocommit=True) as conn:
                 conn.execute("CREATE EXTENSION IF NOT EXISTS pgstattuple")
                 for index in ("turns_fts", "memories_fts"):
                     conn.execute(f"ALTER INDEX {index} SET (fastupdate = {mode})")
-        mems = {mode: Memory(f"{base}/{name}", namespace="bench") for mode, name in names.items()}
+        mems = {mode: Memory(copy, namespace="bench") for mode, copy in urls.items()}
         rng = random.Random(17)
         vocab = [f"{a}{b}" for a in ("ka", "lo", "mi", "ne", "ru", "sa", "to", "vi", "ze", "po") for b in range(300)]
         capture_ms: dict[str, list[float]] = {"on": [], "off": []}
@@ -704,8 +717,8 @@ def run_live(url: str, n_turns: int, n_queries: int) -> int:
                 mems[mode].capture(f"live{s}", turns, extract=False)
                 capture_ms[mode].append((time.perf_counter() - t) * 1000)
         pending = {}
-        for mode, name in names.items():
-            with psycopg.connect(f"{base}/{name}", autocommit=True) as conn:
+        for mode, copy in urls.items():
+            with psycopg.connect(copy, autocommit=True) as conn:
                 pending[mode] = conn.execute("SELECT pending_pages FROM pgstatginindex('turns_fts')").fetchone()[0]
         qs = queries(n_queries)
         for q in qs[:20]:
@@ -729,10 +742,6 @@ def run_live(url: str, n_turns: int, n_queries: int) -> int:
                   f"{degraded[mode]:>13}")
         for mem in mems.values():
             mem.close()
-    finally:
-        with psycopg.connect(admin, autocommit=True) as conn:
-            for name in names.values():
-                conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     return 0
 
 
