@@ -107,6 +107,15 @@ COURTESY = ["thanks!", "hi", "ok cool", "good morning"]
 BEFORE: dict[str, object] = {"ANSWER_SHARE": 0.0, "SESSION_BOOST": 0.0, "DATE_BOOST": 0.0, "EXCHANGE_REPLIES": False}
 
 
+#: The filler words of the synthetic chat, drawn Zipf-like by ``_filler``.
+VOCAB = [f"{a}{b}" for a in ("ka", "lo", "mi", "ne", "ru", "sa", "to", "vi", "ze", "po") for b in range(300)]
+
+
+def _chat(rng: random.Random, n: int = 20) -> list[dict[str, str]]:
+    """A session of ``n`` synthetic turns, user and assistant in turn (no speaker names)."""
+    return [{"role": "user" if i % 2 == 0 else "assistant", "content": _sentence(rng, VOCAB)} for i in range(n)]
+
+
 def _filler(rng: random.Random, vocab: list[str], n: int) -> str:
     # Zipf-like: word i drawn with weight 1/(i+1).
     return " ".join(rng.choices(vocab, weights=[1 / (i + 1) for i in range(len(vocab))], k=n))
@@ -121,7 +130,7 @@ def _sentence(rng: random.Random, vocab: list[str]) -> str:
 
 def build(path: Path, items: int, seed: int = 7) -> Memory:
     rng = random.Random(seed)
-    vocab = [f"{a}{b}" for a in ("ka", "lo", "mi", "ne", "ru", "sa", "to", "vi", "ze", "po") for b in range(300)]
+    vocab = VOCAB
     store = SQLiteStore(path, synchronous="OFF")
     mem = Memory(store=store, namespace="bench")
     n_turns = items * 4 // 5
@@ -673,12 +682,10 @@ def busy_copy(url: str, n_turns: int) -> Iterator[str]:
         with psycopg.connect(copy, autocommit=True) as conn:
             conn.execute("ALTER TABLE turns SET (autovacuum_enabled = false)")
         rng = random.Random(23)
-        vocab = [f"{a}{b}" for a in ("ka", "lo", "mi", "ne", "ru", "sa", "to", "vi", "ze", "po") for b in range(300)]
         with Memory(copy, namespace="busy") as mem:
             for start in range(0, n_turns // 20, 200):
-                mem.capture_many([{"session_id": f"busy{s}", "turns": [
-                    {"role": "user" if i % 2 == 0 else "assistant", "content": _sentence(rng, vocab)}
-                    for i in range(20)]} for s in range(start, min(start + 200, n_turns // 20))])
+                mem.capture_many([{"session_id": f"busy{s}", "turns": _chat(rng)}
+                                  for s in range(start, min(start + 200, n_turns // 20))])
         with psycopg.connect(copy, autocommit=True) as conn:
             conn.execute("ANALYZE turns")
             seen = conn.execute("SELECT relallvisible, relpages FROM pg_class WHERE relname = 'turns'").fetchone()
@@ -707,11 +714,9 @@ def run_live(url: str, n_turns: int, n_queries: int) -> int:
                     conn.execute(f"ALTER INDEX {index} SET (fastupdate = {mode})")
         mems = {mode: Memory(copy, namespace="bench") for mode, copy in urls.items()}
         rng = random.Random(17)
-        vocab = [f"{a}{b}" for a in ("ka", "lo", "mi", "ne", "ru", "sa", "to", "vi", "ze", "po") for b in range(300)]
         capture_ms: dict[str, list[float]] = {"on": [], "off": []}
         for s in range(n_turns // 20):
-            turns = [{"role": "user" if i % 2 == 0 else "assistant", "content": _sentence(rng, vocab)}
-                     for i in range(20)]
+            turns = _chat(rng)
             for mode in (["on", "off"] if s % 2 else ["off", "on"]):
                 t = time.perf_counter()
                 mems[mode].capture(f"live{s}", turns, extract=False)
