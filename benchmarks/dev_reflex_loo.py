@@ -17,6 +17,10 @@ Usage::
     .venv/bin/python benchmarks/dev_reflex_loo.py --fixed '{"CANDIDATES": 64}'   # set on every fold
     .venv/bin/python benchmarks/dev_reflex_loo.py --where
 
+``--lambdamart TREES:LEAVES`` also reads each fold with the ranker's linear model replaced by LightGBM's
+LambdaMART (``pip install lightgbm``; not a dependency), trained on the same three conversations' candidate
+pools, seeded and deterministic: the issue's other family of learnt rankers, beside the linear one fold by fold.
+
 ``--where`` also says, held out, where each evidence turn of the base ends: in the block's
 five, in the candidate pool below them, or outside the pool (its stemmed words sharing one with the
 question's, or none: then no word-level method reaches it except through a neighbour), by category.
@@ -73,7 +77,7 @@ def _learn(train: list[str], overrides: dict[str, object], l2: float) -> tuple[f
 
 
 def _fold(job: tuple[str, list[str], str, dict, dict, dict, bool]) -> dict[str, object]:
-    db, stems, test, base_of, method, fixed, where = job
+    db, stems, test, base_of, method, fixed, where, lambdamart = job
     if test not in b._worker:
         b._open(db, stems)
     train = [s for s in stems if s != test]
@@ -83,6 +87,8 @@ def _fold(job: tuple[str, list[str], str, dict, dict, dict, bool]) -> dict[str, 
     out: dict[str, object] = {"test": test, "base": b._score([test], base, w0)}
     if where:
         out["where"] = _where(test, base, w0)
+    if lambdamart:
+        out["lambdamart"] = _lambdamart(test, train, base, lambdamart)
     if method:
         ov = {**base, **{k: v[0] for k, v in method.items()}}
         best = statistics.fmean(b._score(train, ov, w0))
@@ -100,6 +106,27 @@ def _fold(job: tuple[str, list[str], str, dict, dict, dict, bool]) -> dict[str, 
         out["method"] = b._score([test], ov, _learn(train, ov, l2) if on else w0)
         out["chosen"] = {k: ov[k] for k in method}
     return out
+
+
+def _lambdamart(test: str, train: list[str], overrides: dict[str, object], spec: str) -> list[float]:
+    """Per-question recall@K of ``test`` with the candidates ordered by a LambdaMART model (``spec``: trees and
+    leaves, ``100:7``) trained on ``train``'s candidate pools in place of the linear ranker."""
+    import lightgbm  # noqa: PLC0415 - optional, for this comparison only
+    import numpy as np  # noqa: PLC0415
+
+    trees, leaves = (int(x) for x in spec.split(":"))
+    groups = [g for s in train for g in b._groups(train, overrides)[s]]
+    data = lightgbm.Dataset(np.vstack([x for x, _ in groups]), np.concatenate([y for _, y in groups]),
+                            group=[len(y) for _, y in groups])
+    model = lightgbm.train({"objective": "lambdarank", "num_leaves": leaves, "learning_rate": 0.05,
+                            "min_data_in_leaf": 20, "deterministic": True, "seed": 25, "num_threads": 1,
+                            "verbose": -1}, data, num_boost_round=trees)
+    dot = ranker._dot
+    ranker._dot = lambda _w, row: float(model.predict(np.asarray([row]))[0])  # type: ignore[assignment]
+    try:
+        return b._evaluate(test, {**overrides, "RANKER": True}, tuple(0.0 for _ in ranker.FEATURES))
+    finally:
+        ranker._dot = dot  # type: ignore[assignment]
 
 
 def _where(stem: str, overrides: dict[str, object], w: tuple[float, ...]) -> list[tuple[str, str]]:
@@ -142,7 +169,8 @@ def _print_where(folds: list[dict[str, object]]) -> None:
               + " ".join(f"{places.count(p):>12d} ({places.count(p) / len(places):4.0%})".rjust(24) for p in PLACES))
 
 
-def main(method: dict[str, list[object]], fixed: dict[str, object], where: bool = False) -> int:
+def main(method: dict[str, list[object]], fixed: dict[str, object], where: bool = False,
+         lambdamart: str | None = None) -> int:
     files = locomo_files()
     if len(files) < 3:
         print(SKIP_REASON if not files else "needs three conversations at least")
@@ -159,15 +187,15 @@ def main(method: dict[str, list[object]], fixed: dict[str, object], where: bool 
             with Memory(db, namespace=path.stem) as mem:
                 mem.capture_many(load_sessions(path))
         with multiprocessing.get_context("fork").Pool(2) as pool:
-            folds = pool.map(_fold, [(db, stems, s, base_of, method, fixed, where) for s in stems], chunksize=1)
+            folds = pool.map(_fold, [(db, stems, s, base_of, method, fixed, where, lambdamart) for s in stems], chunksize=1)
         b._open(db, stems)
     cats = {s: [q.category_name for q in b._worker[s][1]] for s in stems}  # type: ignore[index]
-    for key in ("base", "method"):
+    for key in ("base", "method", "lambdamart"):
         if key not in folds[0]:
             continue
         per = [statistics.fmean(f[key]) for f in folds]  # type: ignore[arg-type]
         hop = [[x for x, c in zip(f[key], cats[f["test"]]) if c == "multi-hop"] for f in folds]  # type: ignore[arg-type,index]
-        print(f"{key:7s} " + " ".join(f"{f['test']} {v:.3f}" for f, v in zip(folds, per))
+        print(f"{key:10s} " + " ".join(f"{f['test']} {v:.3f}" for f, v in zip(folds, per))
               + f" | mean {statistics.fmean(per):.3f} | multi-hop {statistics.fmean(x for h in hop for x in h):.3f} ("
               + " ".join(f"{statistics.fmean(h):.3f}" for h in hop) + ")")
     if where:
@@ -184,5 +212,14 @@ if __name__ == "__main__":
     ap.add_argument("--method", default="{}", help="JSON: tuning constants to choose on the three, first value off")
     ap.add_argument("--fixed", default="{}", help="JSON: tuning constants set on every fold")
     ap.add_argument("--where", action="store_true", help="also say where each evidence turn ends, by category")
+    ap.add_argument("--lambdamart", metavar="TREES:LEAVES", help="also read each fold with LightGBM's LambdaMART "
+                                                                  "in place of the linear ranker (needs lightgbm)")
     args = ap.parse_args()
-    sys.exit(main(json.loads(args.method), json.loads(args.fixed), args.where))
+    if args.lambdamart:
+        try:
+            import lightgbm  # noqa: F401, PLC0415
+        except ImportError:
+            ap.error("--lambdamart needs lightgbm, which is not a dependency: pip install lightgbm")
+        if not re.fullmatch(r"\d+:\d+", args.lambdamart):
+            ap.error("--lambdamart takes TREES:LEAVES, e.g. 100:7")
+    sys.exit(main(json.loads(args.method), json.loads(args.fixed), args.where, args.lambdamart))
