@@ -191,7 +191,9 @@ CONSTRUCTOR = [(field, value) for field in ("max_turns_per_capture", "chunk_turn
     # a model that is not a name was accepted and failed only at the first capture ("extraction crashed")
     ("model", 5), ("model", "   "), ("model", ["openai/gpt-4o-mini"]), ("api_base", 5), ("api_key", 5),
     # "" was let through: model="" then fell back to $TORTOISE_MODEL without a word
-    ("model", ""), ("api_base", ""), ("api_key", "")]
+    ("model", ""), ("api_base", ""), ("api_key", ""),
+    # "" wrote to ~/.tortoise/memory.db without a word, "   " made a file named by three spaces
+    ("db", ""), ("db", "   ")]
 
 
 @pytest.mark.parametrize(("field", "value"), CONSTRUCTOR, ids=[f"{f}={v!r}" for f, v in CONSTRUCTOR])

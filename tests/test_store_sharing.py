@@ -227,3 +227,23 @@ def test_export_over_the_database_is_refused_and_the_memory_kept(tmp_path, capsy
         finally:
             other.close()
     assert stored(path) == (set(acked), "ok")
+
+
+def test_a_relative_path_keeps_its_file_after_the_process_changes_directory(tmp_path, monkeypatch):
+    """Read connections open lazily: they resolved a relative path against the new working directory,
+    made an empty database there and failed ("no such table"), while writes still went to the first file."""
+    (tmp_path / "sub").mkdir()
+    monkeypatch.chdir(tmp_path)
+    with Memory("memory.db", namespace="n") as m:
+        before = capture(m, "s", 2, "before")  # a write only: no read connection is open yet
+        monkeypatch.chdir(tmp_path / "sub")
+        assert len(m.search("weather")) == 2
+        after = capture(m, "s2", 1, "after")
+        seen: list[int] = []
+        reader = threading.Thread(target=lambda: seen.append(len(m.search("weather"))))  # a new connection
+        reader.start()
+        reader.join()
+        assert seen == [3]
+    assert not (tmp_path / "sub" / "memory.db").exists()
+    ids, check = stored(tmp_path / "memory.db")
+    assert check == "ok" and ids == set(before) | set(after)

@@ -131,7 +131,13 @@ def check_db(value: Any) -> str | None:
     if value is not None and not isinstance(value, (str, os.PathLike)):
         raise ConfigError(f"db must be a path or a postgresql:// URL (a str), got {type(value).__name__} "
                           f"{_short(value)}", field="db")
-    return None if value is None else os.fsdecode(value)
+    if value is None:
+        return None
+    text = os.fsdecode(value)
+    if not text.strip():
+        raise ConfigError("db is blank: give a file path such as 'memory.db' or a postgresql:// URL, or leave it out "
+                          "(None) to use $TORTOISE_DB or ~/.tortoise/memory.db", field="db")
+    return text
 
 
 def check_lines(value: Any, field: str) -> Any:

@@ -191,7 +191,7 @@ class SQLiteStore(SQLiteRankingMixin, SQLiteExtractionMixin, SQLiteSubagentMixin
     # -- connection and transactions ---------------------------------------------------------
 
     def _connect(self) -> _Connection:
-        conn = sqlite3.connect(self._uri or self.path, uri=self._uri is not None, isolation_level=None,
+        conn = sqlite3.connect(self._uri or self._abs_path, uri=self._uri is not None, isolation_level=None,
                                check_same_thread=False, timeout=self._busy_timeout_ms / 1000, factory=_Connection)
         conn.row_factory = sqlite3.Row
         return conn  # type: ignore[return-value]
