@@ -213,6 +213,35 @@ def test_context_never_raises_on_bad_arguments_it_degrades(mem, args):
     assert block.block == "" and block.degraded_reason is not None
 
 
+def _raises(text: str) -> int:
+    raise RuntimeError("no tokenizer")
+
+
+@pytest.mark.parametrize(("args", "said"), [
+    ({"prior_context": 123}, "invalid_input: prior_context: must be what the host already showed"),
+    ({"prior_context": b"shown"}, "invalid_input: prior_context: "),
+    ({"prior_context": ["shown", 123]}, "invalid_input: prior_context[1]: must be an earlier MemoryBlock"),
+    ({"token_counter": 5}, "invalid_input: token_counter: must be a callable"),
+    ({"token_counter": lambda text: "3"}, "invalid_input: token_counter: must return a non-negative int"),
+    ({"token_counter": lambda text: -1}, "invalid_input: token_counter: must return a non-negative int"),
+    ({"token_counter": _raises}, "invalid_input: token_counter: raised RuntimeError"),
+], ids=["prior-int", "prior-bytes", "prior-item", "counter-int", "counter-str", "counter-negative", "counter-raises"])
+def test_context_names_a_bad_prior_context_or_token_counter_as_invalid_input(mem, args, said, caplog):
+    """These were found only deep in the reflex: ``internal_error: TypeError`` and a traceback in the log."""
+    with caplog.at_level("WARNING", logger="tortoise_sdk.reflex"):
+        block = mem.context([{"role": "user", "content": "my kayak?"}], **args)
+    assert block.block == "" and block.degraded_reason.startswith(said)
+    assert caplog.records and all(r.exc_info is None for r in caplog.records)
+
+
+def test_context_takes_a_prior_context_in_every_shape_the_docstring_names(mem):
+    window = [{"role": "user", "content": "what colour is my kayak?"}]
+    assert mem.context(window).degraded_reason is None
+    for prior in (None, [], "shown before", ["shown before", None], iter(["shown before"]),
+                  {"role": "assistant", "content": "shown before"}, mem.context(window)):
+        assert mem.context(window, prior_context=prior).degraded_reason is None, prior
+
+
 @pytest.mark.parametrize(("window", "said"), [
     (5, "invalid_input: window: must be a list of messages"), (b"my kayak?", "invalid_input: window: "),
     ([3], "invalid_input: window[0]: must be a message with text, got int"),

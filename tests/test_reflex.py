@@ -832,8 +832,10 @@ def test_time_budget_overrun_gives_an_empty_block(mem, monkeypatch):
 
 
 def test_counter_failure_fails_open(mem):
-    block = ask(mem, "what is my dog called?", token_counter=lambda s: int("x"))
-    assert block.pointers == [] and block.degraded_reason == "internal_error: ValueError"
+    block = ask(mem, "what is my dog called?", token_counter=lambda s: int("x"))  # tried once before the reflex
+    assert block.pointers == [] and block.degraded_reason.startswith("invalid_input: token_counter: raised ValueError")
+    block = ask(mem, "what is my dog called?", token_counter=lambda s: len(s) if len(s) < 20 else int("x"))
+    assert block.pointers == [] and block.degraded_reason == "internal_error: ValueError"  # past the trial
 
 
 # -- memories ------------------------------------------------------------------------------------

@@ -75,7 +75,7 @@ def test_memories_refuses_a_category_the_host_did_not_name(tmp_path: Path) -> No
         mem.memories(category="work")
 
 
-def test_context_shows_only_memories_of_the_categories_asked_for(tmp_path: Path) -> None:
+def test_context_shows_only_memories_of_the_categories_asked_for(tmp_path: Path, caplog) -> None:
     import uuid
 
     from tortoise_sdk.models import ExtractionReport
@@ -98,8 +98,10 @@ def test_context_shows_only_memories_of_the_categories_asked_for(tmp_path: Path)
     assert [p.synopsis for p in health.pointers] == ["Maya has knee surgery in May"]
     both = mem.context(ask, budget=5, categories=["Health", "WORK"])
     assert {p.kind for p in both.pointers} == {"memory"} and len(both.pointers) == 2
-    unknown = mem.context(ask, categories=["pets"])
+    with caplog.at_level("WARNING", logger="tortoise_sdk.reflex"):  # where the README says the reflex warns
+        unknown = mem.context(ask, categories=["pets"])
     assert unknown.block == "" and "'pets' is not one of this memory's categories" in (unknown.degraded_reason or "")
+    assert [r.name for r in caplog.records] == ["tortoise_sdk.reflex"]
     mem.close()
 
 

@@ -1191,7 +1191,7 @@ class Memory:
                 listed = ", ".join(self.vocabulary.categories) if self.vocabulary else ""
                 reason = (f"invalid_input: categories: {unknown[0]!r} is not one of this memory's categories "
                           f"({listed or 'none: give Memory(categories=[...])'})")
-                _log.warning("reflex: %s, returning an empty block", reason)
+                logging.getLogger("tortoise_sdk.reflex").warning("reflex: %s, returning an empty block", reason)
                 return MemoryBlock(degraded_reason=reason)
         return reflex.context(self.store, self.namespace, window, prior_context, budget=budget,
                               max_tokens=max_tokens, session_id=session_id, token_counter=token_counter,

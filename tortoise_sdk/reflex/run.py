@@ -8,12 +8,12 @@ import logging
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from ..errors import InvalidInput, StoreError, StoreTimeout
+from ..errors import InvalidInput, InvalidType, StoreError, StoreTimeout
 from ..models import MemoryBlock, MemoryRecord, Pointer, SearchHit
 from ..store.base import Store
 from ..store.deadline import within
@@ -157,6 +157,8 @@ def context(
                                        or not all(isinstance(x, str) for x in categories)):
             raise InvalidInput("must be a list of category names, e.g. categories=['health']", field="categories")
         msgs = window_messages(window)
+        prior_context = _check_prior(prior_context)
+        _check_counter(token_counter)
     except InvalidInput as exc:
         log.warning("reflex: %s, returning an empty block", exc)
         return MemoryBlock(degraded_reason=f"invalid_input: {exc}")
@@ -194,6 +196,43 @@ def context(
     if deadline is not None and block.degraded_reason is None and time.perf_counter() > deadline:
         return MemoryBlock(degraded_reason="timeout", elapsed_ms=block.elapsed_ms)
     return block
+
+
+def _check_prior(prior: Any) -> list[Any]:
+    """``prior_context`` as a list: None, a block, a string or a message, or a list of them (else ``InvalidType``,
+    naming the item)."""
+    def shown(x: Any) -> bool:
+        return isinstance(x, (str, Mapping)) or hasattr(x, "content") or hasattr(x, "block")
+
+    if prior is None:
+        return []
+    if shown(prior):
+        return [prior]
+    if isinstance(prior, (bytes, bytearray)) or not isinstance(prior, Iterable):
+        raise InvalidType("must be what the host already showed: earlier MemoryBlocks, strings or messages, or a "
+                          f"list of them; got {type(prior).__name__}", field="prior_context")
+    items = list(prior)
+    for i, x in enumerate(items):
+        if x is not None and not shown(x):
+            raise InvalidType(f"must be an earlier MemoryBlock, a string or a message, got {type(x).__name__}",
+                              field=f"prior_context[{i}]")
+    return [x for x in items if x is not None]
+
+
+def _check_counter(counter: Any) -> None:
+    """``token_counter`` is None or a callable that gives a text's tokens as a non-negative int (tried once)."""
+    if counter is None:
+        return
+    if not callable(counter):
+        raise InvalidType(f"must be a callable from a text to its token count, got {type(counter).__name__}",
+                          field="token_counter")
+    try:
+        n = counter("tortoise memory")
+    except Exception as exc:  # the host's counter: say so, not "internal_error"
+        raise InvalidInput(f"raised {type(exc).__name__} counting a text ({exc}); it must return an int",
+                           field="token_counter") from None
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise InvalidType(f"must return a non-negative int for a text, returned {n!r}", field="token_counter")
 
 
 def _steps(r: Reading, msgs: list[Message], asked: tuple[str, str, bool], prior: Any, budget: int,
