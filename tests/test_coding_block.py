@@ -168,3 +168,34 @@ def test_the_agents_own_plan_list_is_no_evidence(tmp_path) -> None:
         shown = _external_ids(mem, prompt(mem, Transcript(tmp_path / "b.jsonl", "b"),
                                           "how does the goreleaser notarize step retry on release?"))
         assert work in shown and plan not in shown, shown
+
+
+def test_the_memory_read_back_is_no_evidence(tmp_path) -> None:
+    """Reviewer: the agent ran the `tortoise … expand ID` the block's hint names; the next session's block then
+    pointed at that call and at what it printed (a copy of the pointer), and a search's output likewise."""
+    import re
+    import subprocess
+    import sys
+
+    db = str(tmp_path / "m.db")
+    ask = "goreleaser fails with field retry not found, what was the fix?"
+    with Memory(db, namespace="proj") as mem:
+        first = Transcript(tmp_path / "a.jsonl", "a")
+        first.user("goreleaser release fails: field retry not found in notarize")
+        fix = first.tool("Edit", {"file_path": "/repo/.goreleaser.yaml", "description": "drop the retry field"},
+                         "Removed retry from notarize in .goreleaser.yaml; the retry moved to nick-fields/retry")[0]
+        stop(mem, first)
+        second = Transcript(tmp_path / "b.jsonl", "b")
+        block = prompt(mem, second, ask)
+        ref = re.findall(r"\bref:(\S+)", block)[0]
+        readback = []
+        for args in (["expand", ref], ["search", "goreleaser retry"]):
+            command = ["tortoise", "--db", db, "--namespace", "proj", *args]
+            printed = subprocess.run([sys.executable, "-m", "tortoise_sdk.cli", *command[1:]], capture_output=True,
+                                     text=True, check=True).stdout
+            assert "retry" in printed
+            readback += second.tool("Bash", {"command": " ".join(command), "description": "Read the memory"}, printed)
+        printed_block = second.tool("Bash", {"command": "cat notes.txt"}, block + "\nend of notes")[1]
+        stop(mem, second)
+        shown = _external_ids(mem, prompt(mem, Transcript(tmp_path / "c.jsonl", "c"), ask))
+        assert fix in shown and not set(readback + [printed_block]) & set(shown), shown

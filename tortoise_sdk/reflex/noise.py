@@ -8,6 +8,9 @@ a prompt, the ``<command-name>`` wrapper of a slash command (the same template e
 TodoWrite tool's result (one boilerplate sentence, matching "continue", "todo", "proceed") and its
 call (the agent's plan list: it restates what the prompt asked and says nothing found; in the coding
 benchmark three such pointers went and no answer with them), and
+the memory read back (a ``[tortoise memory]`` block, a call of ``tortoise expand``, ``search`` or any other
+command of this package, and what ``expand`` or ``search`` printed: the agent following the block's hint
+would otherwise make the next session's block quote this one's), and
 a turn of fewer than ``MIN_WORDS`` words ("yes", "3", "option 3": a reply that points at its
 context, which the block cannot carry). Matches inside such text do not count; a turn made only
 of it never counts.
@@ -68,6 +71,11 @@ _NEGATION = frozenset("not no never nor none nothing nobody cannot".split())
 
 _HOST_TEXT = re.compile(
     r"<system-reminder>.*?(?:</system-reminder>|\Z)"
+    # The memory read back: a block the agent printed, a call of this package's CLI, and what ``expand`` or
+    # ``search`` printed for it (a turn or memory id then its status; a score then a session#index).
+    r"|\[tortoise memory\].*?(?:\[/tortoise memory\]|\Z)"
+    r"|\[tool_use \w+ command=(?:\S*/)?(?:tortoise|python3? -m tortoise_sdk\.cli)\b[^\]]*\]?"
+    r"|\A\[tool_result [^\]]*\] (?:(?:turn|memory) [tm]_[0-9a-f]+ \[\w+\]|\s*-?\d+\.\d{3}\s+\[[^\]]*#\d+).*"
     r"|<(command-name|command-message|command-args|local-command-stdout|local-command-stderr|"
     r"user-prompt-submit-hook)>.*?(?:</\1>|\Z)"
     r"|^.*\bhook (?:error|blocking error|feedback)\b.*$"
@@ -77,7 +85,7 @@ _HOST_TEXT = re.compile(
 
 def evidence_text(text: str) -> str:
     """A turn's text without what the host, a hook or a slash-command wrapper wrote into it."""
-    return _HOST_TEXT.sub(" ", text) if "<" in text or "hook" in text else text
+    return _HOST_TEXT.sub(" ", text) if "<" in text or "hook" in text or "tortoise" in text or text[:1] == "[" else text
 
 
 def is_dump(c: Candidate) -> bool:
