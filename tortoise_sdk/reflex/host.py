@@ -4,7 +4,9 @@ A coding agent (Claude Code) keeps the whole current session in its context unti
 it; the block then repeats what the model can already read. A caller that knows this passes
 ``held_from``: the index of the session's first turn the host still holds (0 before any
 compaction; the compaction summary's index after one). Turns of the session before it were
-compacted away and are memory again; the header then says the block draws on them too.
+compacted away and are memory again; the header then says the block draws on them too. The turns
+of a sub-agent the session ran (``<session>:agent-…``) are never shown in it, whenever they ran: they
+are no earlier conversation, and the host holds what the sub-agent reported (or its summary does).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ..models import MEMORY_BLOCK_MARKER, SearchHit
+from ..store.subagent_core import DERIVED_MARKERS
 from .shapes import Candidate
 
 __all__ = ("header", "outside_host", "pool_outside_host")
@@ -22,7 +25,13 @@ _COMPACTED = (f"{MEMORY_BLOCK_MARKER} Retrieved from this user's earlier session
 
 
 def _held(hit: SearchHit | None, session_id: str | None, held_from: int | None) -> bool:
-    return hit is not None and held_from is not None and hit.session_id == session_id and hit.index >= held_from
+    """The host holds ``hit``: a turn of its session from ``held_from`` on, or of a sub-agent it ran in this session
+    (``<session>:agent-…``: the host holds what the sub-agent reported, and its turns are no earlier conversation)."""
+    if hit is None or held_from is None or session_id is None:
+        return False
+    if hit.session_id == session_id:
+        return hit.index >= held_from
+    return hit.session_id.startswith(tuple(session_id + m for m in DERIVED_MARKERS))
 
 
 def pool_outside_host(pool: Mapping[tuple[str, int], SearchHit], session_id: str | None,
