@@ -203,7 +203,8 @@ def expand_hint(mem: Memory) -> str:
     if mem.namespace != DEFAULT_NAMESPACE:
         words += namespace_words(mem.namespace)
     return (f"(Each pointer is shortened and its brackets made parentheses: `{shlex.join(words)} expand ID`, "
-            "ID its t_… or m_… id, prints it whole and exact, with the turns around it"
+            "ID its t_… or m_… id, prints it as stored (exact; a tool call's arguments and output were "
+            "stored cut short), with the turns around it"
             + (", DB_URL the --db of the hook's command)" if secret else ".)"))
 
 
