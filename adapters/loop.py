@@ -18,13 +18,12 @@ agent (at its start, then with its status and usage when it ends) as a sub-agent
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import AdapterError
-from ..models import MEMORY_BLOCK_MARKER, CaptureReceipt, SubagentContext
+from ..models import MEMORY_BLOCK_MARKER, CaptureReceipt, SubagentContext, tool_call
 from ._common import DEFAULT_SHOWN_TURNS, MemoryAdapter, tool_use_text
 
 if TYPE_CHECKING:
@@ -198,7 +197,7 @@ def _turn(msg: str | Message, role: str) -> dict[str, Any] | None:
     content = content if isinstance(content, str) else ""
     if content.startswith(MEMORY_BLOCK_MARKER):
         return None  # an echo of an injected memory block
-    calls = [_call(c) for c in msg.get("tool_calls") or () if isinstance(c, Mapping)]
+    calls = [tool_call(c) for c in msg.get("tool_calls") or () if isinstance(c, Mapping)]
     text = "\n".join(p for p in (content.strip(), *(tool_use_text(c["name"], c["input"]) for c in calls)) if p)
     if not text:
         return None  # nothing said
@@ -209,15 +208,3 @@ def _turn(msg: str | Message, role: str) -> dict[str, Any] | None:
     if calls:
         turn["metadata"] = {"tool_uses": calls}
     return turn
-
-
-def _call(call: Mapping[str, Any]) -> dict[str, Any]:
-    """An OpenAI-style tool call (``function.arguments`` is JSON text) or ``{id, name, args}`` as ``{id, name, input}``."""
-    function = call.get("function") if isinstance(call.get("function"), Mapping) else call
-    args: Any = function.get("arguments", function.get("args"))
-    if isinstance(args, str):
-        try:
-            args = json.loads(args)
-        except ValueError:
-            pass  # kept as the text it is
-    return {"id": call.get("id"), "name": function.get("name"), "input": args}

@@ -306,3 +306,70 @@ def test_content_parts_key_of_the_callers_metadata_is_not_overwritten(mem):
     with pytest.raises(InvalidInput, match=r"turns\[0\]\.metadata\.content_parts"):
         mem.capture("parts", [{"role": "user", "metadata": {"content_parts": 1},
                                "content": [{"type": "text", "text": "hi"}, {"type": "file", "file": {"id": "f1"}}]}])
+
+
+# -- OpenAI-style messages that call tools or answer one ----------------------------------------------
+
+TOOL_LOOP = [
+    {"role": "user", "content": "what is the weather in Lisbon?"},
+    {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "weather", "arguments": '{"city": "Lisbon"}'}}]},
+    {"role": "tool", "tool_call_id": "c1", "content": "18C and sunny"},
+    {"role": "assistant", "content": "It is 18C and sunny in Lisbon."},
+]
+
+
+def test_an_openai_tool_loop_is_captured_as_transcripts_keep_tool_calls(mem):
+    """Reviewer: ``tool_call_id`` was refused as "Extra inputs are not permitted" and ``content: None`` as "Input
+    should be a valid string", though the README calls the history OpenAI-style."""
+    receipt = mem.append("s", TOOL_LOOP)
+    assert receipt.ok and receipt.turns_stored == 4
+    turns = mem.turns("s")
+    assert [t.content for t in turns] == ["what is the weather in Lisbon?", "[tool_use weather city=Lisbon]",
+                                          "18C and sunny", "It is 18C and sunny in Lisbon."]
+    meta = mem.store.turn_metadata(mem.namespace, "s")
+    assert meta[turns[1].turn_id] == {"tool_uses": [{"id": "c1", "name": "weather", "input": {"city": "Lisbon"}}]}
+    assert meta[turns[2].turn_id] == {"tool_call_id": "c1"}
+    assert turns[1].turn_id in [h.turn_id for h in mem.search("weather Lisbon")]  # searchable as a transcript's
+
+
+@pytest.mark.parametrize(("turn", "field", "said"), [
+    ({"role": "assistant", "content": None}, "turns[0].content", "is None: give the message's text"),
+    ({"role": "assistant", "content": "", "tool_calls": {"id": "c1"}}, "turns[0].tool_calls", "must be a list"),
+    ({"role": "assistant", "content": "", "function_call": "search"}, "turns[0].function_call", "must be a dict"),
+    ({"role": "tool", "content": "42", "tool_call_id": 7}, "turns[0].tool_call_id", "must be the id of the call"),
+    ({"role": "tool", "content": "42", "tool_call_id": "c1", "metadata": {"tool_call_id": "x"}},
+     "turns[0].metadata.tool_call_id", "is where the message's tool fields go"),
+])
+def test_a_malformed_tool_field_is_refused_naming_it(mem, turn, field, said):
+    with pytest.raises(InvalidInput) as raised:
+        mem.capture("s", [turn])
+    assert raised.value.field == field and said in str(raised.value)
+    _nothing_written(mem)
+
+
+_names = st.text("abcdefgh_", min_size=1, max_size=8)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(said=st.one_of(st.none(), st.text("abc xyz", max_size=12)),
+       calls=st.lists(st.tuples(_names, st.dictionaries(_names, st.text("abc 12", max_size=6), max_size=3)),
+                      min_size=1, max_size=4),
+       legacy=st.booleans())
+def test_folded_tool_calls_keep_the_text_then_every_call_in_order(said, calls, legacy):
+    from tortoise_sdk.capture import fold_tool_fields
+    from tortoise_sdk.models import tool_use_text
+    import json
+
+    msg = {"role": "assistant", "content": said,
+           "tool_calls": [{"id": f"c{i}", "function": {"name": n, "arguments": json.dumps(a)}}
+                          for i, (n, a) in enumerate(calls[:-1] if legacy else calls)]}
+    if legacy:
+        msg["function_call"] = {"name": calls[-1][0], "arguments": json.dumps(calls[-1][1])}
+    out = fold_tool_fields(msg)
+    lines = [tool_use_text(n, a) for n, a in calls]
+    head = (said or "").strip()
+    assert out["content"] == "\n".join([head, *lines] if head else lines)
+    assert [(c["name"], c["input"]) for c in out["metadata"]["tool_uses"]] == calls
+    assert not set(out) & {"tool_calls", "function_call", "tool_call_id"}
+    assert fold_tool_fields(out) is out  # folding is done once: a folded turn has nothing left to fold

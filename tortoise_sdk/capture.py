@@ -11,10 +11,10 @@ from typing import Any
 from pydantic import ValidationError
 
 from .errors import InvalidInput, InvalidType
-from .models import ROLES, Diagnostic, ExtractionReport, Turn
+from .models import ROLES, Diagnostic, ExtractionReport, Turn, tool_call, tool_use_text
 from .validate import MAX_ID_BYTES, check_id, check_json, check_session_id, check_text, take_at_most
 
-__all__ = ("TEXT_PART_TYPES", "CaptureRequest", "content_hash", "first_timestamp", "flatten_content", "normalize_date",
+__all__ = ("TEXT_PART_TYPES", "CaptureRequest", "content_hash", "first_timestamp", "flatten_content", "fold_tool_fields", "normalize_date",
            "prepare_capture", "turn_id_for")
 
 #: Content-part types whose ``text`` is the turn's text (OpenAI chat ``text``; Responses ``input_text``/``output_text``).
@@ -198,17 +198,66 @@ def _parts_note(kept: dict[int, list[str]]) -> list[Diagnostic]:
                        detail={"turns": {str(i): ks for i, ks in kept.items()}})]
 
 
+#: The OpenAI chat-completions fields of a message that calls tools or answers one, beside role, content and name.
+TOOL_FIELDS = ("tool_calls", "function_call", "tool_call_id")
+
+
+def fold_tool_fields(turn: Mapping[str, Any], field: str = "turn") -> Mapping[str, Any]:
+    """An OpenAI-style message that calls tools or answers one, made a turn as transcript ingestion keeps one.
+
+    ``tool_calls`` (and the older ``function_call``) are added to the text as ``[tool_use name arg=…]``, one
+    line per call after what the message says (a ``None`` content is then no text), and kept whole in
+    ``metadata["tool_uses"]``; a tool message's ``tool_call_id`` goes to ``metadata["tool_call_id"]``.
+    Returns the turn unchanged when it has none of these fields.
+
+    Raises:
+        InvalidInput: a field of the wrong shape, or ``metadata`` already holding one of those keys.
+    """
+    if not any(k in turn for k in TOOL_FIELDS):
+        return turn
+    raw = turn.get("tool_calls") or []
+    if not isinstance(raw, (list, tuple)) or not all(isinstance(c, Mapping) for c in raw):
+        raise InvalidType("must be a list of tool calls, e.g. [{'id': 'c1', 'type': 'function', 'function': "
+                          "{'name': 'search', 'arguments': '{}'}}]", field=f"{field}.tool_calls")
+    legacy = turn.get("function_call")
+    if legacy is not None and not isinstance(legacy, Mapping):
+        raise InvalidType("must be a dict {'name': ..., 'arguments': ...}", field=f"{field}.function_call")
+    ident = turn.get("tool_call_id")
+    if ident is not None and not isinstance(ident, str):
+        raise InvalidType(f"must be the id of the call this message answers (a str), got {type(ident).__name__}",
+                          field=f"{field}.tool_call_id")
+    metadata = turn.get("metadata")
+    if metadata is not None and not isinstance(metadata, Mapping):
+        raise InvalidInput("must be a dict (it receives the message's tool fields)", field=f"{field}.metadata")
+    calls = [tool_call(c) for c in [*raw, *([legacy] if legacy else [])]]
+    added = {**({"tool_uses": calls} if calls else {}), **({"tool_call_id": ident} if ident is not None else {})}
+    if metadata is not None and (clash := sorted(added.keys() & metadata.keys())):
+        raise InvalidInput(f"{clash[0]!r} is where the message's tool fields go; rename this key",
+                           field=f"{field}.metadata.{clash[0]}")
+    out = {k: v for k, v in turn.items() if k not in TOOL_FIELDS}
+    if calls:
+        said = out.get("content")
+        said = said.strip() if isinstance(said, str) else ""
+        out["content"] = "\n".join(p for p in (said, *(tool_use_text(c["name"], c["input"]) for c in calls)) if p)
+    if added:
+        out["metadata"] = {**(metadata or {}), **added}
+    return out
+
+
 def _parse_turn(i: int, value: Turn | Mapping[str, Any], kept: dict[int, list[str]]) -> Turn:
     if isinstance(value, Turn):
         return value
     if not isinstance(value, Mapping):
         raise InvalidType(f"expected a dict or Turn, got {type(value).__name__}", field=f"turns[{i}]")
-    value, others = flatten_content(value, f"turns[{i}]")
+    value, others = flatten_content(fold_tool_fields(value, f"turns[{i}]"), f"turns[{i}]")
     if others:
         kept[i] = [str(p["type"]) for p in others]
     role = value.get("role")
     if role not in ROLES:
         raise InvalidInput(f"unknown role {role!r}; use one of {', '.join(ROLES)}", field=f"turns[{i}].role")
+    if value.get("content", "") is None:
+        raise InvalidType("is None: give the message's text (\"\" for none), or the tool_calls it makes",
+                          field=f"turns[{i}].content")
     try:
         return Turn.model_validate(value)
     except ValidationError as exc:

@@ -41,6 +41,7 @@ __all__ = (
     "SubagentKey",
     "Tombstone",
     "Turn",
+    "tool_call",
     "tool_use_text",
     "utc_now",
 )
@@ -78,6 +79,18 @@ def tool_use_text(name: Any, args: Any) -> str:
         parts.append(f"{key}={_cut(' '.join(text.split()), 80)}")
     joined = _cut(" ".join(parts), 300)
     return f"[tool_use {name or '?'}{' ' + joined if joined else ''}]"
+
+
+def tool_call(call: Mapping[str, Any]) -> dict[str, Any]:
+    """An OpenAI-style tool call (``function.arguments`` is JSON text) or ``{id, name, args}`` as ``{id, name, input}``."""
+    function = call.get("function") if isinstance(call.get("function"), Mapping) else call
+    args: Any = function.get("arguments", function.get("args"))
+    if isinstance(args, str):
+        try:
+            args = json.loads(args)
+        except ValueError:
+            pass  # kept as the text it is
+    return {"id": call.get("id"), "name": function.get("name"), "input": args}
 
 
 def _cut(text: str, limit: int) -> str:
