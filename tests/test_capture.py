@@ -333,6 +333,12 @@ def test_an_openai_tool_loop_is_captured_as_transcripts_keep_tool_calls(mem):
     assert turns[1].turn_id in [h.turn_id for h in mem.search("weather Lisbon")]  # searchable as a transcript's
 
 
+def test_a_tool_call_with_content_parts_keeps_their_text_first(mem):
+    mem.capture("s", [{"role": "assistant", "content": [{"type": "text", "text": "Let me look."}],
+                       "tool_calls": [{"id": "c1", "function": {"name": "read", "arguments": '{"path": "a.py"}'}}]}])
+    assert [t.content for t in mem.turns("s")] == ["Let me look.\n[tool_use read path=a.py]"]
+
+
 @pytest.mark.parametrize(("turn", "field", "said"), [
     ({"role": "assistant", "content": None}, "turns[0].content", "is None: give the message's text"),
     ({"role": "assistant", "content": "", "tool_calls": {"id": "c1"}}, "turns[0].tool_calls", "must be a list"),

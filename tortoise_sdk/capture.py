@@ -249,7 +249,8 @@ def _parse_turn(i: int, value: Turn | Mapping[str, Any], kept: dict[int, list[st
         return value
     if not isinstance(value, Mapping):
         raise InvalidType(f"expected a dict or Turn, got {type(value).__name__}", field=f"turns[{i}]")
-    value, others = flatten_content(fold_tool_fields(value, f"turns[{i}]"), f"turns[{i}]")
+    value, others = flatten_content(value, f"turns[{i}]")
+    value = fold_tool_fields(value, f"turns[{i}]")
     if others:
         kept[i] = [str(p["type"]) for p in others]
     role = value.get("role")
