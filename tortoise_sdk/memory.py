@@ -405,7 +405,8 @@ class Memory:
         Turns spoken by a person the query names rank higher; hits that matched only terms too
         common to count are left out when better ones exist (``search.rank_hits``). A query
         with no content word (empty, only stop-words such as ``the and of``, only
-        ``OR``/``NOT``/punctuation) returns nothing; ``explain_search`` says why.
+        ``OR``/``NOT``/punctuation) returns nothing; ``explain_search`` says why. A turn is indexed
+        by its first ``search.INDEX_CHARS`` (8,192) characters: a word only past them does not find it.
 
         Raises:
             InvalidInput: ``query`` is not a string, or ``k`` not an integer from 0 (nothing) to ``MAX_SEARCH_K``.
@@ -1162,7 +1163,9 @@ class Memory:
 
         Deterministic and read-only (no model call). ``window`` is the recent conversation
         (``Turn``s, OpenAI-style dicts, LangChain messages, ``(role, text)`` pairs or strings; anything
-        else gives an empty block whose ``degraded_reason`` names it); ``prior_context`` is
+        else gives an empty block whose ``degraded_reason`` names it; a window with no text, such as
+        ``None``, ``[]`` or only a tool call's ``{"role": "assistant", "content": None}``, asks
+        nothing: an empty block with no reason); ``prior_context`` is
         what the host already showed (earlier blocks or text), which is not repeated unless
         the user asks. At most ``budget`` pointers (cap 8) and ``max_tokens`` tokens, counted
         with ``token_counter`` (default ``reflex.approx_tokens``). A failure or a run past

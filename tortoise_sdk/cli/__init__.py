@@ -92,7 +92,7 @@ def _main(argv: Sequence[str] | None) -> int:
 
 #: The command line's flag for a library argument an error names.
 FLAGS = {"namespace": "--namespace", "model": "--model", "k": "--k", "session_id": "--session",
-         "session_date": "--date", "idempotency_key": "--key", "db": "--db"}
+         "session_date": "--date", "idempotency_key": "--key", "db": "--db", "pointer_id": "ID"}
 
 
 def _in_cli_terms(exc: TortoiseError) -> str:

@@ -70,7 +70,8 @@ def _register_search(sub: argparse._SubParsersAction) -> None:
                    help=f"number of hits, 1 to {MAX_SEARCH_K:,} (default: %(default)s)")
     p.add_argument("--session", help="only this session")
     p.add_argument("--json", action="store_true",
-                   help="print {query, terms, hits, reason}: the words searched for, the hits, why none")
+                   help="print {query, terms, hits, reason, semantic}: the words searched for, the hits, why none, "
+                        "and with an embedder whether meaning was fused in")
     p.set_defaults(handler=_cmd_search)
 
 

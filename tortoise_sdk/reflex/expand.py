@@ -21,7 +21,7 @@ def expand(store: Store, namespace: str, pointer_id: str, *, radius: int = 2) ->
         NotFoundError: no turn or memory with that id in this namespace.
     """
     if not isinstance(pointer_id, str) or not pointer_id.strip():
-        raise InvalidInput("must be a non-empty id such as 't_…' or 'm_…' from a MemoryBlock's pointers",
+        raise InvalidInput("must be a non-empty id such as 't_…' or 'm_…' from a memory block's pointers (its ref:)",
                            field="pointer_id")
     pointer_id = pointer_id.strip().removeprefix(REF)  # as a block prints it ("ref:t_…"), copied whole
     if not pointer_id.startswith(("t_", "m_")):
