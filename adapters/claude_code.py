@@ -117,7 +117,10 @@ def handle_event(
     transcript = _text(event.get("transcript_path"))
     if name == "UserPromptSubmit":
         locked = False
-        if transcript:
+        if transcript and not Path(transcript).exists():
+            # A new session's first prompt comes before Claude Code writes its transcript: nothing to capture yet.
+            log.info("transcript %s not written yet: nothing captured", transcript)
+        elif transcript:
             try:
                 with mem.within(step_bound_s):
                     _follow(mem, transcript, session_id, False, max_bytes)

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from ..adapters.claude_code import MAX_BYTES_PER_CALL, STORE_BOUND_S
-from ..errors import ConfigError, InvalidInput, NotFoundError, TortoiseError
+from ..errors import ConfigError, InvalidInput, NotFoundError, StreamParseError, TortoiseError
 from ..memory import DEFAULT_EXTRACT_EVERY, DEFAULT_IDLE_S, DEFAULT_NAMESPACE, env_model
 from ._common import add_model_options, model_options
 from .serve import DEFAULT_PORT
@@ -122,8 +122,9 @@ def _run_hook(args: argparse.Namespace, outcome: dict[str, Any], log: logging.Lo
         os._exit(0)
     if "error" in outcome:
         exc = outcome["error"]
-        # An event that is not one (garbage or nothing on stdin) is one line; anything else keeps its traceback.
-        bad_event = isinstance(exc, (InvalidInput, json.JSONDecodeError))
+        # An event that is not one (garbage or nothing on stdin), or a transcript it names that cannot be read
+        # (missing, not a regular file), is one line; anything else keeps its traceback.
+        bad_event = isinstance(exc, (InvalidInput, json.JSONDecodeError, StreamParseError))
         log.error("%s: %s", type(exc).__name__, exc, exc_info=None if bad_event else exc)
         return 0
     output = outcome.get("output")
