@@ -412,7 +412,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     figures.add_option(ap)
     ap.add_argument("--project", action="append", help="only these projects (default: all in the JSON)")
-    ap.add_argument("--hook-runs", type=int, default=12, help="fresh-process hook calls per code")
+    ap.add_argument("--hook-runs", type=int, default=12, help="fresh-process hook calls per code (0: the blocks only)")
     ap.add_argument("--no-main", action="store_true", help="only this checkout's code")
     ap.add_argument("--base", default=BASE_REV, help="the git revision timed beside this checkout (default: %(default)s, "
                                                      "the code before issue 23)")
@@ -476,6 +476,11 @@ def main() -> None:
                             print(f"--- {r['kind']} {r['id']} hit={s['per_question'].get(r['id'])}\n{r['block']}")
                             print("\n".join(f"why {i + 1}: {w}" for i, w in enumerate(r.get("why") or [])))
             prompts = [q["question"] for q in spec["questions"] if q["project"] == name]
+            if args.hook_runs < 1:  # the blocks only: no process timed
+                for (proj, label, s) in rows:
+                    if proj == name + held:
+                        s["hook_p50"] = s["hook_p95"] = float("nan")
+                continue
             if args.no_served:
                 t, same = hook_times(dbs, prompts, args.hook_runs)
             else:
