@@ -48,13 +48,20 @@ class PostgresForgetMixin(ForgetMixin):
     def vacuum(self) -> None:
         """``VACUUM (FULL, ANALYZE)`` of every table in the schema: rewritten without their dead tuples.
 
-        Each table is locked while it is rewritten (readers and writers wait): run it in a quiet period.
+        The ranking statistics are first counted again from the stored turns and memories: a replayed capture
+        used to count its turns once more, and this repairs a store it inflated. Each table is locked while it
+        is rewritten (readers and writers wait): run it in a quiet period.
         """
+        from .fts import rebuild_stats_sql
+
         if self.read_only:
             raise ReadOnlyStore(f"{self.url} is read-only here: run vacuum against the primary")
         try:
             with self._connection(None, "a PostgreSQL vacuum") as conn:
                 bound_statements(conn, None)  # a rewrite of every table takes what it takes
+                with conn.transaction():
+                    for statement in rebuild_stats_sql():
+                        conn.execute(statement)
                 vacuum_schema(conn, "FULL, ANALYZE")
         except psycopg.Error as exc:
             raise StoreError(f"PostgreSQL vacuum failed: {str(exc).strip()}") from exc

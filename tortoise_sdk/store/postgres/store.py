@@ -281,7 +281,8 @@ class PostgresStore(PostgresExtractionMixin, PostgresSubagentMixin, PostgresForg
     def capture(self, namespace: str, request: CaptureRequest, *, max_turns: int | None = None) -> CaptureReceipt:
         def write(c: psycopg.Connection) -> CaptureReceipt:
             receipt = self._capture_in(c, namespace, request)
-            self.index_turns(c, namespace, receipt.turn_ids)
+            if not receipt.replayed:  # a replay's turns were counted when first stored
+                self.index_turns(c, namespace, receipt.turn_ids)
             return receipt
 
         return self.transaction(write)
@@ -297,7 +298,7 @@ class PostgresStore(PostgresExtractionMixin, PostgresSubagentMixin, PostgresForg
             for session_id in sorted(stamps):
                 self._lock_session(c, namespace, session_id, None, stamps[session_id])
             receipts = [self._capture_in(c, namespace, r) for r in requests]
-            self.index_turns(c, namespace, [t for r in receipts for t in r.turn_ids])
+            self.index_turns(c, namespace, [t for r in receipts if not r.replayed for t in r.turn_ids])
             return receipts
 
         return self.transaction(write)
