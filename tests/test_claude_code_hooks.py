@@ -263,6 +263,10 @@ def test_the_expand_line_never_writes_a_password_and_says_which_db_to_give() -> 
     hint = expand_hint(mem)  # type: ignore[arg-type]
     assert "`tortoise --db DB_URL --namespace alpha expand ID`" in hint and "--db of the hook's command" in hint
     assert "***" not in hint and "bob" not in hint
+    from tortoise_sdk.store.postgres import redact_url
+
+    mem.store.url = redact_url("postgresql://bob@db.internal/mem?password=hunter2")  # as the store keeps it
+    assert "DB_URL" in expand_hint(mem) and "hunter2" not in expand_hint(mem)  # type: ignore[arg-type]
 
 
 def test_a_rewritten_or_truncated_transcript_is_read_again_safely(monkeypatch, capsys, tmp_path) -> None:

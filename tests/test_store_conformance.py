@@ -841,6 +841,10 @@ def test_postgres_url_password_is_redacted():
 
     assert redact_url("postgresql://u:secret@h:5433/db?sslmode=require") == "postgresql://u:***@h:5433/db?sslmode=require"
     assert redact_url("postgresql://u@h/db") == "postgresql://u@h/db"
+    # Reviewer: a password given as libpq's query parameter was printed in errors and written into the hook's block.
+    assert redact_url("postgresql://u@h/db?password=hunter2&sslmode=require") == \
+        "postgresql://u@h/db?password=***&sslmode=require"
+    assert "hunter2" not in redact_url("postgresql://u:a@h/db?sslpassword=hunter2&PASSWORD=hunter2")
 
 
 # -- reflex reads ----------------------------------------------------------------------------------

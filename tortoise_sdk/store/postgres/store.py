@@ -12,7 +12,7 @@ from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from datetime import datetime
 from typing import Any, TypeVar
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import psycopg
 from psycopg import errors as pg_errors
@@ -659,19 +659,26 @@ def _connect_advice(exc: psycopg.OperationalError, url: str) -> str:
     return "check that the server is running, the URL and the credentials"
 
 
+#: Connection parameters that hold a secret, in a URL's query string (libpq's names).
+_SECRET_PARAMS = frozenset({"password", "sslpassword"})
+
+
 def redact_url(url: str) -> str:
-    """The URL with its password replaced by ``***`` (for reprs and messages)."""
+    """The URL with its password (``user:pw@`` or ``?password=``) replaced by ``***`` (for reprs and messages)."""
     try:
         parts = urlsplit(url)
+        query = parse_qsl(parts.query, keep_blank_values=True)
     except ValueError:
         return "postgresql://***"
-    if parts.password is None:
-        return url
-    host = parts.hostname or ""
-    if parts.port is not None:
-        host = f"{host}:{parts.port}"
-    netloc = f"{parts.username or ''}:***@{host}"
-    return urlunsplit(parts._replace(netloc=netloc))
+    if parts.password is not None:
+        host = parts.hostname or ""
+        if parts.port is not None:
+            host = f"{host}:{parts.port}"
+        parts = parts._replace(netloc=f"{parts.username or ''}:***@{host}")
+    if any(k.lower() in _SECRET_PARAMS for k, _ in query):
+        parts = parts._replace(query="&".join(f"{k}=***" if k.lower() in _SECRET_PARAMS else urlencode({k: v})
+                                              for k, v in query))
+    return urlunsplit(parts)
 
 
 def _set_session(conn: psycopg.Connection, timeout_s: float | None) -> None:
