@@ -263,3 +263,24 @@ def test_a_turn_of_megabytes_is_copied_whole_and_ranks_the_same(tmp_path, pg_url
     finally:
         a.close()
         b.close()
+
+
+def test_migrate_store_piped_to_a_reader_that_goes_away_still_copies(tmp_path, pg_url):
+    """Reviewer: `migrate-store SRC DST 2>&1 | head -2` exited 0 with nothing copied: the progress line printed
+    inside the copy's transaction raised BrokenPipeError, which rolled it back, and the CLI calls that no error."""
+    import os
+    import subprocess
+    import sys
+
+    src = str(tmp_path / "memory.db")
+    _populate(src)
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before the first line
+    done = subprocess.run([sys.executable, "-m", "tortoise_sdk.cli", "migrate-store", src, pg_url],
+                          stdout=write, stderr=write, timeout=120)
+    os.close(write)
+    assert done.returncode == 0
+    with sqlite3.connect(src) as c:
+        turns = c.execute("SELECT COUNT(*) FROM turns").fetchone()[0]
+    with Memory(pg_url, namespace="n") as mem:
+        assert turns > 0 and mem.store.transaction(lambda c: c.execute("SELECT COUNT(*) FROM turns").fetchone())[0] == turns

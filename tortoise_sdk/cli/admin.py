@@ -41,7 +41,12 @@ def _cmd_migrate_store(args: argparse.Namespace) -> int:
 
 
 def _print_copied(table: str, rows: int) -> None:
-    print(f"{table}: {rows} rows", file=sys.stderr)
+    """One progress line per table. It is called inside the copy's transaction: a reader gone (``2>&1 | head``)
+    must not roll the copy back, as a BrokenPipeError raised here did (then reported as exit 0)."""
+    try:
+        print(f"{table}: {rows} rows", file=sys.stderr)
+    except OSError:
+        pass
 
 
 def _register_migrate_store(sub: argparse._SubParsersAction) -> None:
