@@ -218,3 +218,16 @@ def test_a_sub_agent_this_session_ran_is_not_shown_as_an_earlier_conversation(tm
         other = mem.context(ask, budget=5, session_id="later", held_from=0)
         assert {mem.store.get_turn(mem.namespace, p.id).session_id for p in other.pointers} == {"old", "now:agent-a1"}
         assert "earlier conversations" in held.block.splitlines()[0]
+
+
+def test_the_compacted_header_is_only_for_a_host_that_said_what_it_holds(tmp_path) -> None:
+    """Reviewer: `/context` with a session id and no held_from pointed at that session's turns under "the part of
+    this session compacted out of your context", though nothing said it was compacted."""
+    with Memory(str(tmp_path / "m.db"), namespace="proj") as mem:
+        mem.capture("h1", [{"role": "user", "content": "Clara lives in Porto by the river"},
+                           {"role": "assistant", "content": "Porto is lovely"}])
+        ask = [{"role": "user", "content": "where does Clara live?"}]
+        block = mem.context(ask, session_id="h1")
+        assert block.pointers and "earlier conversations" in block.block.splitlines()[0]
+        compacted = mem.context(ask, session_id="h1", held_from=5)  # the host holds h1 from turn 5 on
+        assert "compacted out of your context" in compacted.block.splitlines()[0]

@@ -74,7 +74,8 @@ class Stats(BaseModel):
 
 
 class CaptureBody(BaseModel):
-    """Turns of one conversation to store; turns already stored (same id) are skipped, so a repeat appends."""
+    """Turns of one conversation to store: send the conversation so far (turns already stored, by id or by place,
+    are skipped and only the new ones stored); turns that differ from the stored ones are a 409 conflict."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
@@ -111,7 +112,8 @@ class ContextBody(BaseModel):
     budget: int = Field(default=3, ge=1, le=MAX_BUDGET, description="At most this many pointers.")
     max_tokens: int = Field(default=400, ge=1, le=MAX_MAX_TOKENS, description="Token cap of the block.")
     session_id: str | None = Field(default=None,
-                                   description="The current conversation: its own turns are not surfaced.")
+                                   description="The current conversation: its turns the window holds are not "
+                                               "surfaced again.")
 
 
 class FlushBody(BaseModel):

@@ -49,9 +49,11 @@ def outside_host(ranked: list[Candidate], session_id: str | None, held_from: int
     return [c for c in ranked if not _held(c.hit, session_id, held_from)]
 
 
-def header(ranked: list[Candidate], session_id: str | None) -> str | None:
-    """The block's first line when a pointer comes from the compacted part of this session, else None (the
-    default line: earlier conversations)."""
-    if session_id is not None and any(c.hit is not None and c.hit.session_id == session_id for c in ranked):
+def header(ranked: list[Candidate], session_id: str | None, held_from: int | None = None) -> str | None:
+    """The block's first line when a pointer comes from the compacted part of this session (the host said what it
+    holds: ``held_from``), else None (the default line: earlier conversations)."""
+    if held_from is None or session_id is None:
+        return None
+    if any(c.hit is not None and c.hit.session_id == session_id for c in ranked):
         return _COMPACTED
     return None

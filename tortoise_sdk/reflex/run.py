@@ -317,4 +317,4 @@ def _steps(r: Reading, msgs: list[Message], asked: tuple[str, str, bool], prior:
         ranked = gate.specific(r, ranked, query)
     if categories is not None:  # the host asked for some kinds of memory only: turns carry no category
         ranked = [c for c in ranked if c.memory is not None and c.memory.category in categories]
-    return meaning.note(render(r, ranked[: budget * 2], budget, max_tokens, host.header(ranked[:budget], session_id)))
+    return meaning.note(render(r, ranked[: budget * 2], budget, max_tokens, host.header(ranked[:budget], session_id, held_from)))
