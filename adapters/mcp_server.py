@@ -312,6 +312,8 @@ def _call(fn: Callable[[], _T]) -> _T:
         return fn()
     except _CALLER_ERRORS as exc:
         raise ToolError(str(exc)) from None
+    except TortoiseError as exc:  # the store or the model layer: one line the model can pass on, no traceback
+        raise ToolError(f"{type(exc).__name__}: {' '.join(str(exc).split())}") from None
 
 
 def _result(model: BaseModel, text: str) -> CallToolResult:

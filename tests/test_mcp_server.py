@@ -238,3 +238,19 @@ def test_tools_say_what_they_do_and_the_server_its_version(tmp_path: Path) -> No
                      for name, t in tools.items() if t.annotations is not None}
             assert hints == {name: (name != "memory_capture", False) for name in TOOLS}
     run(scenario())
+
+
+def test_a_store_failure_is_a_tool_error_in_one_line(tmp_path: Path) -> None:
+    """Reviewer: with the database gone (PostgreSQL's backends terminated) a tool answered only "Error executing
+    tool memory_search" and the server printed a rich traceback; the store's own message says what to do."""
+    db = tmp_path / "m.db"
+
+    async def scenario() -> None:
+        async with server(db, "alice") as client:
+            assert not (await client.call_tool("memory_capture", {"session_id": "vet", "turns": TURNS})).is_error
+            db.unlink()  # the file this server opened is gone: every call is refused, nothing mixed
+            found = await client.call_tool("memory_search", {"query": "salmon kibble"})
+            assert found.is_error and "\n" not in text(found)
+            assert "DatabaseReplaced: " in text(found) and "open it again" in text(found)
+
+    run(scenario())
