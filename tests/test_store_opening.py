@@ -447,3 +447,28 @@ def test_a_postgres_search_path_without_a_schema_says_how_to_create_one():
     with temp_database("tortoise_noschema") as url:
         with pytest.raises(StoreError, match="no schema of the search_path exists.*CREATE SCHEMA tortoise"):
             Memory(url + "?options=-csearch_path%3Dmissing")
+
+
+def test_a_postgres_role_that_may_not_read_the_memory_is_told_so_not_that_it_is_another_applications():
+    """Reviewer: a role without table privileges was told the schema held "another application's tables"."""
+    require_postgres()
+    import uuid
+    from urllib.parse import urlsplit, urlunsplit
+
+    import psycopg
+
+    role = f"tortoise_noread_{uuid.uuid4().hex[:8]}"
+    with temp_database("tortoise_grants") as url:
+        with Memory(url, namespace="n") as m:
+            m.capture("s", TURNS[:2], extract=False)
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(f"CREATE ROLE {role} LOGIN")
+        try:
+            parts = urlsplit(url)
+            theirs = urlunsplit(parts._replace(netloc=f"{role}@{parts.hostname}:{parts.port or 5432}"))
+            with pytest.raises(StoreError, match=f"role '{role}' may not read the tables of schema 'public'.*GRANT"):
+                Memory(theirs)
+        finally:
+            with psycopg.connect(url, autocommit=True) as conn:
+                conn.execute(f"DROP OWNED BY {role}")
+                conn.execute(f"DROP ROLE {role}")

@@ -617,8 +617,16 @@ def refuse_foreign_schema(conn: psycopg.Connection) -> None:
         try:
             with conn.transaction():
                 rows = conn.execute("SELECT version, name FROM schema_migrations").fetchall()
+        except psycopg.errors.InsufficientPrivilege as exc:
+            # A tortoise memory, maybe, that this role may not read: say so, not "another application's".
+            role = conn.execute("SELECT current_user").fetchone()[0]  # type: ignore[index]
+            raise StoreError(f"role {role!r} may not read the tables of schema {schema!r} in PostgreSQL database "
+                             f"{database!r} ({str(exc).strip()}); connect as the role that owns the memory, or "
+                             f"grant this one access, e.g. GRANT USAGE ON SCHEMA {schema} TO {role}; GRANT SELECT, "
+                             f"INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {schema} TO {role} (SELECT alone "
+                             "for a read-only role)") from exc
         except psycopg.Error:
-            rows = None  # not our table's shape, or not ours to read
+            rows = None  # not our table's shape
         if rows is not None and names_our_migrations(rows, POSTGRES_MIGRATIONS):
             return
     shown = ", ".join(tables[:5]) + (", ..." if len(tables) > 5 else "")
