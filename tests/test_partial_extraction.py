@@ -183,3 +183,35 @@ def test_over_captures_and_retries_the_watermark_never_passes_a_failed_turn(
         assert sorted(m.content for m in store.memories("n")) == sorted(fact(i) for i in range(total))
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("kept", [0, 3])
+def test_turns_past_a_cut_reply_wait_for_a_run_of_their_own(store: Store, monkeypatch: pytest.MonkeyPatch,
+                                                            kept: int) -> None:
+    """Reviewer: an S2 reply cut by the output cap kept its complete items and the watermark passed every turn, so
+    the facts of the turns after the cut were lost for good (the job "done", nothing waiting)."""
+    script = Script(monkeypatch)
+    full = script.map_session
+    cut_once = [True]
+
+    async def map_session(client: Any, prompt: Any, *, turns: Any, **kw: Any) -> StageOutcome:
+        answer = await full(client, prompt, turns=turns, **kw)
+        if not cut_once:  # the retry: a shorter window, whose reply fits
+            return answer
+        cut_once.pop()
+        return StageOutcome(Proposal(points=answer.proposal.points[:kept]), partial=True,
+                            warnings=[Diagnostic(stage="s2", code="truncation", message="s2 reply was cut")])
+
+    monkeypatch.setattr(runner, "map_session", map_session)
+    config = LLMConfig(model="openai/unused", api_key="unused")
+    ns = f"cut{kept}"
+    store.capture(ns, prepare_capture("s", [{"role": "user", "content": turn_text(i)} for i in range(TURNS)],
+                                         max_turns=TURNS))
+    report = extract_session(store, ns, "s", llm_config=config, options=PipelineOptions(chunk_turns=CHUNK))
+    assert report.status == "partial" and report.waiting == (kept, TURNS - 1)
+    assert "reply was cut by the output cap" in report.reason
+    mark = store.extraction_state(ns, "s")
+    assert (-1 if mark is None else mark.watermark) == kept - 1
+    again = extract_session(store, ns, "s", llm_config=config, options=PipelineOptions(chunk_turns=CHUNK))
+    assert again.status == "ok" and again.window == (kept, TURNS - 1)
+    assert sorted(m.content for m in store.memories(ns)) == sorted(fact(i) for i in range(TURNS))
