@@ -858,6 +858,29 @@ def test_memories_are_fused_and_superseded_ones_flagged_only_on_change(mem):
     assert old in flagged and flagged[old].superseded and "SUPERSEDED" in changed.block
 
 
+@pytest.mark.parametrize("question", ["Where do I work?", "Where am I working these days?", "Who is my employer now?",
+                                      "What's my job?"])
+def test_a_memory_that_replaced_a_fact_leads_in_the_kinds_other_words(tmp_path, question):
+    """Reviewer: after "Maya started a new job at Helix Health" replaced "Maya works at Northwind", "Where do I
+    work?" showed neither: "job" was dropped from the kind's words because no turn says it, and the Northwind turn,
+    left out as stale, still lent its match to the two turns beside it."""
+    with Memory(str(tmp_path / "m.db"), namespace="n") as m:
+        m.capture("mon", [{"role": "user", "content": "I work at Northwind as a data analyst."},
+                          {"role": "assistant", "content": "Nice, how long have you been there?"},
+                          {"role": "user", "content": "About three years now, and my dog Biscuit comes along."}],
+                  session_date="2024-03-01")
+        m.capture("fri", [{"role": "user", "content": "Big news: I just started at Helix Health as a nurse informaticist."},
+                          {"role": "assistant", "content": "Congratulations! How is it going?"}],
+                  session_date="2024-06-01")
+        old = _write(m, "mon", [ItemPlan(kind="point", content="Maya works at Northwind as a data analyst",
+                                         about=("Maya",), sources=(_src(m, "mon", 0),))])[0]
+        new = _write(m, "fri", [ItemPlan(kind="point", content="Maya started a new job at Helix Health as a nurse "
+                                         "informaticist", about=("Maya",), supersedes=old, sources=(_src(m, "fri", 0),))])[0]
+        block = ask(m, question, budget=3)
+        assert [p.id for p in block.pointers][:1] == [new], block.block
+        assert not any("three years" in p.synopsis or "how long" in p.synopsis for p in block.pointers), block.block
+
+
 def test_one_hop_through_entities(tmp_path):
     with Memory(str(tmp_path / "hop.db"), namespace="n") as m:
         m.capture("s", [{"role": "user", "content": "Tomás offered to walk the beagle on Tuesdays."},

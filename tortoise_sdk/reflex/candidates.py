@@ -140,7 +140,9 @@ def memory_candidates(r: Reading, terms: list[Term], query: str, wants_change: b
     """Memories by content, search keys and entity names, then one hop through their entities."""
     store = r.store
     weights = {t.stem: t.weight for t in terms}
-    total = sum(weights.values()) or 1.0
+    # The other words of a kind the question names (slots.expand: "job", "employer" for "where do I work?") are ways
+    # to say what it asks, not more of it: a memory that says one covers its share, and the rest are not owed.
+    total = sum(t.weight for t in terms if not (t.context and t.stem in r.slots)) or 1.0
     names = entity_names(query, terms)
     search = {t.surface: t.weight for t in terms[: tuning.MAX_QUERY_TERMS]}
     for name in names:

@@ -387,9 +387,17 @@ def without_stale_turns(r: Reading, ranked: list[Candidate], wants_change: bool,
     ids = [c.hit.turn_id for c in ranked if c.kind == "turn" and c.hit is not None]
     status = r.store.turn_fact_status(r.ns, ids + list((replied_to or {}).values()))
     shown = {c.key for c in ranked if c.kind == "memory"}
+    # A turn that matched nothing itself, next to one left out here, only carried that turn's match: out with it
+    # ("About three years now" beside "I work at Northwind", after "Maya started at Helix Health").
+    gone = set() if wants_change else {
+        (c.hit.session_id, c.hit.index) for c in ranked if c.kind == "turn" and c.hit is not None
+        and status.get(c.key, _NO_FACTS).live == 0 and status.get(c.key, _NO_FACTS).gone > 0}
     kept = []
     for c in ranked:
         facts = status.get(c.key, _NO_FACTS) if c.kind == "turn" else _NO_FACTS
+        if gone and c.hit is not None and not c.own and any(
+                (c.hit.session_id, c.hit.index + d) in gone for d in (-2, -1, 1, 2)):
+            continue
         if facts.live == 0 and facts.gone > 0:
             if not wants_change:
                 continue

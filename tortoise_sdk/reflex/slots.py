@@ -108,9 +108,12 @@ def expand(r: Reading, terms: list[Term], query: str) -> tuple[list[Term], list[
         n, read = r.store.term_stats(r.ns, missing)
         stats.update(read)
     sized = max(n, tuning.MIN_WEIGHTING_TURNS)
-    extra = [Term(by_stem[stem], stem, tuning.SLOT_WEIGHT * math.log(1 + (sized - df + 0.5) / (df + 0.5)), df,
+    # A word of the kind no turn says may still be a memory's ("Maya started a new job at Helix Health" for "where
+    # do I work?", said "I just started at Helix Health"): kept, weighed as a word the index has never seen.
+    extra = [Term(by_stem[stem], stem, tuning.SLOT_WEIGHT * math.log(1 + (size - df + 0.5) / (df + 0.5)), df,
                   context=True)
-             for stem, (df, _) in stats.items() if df > 0]
+             for stem in new for df in [stats.get(stem, (0, 0))[0]]
+             for size in [sized if df else min(sized, tuning.UNSEEN_WEIGHTING_TURNS)]]
     return terms, sorted(extra, key=lambda t: -t.weight)
 
 
