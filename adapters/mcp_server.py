@@ -132,7 +132,8 @@ def build_server(
         held_from = _held_from(mem, session_id, turns)
         block = _call(lambda: mem.context(turns, prior, budget=budget, max_tokens=max_tokens,
                                           session_id=session_id, held_from=held_from))
-        text = block.block or f"no memory block: nothing relevant{_reason(block)}"
+        text = block.block or (f"no memory block: {block.degraded_reason}" if block.degraded_reason
+                               else "no memory block: nothing relevant")
         return _result(block, text)
 
     @server.tool(annotations=_READ)
@@ -147,14 +148,19 @@ def build_server(
                                              open_world_hint=False))
     def memory_capture(
         session_id: Annotated[str, Field(description="The conversation these turns belong to.")],
-        turns: Annotated[list[Turn], Field(description="Turns to store, in order; ones already stored (same "
-                                                       "id) are skipped.")],
+        turns: Annotated[list[Turn], Field(description="Turns to store, in order: the conversation so far (the "
+                                                       "turns already stored are skipped), or with append only "
+                                                       "the new ones.")],
         session_date: Annotated[str | None, Field(description="When the conversation happened, ISO 8601.")] = None,
         idempotency_key: Annotated[str | None, Field(description="Makes a retried call a replay.")] = None,
+        append: Annotated[bool, Field(description="The turns are new ones (e.g. the latest exchange): stored after "
+                                                  "the session's last stored turn; a turn whose id is stored is "
+                                                  "skipped.")] = False,
     ) -> Annotated[CallToolResult, CaptureReceipt]:
         """Store turns of a conversation durably, verbatim; extraction of memories is queued."""
-        receipt = _call(lambda: mem.capture(session_id, turns, session_date=session_date,
-                                            idempotency_key=idempotency_key, extract=extract))
+        write = mem.append if append else mem.capture
+        receipt = _call(lambda: write(session_id, turns, session_date=session_date,
+                                      idempotency_key=idempotency_key, extract=extract))
         text = (f"stored {receipt.turns_stored} new turn(s) of {receipt.turns_received} in session "
                 f"{receipt.session_id}" + (" (replayed)" if receipt.replayed else ""))
         if receipt.extraction is not None:
@@ -310,6 +316,9 @@ def _call(fn: Callable[[], _T]) -> _T:
     """Run one Memory call; a caller's error becomes a tool error the model can read and correct."""
     try:
         return fn()
+    except CaptureConflict as exc:
+        raise ToolError(f"{exc}; or, to store only new turns after the stored ones, call again with append: true") \
+            from None
     except _CALLER_ERRORS as exc:
         raise ToolError(str(exc)) from None
     except TortoiseError as exc:  # the store or the model layer: one line the model can pass on, no traceback
@@ -319,10 +328,6 @@ def _call(fn: Callable[[], _T]) -> _T:
 def _result(model: BaseModel, text: str) -> CallToolResult:
     return CallToolResult(content=[TextContent(type="text", text=text)],
                           structured_content=model.model_dump(mode="json"))
-
-
-def _reason(block: MemoryBlock) -> str:
-    return f" ({block.degraded_reason})" if block.degraded_reason else ""
 
 
 def _hit_line(h: SearchHit) -> str:

@@ -90,6 +90,14 @@ def test_tools_capture_search_context_expand_over_stdio(tmp_path: Path) -> None:
             bad = await client.call_tool("memory_capture", {"session_id": "vet", "turns": [
                 {"role": "user", "content": "the vet moved the visit", "id": "u1"}]})
             assert bad.is_error and "already stored with different content" in text(bad)
+            assert "append: true" in text(bad)
+            # An agent that sends only the latest exchange (reviewer: refused from its second call on).
+            latest = [{"role": "user", "content": "The vet moved the visit to Friday."},
+                      {"role": "assistant", "content": "Friday it is."}]
+            appended = await client.call_tool("memory_capture", {"session_id": "vet", "turns": latest, "append": True})
+            assert not appended.is_error and appended.structured_content["turns_stored"] == 2
+            listing = await client.read_resource("tortoise://sessions/vet")
+            assert listing.contents[0].text.splitlines()[-1].startswith("#3 assistant: Friday it is.")
             missing = await client.call_tool("memory_expand", {"pointer_id": "t_00000000000000000000"})
             assert missing.is_error and "t_00000000000000000000" in text(missing)
 
