@@ -578,6 +578,13 @@ def test_map_error_classifies_transport_failures() -> None:
     assert map_error(ConnectionResetError(104, "reset")).error_class == "network"
     assert map_error(TimeoutError()).error_class == "timeout"
     assert map_error(RuntimeError("boom")).error_class == "unknown"
+    # Reviewer: a 200 whose body was cut was reported as "(server, HTTP 500)"; no 500 was sent.
+    cut = litellm.InternalServerError(message="OpenAIException - error - Unterminated string starting at: line 1 "
+                                      "column 49 (char 48), Received response - <APIResponse [200 OK] type=<class "
+                                      "'openai.types.chat.chat_completion.ChatCompletion'>>", llm_provider="openai",
+                                      model="m")
+    error = map_error(cut, model="openai/m")
+    assert (error.error_class, error.status_code) == ("network", None) and "HTTP 500" not in str(error)
 
 
 def test_backoff_honours_retry_after_up_to_the_cap() -> None:

@@ -176,6 +176,11 @@ def _hint(error_class: str, model: str | None, api_base: str | None, *, key_sent
     return _HINTS.get(error_class, "")
 
 
+#: How litellm words a reply the provider sent as 200 OK that it could not read ("Received response -
+#: <APIResponse [200 OK] ...>"), which it reports as an InternalServerError of status 500.
+_UNREAD_200 = "<apiresponse [200 ok]"
+
+
 def _classify(exc: BaseException) -> tuple[str, int | None]:
     if isinstance(exc, (asyncio.TimeoutError, TimeoutError)):
         return "timeout", None
@@ -208,6 +213,8 @@ def _classify(exc: BaseException) -> tuple[str, int | None]:
         return "rate_limit", status
     if status == 408:
         return "timeout", status
+    if _UNREAD_200 in text:
+        return "network", None  # a 200 whose body could not be read (cut or garbled on the way): litellm says 500
     if status is not None and status >= 500:
         return "server", status
     if status is not None and 400 <= status < 500:
