@@ -224,7 +224,8 @@ def score_turns(r: Reading, terms: list[Term], content_terms: list[Term], query:
             "named": len(proper_words(h.content) - not_named) if tuning.RANKER_NAMED else 0,
             "pos": key, "from": nb_from, "mult": mult}
         cands.append(Candidate(key=h.turn_id, kind="turn", text=h.content, hit=h, score=ctx, own=score,
-                               matched=matched, mult=mult, nb_only=(nb_matched - matched) if best_nb else set(), answers=answers,
+                               matched=matched, mult=mult, nb_only=(nb_matched - matched) if best_nb else set(),
+                               lent_by=nb_from, answers=answers,
                                says_when=says_when, spoken=spoken))
     cands.sort(key=lambda c: (-c.score, c.hit.session_id if c.hit else "", c.hit.index if c.hit else 0))
     if cands and tuning.RELATIVE_GATE:
@@ -387,16 +388,15 @@ def without_stale_turns(r: Reading, ranked: list[Candidate], wants_change: bool,
     ids = [c.hit.turn_id for c in ranked if c.kind == "turn" and c.hit is not None]
     status = r.store.turn_fact_status(r.ns, ids + list((replied_to or {}).values()))
     shown = {c.key for c in ranked if c.kind == "memory"}
-    # A turn that matched nothing itself, next to one left out here, only carried that turn's match: out with it
-    # ("About three years now" beside "I work at Northwind", after "Maya started at Helix Health").
+    # A turn that matched nothing itself and inherits its score from one left out here only carried that turn's
+    # match: out with it ("About three years now" after "I work at Northwind", once "Maya started at Helix Health").
     gone = set() if wants_change else {
         (c.hit.session_id, c.hit.index) for c in ranked if c.kind == "turn" and c.hit is not None
         and status.get(c.key, _NO_FACTS).live == 0 and status.get(c.key, _NO_FACTS).gone > 0}
     kept = []
     for c in ranked:
         facts = status.get(c.key, _NO_FACTS) if c.kind == "turn" else _NO_FACTS
-        if gone and c.hit is not None and not c.own and any(
-                (c.hit.session_id, c.hit.index + d) in gone for d in (-2, -1, 1, 2)):
+        if gone and not c.own and c.lent_by in gone:
             continue
         if facts.live == 0 and facts.gone > 0:
             if not wants_change:

@@ -53,6 +53,7 @@ class Candidate:
     reasons: list[str] = field(default_factory=list)
     mult: float = 1.0
     nb_only: set[str] = field(default_factory=set)  # terms only its neighbouring turn matched
+    lent_by: tuple[str, int] | None = None  # (session, index) of the neighbouring turn it inherits its score from
     answers: bool = False  # the turn before it asks a question that matched
     says_when: bool = False
     spoken: bool = False  # spoken by a person the query names
