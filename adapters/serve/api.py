@@ -57,7 +57,8 @@ class ErrorBody(BaseModel):
 
 
 class Health(BaseModel):
-    """The server is up and its database answers."""
+    """The server is up (liveness only: each namespace's memory is opened on its first request, whose error says
+    when the database does not answer)."""
 
     status: Literal["ok"] = "ok"
     version: str
