@@ -227,3 +227,16 @@ def test_memories_show_their_category_and_filter_on_it(tmp_path: Path, capsys: p
     code, out, err = run(capsys, "memories", "--db", db, "--category", "helth")
     assert code == 0 and out == "" and "no memory here is filed under 'helth'; categories in use: health, work" in err
     assert "capture with a model" not in err
+
+
+def test_an_extraction_that_left_every_turn_waiting_exits_3_as_flush_does():
+    """Reviewer: S2 failing left every turn waiting (status partial, nothing extracted), yet `tortoise capture` and
+    `extract` exited 0 where `flush` and `worker` exit 3: a scheduled extract that extracted nothing looked fine."""
+    from tortoise_sdk.cli._common import extraction_failed
+    from tortoise_sdk.models import ExtractionReport
+
+    assert extraction_failed(ExtractionReport(status="partial", window=(4, 9), waiting=(4, 9)))
+    assert not extraction_failed(ExtractionReport(status="partial", window=(4, 9), waiting=(7, 9)))  # 4-6 extracted
+    assert not extraction_failed(ExtractionReport(status="partial", window=(4, 9)))
+    assert not extraction_failed(ExtractionReport(status="ok", window=(4, 9)))
+    assert extraction_failed(ExtractionReport(status="failed", window=(4, 9), waiting=(4, 9)))

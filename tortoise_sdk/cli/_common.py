@@ -342,8 +342,13 @@ def add_model_options(p: argparse.ArgumentParser, *, model_help: str | None = No
 
 
 def extraction_failed(report: Any) -> bool:
-    """The turns are stored but nothing was extracted: failed, or skipped after a fatal provider failure."""
-    return report is not None and (report.status == "failed" or (report.status == "skipped" and bool(report.errors)))
+    """The turns are stored but nothing was extracted: failed, skipped after a fatal provider failure, or partial
+    with every turn of its window waiting for another run (S2 failed: `flush` and `worker` say 3 for it too)."""
+    if report is None:
+        return False
+    every_turn_waits = (report.status == "partial" and report.waiting is not None and report.window is not None
+                        and report.waiting[0] <= report.window[0])
+    return report.status == "failed" or (report.status == "skipped" and bool(report.errors)) or every_turn_waits
 
 
 def explain_extraction(session_id: str, report: Any) -> None:
