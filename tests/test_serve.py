@@ -151,7 +151,10 @@ BAD: list[tuple[str, str, dict[str, Any], str]] = [
     ("POST", "/context", {"json": {"query": "x", "budget": 9}}, "budget: Input should be less than or equal to 8"),
     ("POST", "/context", {"json": {"query": "x", "max_tokens": 0}}, "max_tokens: Input should be greater than"),
     ("POST", "/context", {"content": b"{not json", "headers": {"content-type": "application/json"}},
-     "JSON decode error"),
+     "the body is not valid JSON (JSON decode error): send one JSON object"),
+    # curl -d sends a form: the message named no field and said nothing of the content type
+    ("POST", "/context", {"content": b"query=hello", "headers": {"content-type": "application/x-www-form-urlencoded"}},
+     "send the body as JSON with Content-Type: application/json"),
     ("GET", "/expand", {"params": {"pointer_id": "m_nope"}}, "m_nope"),
     ("GET", "/expand", {}, "pointer_id: Field required"),
     ("GET", "/memories", {"params": {"include_superseded": "perhaps"}}, "include_superseded: Input should be a "

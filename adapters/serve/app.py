@@ -110,8 +110,13 @@ def build_app(settings: ServeSettings | None = None, *, memory_factory: Callable
     @app.exception_handler(RequestValidationError)
     async def bad_request(request: Request, exc: RequestValidationError) -> JSONResponse:
         first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}
+        if first.get("type") == "json_invalid":  # its location is a character position, not a field
+            return _error(400, "InvalidInput", "the body is not valid JSON (" + _one_line(str(first.get("msg", "")))
+                          + "): send one JSON object with Content-Type: application/json", "body")
         where = _field(first.get("loc", ()))
         message = _one_line(str(first.get("msg", "invalid request")))
+        if not where and "json" not in request.headers.get("content-type", ""):
+            message += "; send the body as JSON with Content-Type: application/json"
         return _error(400, "InvalidInput", f"{where}: {message}" if where else message, where or None)
 
     @app.exception_handler(StarletteHTTPException)
@@ -183,5 +188,6 @@ class _BodyLimit:
 
     async def _refuse(self, scope: _Scope, receive: _Receive, send: _Send) -> None:
         response = _error(413, "PayloadTooLarge", f"the request body is over {self.max_bytes} bytes; send fewer "
-                                                  "turns per request (the server's limit is --max-body)")
+                                                  "turns per request, or a long turn's text shorter (the server's "
+                                                  "limit is its --max-body)")
         await response(scope, receive, send)
