@@ -41,6 +41,7 @@ from ..models import (
     SessionInfo,
     Turn,
 )
+from ..memory import NO_MODEL_REASON
 from ._common import first_held_index
 
 if TYPE_CHECKING:
@@ -164,8 +165,10 @@ def build_server(
         text = (f"stored {receipt.turns_stored} new turn(s) of {receipt.turns_received} in session "
                 f"{receipt.session_id}" + (" (replayed)" if receipt.replayed else ""))
         if receipt.extraction is not None:
-            text += f"; extraction {receipt.extraction.status}" + (
-                f": {receipt.extraction.reason}" if receipt.extraction.reason else "")
+            reason = receipt.extraction.reason
+            if reason == NO_MODEL_REASON:  # in this server's terms, not Python's
+                reason = "no model configured: start `tortoise mcp` with --model MODEL (or $TORTOISE_MODEL)"
+            text += f"; extraction {receipt.extraction.status}" + (f": {reason}" if reason else "")
         return _result(receipt, text)
 
     @server.tool(annotations=_READ)

@@ -167,7 +167,8 @@ def test_with_a_model_captures_queue_extraction_for_the_worker(tmp_path: Path) -
         async with server(db, "alice") as plain:
             skipped = await plain.call_tool("memory_capture", {"session_id": "vet", "turns": TURNS})
             assert skipped.structured_content["extraction"]["status"] == "skipped"
-            assert "no model configured" in text(skipped)
+            assert "no model configured: start `tortoise mcp` with --model MODEL" in text(skipped)
+            assert "Memory(" not in text(skipped)  # the server's terms, not Python's
         async with server(db, "alice", "--model", "openai/gpt-4o-mini") as extracting:
             queued = await extracting.call_tool("memory_capture", {"session_id": "walk", "turns": [
                 {"role": "user", "content": "Biscuit walks 5 km every morning.", "id": "u2"}]})
