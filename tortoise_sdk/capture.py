@@ -14,8 +14,8 @@ from .errors import InvalidInput, InvalidType
 from .models import ROLES, Diagnostic, ExtractionReport, Turn, tool_call, tool_use_text
 from .validate import MAX_ID_BYTES, check_id, check_json, check_session_id, check_text, take_at_most
 
-__all__ = ("TEXT_PART_TYPES", "CaptureRequest", "content_hash", "first_timestamp", "flatten_content", "fold_tool_fields", "normalize_date",
-           "prepare_capture", "turn_id_for")
+__all__ = ("TEXT_PART_TYPES", "CaptureRequest", "content_hash", "first_timestamp", "flatten_content", "fold_tool_fields",
+           "normalize_date", "prepare_capture", "turn_id_for")
 
 #: Content-part types whose ``text`` is the turn's text (OpenAI chat ``text``; Responses ``input_text``/``output_text``).
 TEXT_PART_TYPES = ("text", "input_text", "output_text")

@@ -51,7 +51,7 @@ def header(ranked: list[Candidate], session_id: str | None, held_from: int | Non
     if held_from is None or session_id is None:
         return None
     sessions = {c.hit.session_id for c in ranked if c.hit is not None}
-    sources = [text for text, shown in (
-        (_COMPACTED, session_id in sessions),
-        (_SUB_AGENTS, any(s.startswith(tuple(session_id + m for m in DERIVED_MARKERS)) for s in sessions))) if shown]
+    derived = tuple(session_id + m for m in DERIVED_MARKERS)
+    sources = [text for text, shown in ((_COMPACTED, session_id in sessions),
+                                        (_SUB_AGENTS, any(s.startswith(derived) for s in sessions))) if shown]
     return _HEADER.format(" and from ".join(sources)) if sources else None

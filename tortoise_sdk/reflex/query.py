@@ -73,12 +73,22 @@ QUESTION_CHARS = 2_048
 SPACE = re.compile(r"\s+")
 
 
+def term_weight(df: int, sized: int) -> float:
+    """A word's IDF among ``sized`` turns (the namespace's, at least ``MIN_WEIGHTING_TURNS``); a word no turn holds
+    weighs as in a namespace of at most ``UNSEEN_WEIGHTING_TURNS``."""
+    size = sized if df else min(sized, tuning.UNSEEN_WEIGHTING_TURNS)
+    return math.log(1 + (size - df + 0.5) / (df + 0.5))
+
+
+def one_item(value: Any) -> bool:
+    """``value`` is one message or block (a string, a dict, a Turn, a MemoryBlock), not a list of them."""
+    return isinstance(value, (str, Mapping)) or hasattr(value, "content") or hasattr(value, "block")
+
+
 def as_list(value: Any) -> list[Any]:
     if value is None:
         return []
-    if isinstance(value, (str, Mapping)) or hasattr(value, "content") or hasattr(value, "block"):
-        return [value]
-    return list(value)
+    return [value] if one_item(value) else list(value)
 
 
 #: LangChain's roles in a (role, text) pair, as the window's roles.
@@ -193,8 +203,7 @@ def weigh_terms(r: Reading, query: str, earlier: str = "", also: Sequence[str] =
     terms = []
     for stem, (surface, context) in seen.items():
         df_content, df_name = stats.get(stem, (0, 0))
-        size = sized if df_content else min(sized, tuning.UNSEEN_WEIGHTING_TURNS)
-        weight = math.log(1 + (size - df_content + 0.5) / (df_content + 0.5)) if n else 1.0
+        weight = term_weight(df_content, sized) if n else 1.0
         terms.append(Term(surface, stem, weight * (tuning.CONTEXT_WEIGHT if context else 1.0), df_content,
                           is_name=df_name > 0, context=context, date=surface in dated))
     terms.sort(key=lambda t: (t.context, -t.weight))

@@ -8,7 +8,7 @@ import logging
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
@@ -23,7 +23,7 @@ from .exchange import filled, with_replies
 from .feedback import feedback_terms
 from .instances import instance_terms, table as instance_table
 from .prior import drop_prior, not_in_window
-from .query import CHANGE, query_text, weigh_terms, window_messages
+from .query import CHANGE, as_list, one_item, query_text, weigh_terms, window_messages
 from .ranker import listing
 from .render import render
 from .scoring import distinct, fuse, latest_first, memories_first, score_turns, without_stale_turns
@@ -201,19 +201,13 @@ def context(
 def _check_prior(prior: Any) -> list[Any]:
     """``prior_context`` as a list: None, a block, a string or a message, or a list of them (else ``InvalidType``,
     naming the item)."""
-    def shown(x: Any) -> bool:
-        return isinstance(x, (str, Mapping)) or hasattr(x, "content") or hasattr(x, "block")
-
-    if prior is None:
-        return []
-    if shown(prior):
-        return [prior]
-    if isinstance(prior, (bytes, bytearray)) or not isinstance(prior, Iterable):
+    if prior is not None and not one_item(prior) and (isinstance(prior, (bytes, bytearray))
+                                                      or not isinstance(prior, Iterable)):
         raise InvalidType("must be what the host already showed: earlier MemoryBlocks, strings or messages, or a "
                           f"list of them; got {type(prior).__name__}", field="prior_context")
-    items = list(prior)
+    items = as_list(prior)
     for i, x in enumerate(items):
-        if x is not None and not shown(x):
+        if x is not None and not one_item(x):
             raise InvalidType(f"must be an earlier MemoryBlock, a string or a message, got {type(x).__name__}",
                               field=f"prior_context[{i}]")
     return [x for x in items if x is not None]

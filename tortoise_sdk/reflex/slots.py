@@ -10,12 +10,11 @@ earlier one about the same kind (``candidates.later_on_topic``).
 
 from __future__ import annotations
 
-import math
 import re
 
 from ..search import STOP_WORDS, query_terms, tokenize
 from . import tuning
-from .query import CAPITALISED, NOW
+from .query import CAPITALISED, NOW, term_weight
 from .shapes import Candidate, Reading, Term
 
 __all__ = ("SLOTS", "about_someone_else", "asker_first", "asks_about_self", "asks_now", "expand", "slot_words")
@@ -110,10 +109,10 @@ def expand(r: Reading, terms: list[Term], query: str) -> tuple[list[Term], list[
     sized = max(n, tuning.MIN_WEIGHTING_TURNS)
     # A word of the kind no turn says may still be a memory's ("Maya started a new job at Helix Health" for "where
     # do I work?", said "I just started at Helix Health"): kept, weighed as a word the index has never seen.
-    extra = [Term(by_stem[stem], stem, tuning.SLOT_WEIGHT * math.log(1 + (size - df + 0.5) / (df + 0.5)), df,
-                  context=True)
-             for stem in new for df in [stats.get(stem, (0, 0))[0]]
-             for size in [sized if df else min(sized, tuning.UNSEEN_WEIGHTING_TURNS)]]
+    extra = []
+    for stem in new:
+        df = stats.get(stem, (0, 0))[0]
+        extra.append(Term(by_stem[stem], stem, tuning.SLOT_WEIGHT * term_weight(df, sized), df, context=True))
     return terms, sorted(extra, key=lambda t: -t.weight)
 
 
