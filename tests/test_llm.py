@@ -338,7 +338,9 @@ def test_timeouts_exhaust_attempts(stub_model: Any) -> None:
             model="openai/stub-model",
             api_base=stub.base_url,
             api_key="sk-test",
-            timeout_s=0.2,
+            # 0.2 s let a loaded machine time the second attempt out before its request reached the stub (1 of 2
+            # seen, twice in a fresh clone's run); the stub's 2 s reply still outlasts both attempts.
+            timeout_s=0.6,
             max_attempts=2,
             **FAST_RETRY,
         )
