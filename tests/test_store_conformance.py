@@ -700,6 +700,26 @@ def test_a_failed_job_whose_session_has_a_new_pending_job_hands_the_retry_over(s
     waiting = store.get_job(newer.job_id)
     assert waiting.status == "pending"
     assert (waiting.due_at - settled.updated_at).total_seconds() == pytest.approx(60, abs=1)
+    # It carries the failure: the error shows on the job that waits, and the attempts go on counting.
+    assert (waiting.attempts, waiting.errors) == (1, ["attempt 1: s1: server"])
+
+
+def test_a_retry_handed_to_a_job_waiting_for_idle_is_due_at_the_retry_and_captures_do_not_push_it_back(
+        store: Store, ns):
+    # The capture during the run queued a job due only after idle_s (300 s): the retry is due in 60 s.
+    job = store.enqueue_job(ns, "s1")
+    lease = _lease(store, ns, max_attempts=2)
+    newer = store.enqueue_job(ns, "s1", waiting_turns=1, due_after_turns=20, idle_s=300)
+    assert (newer.due_at - newer.updated_at).total_seconds() == pytest.approx(300, abs=1)
+    settled = store.fail_job(Fence(job.job_id, lease.revision), "s1: server", max_attempts=2, retry_in_s=60)
+    waiting = store.get_job(newer.job_id)
+    assert (waiting.due_at - settled.updated_at).total_seconds() == pytest.approx(60, abs=1)
+    assert store.enqueue_job(ns, "s1", waiting_turns=1, due_after_turns=20, idle_s=300).due_at == waiting.due_at
+    # The handed-over retry is the session's second attempt: failing it too fails the job for good.
+    retry = _lease(store, ns, now=waiting.due_at + timedelta(seconds=1), max_attempts=2)
+    assert (retry.job_id, retry.attempts) == (newer.job_id, 2)
+    final = store.fail_job(Fence(retry.job_id, retry.revision), "s1: server again", max_attempts=2, retry_in_s=60)
+    assert (final.status, final.errors) == ("failed", ["attempt 1: s1: server", "attempt 2: s1: server again"])
 
 
 def test_a_job_whose_last_lease_expired_is_failed_not_retried(store: Store, ns):

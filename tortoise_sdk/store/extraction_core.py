@@ -327,8 +327,11 @@ class ExtractionCore(EntityCore):
         ``max_attempts``.
 
         When a capture queued a new pending job for the session while this one ran, that job
-        (which extracts every turn after the watermark, these too) takes the retry: this one is
-        settled ``done`` with a note, and the other is due no sooner than the retry would be.
+        (which extracts every turn after the watermark, these too) takes the retry over: it is
+        due when the retry would be (neither sooner nor, waiting for ``idle_s``, later; later
+        captures do not push it back) and carries this job's attempts and errors, so
+        ``last_error`` shows the failure and the attempts still end at ``max_attempts``. This
+        one is settled ``done`` with a note naming the other.
 
         Raises:
             LeaseLost: the job was taken over; the error is not recorded by this worker.
@@ -343,8 +346,7 @@ class ExtractionCore(EntityCore):
             due = at + timedelta(seconds=retry_in_s) if retry_in_s > 0 else None
             newer = self._pending_job(c, row["namespace"], row["session_id"])
             if newer is not None:
-                if due is not None and (newer.due_at is None or newer.due_at < due):
-                    self._set_job_due(c, newer.job_id, due)
+                self._take_over_retry(c, newer.job_id, row["attempts"], errors, due)
                 return self._settle_job(c, fence.job_id, "done", at,
                                         errors + [f"retried as pending job {newer.job_id} of the same session"])
             if due is not None:
@@ -483,6 +485,10 @@ class ExtractionCore(EntityCore):
 
     def _set_job_due(self, c: Conn, job_id: str, due: datetime | None) -> None:
         """Set when a pending job is due (None: now)."""
+        raise NotImplementedError
+
+    def _take_over_retry(self, c: Conn, job_id: str, attempts: int, errors: list[str], due: datetime | None) -> None:
+        """Make a pending job the retry of a failed attempt: at least ``attempts``, ``errors`` first, due at ``due``."""
         raise NotImplementedError
 
     def _pending_job(self, c: Conn, namespace: str, session_id: str) -> JobInfo | None:

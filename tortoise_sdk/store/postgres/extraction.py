@@ -446,6 +446,11 @@ class PostgresExtractionMixin(ExtractionCore):
     def _set_job_due(self, c: psycopg.Connection, job_id: str, due: datetime | None) -> None:
         c.execute("UPDATE jobs SET due_at = %s WHERE job_id = %s", (due, job_id))
 
+    def _take_over_retry(self, c: psycopg.Connection, job_id: str, attempts: int, errors: list[str],
+                         due: datetime | None) -> None:
+        c.execute("UPDATE jobs SET attempts = GREATEST(attempts, %s), errors = %s, due_at = %s WHERE job_id = %s",
+                  (attempts, json.dumps(errors), due, job_id))
+
     def _settle_job(self, c: psycopg.Connection, job_id: str, status: str, at: datetime,
                     errors: list[str] | None = None) -> JobInfo:
         rows = _dicts(

@@ -296,6 +296,11 @@ class SQLiteExtractionMixin(ExtractionCore):
     def _set_job_due(self, c: sqlite3.Connection, job_id: str, due: datetime | None) -> None:
         c.execute("UPDATE jobs SET due_at = ? WHERE job_id = ?", (due and due.isoformat(), job_id))
 
+    def _take_over_retry(self, c: sqlite3.Connection, job_id: str, attempts: int, errors: list[str],
+                         due: datetime | None) -> None:
+        c.execute("UPDATE jobs SET attempts = MAX(attempts, ?), errors = ?, due_at = ? WHERE job_id = ?",
+                  (attempts, json.dumps(errors), due and due.isoformat(), job_id))
+
     def _pending_job(self, c: sqlite3.Connection, namespace: str, session_id: str) -> JobInfo | None:
         row = c.execute("SELECT * FROM jobs WHERE namespace = ? AND session_id = ? AND status = 'pending'",
                         (namespace, session_id)).fetchone()
