@@ -263,8 +263,39 @@ def test_a_stopped_postgres_gives_store_error_fast_and_the_memory_recovers(pg_se
     assert not isinstance(exc, StoreTimeout) and elapsed < 2 + SLACK_S
     assert "cannot connect to PostgreSQL" in str(exc) and "refused" in str(exc)
     pg_server.start()
-    assert eventually(lambda: mem.capture("s2", DOG, extract=False)).turns_stored == 2
+    # Back at once: no call waits behind a reconnect pause the pool grew while the server was down.
+    assert mem.capture("s2", DOG, extract=False).turns_stored == 2
     assert mem.context(ASK, time_budget_ms=None).pointers
+    mem.close()
+
+
+def test_after_a_long_outage_the_first_call_connects_at_once(pg_server):
+    # While the server is down the pool's background retries pause longer and longer (1, 2, 4, 8 s...);
+    # a call made once it is back must not wait behind that pause.
+    mem = Memory(pg_server.url, namespace="a", store_timeout_s=2)
+    mem.capture("s1", DOG, extract=False)
+    pg_server.stop()
+    down_until = time.monotonic() + 8
+    while time.monotonic() < down_until:
+        assert mem.context(ASK, time_budget_ms=300).degraded_reason == "store_error"
+        time.sleep(0.5)
+    pg_server.start()
+    receipt, elapsed = timed(lambda: mem.capture("s2", DOG, extract=False))
+    assert receipt.turns_stored == 2 and elapsed < 2
+    mem.close()
+
+
+def test_a_restarted_postgres_costs_no_call_an_error(pg_server):
+    # Each pooled connection the restart ended used to fail the one call that drew it.
+    mem = Memory(pg_server.url, namespace="a", store_timeout_s=5)
+    mem.capture("s1", DOG, extract=False)
+    assert mem.context(ASK, time_budget_ms=None).pointers  # the block reads on two pooled connections
+    pg_server.stop()
+    pg_server.start()
+    block = mem.context(ASK, time_budget_ms=2000)
+    assert block.degraded_reason is None and block.pointers
+    assert mem.capture("s2", DOG, extract=False).turns_stored == 2
+    assert [s.session_id for s in mem.sessions()] == ["s1", "s2"]
     mem.close()
 
 
@@ -323,6 +354,30 @@ def test_a_capture_waiting_on_a_row_lock_raises_store_timeout_and_the_waiting_st
         holder.rollback()
     assert mem.capture("s1", DOG[:1] + [DOG[1], DOG[0]], extract=False).turns_stored == 1
     mem.close()
+
+
+def test_connections_the_server_ended_are_passed_over_not_handed_out(pg_url):
+    # pg_terminate_backend, an idle_session_timeout or a proxy's idle cut end pooled connections too.
+    import psycopg
+
+    from tortoise_sdk.store.postgres import PostgresStore
+
+    store = PostgresStore(pg_url, max_size=3)
+    try:
+        with store.read() as a, store.read() as b, store.read() as c:  # the pool holds three
+            ended = {x.info.backend_pid for x in (a, b, c)}
+        with psycopg.connect(pg_url, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid = ANY(%s)", (list(ended),))
+            stop = time.monotonic() + 10
+            while admin.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = ANY(%s)",
+                                (list(ended),)).fetchone()[0] and time.monotonic() < stop:
+                time.sleep(0.05)
+        for _ in range(4):
+            assert store._rows("SELECT 1", ()) == [(1,)]
+        with store.read() as conn:
+            assert conn.info.backend_pid not in ended
+    finally:
+        store.close()
 
 
 def test_the_pool_wait_is_bounded_by_the_budget(pg_url):

@@ -10,7 +10,9 @@ Three bounds, each for a way a call can wait:
   client can stop waiting; the connection is then closed, never handed out again. The grace lets
   a live server's own cancellation arrive first, so a call that merely ran long keeps its
   connection (a reconnect would cost the next call more than the grace);
-- the pool wait, bounded by the same budget by the store (``getconn(timeout=...)``).
+- the pool wait, bounded by the same budget by the store (``getconn(timeout=...)``), which also
+  passes over pooled connections the server has ended (``dropped``), so that a server restart
+  costs no call an error.
 
 ``Health`` remembers whether the latest connection attempt failed, so a pool wait that ran out
 while the server refuses connections reports that (``StoreError`` naming libpq's reason), not a
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import select
 import socket
 import threading
 import time
@@ -31,8 +34,8 @@ from psycopg import errors as pg_errors
 
 from ..deadline import remaining
 
-__all__ = ("GRACE_S", "Health", "TimedConnection", "bound_statements", "connection_class", "is_statement_timeout",
-           "watchdog")
+__all__ = ("GRACE_S", "Health", "TimedConnection", "bound_statements", "connection_class", "dropped",
+           "is_statement_timeout", "watchdog")
 
 #: How long past a call's deadline the watchdog waits for the server's own statement_timeout.
 GRACE_S = 0.1
@@ -73,6 +76,23 @@ class TimedConnection(psycopg.Connection):  # type: ignore[type-arg]
 def connection_class(health: Health) -> type[TimedConnection]:
     """The connection class of one store's pool: its connection attempts report to ``health``."""
     return type("TortoiseConnection", (TimedConnection,), {"health": health})
+
+
+def dropped(conn: psycopg.Connection) -> bool:
+    """Whether the server has ended this idle pooled connection (a restart, ``pg_terminate_backend``,
+    ``idle_session_timeout``), by a look at its socket: no round trip.
+
+    Nothing is sent to an idle connection but its end (the server's last words, then EOF): a
+    socket with something to read is taken as ended. The rare other message (a setting the
+    server reports after a reload) costs only a new connection.
+    """
+    if conn.closed:
+        return True
+    try:
+        ready, _, _ = select.select([conn.pgconn.socket], [], [], 0)
+    except (OSError, ValueError, psycopg.Error):
+        return True
+    return bool(ready)
 
 
 def _wanted_ms(at: float | None) -> int:

@@ -39,7 +39,7 @@ from ..cursors import CursorMixin
 from ..rows import and_equal
 from ..rows import turn_hit as _hit
 from ..vectors import VectorKind, VectorMixin
-from .deadline import Health, bound_statements, connection_class, is_statement_timeout, watchdog
+from .deadline import Health, bound_statements, connection_class, dropped, is_statement_timeout, watchdog
 from .extraction import PostgresExtractionMixin
 from .forget import PostgresForgetMixin
 from .fts import (
@@ -69,6 +69,10 @@ _TURN_COLUMNS = "t.turn_id, t.external_id, t.session_id, s.session_date, t.idx, 
 _INDEXED_COLUMNS = _TURN_COLUMNS.replace("t.content", f"left(t.content, {INDEX_CHARS}) AS content")
 _JOIN_SESSION = "JOIN sessions s ON s.namespace = t.namespace AND s.session_id = t.session_id"
 _TX_ATTEMPTS = 8
+#: How long the pool keeps retrying, in the background and with a growing pause, a connection it
+#: failed to open. Short, so that a server back from an outage is not waited for behind a pause
+#: grown while it was down: the next call then opens its connection at once.
+_RECONNECT_S = 1.0
 #: How many of its newest turns stand in for a search term whose postings exceed the budget (as on SQLite).
 NEWEST_TURNS = 500
 #: TCP keepalives on every connection (libpq names; a URL that sets one keeps its own): a server
@@ -147,6 +151,7 @@ class PostgresStore(PostgresExtractionMixin, PostgresSubagentMixin, PostgresForg
             min_size=min_size,
             max_size=max_size,
             timeout=connect_timeout * 3,
+            reconnect_timeout=_RECONNECT_S,
             kwargs={"autocommit": True, **options},
             configure=self._configure,
             connection_class=connection_class(self._health),
@@ -208,17 +213,7 @@ class PostgresStore(PostgresExtractionMixin, PostgresSubagentMixin, PostgresForg
     def _connection(self, at: float | None, what: str) -> Iterator[psycopg.Connection]:
         """A pooled connection for a call that must end by ``at``: the pool wait, and the call's
         time on it (watched: past ``at`` its socket is shut and it is dropped), raise ``StoreTimeout``."""
-        left = remaining(at)
-        try:
-            conn = self._pool.getconn(timeout=self._pool.timeout if left is None else max(left, 0.001))
-        except PoolClosed:
-            raise StoreClosed(self.url) from None
-        except PoolTimeout as exc:
-            reason = self._health.down_reason
-            if reason is not None:
-                raise StoreError(f"cannot connect to PostgreSQL at {self.url}: {reason}; check that the server "
-                                 "is running and reachable (calls go on once it answers)") from exc
-            raise timeout_error(f"{what} (waiting for a pooled connection)", self.timeout_s) from exc
+        conn = self._getconn(at, what)
         token = watchdog.arm(conn, at)
         try:
             yield conn
@@ -230,6 +225,30 @@ class PostgresStore(PostgresExtractionMixin, PostgresSubagentMixin, PostgresForg
             if watchdog.disarm(token):
                 conn.close()  # its socket was shut: never hand it out again
             self._pool.putconn(conn)
+
+    def _getconn(self, at: float | None, what: str) -> psycopg.Connection:
+        """A pooled connection, by ``at``; those the server has ended since they were last used (a
+        restart) are closed and passed over, so the call gets a live one instead of their error."""
+        for _ in range(self._pool.max_size):
+            conn = self._pooled(at, what)
+            if not dropped(conn):
+                return conn
+            conn.close()
+            self._pool.putconn(conn)  # the pool opens another in its place
+        return self._pooled(at, what)
+
+    def _pooled(self, at: float | None, what: str) -> psycopg.Connection:
+        left = remaining(at)
+        try:
+            return self._pool.getconn(timeout=self._pool.timeout if left is None else max(left, 0.001))
+        except PoolClosed:
+            raise StoreClosed(self.url) from None
+        except PoolTimeout as exc:
+            reason = self._health.down_reason
+            if reason is not None:
+                raise StoreError(f"cannot connect to PostgreSQL at {self.url}: {reason}; check that the server "
+                                 "is running and reachable (calls go on once it answers)") from exc
+            raise timeout_error(f"{what} (waiting for a pooled connection)", self.timeout_s) from exc
 
     def migrate(self) -> list[int]:
         try:
