@@ -43,7 +43,7 @@ def _break_store(mem: Memory, monkeypatch: pytest.MonkeyPatch) -> None:
     def write_fails(*a, **k):
         raise StoreError("database is read-only")
 
-    monkeypatch.setattr(mem.store, "candidate_turns", read_fails)
+    monkeypatch.setattr(mem.store, "candidate_turns_each", read_fails)
     monkeypatch.setattr(mem.store, "capture", write_fails)
 
 

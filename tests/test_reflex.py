@@ -800,7 +800,7 @@ def test_store_error_gives_an_empty_block(mem, monkeypatch):
     def broken(*a, **k):
         raise sqlite3.OperationalError("disk I/O error")
 
-    monkeypatch.setattr(mem.store, "candidate_turns", broken)
+    monkeypatch.setattr(mem.store, "candidate_turns_each", broken)  # the turn walks
     block = ask(mem, "what is my dog called?")
     assert block.block == "" and block.pointers == [] and block.degraded_reason == "store_error"
 
@@ -819,13 +819,13 @@ def test_any_exception_gives_an_empty_block(mem, monkeypatch):
 
 @pytest.mark.reflex_time_budget
 def test_time_budget_overrun_gives_an_empty_block(mem, monkeypatch):
-    slow = mem.store.candidate_turns
+    slow = mem.store.candidate_turns_each
 
     def sleepy(*a, **k):
         time.sleep(0.08)
         return slow(*a, **k)
 
-    monkeypatch.setattr(mem.store, "candidate_turns", sleepy)
+    monkeypatch.setattr(mem.store, "candidate_turns_each", sleepy)
     block = mem.context([{"role": "user", "content": "what is my dog called?"}])  # the default budget, 50 ms
     assert block.pointers == [] and block.degraded_reason == "timeout" and block.elapsed_ms >= 50
     assert ask(mem, "what is my dog called?", time_budget_ms=None).pointers  # no budget, no timeout

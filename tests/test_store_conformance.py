@@ -1371,6 +1371,37 @@ def test_candidate_turns_near_each_ranks_every_weighting_as_candidate_turns_does
     assert store.candidate_turns_near_each(ns, [{"zzz": 1.0}], k=3) == ([[]], [])
 
 
+def test_sqlite_walks_a_word_several_weightings_hold_once(tmp_path):
+    from tortoise_sdk.store.sqlite import SQLiteStore
+
+    store = SQLiteStore(tmp_path / "walks.db")
+    store.capture("a", req("s1", ["tea one", "coffee two", "tea and coffee", "milk tea"]))
+    walks: list[str] = []
+    with store.read() as c:  # this thread's read connection serves the call below
+        c.set_trace_callback(lambda sql: walks.append(sql) if "MATCH" in sql else None)
+    try:
+        each = store.candidate_turns_each("a", [{"tea": 1.0}, {"tea": 1.0, "coffee": 0.5}, {"coffee": 2.0}], k=3)
+    finally:
+        with store.read() as c:
+            c.set_trace_callback(None)
+    assert len(walks) == 2  # tea, coffee
+    assert each == [store.candidate_turns("a", w, k=3)
+                    for w in ({"tea": 1.0}, {"tea": 1.0, "coffee": 0.5}, {"coffee": 2.0})]
+    store.close()
+
+
+def test_sqlite_analyze_gives_a_text_the_same_stems_from_its_cache(tmp_path):
+    from tortoise_sdk.store.sqlite import SQLiteStore
+
+    store = SQLiteStore(tmp_path / "stems.db")
+    texts = ["Running to the markets", "x " * 1_500 + "running", "Running to the markets"]
+    first = store.analyze(texts)
+    assert first[0] == first[2] == ["run", "to", "the", "market"] and first[1][-1] == "run"
+    first[0].append("mutated")  # a caller's list is its own
+    assert store.analyze(texts) == [["run", "to", "the", "market"], first[1], ["run", "to", "the", "market"]]
+    store.close()
+
+
 def test_the_reflex_points_at_the_same_turns_on_both_engines(tmp_path):
     from tortoise_sdk.demo import load_demo_sessions
 

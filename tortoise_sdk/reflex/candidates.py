@@ -105,7 +105,8 @@ def _with_neighbours(r: Reading, searched: list[list[Term]], by_pos: dict[tuple[
                                                    per_term=tuning.PER_TERM if per_term is None else per_term,
                                                    known=set(by_pos), reach=offsets)
     r.tick()
-    at = {(h.session_id, h.index): h for h in _said(near)}
+    # Every weighting's candidates stand beside the neighbours read: a store reads no row twice.
+    at = {(h.session_id, h.index): h for h in _said([*near, *(h for hits in each for h in hits)])}
     for hits in map(_said, each):
         for h in hits:
             by_pos.setdefault((h.session_id, h.index), h)

@@ -354,19 +354,17 @@ class Store(ABC):
         One call, so that a store can find a term's matches once for every weighting that holds it
         (the reflex ranks the question's words, then the same words with those of the fact's kind).
         """
-        each: list[list[SearchHit]] = []
-        near: list[SearchHit] = []
-        have = set(known)
-        for weighted_terms in weightings:  # in turn: a weighting's neighbours are known to the next
-            hits = self.candidate_turns(namespace, weighted_terms, k=k, per_term=per_term)
-            have |= {(h.session_id, h.index) for h in hits}
-            wanted = list(dict.fromkeys((h.session_id, h.index + d) for h in hits for d in near_offsets(reach)
-                                        if h.index + d >= 0 and (h.session_id, h.index + d) not in have))
-            found = self.turns_at(namespace, wanted) if wanted else []
-            have |= {(h.session_id, h.index) for h in found}
-            each.append(hits)
-            near += found
-        return each, near
+        each = self.candidate_turns_each(namespace, weightings, k=k, per_term=per_term)
+        have = set(known) | {(h.session_id, h.index) for hits in each for h in hits}
+        wanted = list(dict.fromkeys((h.session_id, h.index + d) for hits in each for h in hits
+                                    for d in near_offsets(reach)
+                                    if h.index + d >= 0 and (h.session_id, h.index + d) not in have))
+        return each, self.turns_at(namespace, wanted) if wanted else []
+
+    def candidate_turns_each(self, namespace: str, weightings: Sequence[Mapping[str, float]], *, k: int,
+                             per_term: int = 200) -> list[list[SearchHit]]:
+        """``candidate_turns`` for each weighting; a store may walk a term that several hold once."""
+        return [self.candidate_turns(namespace, w, k=k, per_term=per_term) for w in weightings]
 
     def turn_fact_status(self, namespace: str, turn_ids: Sequence[str]) -> dict[str, TurnFacts]:
         """For turns that ground memories: ``turn_id -> TurnFacts`` (live and no longer live memory

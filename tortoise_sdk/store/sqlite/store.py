@@ -64,6 +64,7 @@ _WORD = re.compile(r"[^\W_]+")
 _STEM_CACHE_MAX = 200_000
 _LONG_TEXT = 2_048  # characters; longer texts keep their stems whole (_LONG_TEXTS_MAX of them)
 _LONG_TEXTS_MAX = 64
+_SHORT_TEXTS_MAX = 8_192  # shorter ones too, as many as this (at most 16 MB)
 _MAX_READERS = 8
 # SQLite VM steps between deadline checks while a statement runs: about a millisecond of work at most
 # (a Python call every 1,000 steps cost a search scoring 2,000 postings ~4% of its time).
@@ -124,6 +125,7 @@ class SQLiteStore(SQLiteRankingMixin, SQLiteExtractionMixin, SQLiteSubagentMixin
         self._local = threading.local()
         self._stem_cache: dict[str, tuple[str, ...]] = {}
         self._long_texts: dict[str, list[str]] = {}
+        self._short_texts: dict[str, list[str]] = {}
         # Idle read connections (None for ":memory:", whose data only its own connection sees).
         self._readers: queue.LifoQueue[_Connection] | None = None if self.path == ":memory:" else queue.LifoQueue()
         self._opened_readers = 0
@@ -535,10 +537,10 @@ class SQLiteStore(SQLiteRankingMixin, SQLiteExtractionMixin, SQLiteSubagentMixin
         # the exact stems the index holds, with no schema change and no second stemmer. Each
         # word is analysed once per connection (a bounded cache), so a warm call is dict lookups.
         texts = [indexed_text(t) for t in texts]
-        # A long text (a pasted log's head) comes back in every block it is a candidate for: its
-        # stems are kept whole, so it is not split into words again each time.
-        long = self._long_texts
-        known = [long.get(t) if len(t) > _LONG_TEXT else None for t in texts]
+        # A turn comes back in every block it is a candidate for (the newest matches of a common
+        # word, a pasted log's head): a text's stems are kept whole (bounded caches, long and
+        # short texts apart), so it is not split into words again each time.
+        known = [(self._long_texts if len(t) > _LONG_TEXT else self._short_texts).get(t) for t in texts]
         words = [[] if k is not None else _WORD.findall(t.lower()) for t, k in zip(texts, known)]
         cache = self._stem_cache
         unknown = list(dict.fromkeys(w for ws in words for w in ws if w not in cache))
@@ -563,12 +565,12 @@ class SQLiteStore(SQLiteRankingMixin, SQLiteExtractionMixin, SQLiteSubagentMixin
                 out.append(list(k))
                 continue
             stems = [s for w in ws for s in cache.get(w, ())]
-            if len(t) > _LONG_TEXT:
-                if len(long) >= _LONG_TEXTS_MAX:
-                    long.clear()
-                long[t] = stems
-                stems = list(stems)
-            out.append(stems)
+            kept, most = (self._long_texts, _LONG_TEXTS_MAX) if len(t) > _LONG_TEXT else (self._short_texts,
+                                                                                         _SHORT_TEXTS_MAX)
+            if len(kept) >= most:
+                kept.clear()
+            kept[t] = stems
+            out.append(list(stems))
         return out
 
     def turns_at(self, namespace: str, positions: Sequence[tuple[str, int]]) -> list[SearchHit]:
@@ -591,43 +593,39 @@ class SQLiteStore(SQLiteRankingMixin, SQLiteExtractionMixin, SQLiteSubagentMixin
 
     def candidate_turns(self, namespace: str, weighted_terms: Mapping[str, float], *, k: int,
                         per_term: int = 200) -> list[SearchHit]:
+        return self.candidate_turns_each(namespace, [weighted_terms], k=k, per_term=per_term)[0]
+
+    def candidate_turns_each(self, namespace: str, weightings: Sequence[Mapping[str, float]], *, k: int,
+                             per_term: int = 200) -> list[list[SearchHit]]:
         # One index walk per term, newest first, stopping after ``per_term`` rows of this
         # namespace: the cost is bounded by per_term, not by how common the term is (a ranked
-        # FTS5 query scores every match). Ties go to the newer turn.
+        # FTS5 query scores every match). Ties go to the newer turn. A term several weightings
+        # hold is walked once.
         if k < 1:
-            return []
-        scores: dict[int, float] = {}
+            return [[] for _ in weightings]
+        out: list[list[SearchHit]] = []
+        walked: dict[str, list[int]] = {}
         with self.read() as c:
             row = c.execute("SELECT ns_id FROM rank_namespaces WHERE namespace = ?", (namespace,)).fetchone()
             if row is None:
-                return []
+                return [[] for _ in weightings]
             newest = newest_rowid(c, row[0])  # the walks start at the namespace's newest turn, not the store's
-            for term, weight in weighted_terms.items():
-                if not term or "\x00" in term:
-                    continue
-                match = 'content : "' + term.replace('"', '""') + '"'
-                for (rid,) in c.execute(
-                    "SELECT f.rowid FROM turns_fts f JOIN rank_turns i ON i.rowid = f.rowid"
-                    " WHERE turns_fts MATCH ? AND i.ns_id = ? AND f.rowid <= ? ORDER BY f.rowid DESC LIMIT ?",
-                    (match, row[0], newest, per_term),
-                ):
-                    scores[rid] = scores.get(rid, 0.0) + weight
-            top = sorted(scores, key=lambda r: (-scores[r], -r))[:k]
-            if not top:
-                return []
-            marks = ", ".join("?" for _ in top)
-            rows = c.execute(
-                f"SELECT t.rowid AS rid, {_INDEXED_COLUMNS} FROM turns t JOIN sessions s"
-                " ON s.namespace = t.namespace AND s.session_id = t.session_id"
-                # "+": look rows up by rowid; the namespace index would scan the whole namespace.
-                f" WHERE +t.namespace = ? AND t.rowid IN ({marks})",
-                [namespace, *top],
-            ).fetchall()
-            rows = with_heads(c, rows, 8)
-        hits = [(r[0], SearchHit(turn_id=r[1], external_id=r[2], session_id=r[3], session_date=r[4], index=r[5],
-                                 role=r[6], name=r[7], content=r[8], score=scores[r[0]])) for r in rows]
-        hits.sort(key=lambda x: (-x[1].score, -x[0]))
-        return [h for _, h in hits]
+            for weighted_terms in weightings:
+                scores: dict[int, float] = {}
+                for term, weight in weighted_terms.items():
+                    if not term or "\x00" in term:
+                        continue
+                    if term not in walked:
+                        match = 'content : "' + term.replace('"', '""') + '"'
+                        walked[term] = [rid for (rid,) in c.execute(
+                            "SELECT f.rowid FROM turns_fts f JOIN rank_turns i ON i.rowid = f.rowid"
+                            " WHERE turns_fts MATCH ? AND i.ns_id = ? AND f.rowid <= ? ORDER BY f.rowid DESC LIMIT ?",
+                            (match, row[0], newest, per_term),
+                        )]
+                    for rid in walked[term]:
+                        scores[rid] = scores.get(rid, 0.0) + weight
+                out.append(_top_turns(c, namespace, scores, k))
+        return out
 
     def _turn_fact_rows(self, namespace: str, turn_ids: list[str]) -> Sequence[Sequence[Any]]:
         with self.read() as c:
@@ -691,3 +689,23 @@ def _ensure_analyze_temp(c: sqlite3.Connection) -> None:
     c.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.tortoise_analyze_v"
               " USING fts5vocab(temp, tortoise_analyze, 'instance')")
     done.add("analyze")
+
+
+def _top_turns(c: sqlite3.Connection, namespace: str, scores: Mapping[int, float], k: int) -> list[SearchHit]:
+    """The ``k`` best-scored turns (by rowid) as hits, best first; ties go to the newer turn."""
+    top = sorted(scores, key=lambda r: (-scores[r], -r))[:k]
+    if not top:
+        return []
+    marks = ", ".join("?" for _ in top)
+    rows = c.execute(
+        f"SELECT t.rowid AS rid, {_INDEXED_COLUMNS} FROM turns t JOIN sessions s"
+        " ON s.namespace = t.namespace AND s.session_id = t.session_id"
+        # "+": look rows up by rowid; the namespace index would scan the whole namespace.
+        f" WHERE +t.namespace = ? AND t.rowid IN ({marks})",
+        [namespace, *top],
+    ).fetchall()
+    rows = with_heads(c, rows, 8)
+    hits = [(r[0], SearchHit(turn_id=r[1], external_id=r[2], session_id=r[3], session_date=r[4], index=r[5],
+                             role=r[6], name=r[7], content=r[8], score=scores[r[0]])) for r in rows]
+    hits.sort(key=lambda x: (-x[1].score, -x[0]))
+    return [h for _, h in hits]
