@@ -10,6 +10,7 @@ throwaway server of their own (``pgtemp.temp_server``), never the shared one.
 from __future__ import annotations
 
 import contextvars
+import logging
 import sqlite3
 import threading
 import time
@@ -250,7 +251,8 @@ def test_a_frozen_postgres_never_holds_context_past_its_budget_nor_capture_past_
     mem.close()
 
 
-def test_a_stopped_postgres_gives_store_error_fast_and_the_memory_recovers(pg_server):
+def test_a_stopped_postgres_gives_store_error_fast_and_the_memory_recovers(pg_server, caplog):
+    caplog.set_level(logging.DEBUG, logger="psycopg.pool")
     mem = Memory(pg_server.url, namespace="a", store_timeout_s=2)
     mem.capture("s1", DOG, extract=False)
     pg_server.stop()
@@ -262,6 +264,10 @@ def test_a_stopped_postgres_gives_store_error_fast_and_the_memory_recovers(pg_se
     exc, elapsed = raises_within(StoreError, lambda: mem.capture("s2", DOG, extract=False))
     assert not isinstance(exc, StoreTimeout) and elapsed < 2 + SLACK_S
     assert "cannot connect to PostgreSQL" in str(exc) and "refused" in str(exc)
+    # The pool's own warnings about it are kept at DEBUG: the store has said it, once, where it matters.
+    pool = [r for r in caplog.records if r.name == "psycopg.pool"]
+    assert any("error connecting" in r.getMessage() for r in pool)
+    assert [r.getMessage() for r in pool if r.levelno >= logging.WARNING] == []
     pg_server.start()
     # Back at once: no call waits behind a reconnect pause the pool grew while the server was down.
     assert mem.capture("s2", DOG, extract=False).turns_stored == 2

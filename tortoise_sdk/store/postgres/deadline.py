@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import logging
 import select
 import socket
 import threading
@@ -34,7 +35,7 @@ from psycopg import errors as pg_errors
 
 from ..deadline import remaining
 
-__all__ = ("GRACE_S", "Health", "TimedConnection", "bound_statements", "connection_class", "dropped",
+__all__ = ("GRACE_S", "POOL_NOISE", "Health", "PoolNoise", "TimedConnection", "bound_statements", "connection_class", "dropped",
            "is_statement_timeout", "watchdog")
 
 #: How long past a call's deadline the watchdog waits for the server's own statement_timeout.
@@ -93,6 +94,24 @@ def dropped(conn: psycopg.Connection) -> bool:
     except (OSError, ValueError, psycopg.Error):
         return True
     return bool(ready)
+
+
+class PoolNoise(logging.Filter):
+    """Demotes to DEBUG psycopg_pool's warnings about this package's pools (named ``tortoise``): a
+    connection attempt that failed, a retry given up, a closed connection discarded. The store
+    says the same once, where it matters: ``StoreError`` naming libpq's reason, the reflex's
+    ``degraded_reason``, ``tortoise worker``'s backoff line. A handler at DEBUG still gets them."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno == logging.WARNING:
+            message = record.getMessage()
+            if "'tortoise'" in message or "TortoiseConnection" in message:
+                record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        return True
+
+
+#: Added once to the ``psycopg.pool`` logger by each ``PostgresStore`` (adding it again changes nothing).
+POOL_NOISE = PoolNoise()
 
 
 def _wanted_ms(at: float | None) -> int:

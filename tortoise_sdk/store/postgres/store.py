@@ -6,6 +6,7 @@ Needs the extra: ``pip install 'tortoise-sdk[postgres]'``.
 from __future__ import annotations
 
 import functools
+import logging
 import threading
 import uuid
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
@@ -39,7 +40,7 @@ from ..cursors import CursorMixin
 from ..rows import and_equal
 from ..rows import turn_hit as _hit
 from ..vectors import VectorKind, VectorMixin
-from .deadline import Health, bound_statements, connection_class, dropped, is_statement_timeout, watchdog
+from .deadline import POOL_NOISE, Health, bound_statements, connection_class, dropped, is_statement_timeout, watchdog
 from .extraction import PostgresExtractionMixin
 from .forget import PostgresForgetMixin
 from .fts import (
@@ -146,6 +147,7 @@ class PostgresStore(PostgresExtractionMixin, PostgresSubagentMixin, PostgresForg
         except psycopg.OperationalError as exc:
             raise StoreError(f"cannot connect to PostgreSQL at {self.url}: {str(exc).strip()}; {_connect_advice(exc, url)}"
                              ) from exc
+        logging.getLogger("psycopg.pool").addFilter(POOL_NOISE)
         self._pool = ConnectionPool(
             url,
             min_size=min_size,
