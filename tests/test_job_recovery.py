@@ -97,6 +97,9 @@ def test_failed_s1_and_s2_leave_the_turns_waiting_and_the_retry_extracts_them(
         assert len(mem.memories()) == 7
         assert mem.receipts("demo-1")[0].extraction.outcomes == {"ADD": 6, "NOOP": 1}
         assert mem.jobs(status="pending") == []
+    code, out, _ = run_cli(capsys, "--db", db, "jobs")
+    assert code == 0 and out.startswith(f"{job_id} demo-1: done, 2 attempt(s), no turn waits, updated ")
+    assert out.rstrip().endswith(f"(earlier: attempt 1: {report.reason})")  # the failure before the success
     assert [r.stage for r in stub.requests] == ["s1", "s1", "s2", "s2", "s4", "s1", "s2", "s4"]
     assert stub.unanswered == []
 

@@ -176,7 +176,9 @@ def _cmd_jobs(args: argparse.Namespace) -> int:
         turns = f"turns {job.turns[0]}-{job.turns[1]}" if job.turns else "no turn waits"
         print(f"{job.job_id} {job.session_id}: {job.status}, {job.attempts} attempt(s), {turns}, "
               f"updated {job.updated_at.isoformat(timespec='seconds')}"
-              + (f" - {job.last_error}" if job.last_error and job.status != "done" else ""))
+              + (f" - {job.last_error}" if job.last_error and job.status != "done" else "")
+              # A done job's last note: the failed attempt before its success, or the job it handed its retry to.
+              + (f" (earlier: {job.last_error})" if job.last_error and job.status == "done" else ""))
     if not jobs:
         print("no jobs" + (f" {args.status}" if args.status else ""))
     return 0
