@@ -291,6 +291,26 @@ def test_after_a_long_outage_the_first_call_connects_at_once(pg_server):
     mem.close()
 
 
+def test_a_call_that_began_waiting_in_an_outage_is_served_when_it_ends(pg_server):
+    # The pool stops retrying 1 s into an outage; a call still waiting must make it try again.
+    from concurrent.futures import ThreadPoolExecutor
+
+    mem = Memory(pg_server.url, namespace="a", store_timeout_s=30)
+    mem.capture("s1", DOG, extract=False)
+    pg_server.stop()
+    for _ in range(2):  # the pooled connections the stop ended are passed over; then the pool gives up
+        assert mem.context(ASK, time_budget_ms=300).degraded_reason == "store_error"
+    with ThreadPoolExecutor(1) as pool:
+        started = time.monotonic()
+        waiting = pool.submit(lambda: mem.capture("s2", DOG, extract=False))
+        time.sleep(3)
+        pg_server.start()
+        back = time.monotonic()
+        assert waiting.result(timeout=60).turns_stored == 2
+    assert time.monotonic() - back < SLACK_S and time.monotonic() - started < 30
+    mem.close()
+
+
 def test_a_restarted_postgres_costs_no_call_an_error(pg_server):
     # Each pooled connection the restart ended used to fail the one call that drew it.
     mem = Memory(pg_server.url, namespace="a", store_timeout_s=5)
@@ -384,6 +404,29 @@ def test_connections_the_server_ended_are_passed_over_not_handed_out(pg_url):
             assert conn.info.backend_pid not in ended
     finally:
         store.close()
+
+
+def test_a_process_with_many_open_files_keeps_its_pooled_connections(pg_url):
+    # select() refuses a descriptor past 1,024: each live connection was taken as ended and replaced.
+    import os
+    import resource
+
+    from tortoise_sdk.store.postgres import PostgresStore
+    from tortoise_sdk.store.postgres.deadline import dropped
+
+    if resource.getrlimit(resource.RLIMIT_NOFILE)[0] < 1_200:
+        pytest.skip("needs a limit of at least 1,200 open files (ulimit -n)")
+    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1_100)]
+    store = PostgresStore(pg_url, max_size=2)
+    try:
+        pids = {store._rows("SELECT pg_backend_pid()", ())[0][0] for _ in range(20)}
+        with store.read() as conn:
+            assert conn.pgconn.socket > 1_024 and not dropped(conn)
+        assert len(pids) <= 2  # the pool's own (max_size), not one a call
+    finally:
+        store.close()
+        for fd in held:
+            os.close(fd)
 
 
 def test_the_pool_wait_is_bounded_by_the_budget(pg_url):

@@ -42,16 +42,30 @@ __all__ = ("GRACE_S", "POOL_NOISE", "Health", "PoolNoise", "TimedConnection", "b
 GRACE_S = 0.1
 
 
-class Health:
-    """Whether this store's latest connection attempt failed, and libpq's reason."""
+_log = logging.getLogger("tortoise_sdk.store.postgres")
 
-    def __init__(self) -> None:
+
+class Health:
+    """Whether this store's latest connection attempt failed, and libpq's reason.
+
+    The change either way is logged once (a warning): the server became unreachable, and it
+    answers again. The pool's own lines about each attempt are kept at DEBUG (``PoolNoise``).
+    """
+
+    def __init__(self, url: str = "") -> None:
+        self.url = url
         self.down_reason: str | None = None
 
     def failed(self, exc: BaseException) -> None:
-        self.down_reason = " ".join(str(exc).split()) or type(exc).__name__
+        reason = " ".join(str(exc).split()) or type(exc).__name__
+        if self.down_reason is None:
+            _log.warning("cannot connect to PostgreSQL at %s: %s; calls wait for it up to their bound, and go "
+                         "on once it answers", self.url, reason)
+        self.down_reason = reason
 
     def connected(self) -> None:
+        if self.down_reason is not None:
+            _log.warning("PostgreSQL at %s answers again", self.url)
         self.down_reason = None
 
 
@@ -90,10 +104,15 @@ def dropped(conn: psycopg.Connection) -> bool:
     if conn.closed:
         return True
     try:
-        ready, _, _ = select.select([conn.pgconn.socket], [], [], 0)
-    except (OSError, ValueError, psycopg.Error):
+        fd = conn.pgconn.socket
+    except psycopg.Error:
         return True
-    return bool(ready)
+    if not hasattr(select, "poll"):  # Windows: its select() has no limit on descriptor numbers
+        return bool(select.select([fd], [], [], 0)[0])
+    # poll(), not select(): a process with more than 1,024 open files has sockets select() refuses.
+    watch = select.poll()
+    watch.register(fd, select.POLLIN)
+    return bool(watch.poll(0))
 
 
 class PoolNoise(logging.Filter):

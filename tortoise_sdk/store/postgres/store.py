@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import psycopg
@@ -129,7 +129,7 @@ class PostgresStore(PostgresExtractionMixin, PostgresSubagentMixin, PostgresForg
             raise ConfigError("pool sizes need 0 <= min_size <= max_size and max_size >= 1")
         self.url = redact_url(url)
         self.timeout_s = timeout_s
-        self._health = Health()
+        self._health = Health(self.url)
         self._lexemes = LexemeCache()
         self._reflex_warm = False  # prepare_reflex has warmed the connections a block reads on
         self._warm_lock = threading.Lock()
@@ -240,17 +240,28 @@ class PostgresStore(PostgresExtractionMixin, PostgresSubagentMixin, PostgresForg
         return self._pooled(at, what)
 
     def _pooled(self, at: float | None, what: str) -> psycopg.Connection:
-        left = remaining(at)
-        try:
-            return self._pool.getconn(timeout=self._pool.timeout if left is None else max(left, 0.001))
-        except PoolClosed:
-            raise StoreClosed(self.url) from None
-        except PoolTimeout as exc:
-            reason = self._health.down_reason
-            if reason is not None:
-                raise StoreError(f"cannot connect to PostgreSQL at {self.url}: {reason}; check that the server "
-                                 "is running and reachable (calls go on once it answers)") from exc
-            raise timeout_error(f"{what} (waiting for a pooled connection)", self.timeout_s) from exc
+        """The pool's next connection, waited for until ``at`` (the pool's own timeout without one), in
+        turns of at most ``_RECONNECT_S``: each asks the pool again, which tries to connect again once
+        its last attempt gave up, so a call that began waiting in an outage is served when it ends."""
+        until = deadline(self._pool.timeout) if at is None else at
+        while True:
+            left = max(remaining(until) or 0.0, 0.001)
+            try:
+                return self._pool.getconn(timeout=min(left, _RECONNECT_S))
+            except PoolClosed:
+                raise StoreClosed(self.url) from None
+            except PoolTimeout as exc:
+                if (remaining(until) or 0.0) > 0:
+                    continue
+                self._no_connection(exc, what)
+
+    def _no_connection(self, exc: PoolTimeout, what: str) -> NoReturn:
+        """Raise why no connection came in time: the server refusing, or a busy pool."""
+        reason = self._health.down_reason
+        if reason is not None:
+            raise StoreError(f"cannot connect to PostgreSQL at {self.url}: {reason}; check that the server "
+                             "is running and reachable (calls go on once it answers)") from exc
+        raise timeout_error(f"{what} (waiting for a pooled connection)", self.timeout_s) from exc
 
     def migrate(self) -> list[int]:
         try:
