@@ -722,6 +722,42 @@ def test_a_retry_handed_to_a_job_waiting_for_idle_is_due_at_the_retry_and_captur
     assert (final.status, final.errors) == ("failed", ["attempt 1: s1: server", "attempt 2: s1: server again"])
 
 
+def test_a_retry_handed_to_a_job_that_another_worker_failed_adds_up_both(store: Store, ns):
+    # Two workers ran two jobs of the session at once (one leased while the other ran); both failed.
+    a = store.enqueue_job(ns, "s1")
+    a_lease = _lease(store, ns)
+    b = store.enqueue_job(ns, "s1", waiting_turns=1)
+    b_lease = _lease(store, ns)
+    assert b_lease.job_id == b.job_id
+    store.fail_job(Fence(b.job_id, b_lease.revision), "B: provider 500", max_attempts=3)
+    store.fail_job(Fence(a.job_id, a_lease.revision), "A: provider 500", max_attempts=3)
+    waiting = store.get_job(b.job_id)
+    assert (waiting.status, waiting.attempts) == ("pending", 2)
+    assert waiting.errors == ["attempt 1: A: provider 500", "attempt 1: B: provider 500"]
+    # A third failure is the session's last: the job fails for good, it does not start over.
+    c_lease = _lease(store, ns, max_attempts=3)
+    store.fail_job(Fence(b.job_id, c_lease.revision), "B again", max_attempts=3)
+    assert store.get_job(b.job_id).status == "failed"
+
+
+def test_a_run_that_reads_every_waiting_turn_settles_the_sessions_failed_jobs(store: Store, ns):
+    store.capture(ns, req("s1", ["I work at Acme", "noted"]))
+    failed = store.enqueue_job(ns, "s1")
+    lease = _lease(store, ns, max_attempts=1)
+    assert store.fail_job(Fence(failed.job_id, lease.revision), "s1: server", max_attempts=1).status == "failed"
+    later = store.enqueue_job(ns, "s1")
+    lease = _lease(store, ns)
+    plan = ExtractionPlan(session_id="s1", extraction_id="x-later", valid_at=None,
+                          items=[ItemPlan("point", "Maya works at Acme")])
+    plan.window = Window(start=0, end=1, base=-1)
+    store.write_extraction(ns, plan, finalize=lambda r: ExtractionReport(status="ok"),
+                           fence=Fence(later.job_id, lease.revision))
+    settled = store.get_job(failed.job_id)
+    assert settled.status == "done"
+    assert settled.errors[-1] == f"its turns were extracted by job {later.job_id}"
+    assert store.jobs(ns, status="failed") == []
+
+
 def test_a_job_whose_last_lease_expired_is_failed_not_retried(store: Store, ns):
     job = store.enqueue_job(ns, "s1")
     _lease(store, ns, max_attempts=1, lease_s=1)

@@ -9,7 +9,8 @@ heartbeat renews its lease every third of ``lease_s`` (the revision stays), so a
 long extraction keeps its job and a worker that dies loses it within ``lease_s``:
 another worker then retries it. A failed attempt puts the job back, due after a
 backoff (``retry_backoff_s``, doubling with each attempt up to ``max_retry_backoff_s``),
-so a failing provider is not asked again back to back; a pass never runs a job twice.
+so a failing provider is not asked again back to back; a pass never runs a job twice, nor the
+session's newer job that took its retry over.
 A ``partial`` run that left turns waiting (their S1 chunk or S2 failed: the watermark
 stopped before them) counts as a failed attempt too, though what it found is written.
 After ``max_attempts`` (3) the job is failed for good, keeping every attempt's error:
@@ -87,20 +88,24 @@ def process_pending(store: Store, namespace: str | None, run: Run, *, max_jobs: 
         ran.add(job.job_id)
         fence = Fence(job.job_id, job.revision)
         retry_in = retry_delay(job.attempts, retry_backoff_s, max_retry_backoff_s)
+        failed: JobInfo | None = None
         with Heartbeat(store, fence, lease_s=lease_s):
             try:
                 report = run(job, fence)
                 if report.status == "failed" or report.waiting is not None:
-                    store.fail_job(fence, report.reason or "extraction failed", max_attempts=max_attempts,
-                                   retry_in_s=retry_in)
+                    failed = store.fail_job(fence, report.reason or "extraction failed", max_attempts=max_attempts,
+                                            retry_in_s=retry_in)
             except LeaseLost:
                 pass  # refused, logged and counted by the store; the new lease holder's result counts
             except Exception as exc:  # noqa: BLE001 - recorded on the job, retried later
                 try:
-                    store.fail_job(fence, f"{type(exc).__name__}: {exc}", max_attempts=max_attempts,
-                                   retry_in_s=retry_in)
+                    failed = store.fail_job(fence, f"{type(exc).__name__}: {exc}", max_attempts=max_attempts,
+                                            retry_in_s=retry_in)
                 except LeaseLost:
                     pass  # the error belongs to a lease that is gone; refused, logged and counted likewise
+        if failed is not None and failed.status == "done" and retry_backoff_s > 0:
+            # The retry went to the session's newer pending job: not in this pass either.
+            ran.update(j.job_id for j in store.jobs(job.namespace, status="pending") if j.session_id == job.session_id)
         done.append(store.get_job(job.job_id))
     return done
 

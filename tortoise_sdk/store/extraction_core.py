@@ -129,6 +129,11 @@ class ExtractionCore(EntityCore):
         # A run that leaves turns waiting keeps its job running: the worker then puts it back for a retry.
         if fence is not None and (result.already_covered or plan.window is None or plan.window.held_from is None):
             self._settle_job(c, fence.job_id, "done", now)
+            # The session's jobs that failed for good waited for turns this run has now read: settled
+            # too, so that flush and worker stop reporting a failure that no longer holds.
+            for failed in (self._failed_job_rows(c, namespace, plan.session_id) if plan.window is not None else ()):
+                self._settle_job(c, failed["job_id"], "done", now, json.loads(failed["errors"])
+                                 + [f"its turns were extracted by job {fence.job_id}"])
         return result
 
     def _covered(self, c: Conn, namespace: str, session_id: str, window: Window) -> bool:
@@ -346,7 +351,12 @@ class ExtractionCore(EntityCore):
             due = at + timedelta(seconds=retry_in_s) if retry_in_s > 0 else None
             newer = self._pending_job(c, row["namespace"], row["session_id"])
             if newer is not None:
-                self._take_over_retry(c, newer.job_id, row["attempts"], errors, due)
+                # Its own failed attempts too, if another worker ran it meanwhile: every attempt counts.
+                attempts, carried = row["attempts"] + newer.attempts, errors + newer.errors
+                if attempts >= max_attempts:
+                    self._failed_for_good(c, newer.job_id, row["session_id"], at, carried)
+                else:
+                    self._take_over_retry(c, newer.job_id, attempts, carried, due)
                 return self._settle_job(c, fence.job_id, "done", at,
                                         errors + [f"retried as pending job {newer.job_id} of the same session"])
             if due is not None:
@@ -488,7 +498,7 @@ class ExtractionCore(EntityCore):
         raise NotImplementedError
 
     def _take_over_retry(self, c: Conn, job_id: str, attempts: int, errors: list[str], due: datetime | None) -> None:
-        """Make a pending job the retry of a failed attempt: at least ``attempts``, ``errors`` first, due at ``due``."""
+        """Make a pending job the retry of failed attempts: ``attempts`` and ``errors`` its own, due at ``due``."""
         raise NotImplementedError
 
     def _pending_job(self, c: Conn, namespace: str, session_id: str) -> JobInfo | None:

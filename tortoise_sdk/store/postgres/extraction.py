@@ -448,7 +448,7 @@ class PostgresExtractionMixin(ExtractionCore):
 
     def _take_over_retry(self, c: psycopg.Connection, job_id: str, attempts: int, errors: list[str],
                          due: datetime | None) -> None:
-        c.execute("UPDATE jobs SET attempts = GREATEST(attempts, %s), errors = %s, due_at = %s WHERE job_id = %s",
+        c.execute("UPDATE jobs SET attempts = %s, errors = %s, due_at = %s WHERE job_id = %s",
                   (attempts, json.dumps(errors), due, job_id))
 
     def _settle_job(self, c: psycopg.Connection, job_id: str, status: str, at: datetime,

@@ -298,7 +298,7 @@ class SQLiteExtractionMixin(ExtractionCore):
 
     def _take_over_retry(self, c: sqlite3.Connection, job_id: str, attempts: int, errors: list[str],
                          due: datetime | None) -> None:
-        c.execute("UPDATE jobs SET attempts = MAX(attempts, ?), errors = ?, due_at = ? WHERE job_id = ?",
+        c.execute("UPDATE jobs SET attempts = ?, errors = ?, due_at = ? WHERE job_id = ?",
                   (attempts, json.dumps(errors), due and due.isoformat(), job_id))
 
     def _pending_job(self, c: sqlite3.Connection, namespace: str, session_id: str) -> JobInfo | None:
