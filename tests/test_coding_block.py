@@ -215,9 +215,12 @@ def test_a_sub_agent_this_session_ran_is_not_shown_as_an_earlier_conversation(tm
         assert {mem.store.get_turn(mem.namespace, p.id).session_id for p in held.pointers} == {"old", "now:agent-a1"}
         first = held.block.splitlines()[0]
         assert "the sub-agents this session ran" in first and "compacted" not in first
-        # in another session, that sub-agent is an earlier conversation like any other
-        other = mem.context(ask, budget=5, session_id="later", held_from=0)
-        assert "earlier conversations" in other.block.splitlines()[0]
+        # Another session never sees it (reviewer: a later session's block showed a sub-agent's chatter, and the
+        # agent's prompt to it as "(user)", as this user's earlier conversation); nor does a call with no session.
+        for session in ("later", None):
+            other = mem.context(ask, budget=5, session_id=session, held_from=0 if session else None)
+            assert {mem.store.get_turn(mem.namespace, p.id).session_id for p in other.pointers} == {"old"}
+            assert "earlier conversations" in other.block.splitlines()[0]
 
 
 def test_the_compacted_header_is_only_for_a_host_that_said_what_it_holds(tmp_path) -> None:

@@ -7,7 +7,7 @@ compaction; the compaction summary's index after one). Turns of the session befo
 compacted away and are memory again; the header then says the block draws on them too. The turns
 of a sub-agent the session ran (``<session>:agent-…``) are not in the host's context (it holds what
 the sub-agent reported): they may be shown, and the header then says they are this session's
-sub-agents', not an earlier conversation.
+sub-agents', not an earlier conversation. Another session's sub-agents are never shown.
 """
 
 from __future__ import annotations
@@ -30,12 +30,20 @@ def _held(hit: SearchHit | None, session_id: str | None, held_from: int | None) 
     return hit is not None and held_from is not None and hit.session_id == session_id and hit.index >= held_from
 
 
+def _others_sub_agent(hit: SearchHit, session_id: str | None) -> bool:
+    """A turn of a sub-agent that another session ran. Its "user" is the agent that prompted it, not the
+    person, and the rest is the sub-agent's working chatter (Claude Code's "Warmup" too): shown to a
+    later session, it would pass as this user's earlier conversation. What a sub-agent found comes back
+    to its session as the result the agent was given."""
+    at = min((i for i in (hit.session_id.find(m, 1) for m in DERIVED_MARKERS) if i > 0), default=-1)
+    return at > 0 and hit.session_id[:at] != session_id
+
+
 def pool_outside_host(pool: Mapping[tuple[str, int], SearchHit], session_id: str | None,
                       held_from: int | None) -> dict[tuple[str, int], SearchHit]:
-    """The candidate pool without the turns the host still holds."""
-    if held_from is None or session_id is None:
-        return dict(pool)
-    return {pos: h for pos, h in pool.items() if not _held(h, session_id, held_from)}
+    """The candidate pool without the turns the host still holds, nor the turns of other sessions' sub-agents."""
+    return {pos: h for pos, h in pool.items()
+            if not _held(h, session_id, held_from) and not _others_sub_agent(h, session_id)}
 
 
 def outside_host(ranked: list[Candidate], session_id: str | None, held_from: int | None) -> list[Candidate]:
