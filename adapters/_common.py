@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import re
 from collections.abc import Callable, Iterable, Sequence
 from os import PathLike
 from typing import TYPE_CHECKING, Any
 
-from ..errors import AdapterError
+from ..errors import AdapterError, CaptureConflict
 from ..models import CaptureReceipt, JobInfo, MemoryBlock, tool_use_text, utc_now
 
 if TYPE_CHECKING:
@@ -167,12 +168,28 @@ class MemoryAdapter:
             session_id = session() if callable(session) else session
             date = None if session_id in self._dated else utc_now().isoformat()
             # Message ids are the turns' identity: already stored ones are skipped, new ones appended.
-            receipt = self.mem.capture(session_id, kept, session_date=date, extract=self.extract)
+            receipt = self._capture_past_edits(session_id, kept, date)
             self._dated.add(session_id)
             return receipt
         except Exception as exc:
             self._log().warning("tortoise: capture skipped: %s", exc)
             return None
+
+    def _capture_past_edits(self, session_id: str, turns: list[dict[str, Any]], date: str | None) -> CaptureReceipt:
+        """``Memory.capture`` of ``turns``, leaving out a message the host edited after it was stored (same id,
+        other text: LangGraph's ``update_state``, a reused tool call id). The stored version stays, as every
+        stored turn does, and the rest of the thread is captured (one edit stopped every later capture)."""
+        while True:
+            try:
+                return self.mem.capture(session_id, turns, session_date=date, extract=self.extract)
+            except CaptureConflict as exc:
+                at = re.fullmatch(r"turns\[(\d+)\]", exc.field or "")
+                if at is None or not turns[int(at.group(1))].get("id"):
+                    raise
+                edited = turns[int(at.group(1))]
+                self._log().warning("tortoise: message %r of %s was changed after it was stored; the stored text "
+                                    "is kept and the change is not captured", edited["id"], session_id)
+                turns = turns[: int(at.group(1))] + turns[int(at.group(1)) + 1:]
 
     def close(self) -> list[JobInfo]:
         """Extract now what this adapter's background captures left pending (``Memory.flush``); never raises.

@@ -109,6 +109,20 @@ def test_memory_failure_never_reaches_the_agent(mem, monkeypatch):
     assert out["messages"] and middleware.last_block.degraded_reason == "adapter_error: ZeroDivisionError"
 
 
+def test_a_message_edited_after_it_was_stored_does_not_stop_the_threads_later_capture(mem, caplog):
+    # Reviewer: LangGraph's update_state edited m1; every later turn of the thread was dropped for good.
+    middleware = MemoryMiddleware(mem, "edited", extract=False)
+    middleware.after_agent({"messages": [HumanMessage("My phone is 555-1234", id="m1"), AIMessage("ok", id="m2")]},
+                           None)
+    middleware.after_agent({"messages": [HumanMessage("My phone is [REDACTED]", id="m1"), AIMessage("ok", id="m2"),
+                                         HumanMessage("I moved to Tromsø last week", id="m3"),
+                                         AIMessage("Nice!", id="m4")]}, None)
+    stored = [(t.external_id, t.content) for t in mem.store.turns(mem.namespace, "edited")]
+    assert stored == [("m1", "My phone is 555-1234"), ("m2", "ok"), ("m3", "I moved to Tromsø last week"),
+                      ("m4", "Nice!")]
+    assert any("message 'm1' of edited was changed after it was stored" in r.getMessage() for r in caplog.records)
+
+
 async def _ainvoke(agent, messages):  # noqa: ANN001, ANN202
     return await agent.ainvoke({"messages": messages})
 
