@@ -166,3 +166,45 @@ def test_forwarded_verbs_reach_the_wrapped_memory(tmp_path):
             return (await mem.graph()).number_of_nodes()
 
     assert asyncio.run(go()) > 0
+
+
+def test_cancelling_run_worker_stops_the_worker_and_the_program_ends(tmp_path):
+    # Reviewer: the cancelled task's thread went on, then logged "store unavailable ... closed" every few
+    # seconds after close() and asyncio.run never returned.
+    import time
+
+    async def main() -> None:
+        amem = AsyncMemory(str(tmp_path / "w.db"), model="openai/stub-model")
+        task = asyncio.create_task(amem.run_worker(poll_s=0.1))
+        await asyncio.sleep(0.3)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await amem.close()
+
+    ended: list[float] = []
+    started = time.monotonic()
+    runner = threading.Thread(target=lambda: (asyncio.run(main()), ended.append(time.monotonic() - started)),
+                              daemon=True)
+    runner.start()
+    runner.join(30)
+    assert ended and ended[0] < 10
+
+
+def test_a_worker_whose_store_was_closed_stops(tmp_path):
+    from tortoise_sdk.errors import StoreClosed
+
+    mem = Memory(str(tmp_path / "w.db"), model="openai/stub-model")
+    mem.close()
+    raised: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            mem.run_worker(poll_s=0.05)
+        except BaseException as exc:
+            raised.append(exc)
+
+    worker = threading.Thread(target=work, daemon=True)  # the old loop waited it out forever: fail, do not hang
+    worker.start()
+    worker.join(10)
+    assert raised and isinstance(raised[0], StoreClosed)

@@ -11,6 +11,7 @@ engine with a native async driver would replace the threads, not the semantics.
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Literal, TypeVar
@@ -208,6 +209,20 @@ class AsyncMemory:
         """``Memory.receipts``."""
         return await self._run(self.sync.receipts, session_id)
 
+    async def run_worker(self, *, poll_s: float = 2.0, once: bool = False, max_jobs: int | None = None,
+                         on_job: Callable[[JobInfo], None] | None = None, stop: Any = None) -> int:
+        """``Memory.run_worker``, awaited. Cancelling the awaiting task stops the worker: the loop ends after
+        the job it runs (its thread finishes in the background), and then the task is cancelled at once."""
+        stop = stop if stop is not None else threading.Event()
+        work = asyncio.ensure_future(self._run(self.sync.run_worker, poll_s=poll_s, once=once, max_jobs=max_jobs,
+                                               on_job=on_job, stop=stop))
+        try:
+            return await asyncio.shield(work)
+        except asyncio.CancelledError:
+            stop.set()
+            work.add_done_callback(_ignore_outcome)  # a store closed meanwhile ends it with StoreClosed
+            raise
+
     async def namespaces(self) -> list[NamespaceInfo]:
         """``Memory.namespaces``."""
         return await self._run(self.sync.namespaces)
@@ -216,7 +231,7 @@ class AsyncMemory:
 #: Verbs that take no I/O of their own or hand back a synchronous object: use them as they are.
 SYNC_ONLY = frozenset({"check_capture", "check_sessions", "subagent_handler", "extraction_paused", "within"})
 #: The remaining ``Memory`` verbs, awaited through the same worker thread with ``Memory``'s signature.
-_FORWARDED = ("cursor", "embed_pending", "follow", "graph", "ingest", "record_subagent", "reset_breaker", "run_worker", "save_cursor",
+_FORWARDED = ("cursor", "embed_pending", "follow", "graph", "ingest", "record_subagent", "reset_breaker", "save_cursor",
               "subagent_counters", "subagent_health", "subagents", "tombstones", "turn_metadata", "vacuum", "vector_stats")
 
 
@@ -247,3 +262,9 @@ def _sync(name: str) -> Any:
 
 for _name in SYNC_ONLY:
     setattr(AsyncMemory, _name, _sync(_name))
+
+
+def _ignore_outcome(done: asyncio.Future[Any]) -> None:
+    """Read a stopped worker's outcome, so that asyncio does not report it as never retrieved."""
+    if not done.cancelled():
+        done.exception()

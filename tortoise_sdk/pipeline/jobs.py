@@ -32,7 +32,7 @@ from collections.abc import Callable
 from types import TracebackType
 
 from ..config import DEFAULT_JOB_RETRY_S
-from ..errors import LeaseLost, StoreError
+from ..errors import LeaseLost, StoreClosed, StoreError
 from ..models import ExtractionReport, JobInfo
 from ..store.base import Store
 from ..store.plan import Fence
@@ -165,7 +165,8 @@ def run_worker(process: Callable[[int | None], list[JobInfo]], *, poll_s: float 
 
     Between passes that found nothing it waits ``poll_s``. When the store cannot be reached
     (``StoreError``, a SQLite I/O error) the pass is logged and tried again after a backoff
-    that doubles from ``poll_s`` up to ``max_backoff_s``; with ``once`` the error is raised.
+    that doubles from ``poll_s`` up to ``max_backoff_s``; with ``once`` the error is raised, and
+    ``StoreClosed`` (the store was closed under it) is always raised.
     Ends after one successful pass with ``once``, after ``max_jobs`` jobs, or when ``stop`` is set.
     """
     stop = stop or threading.Event()
@@ -173,6 +174,8 @@ def run_worker(process: Callable[[int | None], list[JobInfo]], *, poll_s: float 
     while not stop.is_set():
         try:
             jobs = process(None if max_jobs is None else max_jobs - ran)
+        except StoreClosed:
+            raise  # closed by its owner: no outage to wait out, it will not come back
         except (StoreError, sqlite3.OperationalError, sqlite3.DatabaseError) as exc:
             if once:
                 raise
