@@ -129,7 +129,8 @@ class MemoryMiddleware(MemoryAdapter, AgentMiddleware):
     def _block(self, messages: Sequence[BaseMessage]) -> MemoryBlock:
         sent = [m for m in messages if not isinstance(m, SystemMessage)]
         window = self._window(sent)
-        last_user = next((m for m in reversed(window) if isinstance(m, HumanMessage)), None)
+        # The user message, however many tool round trips followed it (more than the window holds).
+        last_user = next((m for m in reversed(sent) if isinstance(m, HumanMessage)), None)
         key = f"{id(last_user)}:{last_user.id}:{last_user.text}" if last_user is not None else ""
         if self._cache is not None and self._cache[0] == key:
             return self._cache[1]

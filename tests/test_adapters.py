@@ -123,6 +123,21 @@ def test_a_message_edited_after_it_was_stored_does_not_stop_the_threads_later_ca
     assert any("message 'm1' of edited was changed after it was stored" in r.getMessage() for r in caplog.records)
 
 
+def test_a_long_tool_loop_sees_the_block_of_its_user_message(mem):
+    # Reviewer: past window_turns messages after the user message, the block was rebuilt from tool chatter.
+    from langchain_core.messages import ToolMessage
+
+    mem.capture("old", [{"role": "user", "content": "Ottilie keeps alpacas in Reykjavik"}])
+    middleware = MemoryMiddleware(mem, "loop", extract=False)
+    messages: list[Any] = [HumanMessage("where does Ottilie keep her alpacas?", id="u1")]
+    blocks = []
+    for i in range(6):
+        blocks.append(middleware._block(messages).block)
+        messages += [AIMessage("", id=f"a{i}", tool_calls=[{"name": "lookup", "args": {"q": f"x{i}"}, "id": f"c{i}"}]),
+                     ToolMessage(f"result for query {i}", tool_call_id=f"c{i}", id=f"t{i}")]
+    assert "Reykjavik" in blocks[0] and blocks == [blocks[0]] * 6
+
+
 async def _ainvoke(agent, messages):  # noqa: ANN001, ANN202
     return await agent.ainvoke({"messages": messages})
 
