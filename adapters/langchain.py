@@ -262,13 +262,18 @@ def _turn(m: BaseMessage | None) -> dict[str, Any] | None:
     """A LangChain message as a turn; None for system messages, empty messages and memory-block echoes.
 
     A message that calls tools is kept like transcript ingestion keeps one: its text, then
-    ``[tool_use name arg=…]`` per call, the calls whole in the metadata.
+    ``[tool_use name arg=…]`` per call, the calls whole in the metadata. A part that is not text
+    (an image) is kept as its kind: ``[image]``.
     """
     if m is None or isinstance(m, SystemMessage):
         return None
     role = _ROLES.get(type(m)) or {"human": "user", "ai": "assistant", "tool": "tool"}.get(m.type)
     calls = list(getattr(m, "tool_calls", None) or [])
-    text = "\n".join(p for p in (m.text.strip(), *(tool_use_text(c.get("name"), c.get("args")) for c in calls)) if p)
+    # What is not text (an image the user sent) is kept as its kind, so that the turn is not lost.
+    attached = " ".join(f"[{part['type'].removesuffix('_url')}]" for part in (m.content if isinstance(m.content, list) else ())
+                        if isinstance(part, dict) and part.get("type") not in (None, "text", "tool_use"))
+    text = "\n".join(p for p in (m.text.strip(), attached, *(tool_use_text(c.get("name"), c.get("args")) for c in calls))
+                     if p)
     if role is None or not text or m.text.startswith(MEMORY_BLOCK_MARKER):
         return None
     turn: dict[str, Any] = {"role": role, "content": text, "id": _turn_id(m)}

@@ -138,6 +138,17 @@ def test_a_long_tool_loop_sees_the_block_of_its_user_message(mem):
     assert "Reykjavik" in blocks[0] and blocks == [blocks[0]] * 6
 
 
+def test_an_image_the_user_sent_is_kept_as_its_kind(mem):
+    # Reviewer: an image-only user message was dropped; the session held the reply alone.
+    middleware = MemoryMiddleware(mem, "img", extract=False)
+    picture = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
+    middleware.after_agent({"messages": [HumanMessage(content=[picture], id="u1"),
+                                         HumanMessage(content=[{"type": "text", "text": "and this one"}, picture], id="u2"),
+                                         AIMessage("Nice picture of an alpaca.", id="a1")]}, None)
+    assert [(t.role, t.content) for t in mem.store.turns(mem.namespace, "img")] == [
+        ("user", "[image]"), ("user", "and this one\n[image]"), ("assistant", "Nice picture of an alpaca.")]
+
+
 async def _ainvoke(agent, messages):  # noqa: ANN001, ANN202
     return await agent.ainvoke({"messages": messages})
 
