@@ -10,7 +10,7 @@ import uuid
 import pytest
 
 from tortoise_sdk import AsyncMemory, Memory
-from tortoise_sdk.errors import CaptureConflict, IdempotencyConflict
+from tortoise_sdk.errors import CaptureConflict, IdempotencyConflict, TortoiseError
 
 
 def pair(store):
@@ -92,8 +92,9 @@ def test_calls_run_off_the_event_loop_thread(tmp_path, monkeypatch):
 
 def test_wrapping_a_memory_and_arguments_are_exclusive(tmp_path):
     mem = Memory(str(tmp_path / "m.db"))
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError) as info:  # and a TortoiseError, naming the argument (reviewer: a plain TypeError)
         AsyncMemory(mem, namespace="x")
+    assert isinstance(info.value, TortoiseError) and info.value.field == "namespace"
     wrapped = AsyncMemory(mem)
     assert wrapped.sync is mem and wrapped.namespace == "default"
     asyncio.run(wrapped.close())

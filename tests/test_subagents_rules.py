@@ -62,6 +62,12 @@ def test_frame_without_identity_writes_nothing_and_counts_only_that_it_was_attem
     assert merge(stored, f, at(9)) == stored
 
 
+def test_a_status_is_stored_stripped() -> None:
+    # Reviewer: ' Completed ' settled the row but was stored and shown with its spaces.
+    row = run(frame(tool_status=" Completed ", agent_status="\tdone "))
+    assert (row["tool_status"], row["agent_status"], row["settled_at"]) == ("Completed", "done", T0)
+
+
 def test_missing_execution_id_is_stored_as_unknown_and_counted() -> None:
     normalized, counts = normalize_frame(frame(agent_execution_id=""))
     assert normalized is not None and normalized.agent_execution_id == UNKNOWN_EXECUTION

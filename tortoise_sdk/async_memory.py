@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Literal, TypeVar
 
+from .errors import InvalidType
 from .memory import ExtractMode, Memory, TurnLike
 from .models import (
     CaptureReceipt,
@@ -60,7 +61,9 @@ class AsyncMemory:
     def __init__(self, db: str | Memory | None = None, **options: Any) -> None:
         if isinstance(db, Memory):
             if options:
-                raise TypeError("pass either a Memory or Memory's arguments, not both")
+                raise InvalidType(f"AsyncMemory(mem, {', '.join(sorted(options))}=...): a Memory comes with its "
+                                  "options; pass either a Memory or Memory's arguments, not both",
+                                  field=sorted(options)[0])
             self.sync = db
         else:
             self.sync = Memory(db, **options)

@@ -36,7 +36,8 @@ backfill is a no-op. (A grown transcript ingested again still completes the row 
 started.) A recorder folds a backfill's frames per key (``fold``) and writes each
 key once, which is what makes a replay of the whole backfill change nothing.
 
-Normalization: empty or whitespace strings are None; ``total_tokens`` and
+Normalization: empty or whitespace strings are None; a status is stored stripped (``' Completed '`` is
+``'Completed'``); ``total_tokens`` and
 ``duration_ms`` of exactly 0 are None (not reported); ``tool_use_count`` 0 is a
 real zero; a negative metric, or one above ``MAX_METRIC`` (2**63 - 1, what a
 row can hold), is None and counts as ``anomalous_value``; a missing execution
@@ -127,7 +128,7 @@ def normalize_frame(frame: SubagentFrame) -> tuple[NormalizedFrame | None, dict[
     if execution is None:
         counts["backfill_unknown_execution" if frame.source == "backfill" else "unknown_execution"] += 1
         execution = UNKNOWN_EXECUTION
-    tool_status = _text(frame.tool_status)
+    tool_status, agent_status = (_text(v) and v.strip() for v in (frame.tool_status, frame.agent_status))
     normalized = NormalizedFrame(
         session_id=session_id,
         agent_execution_id=execution,
@@ -139,7 +140,7 @@ def normalize_frame(frame: SubagentFrame) -> tuple[NormalizedFrame | None, dict[
         agent_id=_text(frame.agent_id),
         child_session_id=_text(frame.child_session_id),
         model=_text(frame.model),
-        agent_status=_text(frame.agent_status),
+        agent_status=agent_status,
         tool_status=tool_status,
         is_async=frame.is_async,
         total_tokens=_metric(frame.total_tokens, True, counts),
