@@ -81,6 +81,21 @@ def test_transcript_options_that_do_not_apply_are_refused(capsys, db):
     assert code == 2 and "--key" in err
 
 
+def test_subagents_of_a_session_shown_cut_short_and_of_one_with_none(capsys, db):
+    # Reviewer: the table cuts session ids ("491e126e-1e…") and only the whole id matched; a session with no
+    # row was told to ingest a transcript, though rows existed.
+    assert run(capsys, "--db", db, "capture", str(EXCERPT))[0] == 0
+    code, out, _ = run(capsys, "--db", db, "subagents")
+    shown = next(w for w in out.split() if w.startswith(SESSION[:8]))
+    assert shown.endswith("…")
+    code, out, _ = run(capsys, "--db", db, "subagents", "--session", shown, "--json")
+    assert [r["tool_call_id"] for r in json.loads(out)] == [TASK_ID]
+    code, out, _ = run(capsys, "--db", db, "subagents", "--session", SESSION[:8], "--json")
+    assert json.loads(out) == []  # a plain id is matched whole
+    code, out, err = run(capsys, "--db", db, "subagents", "--session", "elsewhere")
+    assert (code, out) == (0, "") and "for session 'elsewhere'" in err and "without --session" in err
+
+
 def test_subagents_on_an_empty_store(capsys, db):
     Memory(db).close()
     code, out, err = run(capsys, "--db", db, "subagents")

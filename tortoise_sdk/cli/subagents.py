@@ -24,7 +24,16 @@ def _cmd_subagents(args: argparse.Namespace) -> int:
         return _cmd_health(args)
     if args.since is not None:
         raise InvalidInput("--since goes with --health", field="since")
-    return run_and_print(args, lambda mem: mem.subagents(session_id=args.session), _print_subagents)
+    return run_and_print(args, lambda mem: _rows(mem, args.session),
+                         lambda rows: _print_subagents(rows, args.session), empty_hint=True)
+
+
+def _rows(mem: Any, session: str | None) -> list[Any]:
+    """The rows of ``session``; for an id the table cut short (``9667a07f-c6…``), of the sessions it starts."""
+    if session is None or not session.endswith("…"):
+        return mem.subagents(session_id=session)
+    start = session[:-1]
+    return [r for r in mem.subagents() if start and r.session_id.startswith(start)]
 
 
 def _cmd_health(args: argparse.Namespace) -> int:
@@ -51,9 +60,11 @@ def _print_health(health: Any) -> None:
             print(f"  {label}: row ({key.session_id}, {key.agent_execution_id}, {key.tool_call_id}), {key.source}")
 
 
-def _print_subagents(rows: list[Any]) -> None:
+def _print_subagents(rows: list[Any], session: str | None = None) -> None:
     if not rows:
-        print("no sub-agent invocations recorded (ingest a transcript with `tortoise capture FILE`)", file=sys.stderr)
+        print(f"no sub-agent invocation recorded for session {session!r} (`tortoise subagents` without --session "
+              "lists every session's)" if session else
+              "no sub-agent invocations recorded (ingest a transcript with `tortoise capture FILE`)", file=sys.stderr)
         return
     from rich.console import Console
     from rich.table import Table
@@ -93,7 +104,8 @@ def _register_subagents(sub: argparse._SubParsersAction) -> None:
                                    "launches not recorded and the rows with no launch instead. "
                                    "Example: tortoise subagents --session SESSION --json; "
                                    "tortoise subagents --health --since 2026-02-01")
-    p.add_argument("--session", help="only this session (and, with --health, its derived sessions)")
+    p.add_argument("--session", help="only this session (and, with --health, its derived sessions); an id the "
+                                     "table cut short, ending in …, matches the sessions it starts")
     p.add_argument("--health", action="store_true",
                    help="compare launching calls in the captured turns with the recorded rows: exit 1 when a "
                         "launch was not recorded (shortfall), else 0; rows with no launch are listed, not alarmed")
