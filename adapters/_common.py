@@ -184,12 +184,12 @@ class MemoryAdapter:
                 return self.mem.capture(session_id, turns, session_date=date, extract=self.extract)
             except CaptureConflict as exc:
                 at = re.fullmatch(r"turns\[(\d+)\]", exc.field or "")
-                if at is None or not turns[int(at.group(1))].get("id"):
+                edited = turns[int(at.group(1))] if at else {}
+                if not edited.get("id"):
                     raise
-                edited = turns[int(at.group(1))]
                 self._log().warning("tortoise: message %r of %s was changed after it was stored; the stored text "
                                     "is kept and the change is not captured", edited["id"], session_id)
-                turns = turns[: int(at.group(1))] + turns[int(at.group(1)) + 1:]
+                turns = [t for t in turns if t is not edited]
 
     def close(self) -> list[JobInfo]:
         """Extract now what this adapter's background captures left pending (``Memory.flush``); never raises.

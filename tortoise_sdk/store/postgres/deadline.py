@@ -52,7 +52,7 @@ class Health:
     answers again. The pool's own lines about each attempt are kept at DEBUG (``PoolNoise``).
     """
 
-    def __init__(self, url: str = "") -> None:
+    def __init__(self, url: str) -> None:
         self.url = url
         self.down_reason: str | None = None
 

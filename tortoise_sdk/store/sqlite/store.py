@@ -705,7 +705,5 @@ def _top_turns(c: sqlite3.Connection, namespace: str, scores: Mapping[int, float
         [namespace, *top],
     ).fetchall()
     rows = with_heads(c, rows, 8)
-    hits = [(r[0], SearchHit(turn_id=r[1], external_id=r[2], session_id=r[3], session_date=r[4], index=r[5],
-                             role=r[6], name=r[7], content=r[8], score=scores[r[0]])) for r in rows]
-    hits.sort(key=lambda x: (-x[1].score, -x[0]))
-    return [h for _, h in hits]
+    rows.sort(key=lambda r: (-scores[r[0]], -r[0]))
+    return [_hit(r[1:], scores[r[0]]) for r in rows]
