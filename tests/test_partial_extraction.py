@@ -215,3 +215,38 @@ def test_turns_past_a_cut_reply_wait_for_a_run_of_their_own(store: Store, monkey
     again = extract_session(store, ns, "s", llm_config=config, options=PipelineOptions(chunk_turns=CHUNK))
     assert again.status == "ok" and again.window == (kept, TURNS - 1)
     assert sorted(m.content for m in store.memories(ns)) == sorted(fact(i) for i in range(TURNS))
+
+
+def test_a_later_turn_s4_cites_does_not_pass_the_turns_a_cut_s2_reply_lost(store: Store,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reviewer: S2's reply was cut after turn 2, and S4 added an item citing the last turn. The turns S2 never
+    reached were counted as read (the last cited turn was taken over S2's and S4's items together), so their facts
+    were lost for good. Only the cut reply's own items say how far it got."""
+    script = Script(monkeypatch)
+    full = script.map_session
+    cut_once = [True]
+
+    async def map_session(client: Any, prompt: Any, *, turns: Any, **kw: Any) -> StageOutcome:
+        answer = await full(client, prompt, turns=turns, **kw)
+        if not cut_once:
+            return answer
+        cut_once.pop()
+        return StageOutcome(Proposal(points=answer.proposal.points[:3]), partial=True,
+                            warnings=[Diagnostic(stage="s2", code="truncation", message="s2 reply was cut")])
+
+    last = TURNS - 1
+
+    async def review(*args: Any, **kwargs: Any) -> StageOutcome:
+        return StageOutcome(Proposal(points=(Point(content=fact(last), quote=turn_text(last), turn=last),)))
+
+    monkeypatch.setattr(runner, "map_session", map_session)
+    monkeypatch.setattr(runner, "review", review)
+    config = LLMConfig(model="openai/unused", api_key="unused")
+    store.capture("cut-s4", prepare_capture("s", [{"role": "user", "content": turn_text(i)} for i in range(TURNS)],
+                                            max_turns=TURNS))
+    report = extract_session(store, "cut-s4", "s", llm_config=config, options=PipelineOptions(chunk_turns=CHUNK))
+    assert report.status == "partial" and report.waiting == (3, last)
+    assert "the S2 reply was cut by the output cap after turn 2" in report.reason
+    again = extract_session(store, "cut-s4", "s", llm_config=config, options=PipelineOptions(chunk_turns=CHUNK))
+    assert again.window == (3, last)
+    assert sorted(m.content for m in store.memories("cut-s4")) == sorted(fact(i) for i in range(TURNS))

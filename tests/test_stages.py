@@ -157,3 +157,27 @@ def test_s1_runs_min_of_chunks_and_concurrency_calls_at_once(size: int, concurre
     chunks = len(chunk_turns(TURNS, size))
     assert (client.calls, client.peak) == (chunks, min(chunks, concurrency))
     assert result.stories == [f"Story of chunk {n}." for n in range(chunks)] and result.errors == []
+
+
+@pytest.mark.parametrize("capped", [True, False])
+def test_a_reply_cut_mid_json_says_whether_a_retry_was_made(capped: bool) -> None:
+    """Reviewer: a reply that ended mid-JSON with finish_reason "stop" was said to be cut "even after a retry with a
+    larger cap", though no retry is made for it (the model said it had finished)."""
+    from tortoise_sdk.jsonparse import parse_json
+    from tortoise_sdk.llm.client import LLMResult
+    from tortoise_sdk.pipeline.s2_map import ask_for_proposal
+
+    text = '{"points": [{"content": "Maya has a beagle.", "quote": "a beagle", "turn": 0}, {"content": "Maya'
+
+    class Client:
+        stats: dict[str, Any] = {}
+
+        async def acomplete_json(self, stage: str, messages: Any, expect: str) -> LLMResult:
+            return LLMResult(text=text, finish_reason="length" if capped else "stop", partial=capped, attempts=1,
+                             stage=stage, parsed=parse_json(text, expect="object"))
+
+    outcome = asyncio.run(ask_for_proposal(Client(), "s2", "prompt"))
+    assert outcome.partial and outcome.proposal is not None and len(outcome.proposal.points) == 1
+    (warning,) = [w for w in outcome.warnings if w.code == "truncation"]
+    assert ("even after a retry" in warning.message) is capped
+    assert ("the model said it had finished" in warning.message) is not capped

@@ -103,7 +103,7 @@ async def aextract_session(store: Store, namespace: str, session_id: str, *, llm
     # What each stage said of an item (by identity), for its agreement level (tortoise_sdk.confidence).
     from_s2: set[tuple[str, ...]] = set()
     from_s4: set[tuple[str, ...]] = set()
-    cut: list[str] = []  # the stages whose reply the output cap cut (they kept their complete items)
+    cut: list[tuple[str, Proposal]] = []  # the stages whose reply the output cap cut, with the items they kept
     vetted = reviewed = False
 
     reading = read_window(store, namespace, session_id, prompts, full=options.full)
@@ -137,7 +137,7 @@ async def aextract_session(store: Store, namespace: str, session_id: str, *, llm
             errors += s2.errors
             warnings += s2.warnings
             partial |= s2.partial
-            cut += ["S2"] if s2.partial else []
+            cut += [("S2", s2.proposal or Proposal())] if s2.partial else []
         if s2.proposal is None:
             held = window.start
             held_why.insert(0, "S2 failed" if "s2" in elapsed else "S2 was not called")
@@ -166,7 +166,7 @@ async def aextract_session(store: Store, namespace: str, session_id: str, *, llm
             elapsed["s4"] = (time.perf_counter() - t) * 1000
             warnings += s4.warnings
             partial |= s4.partial
-            cut += ["S4"] if s4.partial else []
+            cut += [("S4", s4.proposal or Proposal())] if s4.partial else []
             if s4.proposal is None:
                 errors += [d.model_copy(update={"message": d.message + "; kept the S2 list as it was"})
                            for d in s4.errors]
@@ -245,15 +245,18 @@ async def aextract_session(store: Store, namespace: str, session_id: str, *, llm
                                      valid_at=_as_utc(session_date), receipt=receipt, window=window,
                                      vocabulary=options.vocabulary, agreement_of=agreed)
     warnings += plan_warnings
-    if cut:
-        # What a cut reply would have said of the turns after the last one its kept items cite is lost: those
-        # turns wait for a run of their own (a shorter window, whose reply fits the cap) instead of being passed.
-        cited = [g.turn_index for g in (*grounded.events, *grounded.points, *grounded.retractions)]
+    for stage, proposal in cut:
+        # What a cut reply would have said of the turns after the last one *its own* kept items cite is lost:
+        # those turns wait for a run of their own (a shorter window, whose reply fits the cap) instead of being
+        # passed. The other stage's items do not count: S4 citing a later turn says nothing of what S2 lost.
+        own = {identity(i) for i in (*proposal.events, *proposal.points, *proposal.retractions)}
+        cited = [g.turn_index for g in (*grounded.events, *grounded.points, *grounded.retractions)
+                 if identity(g.item) in own]
         start = max(cited) + 1 if cited else window.start
         if start <= window.end:
             held = start if held is None else min(held, start)
-            held_why.append(f"the {' and '.join(cut)} reply was cut by the output cap after turn {start - 1}"
-                            if cited else f"the {' and '.join(cut)} reply was cut by the output cap before any item")
+            held_why.append(f"the {stage} reply was cut by the output cap after turn {start - 1}"
+                            if cited else f"the {stage} reply was cut by the output cap before any item")
     status = "partial" if (errors or partial or priors.degraded or held is not None) else "ok"
     if held is not None:
         window = replace(window, held_from=held)

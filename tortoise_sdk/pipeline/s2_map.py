@@ -37,8 +37,10 @@ async def ask_for_proposal(client: Any, stage: str, text: str) -> StageOutcome:
         outcome.partial = True
         outcome.warnings.append(Diagnostic(
             stage=stage, code="truncation",
-            message=f"{stage} reply was cut by the output cap even after a retry with a larger cap; "
-                    f"kept its complete items ({', '.join(parsed.steps)})",
+            message=(f"{stage} reply was cut by the output cap even after a retry with a larger cap; "
+                     if result.partial else
+                     f"{stage} reply ended in the middle of its JSON (the model said it had finished); ")
+                    + f"kept its complete items ({', '.join(parsed.steps)})",
             detail={"steps": parsed.steps},
         ))
     elif result.attempts > 1 and client.stats.get(stage) and client.stats[stage].errors.get("truncation"):
