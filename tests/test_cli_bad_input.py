@@ -95,6 +95,12 @@ BAD = [
     ("extract without a model", "extract s1", 2, "no model configured: pass --model (e.g. --model openai/gpt-4o-mini) "
                                                  "or set TORTOISE_MODEL"),
     ("worker without a model", "worker --once", 2, "pass --model"),
+    # Reviewer: a PostgreSQL URL missing its '//' was a relative SQLite path, created with its directories.
+    ("a database URL without //", "capture {f:ok.jsonl} --session s --db postgresql:/127.0.0.1/x", 2,
+     "'postgresql:/127.0.0.1/x' looks like a database URL without its '//' after the scheme"),
+    # Reviewer: --poll 0 (or -1, nan) polled in a busy loop at 100 % CPU, saying nothing; inf raised a traceback.
+    *[(f"worker --poll {v}", f"worker --model openai/x --api-key k --poll {v}", 2,
+       f"--poll: must be a number from 0.01 to 86,400, got '{v}'") for v in ("0", "-1", "nan", "inf", "1e300")],
 ]
 
 READ_COMMANDS = ["search helix", "sessions", "memories", "context --window {f:window.jsonl}", "expand t_0",
@@ -284,3 +290,21 @@ def test_a_transcript_format_forced_on_turns_says_nothing_was_read(capsys, tmp_p
     assert "--format: no line was read as claude-code (2 unknown line type); nothing was captured" in one_line(err)
     with Memory(db) as mem:
         assert [(s.session_id, s.turn_count) for s in mem.sessions()] == [("s1", 2)]
+
+
+def test_a_database_url_without_slashes_creates_nothing(capsys, tmp_path, files, monkeypatch) -> None:
+    """Reviewer: ``--db postgresql:/127.0.0.1/x`` captured into a SQLite file at ./postgresql:/127.0.0.1/x."""
+    monkeypatch.chdir(tmp_path)
+    got, out, err = run(capsys, "capture", str(files["ok.jsonl"]), "--session", "s", "--db", "postgresql:/127.0.0.1/x")
+    assert (got, out) == (2, "") and "without its '//' after the scheme" in one_line(err)
+    assert not (tmp_path / "postgresql:").exists()
+
+
+def test_a_worker_on_a_missing_database_says_it_created_one(capsys, tmp_path) -> None:
+    """Reviewer: a worker given a mistyped --db created an empty database and idled on it, saying nothing (the other
+    job commands refuse a missing one; a worker may start before the first capture, so it creates it, and says so)."""
+    where = tmp_path / "typo.db"
+    got, out, err = run(capsys, "--db", str(where), "worker", "--once", "--model", "openai/x", "--api-key", "k")
+    assert got == 0 and "no job queued" in out
+    assert one_line(err).startswith(f"tortoise: no database at {where} yet; created an empty one")
+    assert "pass that one's path with --db" in err and where.exists()

@@ -45,6 +45,22 @@ def test_without_a_model_capture_is_verbatim_and_says_why(tmp_path: Path) -> Non
             mem.extract("demo-9")
 
 
+def test_a_capture_that_adds_nothing_extracts_the_turns_that_wait(tmp_path: Path, stub_model: Any) -> None:
+    """Reviewers: turns captured with no model (or whose extraction failed) were never extracted by the same capture
+    run again once the model was set: it said "skipped - no new turns" and exited 0, the turns still waiting."""
+    with Memory(str(tmp_path / "m.db"), namespace="t") as mem:
+        assert capture(mem, "demo-1").extraction.reason == NO_MODEL
+    stub = stub_model(load_recorded_extraction())
+    with mem_for(tmp_path, stub) as mem:
+        again = capture(mem, "demo-1")
+        assert again.turns_stored == 0 and again.extraction.status == "ok"
+        assert again.extraction.outcomes == {"ADD": 7} and len(mem.memories()) == 7
+        calls = len(stub.requests)
+        third = capture(mem, "demo-1")  # now nothing waits: no model call
+        assert third.extraction.status == "skipped" and third.extraction.reason.startswith("no new turns")
+        assert len(stub.requests) == calls
+
+
 def test_tortoise_model_env_is_the_fallback(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TORTOISE_MODEL", "openai/from-env")
     with Memory(str(tmp_path / "m.db")) as mem:

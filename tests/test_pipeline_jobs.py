@@ -208,3 +208,15 @@ def test_run_worker_backs_off_through_store_errors_and_raises_only_once_asked(ca
     calls.clear()
     with pytest.raises(StoreError):
         run_worker(process, once=True)
+
+
+@pytest.mark.parametrize("poll_s", [0, -1.0, float("nan"), float("inf"), 1e300])
+def test_a_worker_refuses_a_poll_that_would_spin_or_overflow(tmp_path, poll_s) -> None:
+    """Reviewer: poll_s=0 ran a busy loop at 100 % CPU (and inf overflowed the timer after the first pass)."""
+    from tortoise_sdk import Memory
+    from tortoise_sdk.errors import InvalidInput
+
+    with Memory(str(tmp_path / "w.db"), model="openai/unused") as mem, \
+            pytest.raises(InvalidInput, match="poll_s") as refused:
+        mem.run_worker(poll_s=poll_s, once=True)
+    assert refused.value.field == "poll_s"

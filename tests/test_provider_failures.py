@@ -316,6 +316,8 @@ def test_cli_exit_3_when_turns_are_stored_and_extraction_failed(tmp_path: Path, 
     assert code == 3
     assert "captured 1 session(s): 7 new turn(s)" in out
     assert "tortoise: extraction of demo-1 failed: s1: unreachable: " in err and refused_base in err
+    # Reviewer: it did not say which command runs the turns that wait (`jobs` and `flush` know no inline run).
+    assert "`tortoise extract demo-1` (or the same capture again) extracts the turns that wait" in err
     code, out, err = run_cli(capsys, "--db", db, "extract", "demo-1", *model)
     assert code == 3 and "s1: unreachable: " in err and refused_base in err
     code, out, _ = run_cli(capsys, "--db", db, "capture", _turns_file(tmp_path, "demo-2"), "--json",

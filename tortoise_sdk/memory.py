@@ -58,6 +58,7 @@ from .store import Store, open_store, sqlite_path
 from .store.deadline import DEFAULT_STORE_TIMEOUT_S, within
 from .store.forget import HASHED_FOLLOW
 from .validate import (
+    MAX_POLL_S,
     MAX_REVISION,
     check_callable,
     check_count,
@@ -1006,7 +1007,11 @@ class Memory:
 
         Raises:
             ConfigError: no model is configured.
+            InvalidInput: ``poll_s`` is not a number above 0 and at most a day (0 would poll in a busy loop).
         """
+        check_number(poll_s, "poll_s", above=True)
+        if poll_s > MAX_POLL_S:
+            raise InvalidInput(f"must be at most {MAX_POLL_S:,g} seconds (a day), got {poll_s}", field="poll_s")
         if not self.model and self._embedder is None:
             raise ConfigError(NO_MODEL_REASON, field="model")
         from .pipeline.jobs import run_worker
@@ -1074,7 +1079,7 @@ class Memory:
     def _after_capture(self, receipt: CaptureReceipt, extract: ExtractMode, request: Any = None) -> CaptureReceipt:
         if extract is False or not self.model or receipt.replayed:
             return receipt
-        if receipt.turns_stored == 0:
+        if receipt.turns_stored == 0 and not self._turns_wait(receipt.session_id):
             return self._store_report(receipt, ExtractionReport(
                 status="skipped", reason=NO_NEW_TURNS_REASON))
         if extract == "background":
@@ -1091,6 +1096,13 @@ class Memory:
                        "now by mem.flush() or `tortoise flush`"))
         report = self._extract(receipt.session_id, receipt)
         return receipt.model_copy(update={"extraction": report})
+
+    def _turns_wait(self, session_id: str) -> bool:
+        """Whether stored turns of the session wait for extraction (past its watermark: an earlier run failed, or
+        the turns were captured with no model): a capture that adds nothing then extracts them."""
+        state = self.store.extraction_state(self.namespace, session_id)
+        start = 0 if state is None else state.watermark + 1
+        return bool(self.store.turns(self.namespace, session_id, start=start, stop=start + 1))
 
     def _extract(self, session_id: str, receipt: CaptureReceipt | None, fence: Any = None,
                  full: bool = False) -> ExtractionReport:

@@ -39,6 +39,8 @@ MAX_ID_BYTES = 512
 MAX_JSON_DEPTH = 100
 #: The largest cursor revision (both engines keep it in a signed 64-bit integer).
 MAX_REVISION = 2**63 - 1
+#: The longest wait between a worker's polls, in seconds (a day; a much longer one overflows the platform's timers).
+MAX_POLL_S = 86_400.0
 
 
 def check_text(value: str, field: str) -> str:

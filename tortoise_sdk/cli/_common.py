@@ -6,6 +6,7 @@ import argparse
 import json
 import math
 import os
+import shlex
 import stat
 import sys
 import unicodedata
@@ -22,6 +23,7 @@ __all__ = (
     "TIMEOUT_HELP",
     "Handler",
     "add_model_options",
+    "bounded_float",
     "bounded_int",
     "emit_json",
     "explain_extraction",
@@ -57,16 +59,20 @@ NO_MODEL_HINT = "no model configured: pass --model (e.g. --model openai/gpt-4o-m
 Handler = Callable[[argparse.Namespace], int]
 
 
-def open_memory(args: argparse.Namespace, *, create: bool = True, **kwargs: Any):  # noqa: ANN201 - Memory, lazily
-    """The ``Memory`` of ``--db``/``--namespace``; with ``create=False`` (read commands) a missing database is refused."""
+def open_memory(args: argparse.Namespace, *, create: bool | str = True, **kwargs: Any):  # noqa: ANN201 - Memory, lazily
+    """The ``Memory`` of ``--db``/``--namespace``; with ``create=False`` (read commands) a missing database is refused;
+    with ``create`` a string, it is created and that string said on stderr (a mistyped path would go unseen)."""
     from ..memory import Memory
 
     if args.db and "://" not in args.db and Path(args.db).expanduser().is_dir():
         raise InvalidInput(f"{args.db} is a directory, not a database file; give a file path such as "
                            f"{Path(args.db) / 'memory.db'}", field="db")
     try:
-        return Memory(args.db, namespace=args.namespace, create=create, **kwargs)
+        return Memory(args.db, namespace=args.namespace, create=create is True, **kwargs)
     except NotFoundError as exc:  # the only one opening raises: no database there
+        if isinstance(create, str):
+            print(f"tortoise: {str(exc).replace('(nothing was created)', 'yet')}; {create}", file=sys.stderr)
+            return Memory(args.db, namespace=args.namespace, **kwargs)
         raise InvalidInput(f"{exc}: check --db or TORTOISE_DB (a capture creates the database)") from None
 
 
@@ -257,6 +263,21 @@ def _stdin_bytes() -> bytes:
     return buffer.read() if buffer is not None else sys.stdin.read().encode("utf-8", "surrogateescape")
 
 
+def bounded_float(low: float, high: float) -> Callable[[str], float]:
+    """An argparse ``type``: a number from ``low`` to ``high`` (``nan`` and ``inf`` refused), else a usage error."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not low <= value <= high:  # False for nan
+            raise argparse.ArgumentTypeError(f"must be a number from {low:g} to {high:,g}, got {text!r}")
+        return value
+
+    return parse
+
+
 def bounded_int(low: int, high: int) -> Callable[[str], int]:
     """An argparse ``type``: an integer from ``low`` to ``high``, else a one-line usage error."""
 
@@ -365,6 +386,9 @@ def explain_extraction(session_id: str, report: Any) -> None:
         if not said and line not in shown:
             shown.add(line)
             print(line, file=sys.stderr)
+    if report.waiting is not None and report.job_id is None:
+        print(f"  once the cause is fixed, `tortoise extract {shlex.quote(session_id)}` (or the same capture "
+              "again) extracts the turns that wait", file=sys.stderr)
 
 
 def _explained(report: Any) -> bool:

@@ -12,10 +12,12 @@ import argparse
 import sys
 
 from ..models import JobInfo
+from ..validate import MAX_POLL_S
 from ._common import (
     EXIT_EXTRACTION_FAILED,
     add_embedder_options,
     add_model_options,
+    bounded_float,
     bounded_int,
     emit_json,
     explain_extraction,
@@ -132,7 +134,9 @@ def _cmd_worker(args: argparse.Namespace) -> int:
         if job.status == "failed" and not args.once:
             _say_failed_for_good(mem)
 
-    with open_memory(args, **model_options(args)) as mem:
+    missing = ("created an empty one, whose jobs this worker runs as captures queue them: if your application "
+               "writes another database, stop this worker and pass that one's path with --db (or TORTOISE_DB)")
+    with open_memory(args, create=missing, **model_options(args)) as mem:
         if not args.once:
             _say_failed_for_good(mem)  # once at the start; then whenever a job fails for good
         mem.run_worker(poll_s=args.poll, once=args.once, max_jobs=args.max_jobs, on_job=on_job)
@@ -160,7 +164,7 @@ def _register_worker(sub: argparse._SubParsersAction) -> None:
                                    "one is failed for good. Example: tortoise worker --once")
     p.add_argument("--once", action="store_true", help="run what is queued now, then exit")
     p.add_argument("--max-jobs", type=bounded_int(1, 10**9), help="exit after this many jobs")
-    p.add_argument("--poll", type=float, default=2.0, help="seconds between polls (default: %(default)s)")
+    p.add_argument("--poll", type=bounded_float(0.01, MAX_POLL_S), default=2.0, help="seconds between polls (default: %(default)s)")
     add_model_options(p)
     add_embedder_options(p)
     p.set_defaults(handler=_cmd_worker)

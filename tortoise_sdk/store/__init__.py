@@ -53,6 +53,9 @@ def open_store(url: str, *, create: bool = True, timeout_s: float | None = DEFAU
             f"unsupported database URL scheme in {url.split('://')[0]}://...; use a SQLite path, "
             "sqlite:///relative.db, sqlite:////absolute/path.db or postgresql://user@host/db"
         )
+    elif re.match(r"^(postgres|postgresql|sqlite)(\+\w+)?:", url, re.IGNORECASE):
+        raise ConfigError(f"{url!r} looks like a database URL without its '//' after the scheme; write "
+                          "postgresql://user@host/db, sqlite:///relative.db or a plain SQLite path")
     if not create and url != ":memory:" and not Path(url).expanduser().exists():
         raise NotFoundError(f"no database at {url} (nothing was created)")
     return SQLiteStore(url, timeout_s=timeout_s)
