@@ -495,6 +495,18 @@ def test_a_broken_store_exits_0_silently_and_says_why_in_the_log(tmp_path, db) -
     assert said in (log_dir / "hooks.log").read_text()
 
 
+@pytest.mark.parametrize("options", [["--bogus"], ["--budget", "x"], ["--timeout", "nan"], ["extra-word"]])
+def test_refused_arguments_exit_0_silently_and_say_why_in_the_log(monkeypatch, capsys, tmp_path, options) -> None:
+    """Reviewer: a hook command with an argument this version does not take (a settings file written by another
+    version, or edited by hand) exited 2 with usage on stderr, which Claude Code reads as "block the prompt"."""
+    monkeypatch.setattr(sys, "stdin", io.StringIO(json.dumps(payload("UserPromptSubmit", "s", SHORT, prompt="hi"))))
+    assert main(["hook", "--db", str(tmp_path / "m.db"), *options]) == 0
+    assert capsys.readouterr() == ("", "")
+    log = (tmp_path / "hooks.log").read_text()
+    assert "the hook's arguments were refused, so it did nothing" in log and options[0] in log
+    assert not (tmp_path / "m.db").exists()
+
+
 def test_garbage_on_stdin_exits_0_silently(tmp_path) -> None:
     proc = subprocess.run([TORTOISE, "--db", str(tmp_path / "m.db"), "hook"], input="not json",
                           capture_output=True, text=True, timeout=60)

@@ -95,6 +95,8 @@ BAD = [
     ("extract without a model", "extract s1", 2, "no model configured: pass --model (e.g. --model openai/gpt-4o-mini) "
                                                  "or set TORTOISE_MODEL"),
     ("worker without a model", "worker --once", 2, "pass --model"),
+    # Reviewer: "unknown option --db; did you mean --db?" for an option written after '--'.
+    ("an option after --", "search -- -Pixel --k 3", 2, "unknown option --k; options go before '--'"),
     # Reviewer: a PostgreSQL URL missing its '//' was a relative SQLite path, created with its directories.
     ("a database URL without //", "capture {f:ok.jsonl} --session s --db postgresql:/127.0.0.1/x", 2,
      "'postgresql:/127.0.0.1/x' looks like a database URL without its '//' after the scheme"),

@@ -10,6 +10,8 @@ group is a new module whose ``register`` is appended there. Shared helpers: ``_c
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import re
 import sys
 from collections.abc import Callable, Sequence
@@ -61,12 +63,20 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     argv = sys.argv[1:] if argv is None else list(argv)
-    try:
-        args, unknown = parser.parse_known_args(argv)
-    except SystemExit as exc:  # --help, or a usage error already printed on one line
-        return int(exc.code or 0)
-    if unknown:
-        return _unknown_arguments(parser, argv, unknown)
+    if _command_parser(parser, argv).prog == f"{parser.prog} hook":
+        # Claude Code reads a hook's exit 2 as "block": it would erase the user's prompt for a settings file
+        # written by another version of tortoise. A refused argument is logged to hooks.log instead.
+        said = io.StringIO()
+        with contextlib.redirect_stderr(said):
+            code, args = _parse(parser, argv)
+        if args is None:
+            if code:
+                hosts.log_refused_arguments(argv, said.getvalue())
+            return 0
+    else:
+        code, args = _parse(parser, argv)
+        if args is None:
+            return code
     # Whether --namespace was given at all (`hooks install` names a namespace after the project otherwise).
     args.namespace_given = any(a == "--namespace" or a.startswith("--namespace=") for a in argv)
     if not getattr(args, "handler", None):
@@ -111,6 +121,17 @@ def _in_cli_terms(exc: TortoiseError) -> str:
     return text
 
 
+def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[int, argparse.Namespace | None]:
+    """The parsed arguments (exit code 0), or None and the exit code of ``--help`` or of a usage error (said)."""
+    try:
+        args, unknown = parser.parse_known_args(argv)
+    except SystemExit as exc:  # --help, or a usage error already printed on one line
+        return int(exc.code or 0), None
+    if unknown:
+        return _unknown_arguments(parser, argv, unknown), None
+    return 0, args
+
+
 def _unknown_arguments(parser: argparse.ArgumentParser, argv: list[str], unknown: list[str]) -> int:
     """Name what was not understood, suggest the near option of the command it was given to, show its usage."""
     import difflib
@@ -121,7 +142,8 @@ def _unknown_arguments(parser: argparse.ArgumentParser, argv: list[str], unknown
     option = next((u.split("=", 1)[0] for u in unknown if u.startswith("-")), None)
     near = difflib.get_close_matches(option, options, n=1, cutoff=0.6) if option else []
     what = f"unknown option {option}" if option else f"unexpected argument(s): {' '.join(unknown)}"
-    hint = f"; did you mean {near[0]}?" if near else ""
+    hint = (f"; options go before '--' (every word after it is an argument)" if "--" in argv[:first]
+            else f"; did you mean {near[0]}?" if near else "")
     print(f"{command.prog}: {what}{hint}", file=sys.stderr)
     command.print_usage(sys.stderr)
     return 2

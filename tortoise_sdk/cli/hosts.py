@@ -20,10 +20,10 @@ from typing import Any, NamedTuple
 from ..adapters.claude_code import MAX_BYTES_PER_CALL, STORE_BOUND_S
 from ..errors import ConfigError, InvalidInput, NotFoundError, StreamParseError, TortoiseError
 from ..memory import DEFAULT_EXTRACT_EVERY, DEFAULT_IDLE_S, DEFAULT_NAMESPACE, env_model
-from ._common import add_model_options, model_options
+from ._common import add_model_options, bounded_float, model_options
 from .serve import DEFAULT_PORT
 
-__all__ = ("DEFAULT_HOOK_TIMEOUT_S", "register")
+__all__ = ("DEFAULT_HOOK_TIMEOUT_S", "log_refused_arguments", "register")
 
 #: The hook's own hard limit, in seconds: well under the timeout written into settings.json.
 DEFAULT_HOOK_TIMEOUT_S = 8.0
@@ -162,6 +162,16 @@ class _EventFilter(logging.Filter):
         return True
 
 
+def log_refused_arguments(argv: list[str], said: str) -> None:
+    """``tortoise hook`` whose arguments were refused: what argparse said goes to ``hooks.log`` (the ``--db`` given,
+    if it can be read), nothing to the host, which goes on."""
+    db = next((v.split("=", 1)[1] if "=" in v else (argv[i + 1] if i + 1 < len(argv) else None)
+               for i, v in enumerate(argv) if v == "--db" or v.startswith("--db=")), None)
+    with _hook_log(db, {}) as log:
+        log.error("the hook's arguments were refused, so it did nothing (check the command in the Claude Code "
+                  "settings, e.g. with `tortoise hooks install --print`): %s", " ".join(said.split()))
+
+
 @contextmanager
 def _hook_log(db: str | None, outcome: dict[str, Any]) -> Iterator[logging.Logger]:
     """For the run, the ``tortoise_sdk`` loggers write warnings to ``hooks.log`` beside the database, not stderr.
@@ -206,7 +216,7 @@ def _register_hook(sub: argparse._SubParsersAction) -> None:
                                    "SessionEnd: captures what is new and queues extraction. Always exits 0; "
                                    "a failure or a run past --timeout prints nothing and is logged to hooks.log "
                                    "beside the database. Run by hand on a terminal, it says so and exits 2.")
-    p.add_argument("--timeout", type=float, default=DEFAULT_HOOK_TIMEOUT_S,
+    p.add_argument("--timeout", type=bounded_float(0.1, 3600), default=DEFAULT_HOOK_TIMEOUT_S,
                    help="hard limit in seconds (default: %(default)s)")
     p.add_argument("--budget", type=int, default=3, help="at most this many pointers (default: %(default)s)")
     p.add_argument("--max-tokens", type=int, default=400, help="token cap of the block (default: %(default)s)")
