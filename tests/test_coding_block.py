@@ -223,6 +223,26 @@ def test_a_sub_agent_this_session_ran_is_not_shown_as_an_earlier_conversation(tm
             assert "earlier conversations" in other.block.splitlines()[0]
 
 
+def test_the_prompt_a_session_gave_its_sub_agent_is_neither_shown_nor_called_the_users(tmp_path) -> None:
+    """Reviewer: in the session that ran it, a sub-agent's prompt (its "user" turn, written by the agent) was the
+    block's first pointer, labelled "(user)", though the host holds it as the Task call's input; and the header said
+    "earlier sessions" of a store that held none."""
+    with Memory(str(tmp_path / "m.db"), namespace="proj") as mem:
+        mem.capture("now", [{"role": "user", "content": "audit the PR for file permission issues"}])
+        mem.capture("now:agent-a1", [
+            {"role": "user", "content": "Perform a security audit: file permission 0755 of hooks and settings files"},
+            {"role": "assistant", "content": "Found: settings files are written 0644; hooks need 0755 permission"}])
+        ask = [{"role": "user", "content": "did we check file permission 0755 for hooks and settings files?"}]
+        block = mem.context(ask, budget=5, session_id="now", held_from=0)
+        shown = [mem.store.get_turn(mem.namespace, p.id) for p in block.pointers]
+        assert [(t.session_id, t.role) for t in shown] == [("now:agent-a1", "assistant")]
+        assert block.block.splitlines()[0].startswith("[tortoise memory] Retrieved from the sub-agents this session ran")
+        # A host that did not say what it holds may be shown the prompt, as the agent's, not the user's.
+        loose = mem.context(ask, budget=5, session_id="now")
+        assert '(undated, the agent, to a sub-agent) "Perform a security audit' in loose.block
+        assert '(undated, user) "Perform' not in loose.block
+
+
 def test_the_compacted_header_is_only_for_a_host_that_said_what_it_holds(tmp_path) -> None:
     """Reviewer: `/context` with a session id and no held_from pointed at that session's turns under "the part of
     this session compacted out of your context", though nothing said it was compacted."""

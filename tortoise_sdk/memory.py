@@ -87,7 +87,7 @@ if TYPE_CHECKING:
     from .streams.base import ParsedStream, SubagentFrame
     from .subagents import SubagentRecorder
 
-__all__ = ("HOST_SESSION", "NO_MODEL_REASON", "NO_NEW_TURNS_REASON", "Memory", "migrate_store", "state_dir")
+__all__ = ("HOST_SESSION", "MAX_POLL_S", "NO_MODEL_REASON", "NO_NEW_TURNS_REASON", "Memory", "migrate_store", "state_dir")
 
 _log = logging.getLogger("tortoise_sdk")
 

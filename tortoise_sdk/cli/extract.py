@@ -12,7 +12,7 @@ import argparse
 import sys
 
 from ..models import JobInfo
-from ..validate import MAX_POLL_S
+from ..memory import MAX_POLL_S
 from ._common import (
     EXIT_EXTRACTION_FAILED,
     add_embedder_options,

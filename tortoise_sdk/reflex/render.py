@@ -12,6 +12,7 @@ from ..search import INDEX_CHARS
 from . import tuning
 from .escape import escape
 from .expand import REF
+from .host import parent_session
 from .query import surface_of
 from .shapes import Candidate, Reading
 
@@ -199,6 +200,8 @@ def _day(session_date: str | None) -> str:
 def _who(c: Candidate) -> str:
     h = c.hit
     assert h is not None
+    if h.role == "user" and parent_session(h.session_id) is not None:
+        return "the agent, to a sub-agent"  # a sub-agent's "user" is the agent that prompted it, not the person
     return escape(h.name or h.role, 60) or h.role
 
 
