@@ -18,8 +18,10 @@ also listed on its own. The namespace is the ``Memory``'s: no argument reaches a
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+from urllib.parse import quote
 
 from ..errors import install_hint
 
@@ -145,7 +147,9 @@ def build_server(
         full = _call(lambda: mem.expand(pointer_id))
         return _result(full, _expanded_text(full))
 
-    @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True,
+    # Not idempotent: with append, the same turns sent twice are stored twice (a capture of the whole
+    # conversation so far, or a call with an idempotency key, is).
+    @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False,
                                              open_world_hint=False))
     def memory_capture(
         session_id: Annotated[str, Field(description="The conversation these turns belong to.")],
@@ -255,7 +259,8 @@ class _Server(MCPServer):
     async def list_resources(self) -> list[Resource]:
         listed = await super().list_resources()
         for s in self.recent():
-            listed.append(Resource(uri=f"tortoise://sessions/{s.session_id}", name=f"session {s.session_id}",
+            # The id is percent-encoded: "chat 42?x#y" or "a/b" would not be a URI the template reads back.
+            listed.append(Resource(uri=f"tortoise://sessions/{quote(s.session_id, safe='')}", name=f"session {s.session_id}",
                                    mime_type="text/plain",
                                    description=f"{s.turn_count} turns" + (f", {s.session_date}" if s.session_date
                                                                            else "")))
@@ -290,12 +295,20 @@ class _Answerable:
             yield line
 
 
+#: A request id in a line that is not JSON: ``"id": 7`` or ``"id": "abc"`` (a plain string, no escapes).
+_ID = re.compile(r'"id"\s*:\s*(-?\d{1,18}(?![\d.eE])|"[^"\\]{0,200}")')
+
+
 def _invalid_request(line: str) -> str | None:
     """A request for the method ``invalid request: <what>`` under the same id, or None when there is no id."""
     try:
         doc = json.loads(line)
     except (ValueError, RecursionError):
-        return None
+        # Not JSON (cut short, a trailing comma...): answered under the id it names, if one can be read, so its
+        # client is not left waiting for its own timeout (JSON-RPC's -32700 carries no id it could match).
+        found = _ID.search(line)
+        return None if found is None else json.dumps({"jsonrpc": "2.0", "id": json.loads(found.group(1)),
+                                                      "method": "invalid request: the line is not valid JSON"})
     if not isinstance(doc, dict) or not isinstance(doc.get("id"), (int, str)) or isinstance(doc.get("id"), bool):
         return None
     params = doc.get("params")

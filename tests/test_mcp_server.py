@@ -197,6 +197,9 @@ RAW = [
         '"arguments": {"query": "kayak", "namespace": "bob"}}}', "unknown argument(s) 'namespace'"),
     (5, '{"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "memory_search", '
         '"arguments": {"query": "kayak", "k": 1000}}}', "memory_search: k: Input should be less than or equal to 100"),
+    # Reviewer: a line that is not JSON (cut short, a trailing comma) was never answered.
+    (6, '{"jsonrpc": "2.0", "id": 6, "method": "tools/list"', "the line is not valid JSON"),
+    (7, '{"jsonrpc": "2.0", "id": "y", "method": "tools/list",}', "the line is not valid JSON"),
 ]
 
 
@@ -229,7 +232,7 @@ def test_every_request_with_an_id_is_answered_in_one_line(tmp_path: Path) -> Non
     finally:
         proc.kill()
         proc.wait(timeout=30)
-    by_id = {1: 1, 2: 2, 3: "x", 4: 4, 5: 5}
+    by_id = {1: 1, 2: 2, 3: "x", 4: 4, 5: 5, 6: 6, 7: "y"}
     for n, _, expected in RAW:
         assert by_id[n] in answers, f"request {by_id[n]!r} was never answered"
         answer = answers[by_id[n]]
@@ -261,5 +264,28 @@ def test_a_store_failure_is_a_tool_error_in_one_line(tmp_path: Path) -> None:
             found = await client.call_tool("memory_search", {"query": "salmon kibble"})
             assert found.is_error and "\n" not in text(found)
             assert "DatabaseReplaced: " in text(found) and "open it again" in text(found)
+
+    run(scenario())
+
+
+def test_every_listed_session_resource_reads_back_and_capture_is_not_called_idempotent(tmp_path: Path) -> None:
+    """Reviewer: a session id with a space, '?', '#' or '/' was listed as a URI that could not be read, and one with
+    '%2F' read another session; memory_capture was annotated idempotent though an append sent twice stores twice."""
+    ids = ["chat 42?x#y", "sess%2Fenc", "a/b", "café"]
+
+    async def scenario() -> None:
+        async with server(tmp_path / "m.db", "alice") as client:
+            tools = {t.name: t for t in (await client.list_tools()).tools}
+            assert tools["memory_capture"].annotations.idempotent_hint is False
+            for sid in ids:
+                await client.call_tool("memory_capture", {"session_id": sid, "turns": [
+                    {"role": "user", "content": f"turn of {sid}"}]})
+            listed = [str(r.uri) for r in (await client.list_resources()).resources if str(r.uri) != "tortoise://sessions"]
+            assert len(listed) == len(ids)
+            read = set()
+            for uri in listed:
+                contents = (await client.read_resource(uri)).contents[0].text
+                read.add(contents.removeprefix("#0 user: turn of "))
+            assert read == set(ids)
 
     run(scenario())
