@@ -31,10 +31,22 @@ from ..models import CaptureReceipt, JobInfo, MemoryBlock, tool_use_text, utc_no
 if TYPE_CHECKING:
     from ..memory import ExtractMode, Memory
 
-__all__ = ("DEFAULT_SHOWN_TURNS", "MemoryAdapter", "check_memory", "first_held_index", "is_loopback", "tool_use_text")
+__all__ = ("DEFAULT_SHOWN_TURNS", "MemoryAdapter", "check_memory", "check_session_id", "first_held_index", "is_loopback", "tool_use_text")
 
 #: Pointers a block showed in this many recent host turns of a session are not shown again unasked.
 DEFAULT_SHOWN_TURNS = 3
+
+
+def check_session_id(session_id: object) -> str:
+    """``session_id`` if it is a non-blank string: a blank one would leave every run without memory.
+
+    Raises:
+        AdapterError: it is not.
+    """
+    if not isinstance(session_id, str) or not session_id.strip():
+        raise AdapterError(f"session_id must be a non-empty string, e.g. MemorySession(mem, 'chat-42'), got "
+                           f"{session_id!r}")
+    return session_id
 
 
 def check_memory(mem: object, adapter: str) -> None:

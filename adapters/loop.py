@@ -22,9 +22,8 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..errors import AdapterError
 from ..models import MEMORY_BLOCK_MARKER, CaptureReceipt, SubagentContext, tool_call
-from ._common import DEFAULT_SHOWN_TURNS, MemoryAdapter, tool_use_text
+from ._common import DEFAULT_SHOWN_TURNS, MemoryAdapter, check_session_id, tool_use_text
 
 if TYPE_CHECKING:
     from ..memory import ExtractMode, Memory
@@ -63,8 +62,7 @@ class MemorySession(MemoryAdapter):
         extract: ExtractMode = "background",
         shown_turns: int = DEFAULT_SHOWN_TURNS,
     ) -> None:
-        if not isinstance(session_id, str) or not session_id:
-            raise AdapterError("session_id must be a non-empty string, e.g. MemorySession(mem, 'chat-42')")
+        check_session_id(session_id)
         super().__init__(mem, budget=budget, max_tokens=max_tokens, window_turns=window_turns, extract=extract,
                          shown_turns=shown_turns)
         self.session_id = session_id
@@ -105,6 +103,10 @@ class MemorySession(MemoryAdapter):
     def after_turn(self, user_msg: str | Message, assistant_msg: str | Message) -> CaptureReceipt | None:
         """Capture one exchange (each message gets a fresh id); returns the receipt, or None on failure."""
         asked, self._asking, self._asked = self._asked, None, None
+        for msg, role in ((user_msg, "user"), (assistant_msg, "assistant")):
+            if _as_message(msg, role) is None:
+                self._log().warning("tortoise: the %s message is not captured: a %s is not a message (pass a str, a "
+                                    "dict or a client's message object)", role, type(msg).__name__)
         exchange = [(assistant_msg, "assistant")]
         said = ((_turn(user_msg, "user") or {}).get("content") or "").strip()
         if asked is None or said != asked:  # not captured ahead of a tool call
@@ -121,7 +123,7 @@ class MemorySession(MemoryAdapter):
         user message ``before_turn`` saw last (it asked for what the tools do), and ``after_turn``
         then captures only the reply, so the session's turns keep the conversation's order.
         """
-        turn = self._turn(message, "assistant") if isinstance(message, Mapping) else None
+        turn = self._turn(message, "assistant") if not isinstance(message, str) else None
         if turn is None:
             self._log().warning("tortoise: not a message: %r", type(message).__name__)
             return None
@@ -188,9 +190,31 @@ def _unanswered(sent: Sequence[Message]) -> Message | None:
     return None
 
 
-def _turn(msg: str | Message, role: str) -> dict[str, Any] | None:
+def _as_message(msg: Any, role: str) -> Mapping[str, Any] | None:
+    """``msg`` as a mapping: a dict, a string (its text, said by ``role``), or a client library's message object
+    (pydantic's ``model_dump``, e.g. the OpenAI client's ``ChatCompletionMessage``, or ``role``/``content``
+    attributes); None for anything else."""
     if isinstance(msg, str):
-        msg = {"role": role, "content": msg}
+        return {"role": role, "content": msg}
+    if isinstance(msg, Mapping):
+        return msg
+    dump = getattr(msg, "model_dump", None)
+    if callable(dump):
+        try:
+            dumped = dump()
+        except Exception:  # noqa: BLE001 - not a message after all
+            dumped = None
+        if isinstance(dumped, Mapping):
+            return dumped
+    if hasattr(msg, "content"):
+        return {k: v for k in ("role", "content", "tool_calls", "name", "id") if (v := getattr(msg, k, None)) is not None}
+    return None
+
+
+def _turn(msg: str | Message, role: str) -> dict[str, Any] | None:
+    msg = _as_message(msg, role)  # type: ignore[assignment]
+    if msg is None:
+        return None
     content = msg.get("content")
     if isinstance(content, list):
         content = " ".join(t for p in content if isinstance(p, Mapping) and isinstance(t := p.get("text"), str) and t)

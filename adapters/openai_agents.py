@@ -54,7 +54,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 
 from ..errors import AdapterError
 from ..models import MEMORY_BLOCK_MARKER, MemoryBlock, utc_now
-from ._common import MemoryAdapter
+from ._common import MemoryAdapter, check_session_id
 
 if TYPE_CHECKING:
     from ..memory import ExtractMode, Memory
@@ -91,6 +91,7 @@ class MemorySession(MemoryAdapter):
         extract: ExtractMode = "background",
     ) -> None:
         super().__init__(mem, budget=budget, max_tokens=max_tokens, window_turns=window_turns, extract=extract)
+        check_session_id(session_id)
         self.session_id = session_id
         self.hooks = MemoryRunHooks(mem, session_id)
         self._cache: tuple[str, MemoryBlock] | None = None
@@ -189,8 +190,14 @@ class MemorySession(MemoryAdapter):
         return shown
 
     def _add(self, items: list[Any]) -> None:
+        plain = []
+        for i in items:  # an item that is not one is named and left out; the rest of the batch is captured
+            try:
+                plain.append(_plain(i))
+            except (TypeError, ValueError) as exc:
+                log.warning("tortoise: session item not captured: %s", exc)
+        items = plain
         try:
-            items = [_plain(i) for i in items]
             items = self._restore(items)
         except Exception as exc:  # noqa: BLE001 - the run goes on; the items are logged as lost
             log.warning("tortoise: session items not restored: %s", exc)

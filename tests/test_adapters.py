@@ -212,6 +212,28 @@ def test_memory_session_round_trip(mem):
     assert session.after_turn({"role": "system", "content": sent[1]["content"]}, "") is None  # block echoes skipped
 
 
+def test_memory_session_takes_a_client_message_object_and_never_raises_on_a_non_message(mem, caplog):
+    """Reviewer: a reply passed as the OpenAI client's message object (not a dict) dropped the whole exchange, the
+    user's text too; after_turn(None, "x") raised AttributeError into the host's loop."""
+    from openai.types.chat import ChatCompletionMessage
+
+    session = MemorySession(mem, "loop-obj", extract=False)
+    reply = ChatCompletionMessage(role="assistant", content="Biscuit, your beagle.")
+    assert session.after_turn("what is my dog called?", reply).turns_stored == 2
+
+    class Reply:  # an object with the fields, not a pydantic model
+        role, content = "assistant", "Still Biscuit."
+
+    assert session.after_turn("and now?", Reply()).turns_stored == 2
+    assert [t.content for t in mem.turns("loop-obj")] == ["what is my dog called?", "Biscuit, your beagle.",
+                                                            "and now?", "Still Biscuit."]
+    with caplog.at_level("WARNING", logger="tortoise_sdk"):
+        assert session.after_turn(None, "Noted.").turns_stored == 1  # the reply is kept, the non-message named
+        assert session.after_turn(5, 6) is None
+    assert "the user message is not captured: a NoneType is not a message" in caplog.text
+    assert "a int is not a message" in caplog.text
+
+
 def test_memory_session_fails_open(mem, monkeypatch):
     _break_store(mem, monkeypatch)
     session = MemorySession(mem, "loop-2")

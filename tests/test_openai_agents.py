@@ -184,3 +184,21 @@ def test_a_run_config_with_its_own_filter_is_refused_with_the_fix(mem: Memory) -
     session = MemorySession(mem, "chat-4")
     with pytest.raises(AdapterError, match="session.input_filter"):
         session.run_config(RunConfig(call_model_input_filter=lambda data: data.model_data))
+
+
+@pytest.mark.parametrize("session_id", ["", "  ", None, 7])
+def test_a_blank_session_id_is_refused_when_the_session_is_built(mem: Memory, session_id: Any) -> None:
+    """Reviewer: MemorySession(mem, "") was accepted, and every run was then memoryless (warnings in the log only),
+    while the custom-loop adapter refused the same input."""
+    with pytest.raises(AdapterError, match="session_id must be a non-empty string"):
+        MemorySession(mem, session_id)
+
+
+def test_an_item_that_is_not_one_is_left_out_and_the_rest_captured(mem: Memory,
+                                                                   caplog: pytest.LogCaptureFixture) -> None:
+    """Reviewer: add_items([None, {...}]) dropped the whole batch, the valid items too."""
+    session = MemorySession(mem, "items")
+    with caplog.at_level(logging.WARNING, logger="tortoise_sdk"):
+        run(session.add_items([None, {"role": "user", "content": "my dog is Biscuit"}, 5]))
+    assert [t.content for t in mem.turns("items")] == ["my dog is Biscuit"]
+    assert "session item not captured: not a session item: NoneType" in caplog.text
