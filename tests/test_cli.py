@@ -143,6 +143,16 @@ def test_export_graphml_and_json(capsys, db, tmp_path):
     code, _, err = run(capsys, "--db", db, "--namespace", "nothere", "export", str(tmp_path / "keep.json"))
     assert code == 2 and "data is in: default" in err and "nothing written" in err
     assert (tmp_path / "keep.json").read_text() == "{}"
+    # '-' is stdout, as `capture -` is stdin (reviewer: it wrote a file named '-').
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    proc = subprocess.run([sys.executable, "-m", "tortoise_sdk.cli", "--db", db, "export", "-", "--format", "json"],
+                          capture_output=True, text=True, cwd=cwd, check=True)
+    assert json.loads(proc.stdout)["nodes"] == data["nodes"] and "to stdout (json)" in proc.stderr
+    assert not list(cwd.iterdir())
+    graphml = subprocess.run([sys.executable, "-m", "tortoise_sdk.cli", "--db", db, "export", "-"],
+                             capture_output=True, text=True, check=True).stdout
+    assert ET.fromstring(graphml).tag.endswith("graphml")
 
 
 def test_demo_is_idempotent(capsys, db):

@@ -31,6 +31,8 @@ FILES: dict[str, str | bytes] = {
                                   {"session_id": "b", "turns": [{"role": "user"}]}]),
     "batch-without-turns.json": json.dumps([{"session_id": "a", "turns": [{"role": "user", "content": "x"}]},
                                             {"session_id": "b"}]),
+    "batch-without-turns.jsonl": '{"session_id": "a", "turns": [{"role": "user", "content": "x"}]}\n'
+                                 '{"session_id": "b"}\n',
     "messages-not-turns.jsonl": '{"session_id": "x", "messages": [{"role": "user", "content": "hello there"}]}\n',
     "messages-and-garbage.jsonl": '{"session_id": "x", "messages": [{"role": "user", "content": "hi"}]}\nnot json\n',
     "messages-array.json": '[{"session_id": "x", "messages": [{"role": "user", "content": "hello there"}]}]',
@@ -50,6 +52,9 @@ BAD = [
     ("bad session of a batch", "capture {f:bad-batch.json}", 2, "item 2: sessions[1]: turns[0].content"),
     ("session of a batch without turns", "capture {f:batch-without-turns.json}", 2,
      'item 2: sessions[1]: this session has no "turns"'),
+    # Reviewer: the same as JSON lines was read as a transcript: "no line holds a turn (2 unknown line type)".
+    ("a JSONL session without turns", "capture {f:batch-without-turns.jsonl}", 2,
+     'line 2: sessions[1]: this session has no "turns"'),
     ("blank --session", "capture {f:ok.jsonl} --session ' '", 2, "--session: must be a non-empty string"),
     ("bad --date", "capture {f:ok.jsonl} --session s --date yesterday", 2, "--date: 'yesterday' is not an ISO 8601"),
     ("sessions with messages, not turns", "capture {f:messages-not-turns.jsonl}", 2,

@@ -407,6 +407,21 @@ def test_serve_refuses_a_public_bind_without_a_token(capsys: pytest.CaptureFixtu
     assert parse_tokens([f"{DEMO}:demo"])[0].namespace == "demo"
 
 
+def test_serve_on_a_busy_port_says_so_in_one_line_with_exit_2(capsys: pytest.CaptureFixture[str],
+                                                              tmp_path: Path) -> None:
+    """Reviewer: a port in use gave uvicorn's log line and exit 3, which the CLI keeps for "turns stored, extraction
+    failed"; the message did not name --port."""
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        assert cli_main(["--db", str(tmp_path / "m.db"), "serve", "--port", str(port)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"cannot listen on 127.0.0.1:{port}" in err and "with --port" in err
+
+
 def test_serve_without_uvicorn_names_the_extra(capsys: pytest.CaptureFixture[str],
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """FastAPI alone is not enough to serve: the missing uvicorn is named with the install command, as fastapi is."""

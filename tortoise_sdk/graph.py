@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, BinaryIO, Literal
 
 from .store.base import Store
 
@@ -41,13 +41,18 @@ def build_graph(store: Store, namespace: str) -> networkx.MultiDiGraph:
     return g
 
 
-def export_graph(g: networkx.MultiDiGraph, out: str | Path, fmt: Literal["graphml", "json"]) -> None:
-    """Write the graph as GraphML or node-link JSON. GraphML gets None dropped and lists as JSON text."""
+def export_graph(g: networkx.MultiDiGraph, out: str | Path | BinaryIO, fmt: Literal["graphml", "json"]) -> None:
+    """Write the graph as GraphML or node-link JSON, to a path or a binary file (``sys.stdout.buffer``). GraphML gets
+    None dropped and lists as JSON text."""
     import networkx as nx
 
     if fmt == "json":
         data = nx.node_link_data(g, edges="edges")
-        Path(out).write_text(json.dumps(data, ensure_ascii=False, indent=1, default=str), encoding="utf-8")
+        text = json.dumps(data, ensure_ascii=False, indent=1, default=str)
+        if isinstance(out, (str, Path)):
+            Path(out).write_text(text, encoding="utf-8")
+        else:
+            out.write(text.encode("utf-8") + b"\n")
         return
     h = g.copy()
     for _, attrs in h.nodes(data=True):
@@ -55,7 +60,7 @@ def export_graph(g: networkx.MultiDiGraph, out: str | Path, fmt: Literal["graphm
     for _, _, attrs in h.edges(data=True):
         _scalarize(attrs)
     _scalarize(h.graph)
-    nx.write_graphml(h, str(out))
+    nx.write_graphml(h, str(out) if isinstance(out, (str, Path)) else out)
 
 
 def _scalarize(attrs: dict[str, Any]) -> None:

@@ -125,6 +125,9 @@ def _is_turns(text: str) -> bool:
         objects = doc if isinstance(doc, list) else [doc]
     if all(isinstance(o, dict) and ("role" in o or "turns" in o) for o in objects):
         return True
+    if any(isinstance(o, dict) and "turns" in o for o in objects) and all(
+            isinstance(o, dict) and ("turns" in o or "session_id" in o) for o in objects):
+        return True  # sessions, one of them without its turns: refused as such, not read as a transcript
     try:
         return detect_format(o for o in objects if isinstance(o, dict)) == "turns"
     except StreamParseError:

@@ -296,12 +296,18 @@ def _cmd_export(args: argparse.Namespace) -> int:
             print(f"tortoise: nothing written to {args.out}", file=sys.stderr)
             return 2
         g = mem.graph()
+    to_stdout = args.out == "-"  # as `capture -` reads stdin
     try:
-        export_graph(g, args.out, fmt)
+        export_graph(g, sys.stdout.buffer if to_stdout else args.out, fmt)
+        if to_stdout:
+            sys.stdout.buffer.flush()
+    except BrokenPipeError:  # the reader went away (`| head`): the CLI ends quietly
+        raise
     except OSError as exc:  # /proc/version, a full disk ...: the error names no file
         raise InvalidInput(f"cannot write the export: {exc.strerror or exc}; give a writable file path",
                            field=args.out) from None
-    print(f"wrote {g.number_of_nodes()} nodes and {g.number_of_edges()} edges to {args.out} ({fmt})", file=sys.stderr)
+    print(f"wrote {g.number_of_nodes()} nodes and {g.number_of_edges()} edges to "
+          f"{'stdout' if to_stdout else args.out} ({fmt})", file=sys.stderr)
     return 0
 
 
@@ -323,5 +329,5 @@ def _register_export(sub: argparse._SubParsersAction) -> None:
                                    "writes nothing (exit 2). Example: tortoise export graph.json")
     p.add_argument("--format", choices=("graphml", "json"), default=None,
                    help="default: json for a file named *.json, else graphml")
-    p.add_argument("out", help="output file")
+    p.add_argument("out", help="output file ('-' writes to stdout)")
     p.set_defaults(handler=_cmd_export)

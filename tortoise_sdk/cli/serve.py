@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import socket
 import sys
 
-from ..errors import ConfigError, install_hint
+from ..errors import ConfigError, InvalidInput, install_hint
 from ._common import add_model_options, bounded_int, model_options
 
 __all__ = ("register",)
@@ -62,5 +63,24 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         print(f"tortoise: Claude Code hooks at {server}/v1/ns/NAMESPACE/hooks/claude-code, transcripts from {folder}"
               + ("" if folder.is_dir() else " (not there yet)")
               + f"; `tortoise hooks install --url {server}` writes them", file=sys.stderr)
-    uvicorn.run(build_app(settings), host=args.host, port=args.port, log_level="warning")
+    _check_port_free(args.host, args.port)
+    try:
+        uvicorn.run(build_app(settings), host=args.host, port=args.port, log_level="warning")
+    except SystemExit as exc:  # uvicorn's start-up failure (3), which the CLI's codes give another meaning
+        if exc.code in (None, 0):
+            return 0
+        print(f"tortoise: the server on {args.host}:{args.port} did not start (its error is above)", file=sys.stderr)
+        return 1
     return 0
+
+
+def _check_port_free(host: str, port: int) -> None:
+    """Refuse a port another program listens on, naming the option, before the server starts (uvicorn exits 3)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds: a TIME_WAIT port is free
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise InvalidInput(f"cannot listen on {host}:{port}: {exc.strerror or exc}; pick another port with "
+                               "--port (or stop the program using it)") from None
