@@ -220,3 +220,23 @@ def test_a_missing_postgresql_database_says_how_to_create_it(capsys):
     code, _, err = run(capsys, "search", "x", "--db", url)
     assert code == 1
     assert "does not exist; create it first (createdb" in err and "tortoise_no_such_database_x)" in err, err
+
+
+def test_the_library_advice_reaches_the_command_line_in_its_terms(capsys, db, tmp_path):
+    """Reviewer: a shell user was told to run mem.extract(session_id, full=True), mem.sessions(), mem.memories(),
+    mem.process_pending(), and that "since" (not --since) was not a time."""
+    turns = tmp_path / "t.jsonl"
+    turns.write_text(json.dumps({"role": "user", "content": "I adopted a cat named Pixel."}) + "\n")
+    model = ["--model", "openai/x", "--api-key", "k"]
+    _, out, _ = run(capsys, "--db", db, "capture", str(turns), "--session", "bg", "--extract", "background", *model)
+    said = [out]
+    for args in (["extract", "nosuch", *model], ["expand", "m_nothere"], ["expand", "zzz"],
+                 ["subagents", "--health", "--since", "garbage"]):
+        code, out, err = run(capsys, "--db", db, *args)
+        assert code == 2, (args, err)
+        said.append(err)
+    text = "\n".join(said)
+    assert "mem." not in text and "MemoryBlock" not in text, text
+    assert "run by `tortoise worker`, now by `tortoise flush`" in said[0]
+    assert "list them with `tortoise sessions`" in said[1] and "list them with `tortoise memories`" in said[2]
+    assert "`tortoise search`" in said[3] and said[4].startswith("tortoise: --since: 'garbage' is not a time")

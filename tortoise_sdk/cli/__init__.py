@@ -30,7 +30,7 @@ from ..errors import (
 )
 from ..memory import DEFAULT_NAMESPACE
 from . import admin, capture, embed, evaluate, extract, forget, hosts, read, serve, subagents
-from ._common import NO_MODEL_HINT, terminal_safe
+from ._common import NO_MODEL_HINT, cli_terms, terminal_safe
 
 __all__ = ("REGISTRY", "build_parser", "main")
 
@@ -102,7 +102,7 @@ def _main(argv: Sequence[str] | None) -> int:
 
 #: The command line's flag for a library argument an error names.
 FLAGS = {"namespace": "--namespace", "model": "--model", "k": "--k", "session_id": "--session",
-         "session_date": "--date", "idempotency_key": "--key", "db": "--db", "pointer_id": "ID"}
+         "session_date": "--date", "idempotency_key": "--key", "db": "--db", "pointer_id": "ID", "since": "--since"}
 
 
 def _in_cli_terms(exc: TortoiseError) -> str:
@@ -115,7 +115,7 @@ def _in_cli_terms(exc: TortoiseError) -> str:
                 "--embedder openai/text-embedding-3-small) or set TORTOISE_EMBEDDER")
     if isinstance(exc, ConfigError) and field == "namespace":
         return "--namespace must be a non-blank name without NUL characters, e.g. --namespace alice"
-    text = str(exc)
+    text = cli_terms(str(exc))
     if field in FLAGS and text.startswith(f"{field}: "):
         return f"{FLAGS[field]}: {text[len(field) + 2:]}"
     return text

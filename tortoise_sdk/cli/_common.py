@@ -24,6 +24,7 @@ __all__ = (
     "Handler",
     "add_model_options",
     "bounded_float",
+    "cli_terms",
     "bounded_int",
     "emit_json",
     "explain_extraction",
@@ -54,6 +55,26 @@ TIMEOUT_HELP = ("seconds one model request may take (default: 60); a request tha
 
 #: The no-model message in the command line's terms.
 NO_MODEL_HINT = "no model configured: pass --model (e.g. --model openai/gpt-4o-mini) or set TORTOISE_MODEL"
+
+#: The library's advice (the Python call, or both forms) as the command line gives it: a reviewer was told to run
+#: ``mem.extract(session_id, full=True)`` at a shell prompt.
+_IN_CLI_TERMS = (
+    ("mem.extract(session_id, full=True) or `tortoise extract SESSION --full`", "`tortoise extract SESSION --full`"),
+    ("mem.extract(session_id, full=True)", "`tortoise extract SESSION --full`"),
+    ("mem.sessions() or `tortoise sessions`", "`tortoise sessions`"),
+    ("mem.memories() or `tortoise memories`", "`tortoise memories`"),
+    ("run by `tortoise worker` or mem.process_pending(), now by mem.flush() or `tortoise flush`",
+     "run by `tortoise worker`, now by `tortoise flush`"),
+    ("take one from MemoryBlock.pointers, search() or memories()",
+     "take one from the refs `tortoise context` prints, `tortoise search` or `tortoise memories`"),
+)
+
+
+def cli_terms(text: str) -> str:
+    """``text`` (an error's or a report's) with the library's advice in the command line's terms."""
+    for python, cli in _IN_CLI_TERMS:
+        text = text.replace(python, cli)
+    return text
 
 
 Handler = Callable[[argparse.Namespace], int]
@@ -376,7 +397,7 @@ def explain_extraction(session_id: str, report: Any) -> None:
     """On stderr: why an extraction failed or was partial (its reason, then each error not already in it)."""
     if not _explained(report):
         return
-    reason = report.reason or "see the errors"
+    reason = cli_terms(report.reason or "see the errors")
     print(f"tortoise: extraction of {session_id} {report.status}: {reason}", file=sys.stderr)
     shown = {reason}
     for d in report.errors:
@@ -409,7 +430,7 @@ def report_line(e: Any) -> str:
     if e.outcomes:
         parts.append(", ".join(f"{k} {v}" for k, v in sorted(e.outcomes.items())))
     if e.reason and not _explained(e):
-        parts.append(NO_MODEL_HINT if e.reason == NO_MODEL_REASON else e.reason)
+        parts.append(NO_MODEL_HINT if e.reason == NO_MODEL_REASON else cli_terms(e.reason))
     if e.job_id:
         parts.append(f"job {e.job_id}")
     return " - ".join(parts)

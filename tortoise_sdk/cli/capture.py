@@ -210,7 +210,9 @@ def _register_capture(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--key", help="idempotency key")
     p.add_argument("--json", action="store_true", help="print the receipt(s) as JSON")
     p.add_argument("--extract", choices=("inline", "background", "off"),
-                   help="extract memories now, queue a job for `tortoise worker`, or not at all "
+                   help="extract memories now, queue a job for `tortoise worker`, or not at all; inline and "
+                        "background both need a model here (--model or TORTOISE_MODEL): without one nothing is "
+                        "queued, and `tortoise extract SESSION --model M` extracts the turns later "
                         "(default: inline when a model is configured)")
     add_model_options(p)
     p.set_defaults(handler=_cmd_capture)
