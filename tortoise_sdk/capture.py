@@ -254,6 +254,9 @@ def _parse_turn(i: int, value: Turn | Mapping[str, Any], kept: dict[int, list[st
     if others:
         kept[i] = [str(p["type"]) for p in others]
     role = value.get("role")
+    if role is None:  # as a missing content is said: not "unknown role None"
+        raise InvalidInput(f"Field required: give each turn a role, one of {', '.join(ROLES)}",
+                           field=f"turns[{i}].role")
     if role not in ROLES:
         raise InvalidInput(f"unknown role {role!r}; use one of {', '.join(ROLES)}", field=f"turns[{i}].role")
     if value.get("content", "") is None:

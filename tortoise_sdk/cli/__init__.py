@@ -100,6 +100,9 @@ def _main(argv: Sequence[str] | None) -> int:
         return 130
 
 
+#: A command whose own namespace is not the default one (the demo writes its sample sessions apart).
+NAMESPACE_OF = {"demo": "demo"}
+
 #: The command line's flag for a library argument an error names.
 FLAGS = {"namespace": "--namespace", "model": "--model", "k": "--k", "session_id": "--session",
          "session_date": "--date", "idempotency_key": "--key", "db": "--db", "pointer_id": "ID", "since": "--since"}
@@ -199,7 +202,7 @@ def _memory_options(p: argparse.ArgumentParser, *, top: bool = False) -> None:
                        "SQLite path or postgresql:// URL (default: $TORTOISE_DB, else ~/.tortoise/memory.db)")
     group.add_argument("--namespace", metavar="NS", default=DEFAULT_NAMESPACE if top else argparse.SUPPRESS,
                        help=argparse.SUPPRESS if "--namespace" in hidden else
-                       f"the namespace to act in (default: {DEFAULT_NAMESPACE})")
+                       f"the namespace to act in (default: {NAMESPACE_OF.get(p.prog.split()[-1], DEFAULT_NAMESPACE)})")
 
 
 def _everywhere(parser: argparse.ArgumentParser, add: Callable[[argparse.ArgumentParser], None]) -> None:
