@@ -320,3 +320,14 @@ def test_a_worker_on_a_missing_database_says_it_created_one(capsys, tmp_path) ->
     assert got == 0 and "no job queued" in out
     assert one_line(err).startswith(f"tortoise: no database at {where} yet; created an empty one")
     assert "pass that one's path with --db" in err and where.exists()
+
+
+def test_a_session_id_with_a_tab_or_a_newline_keeps_its_row(capsys, tmp_path, files) -> None:
+    """Reviewer: `sessions` printed a session id holding a newline or a tab raw, splitting its tab-separated row."""
+    db = str(tmp_path / "m.db")
+    for sid in ("line1\nline2", "tab\there"):
+        assert run(capsys, "--db", db, "capture", str(files["ok.jsonl"]), "--session", sid)[0] == 0
+    code, out, _ = run(capsys, "--db", db, "sessions")
+    rows = out.splitlines()
+    assert code == 0 and len(rows) == 2 and all(row.count("\t") == 2 for row in rows)
+    assert {row.split("\t")[0] for row in rows} == {"line1\\u000aline2", "tab\\u0009here"}

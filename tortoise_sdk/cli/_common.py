@@ -24,6 +24,7 @@ __all__ = (
     "Handler",
     "add_model_options",
     "bounded_float",
+    "cell",
     "cli_terms",
     "bounded_int",
     "emit_json",
@@ -262,6 +263,12 @@ class _Escaping:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)
+
+
+def cell(text: str) -> str:
+    """``text`` for one cell of a tab-separated listing: every control character, tabs and line ends included, as
+    its escape (a session id holding a newline split its row, on a terminal and in a pipe)."""
+    return "".join(f"\\u{ord(ch):04x}" if unicodedata.category(ch) == "Cc" else ch for ch in text)
 
 
 class _UnsafeTable(dict):  # type: ignore[type-arg]

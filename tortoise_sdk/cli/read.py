@@ -12,6 +12,7 @@ from ..errors import InvalidInput, NotFoundError
 from ..search import ZERO_SCORE
 from ._common import (
     bounded_int,
+    cell,
     data_is_in,
     emit_json,
     name_other_namespaces,
@@ -81,7 +82,7 @@ def _cmd_sessions(args: argparse.Namespace) -> int:
 
 def _print_sessions(sessions: list[Any]) -> None:
     for s in sessions:
-        print(f"{s.session_id}\t{s.session_date or '-'}\t{s.turn_count} turns")
+        print(f"{cell(s.session_id)}\t{cell(s.session_date or '-')}\t{s.turn_count} turns")
 
 
 def _register_sessions(sub: argparse._SubParsersAction) -> None:
@@ -96,7 +97,7 @@ def _cmd_namespaces(args: argparse.Namespace) -> int:
 
 def _print_namespaces(found: list[Any]) -> None:
     for n in found:
-        print(f"{n.name}\t{n.sessions} sessions\t{n.turns} turns\t{n.memories} memories")
+        print(f"{cell(n.name)}\t{n.sessions} sessions\t{n.turns} turns\t{n.memories} memories")
     if not found:
         print("no namespace holds data yet: capture turns first (`tortoise capture`), or try `tortoise demo`",
               file=sys.stderr)
