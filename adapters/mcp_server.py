@@ -33,7 +33,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     raise ImportError("tortoise_sdk.adapters.mcp_server needs the MCP SDK: " + install_hint("mcp")) from exc
 from pydantic import BaseModel, Field, ValidationError
 
-from ..errors import CaptureConflict, IdempotencyConflict, InvalidInput, NotFoundError, TortoiseError
+from ..errors import CaptureConflict, IdempotencyConflict, InvalidInput, NotFoundError, TortoiseError, reword
 from ..models import (
     CaptureReceipt,
     ExpandResult,
@@ -328,6 +328,20 @@ def _one_line(exc: ValidationError) -> str:
     return "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'arguments'}: {e['msg']}" for e in exc.errors())
 
 
+#: The library's advice as this server's tools give it (a Python call means nothing to the model calling them).
+_IN_TOOL_TERMS = (
+    ("take one from MemoryBlock.pointers, search() or memories()",
+     "take one from memory_context's pointers, memory_search or memory_memories"),
+    ("; split the capture or raise max_turns_per_capture", "; split the capture into several calls"),
+    ("mem.sessions() or `tortoise sessions`", "the resource tortoise://sessions"),
+    ("mem.memories() or `tortoise memories`", "memory_memories"),
+)
+
+
+def _in_tool_terms(text: str) -> str:
+    return reword(text, _IN_TOOL_TERMS)
+
+
 def _call(fn: Callable[[], _T]) -> _T:
     """Run one Memory call; a caller's error becomes a tool error the model can read and correct."""
     try:
@@ -336,7 +350,7 @@ def _call(fn: Callable[[], _T]) -> _T:
         raise ToolError(f"{exc}; or, to store only new turns after the stored ones, call again with append: true") \
             from None
     except _CALLER_ERRORS as exc:
-        raise ToolError(str(exc)) from None
+        raise ToolError(_in_tool_terms(str(exc))) from None
     except TortoiseError as exc:  # the store or the model layer: one line the model can pass on, no traceback
         raise ToolError(f"{type(exc).__name__}: {' '.join(str(exc).split())}") from None
 

@@ -3,6 +3,7 @@ namespace's token, bad input and oversize input; escaping in the inspector; the 
 
 from __future__ import annotations
 
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -269,7 +270,13 @@ def test_loopback_without_tokens_needs_none_but_checks_the_host_header(db: Path)
     with client(db) as c:
         assert c.post(f"{NS}/search", json={"query": "Northwind"}).status_code == 200
         # DNS rebinding: a page of evil.example resolving to 127.0.0.1 sends its own Host.
-        assert c.get(f"{NS}/sessions", headers={"Host": "evil.example"}).status_code == 400
+        refused = c.get(f"{NS}/sessions", headers={"Host": "evil.example"})
+        assert refused.status_code == 400
+        # Reviewer: the answer was Starlette's plain text "Invalid host header", not the API's JSON error.
+        body = refused.json()
+        assert (body["error"], body["field"]) == ("InvalidInput", "Host") and "DNS rebinding" in body["message"]
+        for host in ("127.0.0.1:8765", "localhost", "[::1]:8765", "LOCALHOST:1"):
+            assert c.get(f"{NS}/sessions", headers={"Host": host}).status_code == 200, host
 
 
 def test_the_cookie_counts_only_for_pages_and_the_inspectors_own_calls(api: TestClient) -> None:
@@ -499,3 +506,28 @@ def test_a_token_spec_parses_to_its_secret_and_namespace(secret: str, namespace:
         parse_tokens([secret[:15]])
     with pytest.raises(ConfigError):
         parse_tokens([f"{secret}:"])
+
+
+def test_errors_speak_the_apis_terms_not_pythons(db: Path) -> None:
+    """Reviewer: `"extract": true` was told `extract.literal['background']: Input should be 'background'`; an empty
+    body `Field required` with no field; a path namespace `e.g. Memory(namespace='alice')`; a bad pointer id
+    `MemoryBlock.pointers, search() or memories()`; 5,001 turns `raise max_turns_per_capture`."""
+    with client(db) as c:
+        said = {}
+        said["extract"] = c.post(f"{NS}/capture", json={"session_id": "s", "turns": [{"role": "user", "content": "x"}],
+                                                        "extract": True}).json()
+        said["empty"] = c.post(f"{NS}/capture", content=b"", headers={"content-type": "application/json"}).json()
+        said["array"] = c.post(f"{NS}/capture", json=[]).json()
+        said["namespace"] = c.get("/v1/ns/%20/stats").json()
+        said["pointer"] = c.get(f"{NS}/expand", params={"pointer_id": "nope"}).json()
+        said["many"] = c.post(f"{NS}/capture", json={"session_id": "big", "turns": [
+            {"role": "user", "content": "x"}] * 5001}).json()
+    assert said["extract"] == {"error": "InvalidInput", "field": "extract",
+                               "message": "extract: Input should be 'background' or false"}
+    assert said["empty"]["field"] == said["array"]["field"] == "body"
+    assert said["empty"]["message"].startswith("the body must be one JSON object")
+    assert "/v1/ns/alice/" in said["namespace"]["message"]
+    assert "POST .../context" in said["pointer"]["message"]
+    assert said["many"]["message"].endswith("split the capture into several requests")
+    for body in said.values():
+        assert not re.search(r"Memory\(|MemoryBlock|max_turns_per_capture|literal\[|\(\)", body["message"]), body

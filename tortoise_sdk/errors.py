@@ -221,6 +221,14 @@ class AdapterError(TortoiseError):
     """A framework adapter was configured or called incorrectly."""
 
 
+def reword(text: str, table: tuple[tuple[str, str], ...]) -> str:
+    """``text`` (an error's message) with each phrase of ``table`` replaced: the library's advice (a Python call
+    or argument) in the terms of the surface that shows it (a command line, an HTTP API, an MCP tool)."""
+    for said, meant in table:
+        text = text.replace(said, meant)
+    return text
+
+
 def install_hint(extra: str) -> str:
     """The command that installs the optional dependencies ``extra`` names, for a published package and
     for a clone (the package is not on PyPI yet): what a message for a missing one ends with."""

@@ -13,7 +13,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.middleware.trustedhost import TrustedHostMiddleware
+from starlette.datastructures import Headers
 
 from ... import __version__
 from ...errors import (
@@ -27,6 +27,7 @@ from ...errors import (
     StoreError,
     StoreTimeout,
     TortoiseError,
+    reword,
 )
 from ...memory import NO_MODEL_REASON, Memory
 from ..claude_code import HTTP_ROUTE
@@ -104,7 +105,7 @@ def build_app(settings: ServeSettings | None = None, *, memory_factory: Callable
         elif request.url.path.endswith(HTTP_ROUTE):  # Claude Code shows no answer of a hook: the log must say why
             log.warning("%s %s: %d %s: %s", request.method, request.url.path, status, type(exc).__name__, exc)
         headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
-        message = NO_MODEL_ON_SERVER if str(exc) == NO_MODEL_REASON else _one_line(str(exc))
+        message = NO_MODEL_ON_SERVER if str(exc) == NO_MODEL_REASON else _in_http_terms(_one_line(str(exc)))
         return _error(status, type(exc).__name__, message, getattr(exc, "field", None), headers)
 
     @app.exception_handler(RequestValidationError)
@@ -113,8 +114,18 @@ def build_app(settings: ServeSettings | None = None, *, memory_factory: Callable
         if first.get("type") == "json_invalid":  # its location is a character position, not a field
             return _error(400, "InvalidInput", "the body is not valid JSON (" + _one_line(str(first.get("msg", "")))
                           + "): send one JSON object with Content-Type: application/json", "body")
+        if tuple(first.get("loc", ())) == ("body",):  # the body as a whole: empty, or not an object
+            return _error(400, "InvalidInput", "the body must be one JSON object (e.g. {\"session_id\": ..., "
+                          "\"turns\": [...]}): send the body as JSON with Content-Type: application/json", "body")
         where = _field(first.get("loc", ()))
         message = _one_line(str(first.get("msg", "invalid request")))
+        if "[" in where.rsplit(".", 1)[-1] and first.get("type") == "literal_error":
+            # One member of a union (``extract``: 'background' or false): say every value the field takes.
+            where = where.rsplit(".", 1)[0]
+            taken = [str(e.get("ctx", {}).get("expected", "")) for e in exc.errors()
+                     if _field(e.get("loc", ())).rsplit(".", 1)[0] == where and e.get("type") == "literal_error"]
+            json_values = {"False": "false", "True": "true", "None": "null"}
+            message = f"Input should be {' or '.join(json_values.get(t, t) for t in taken if t)}"
         if not where and "json" not in request.headers.get("content-type", ""):
             message += "; send the body as JSON with Content-Type: application/json"
         return _error(400, "InvalidInput", f"{where}: {message}" if where else message, where or None)
@@ -132,14 +143,53 @@ def build_app(settings: ServeSettings | None = None, *, memory_factory: Callable
     if not settings.tokens and is_loopback(settings.host):
         # A page on another site can resolve its own name to 127.0.0.1 (DNS rebinding) and read an
         # unauthenticated loopback server; the Host header it sends still names that site.
-        app.add_middleware(TrustedHostMiddleware, allowed_hosts=["127.0.0.1", "localhost", "[::1]", "::1"])
+        app.add_middleware(_LoopbackHost)
     return app
+
+
+class _LoopbackHost:
+    """400, as the API's JSON error, for a request whose Host header does not name this machine (Starlette's
+    ``TrustedHostMiddleware`` answered in plain text, without saying why)."""
+
+    ALLOWED = frozenset({"127.0.0.1", "localhost", "[::1]", "::1"})
+
+    def __init__(self, app: Callable[[_Scope, _Receive, _Send], Awaitable[None]]) -> None:
+        self.app = app
+
+    async def __call__(self, scope: _Scope, receive: _Receive, send: _Send) -> None:
+        if scope["type"] not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        host = Headers(scope=scope).get("host", "")
+        name = host[:host.find("]") + 1] if host.startswith("[") else host.split(":")[0]
+        if name.lower() in self.ALLOWED:
+            await self.app(scope, receive, send)
+            return
+        await _error(400, "InvalidInput", f"the Host header {host!r} does not name this machine: a server without "
+                     "tokens answers only requests addressed to 127.0.0.1, localhost or [::1] (a page of another site "
+                     "could otherwise reach it through DNS rebinding); use one of those, or start it with --token",
+                     "Host")(scope, receive, send)
 
 
 def _error(status: int, error: str, message: str, field: str | None = None,
            headers: dict[str, str] | None = None) -> JSONResponse:
     body = api.ErrorBody(error=error, message=message, field=field)
     return JSONResponse(body.model_dump(), status_code=status, headers=headers)
+
+
+#: The library's advice as this API gives it (a Python argument or call means nothing to an HTTP client).
+_IN_HTTP_TERMS = (
+    ("; split the capture or raise max_turns_per_capture", "; split the capture into several requests"),
+    (", e.g. Memory(namespace='alice')", " in the path, e.g. /v1/ns/alice/..."),
+    ("take one from MemoryBlock.pointers, search() or memories()",
+     "take one from the pointers of POST .../context, or from .../search or .../memories"),
+    ("mem.sessions() or `tortoise sessions`", "GET .../sessions"),
+    ("mem.memories() or `tortoise memories`", "GET .../memories"),
+)
+
+
+def _in_http_terms(text: str) -> str:
+    return reword(text, _IN_HTTP_TERMS)
 
 
 def _field(loc: Any) -> str:

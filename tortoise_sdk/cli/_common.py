@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from ..errors import InvalidInput, NotFoundError
+from ..errors import InvalidInput, NotFoundError, reword
 
 __all__ = (
     "EXIT_EXTRACTION_FAILED",
@@ -73,9 +73,7 @@ _IN_CLI_TERMS = (
 
 def cli_terms(text: str) -> str:
     """``text`` (an error's or a report's) with the library's advice in the command line's terms."""
-    for python, cli in _IN_CLI_TERMS:
-        text = text.replace(python, cli)
-    return text
+    return reword(text, _IN_CLI_TERMS)
 
 
 Handler = Callable[[argparse.Namespace], int]
