@@ -250,3 +250,21 @@ def test_a_later_turn_s4_cites_does_not_pass_the_turns_a_cut_s2_reply_lost(store
     again = extract_session(store, "cut-s4", "s", llm_config=config, options=PipelineOptions(chunk_turns=CHUNK))
     assert again.window == (3, last)
     assert sorted(m.content for m in store.memories("cut-s4")) == sorted(fact(i) for i in range(TURNS))
+
+
+def test_a_failed_full_run_does_not_say_that_extracted_turns_wait(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reviewer: a failed `extract --full` of an extracted session said "turns 0-6 wait for another run"; the next
+    run then said nothing was new. A failed run writes nothing: only the turns after the watermark wait."""
+    script = Script(monkeypatch)
+    config = LLMConfig(model="openai/unused", api_key="unused")
+    ns = "full-fail"
+    store.capture(ns, prepare_capture("s", [{"role": "user", "content": turn_text(i)} for i in range(TURNS)],
+                                      max_turns=TURNS))
+    assert extract_session(store, ns, "s", llm_config=config, options=PipelineOptions(chunk_turns=CHUNK)).status == "ok"
+    script.failing = frozenset({"s2", "s4"})
+    report = extract_session(store, ns, "s", llm_config=config, options=PipelineOptions(chunk_turns=CHUNK, full=True))
+    assert report.status == "failed" and report.waiting is None and "wait" not in report.reason
+    store.capture(ns, prepare_capture("s", [{"role": "user", "content": turn_text(i)} for i in range(TURNS + 2)],
+                                      max_turns=TURNS + 2))
+    report = extract_session(store, ns, "s", llm_config=config, options=PipelineOptions(chunk_turns=CHUNK, full=True))
+    assert report.waiting == (TURNS, TURNS + 1) and f"turns {TURNS}-{TURNS + 1} wait for another run" in report.reason
