@@ -55,6 +55,18 @@ def test_wrong_turn_is_reanchored_and_a_missing_quote_rejects_only_that_item() -
     assert result.rejected == 2
 
 
+def test_a_quote_cited_outside_the_window_is_said_to_be_outside_it() -> None:
+    """Reviewer: in a run reading turns 50-119, a quote taken verbatim from turn 0 was rejected as "not in turn 0",
+    where it is: the turn is outside the turns the run read as new."""
+    window = [hit(50 + i, t.content, t.role, t.name) for i, t in enumerate(TURNS)]
+    result = ground(proposal([{"content": "Maya adopted Biscuit.", "quote": "adopted him in 2019", "turn": 0}]), window)
+    (warning,) = result.warnings
+    assert warning.code == "ungrounded_quote" and result.rejected == 1
+    assert "not in the turns this run read as new (turns 50-52); it cites turn 0, outside them" in warning.message
+    inside = ground(proposal([{"content": "Maya adopted Biscuit.", "quote": "adopted him in 2019", "turn": 51}]), window)
+    assert "is not in turn 51 nor in any other evidence turn of the session" in inside.warnings[0].message
+
+
 def test_tool_subagent_and_memory_block_turns_are_never_evidence() -> None:
     turns = [
         hit(0, "I moved to Lisbon."),

@@ -139,10 +139,15 @@ def ground(proposal: Proposal, turns: Sequence[SearchHit], context: Sequence[Sea
                 continue
             if found is None:
                 rejected += 1
+                # A turn cited outside the window (an earlier run read it) is said so: "not in turn 0" would be
+                # untrue of a quote that is there.
+                read = f"turns {min(by_index)}-{max(by_index)}" if by_index else "no turn"
+                where = (f"turn {item.turn} nor in any other evidence turn of the session" if item.turn in by_index
+                         else f"the turns this run read as new ({read}); it cites turn {item.turn}, outside them "
+                              "(new items must cite new turns)")
                 warnings.append(Diagnostic(
                     stage="ground", code="ungrounded_quote" if item.quote else "missing_quote",
-                    message=(f"{label} rejected: its quote {item.quote!r} is not in turn {item.turn} nor in any "
-                             "other evidence turn of the session" if item.quote
+                    message=(f"{label} rejected: its quote {item.quote!r} is not in {where}" if item.quote
                              else f"{label} rejected: it has no quote"),
                     detail={"turn": item.turn, "quote": item.quote},
                 ))
