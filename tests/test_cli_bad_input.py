@@ -318,7 +318,7 @@ def test_a_worker_on_a_missing_database_says_it_created_one(capsys, tmp_path) ->
     where = tmp_path / "typo.db"
     got, out, err = run(capsys, "--db", str(where), "worker", "--once", "--model", "openai/x", "--api-key", "k")
     assert got == 0 and "no job queued" in out
-    assert one_line(err).startswith(f"tortoise: no database at {where} yet; created an empty one")
+    assert err.splitlines()[0].startswith(f"tortoise: no database at {where} yet; created an empty one")
     assert "pass that one's path with --db" in err and where.exists()
 
 

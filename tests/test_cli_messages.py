@@ -240,3 +240,17 @@ def test_the_library_advice_reaches_the_command_line_in_its_terms(capsys, db, tm
     assert "run by `tortoise worker`, now by `tortoise flush`" in said[0]
     assert "list them with `tortoise sessions`" in said[1] and "list them with `tortoise memories`" in said[2]
     assert "`tortoise search`" in said[3] and said[4].startswith("tortoise: --since: 'garbage' is not a time")
+
+
+def test_job_commands_on_an_empty_namespace_name_where_the_data_is(capsys, db, tmp_path):
+    """Reviewer: jobs, flush and worker --once of a mistyped namespace said "no jobs" / "nothing pending" / "no job
+    queued" and nothing more, where search, sessions and stats name the namespaces holding data."""
+    turns = tmp_path / "t.jsonl"
+    turns.write_text(json.dumps({"role": "user", "content": "I adopted a cat named Pixel."}) + "\n")
+    assert run(capsys, "--db", db, "--namespace", "maya", "capture", str(turns), "--session", "s")[0] == 0
+    model = ["--model", "openai/x", "--api-key", "k"]
+    for args, said in ((["jobs"], "no jobs"), (["flush", *model], "nothing pending"),
+                       (["worker", "--once", *model], "no job queued")):
+        code, out, err = run(capsys, "--db", db, "--namespace", "mya", *args)
+        assert (code, out.strip()) == (0, said), args
+        assert "namespace 'mya' is empty; data is in: maya" in err, args

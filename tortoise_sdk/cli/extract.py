@@ -23,6 +23,7 @@ from ._common import (
     explain_extraction,
     extraction_failed,
     model_options,
+    name_other_namespaces,
     open_memory,
     report_line,
 )
@@ -109,6 +110,7 @@ def _cmd_flush(args: argparse.Namespace) -> int:
                 _print_job(job)
             if not jobs:
                 print("nothing pending")
+                name_other_namespaces(mem)  # a flush of the wrong namespace says where the data is
         return _jobs_exit(mem, jobs)
 
 
@@ -142,6 +144,7 @@ def _cmd_worker(args: argparse.Namespace) -> int:
         mem.run_worker(poll_s=args.poll, once=args.once, max_jobs=args.max_jobs, on_job=on_job)
         if args.once and not ran:
             print(_nothing_due(mem.jobs(status="pending")), flush=True)
+            name_other_namespaces(mem)
         return _jobs_exit(mem, ran)
 
 
@@ -164,7 +167,8 @@ def _register_worker(sub: argparse._SubParsersAction) -> None:
                                    "one is failed for good. Example: tortoise worker --once")
     p.add_argument("--once", action="store_true", help="run what is queued now, then exit")
     p.add_argument("--max-jobs", type=bounded_int(1, 10**9), help="exit after this many jobs")
-    p.add_argument("--poll", type=bounded_float(0.01, MAX_POLL_S), default=2.0, help="seconds between polls (default: %(default)s)")
+    p.add_argument("--poll", type=bounded_float(0.01, MAX_POLL_S), default=2.0,
+                   help="seconds between polls (default: %(default)s)")
     add_model_options(p)
     add_embedder_options(p)
     p.set_defaults(handler=_cmd_worker)
@@ -173,6 +177,8 @@ def _register_worker(sub: argparse._SubParsersAction) -> None:
 def _cmd_jobs(args: argparse.Namespace) -> int:
     with open_memory(args, create=False) as mem:
         jobs = mem.jobs(status=args.status, session_id=args.session)
+        if not jobs and not args.json:
+            name_other_namespaces(mem)  # the jobs of the wrong namespace: say where the data is
     if args.json:
         emit_json(jobs)
         return 0
