@@ -80,6 +80,9 @@ BAD = [
      'line 1 is not valid JSON: Expecting value; the window is JSON or JSONL turns such as {"role": "user", '),
     ("eval on a binary file", "eval locomo {f:binary.bin} --answer-from-block --judge exact", 2,
      "binary.bin: not UTF-8 JSON (byte 0x80 at offset 138)"),
+    # Reviewer: a missing or binary file was answered "no answer model" when no model was given.
+    ("eval on a binary file, no model", "eval locomo {f:binary.bin}", 2, "binary.bin: not UTF-8 JSON"),
+    ("eval on a missing file, no model", "eval locomo {missing}", 2, "No such file or directory"),
     ("export to /proc/version", "export /proc/version", 2, "tortoise: /proc/version: "),
     # the database: not one, or not there (read commands create nothing)
     ("--db not a database", "--db {f:not-a-db.db} search helix", 2, "is not a SQLite database, or is damaged"),

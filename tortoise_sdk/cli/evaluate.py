@@ -82,8 +82,10 @@ def _temperature(text: str) -> float | None:
 
 def _cmd_locomo(args: argparse.Namespace) -> int:
     # The engine is a Memory client with the model layer, run whole by this command (like the demo).
-    from ..evaluation import EvalSettings, render_markdown, run_locomo
+    from ..evaluation import EvalSettings, load_conversations, render_markdown, run_locomo
 
+    for name in args.files:  # a missing or wrong file is said before the models are (it is the likelier mistake)
+        load_conversations(name)
     settings = EvalSettings.with_models(
         args.model, answer_model=args.answer_model, judge_model=args.judge_model,
         files=args.files, out=args.out, modes=("verbatim", "memories") if args.mode == "both" else (args.mode,),
