@@ -38,6 +38,7 @@ CLI_EXCEPTIONS = frozenset({
     ("tortoise_sdk.evaluation", "EvalSettings"),
     ("tortoise_sdk.evaluation", "run_locomo"),
     ("tortoise_sdk.evaluation", "render_markdown"),
+    ("tortoise_sdk.evaluation", "load_conversations"),  # its input files are checked before its models
     # `tortoise capture FILE` tells turns from an agent transcript by each format's markers (a pure
     # function of the lines), then calls Memory.capture or Memory.ingest.
     ("tortoise_sdk.streams", "detect_format"),
