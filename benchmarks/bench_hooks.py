@@ -93,7 +93,10 @@ def main() -> None:
         stops = [hook(tortoise, db, {**base, "hook_event_name": "Stop", "stop_hook_active": False})[0]
                  for _ in range(int(args.mb * 1024 * 1024 // HOOK_MAX_BYTES) + 2)]
         prompt = {**base, "hook_event_name": "UserPromptSubmit",
-                  "prompt": "remind me how we set up credo and dialyzer?"}
+                  # Answered by a sub-agent's own work (its read of config.exs), which Claude Code's context does not
+                  # hold; the prompt the agent gave that sub-agent ("Draft bead content for setting up Credo...")
+                  # it holds, so a question about credo finds nothing to point to in this one-session store.
+                  "prompt": "which Oban engine does the spotter config use?"}
         times, shown = [], 0
         for line in lines[-args.repeat:]:
             with transcript.open("a") as f:
