@@ -105,8 +105,8 @@ class MemorySession(MemoryAdapter):
         asked, self._asking, self._asked = self._asked, None, None
         for msg, role in ((user_msg, "user"), (assistant_msg, "assistant")):
             if _as_message(msg, role) is None:
-                self._log().warning("tortoise: the %s message is not captured: a %s is not a message (pass a str, a "
-                                    "dict or a client's message object)", role, type(msg).__name__)
+                self._log().warning("tortoise: the %s message is not captured: %r (a %s) is not a message (pass a "
+                                    "str, a dict or a client's message object)", role, msg, type(msg).__name__)
         exchange = [(assistant_msg, "assistant")]
         said = ((_turn(user_msg, "user") or {}).get("content") or "").strip()
         if asked is None or said != asked:  # not captured ahead of a tool call

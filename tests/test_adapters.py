@@ -230,8 +230,8 @@ def test_memory_session_takes_a_client_message_object_and_never_raises_on_a_non_
     with caplog.at_level("WARNING", logger="tortoise_sdk"):
         assert session.after_turn(None, "Noted.").turns_stored == 1  # the reply is kept, the non-message named
         assert session.after_turn(5, 6) is None
-    assert "the user message is not captured: a NoneType is not a message" in caplog.text
-    assert "a int is not a message" in caplog.text
+    assert "the user message is not captured: None (a NoneType) is not a message" in caplog.text
+    assert "5 (a int) is not a message" in caplog.text
 
 
 def test_memory_session_fails_open(mem, monkeypatch):
