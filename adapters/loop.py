@@ -216,6 +216,8 @@ def _turn(msg: str | Message, role: str) -> dict[str, Any] | None:
     if msg is None:
         return None
     content = msg.get("content")
+    if content is None and isinstance(msg.get("refusal"), str):
+        content = msg["refusal"]  # the OpenAI client's reply that declined: its text is the refusal
     if isinstance(content, list):
         content = " ".join(t for p in content if isinstance(p, Mapping) and isinstance(t := p.get("text"), str) and t)
     content = content if isinstance(content, str) else ""

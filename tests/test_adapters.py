@@ -227,6 +227,9 @@ def test_memory_session_takes_a_client_message_object_and_never_raises_on_a_non_
     assert session.after_turn("and now?", Reply()).turns_stored == 2
     assert [t.content for t in mem.turns("loop-obj")] == ["what is my dog called?", "Biscuit, your beagle.",
                                                             "and now?", "Still Biscuit."]
+    declined = ChatCompletionMessage(role="assistant", content=None, refusal="I can't help with that.")
+    assert session.after_turn("one more?", declined).turns_stored == 2  # a refusal is the reply's text
+    assert mem.turns("loop-obj")[-1].content == "I can't help with that."
     with caplog.at_level("WARNING", logger="tortoise_sdk"):
         assert session.after_turn(None, "Noted.").turns_stored == 1  # the reply is kept, the non-message named
         assert session.after_turn(5, 6) is None

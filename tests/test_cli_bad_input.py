@@ -334,3 +334,6 @@ def test_a_session_id_with_a_tab_or_a_newline_keeps_its_row(capsys, tmp_path, fi
     rows = out.splitlines()
     assert code == 0 and len(rows) == 2 and all(row.count("\t") == 2 for row in rows)
     assert {row.split("\t")[0] for row in rows} == {"line1\\u000aline2", "tab\\u0009here"}
+    # The capture's own lines too (reviewer: "extraction line1" and "line2: skipped ..." on two lines).
+    code, out, _ = run(capsys, "--db", db, "capture", str(files["ok.jsonl"]), "--session", "new\nline")
+    assert code == 0 and "extraction new\\u000aline: skipped" in out

@@ -525,7 +525,7 @@ def test_errors_speak_the_apis_terms_not_pythons(db: Path) -> None:
     assert said["extract"] == {"error": "InvalidInput", "field": "extract",
                                "message": "extract: Input should be 'background' or false"}
     assert said["empty"]["field"] == said["array"]["field"] == "body"
-    assert said["empty"]["message"].startswith("the body must be one JSON object")
+    assert said["empty"]["message"].startswith(f"the body must be one JSON object, with the fields {NS}/capture takes")
     assert "/v1/ns/alice/" in said["namespace"]["message"]
     assert "POST .../context" in said["pointer"]["message"]
     assert said["many"]["message"].endswith("split the capture into several requests")

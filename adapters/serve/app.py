@@ -115,8 +115,9 @@ def build_app(settings: ServeSettings | None = None, *, memory_factory: Callable
             return _error(400, "InvalidInput", "the body is not valid JSON (" + _one_line(str(first.get("msg", "")))
                           + "): send one JSON object with Content-Type: application/json", "body")
         if tuple(first.get("loc", ())) == ("body",):  # the body as a whole: empty, or not an object
-            return _error(400, "InvalidInput", "the body must be one JSON object (e.g. {\"session_id\": ..., "
-                          "\"turns\": [...]}): send the body as JSON with Content-Type: application/json", "body")
+            return _error(400, "InvalidInput", f"the body must be one JSON object, with the fields {request.url.path} "
+                          "takes (its schema is in /openapi.json): send the body as JSON with Content-Type: "
+                          "application/json", "body")
         where = _field(first.get("loc", ()))
         message = _one_line(str(first.get("msg", "invalid request")))
         if "[" in where.rsplit(".", 1)[-1] and first.get("type") == "literal_error":

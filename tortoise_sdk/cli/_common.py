@@ -403,7 +403,7 @@ def explain_extraction(session_id: str, report: Any) -> None:
     if not _explained(report):
         return
     reason = cli_terms(report.reason or "see the errors")
-    print(f"tortoise: extraction of {session_id} {report.status}: {reason}", file=sys.stderr)
+    print(f"tortoise: extraction of {cell(session_id)} {report.status}: {reason}", file=sys.stderr)
     shown = {reason}
     for d in report.errors:
         line = f"  {d.stage} {d.code}: {d.message}"

@@ -13,6 +13,7 @@ from ..streams import detect_format
 from ._common import (
     EXIT_EXTRACTION_FAILED,
     add_model_options,
+    cell,
     emit_json,
     explain_extraction,
     extract_mode,
@@ -97,9 +98,9 @@ def _capture_turns(args: argparse.Namespace, text: str) -> int:
         print(f"{replayed} session(s) replayed, nothing new: already captured under idempotency key {keys}")
     for r in fresh:
         for w in r.warnings:
-            print(f"note {r.session_id}: {w.message}", file=sys.stderr)
+            print(f"note {cell(r.session_id)}: {w.message}", file=sys.stderr)
         if r.extraction is not None:
-            print(f"extraction {r.session_id}: {report_line(r.extraction)}")
+            print(f"extraction {cell(r.session_id)}: {report_line(r.extraction)}")
             explain_extraction(r.session_id, r.extraction)
     return code
 
@@ -178,7 +179,7 @@ def _cmd_ingest(args: argparse.Namespace, text: str | None) -> int:
               file=sys.stderr)
     for r in report.receipts:
         if r.extraction is not None and (r.extraction.status != "skipped" or r.extraction.errors):
-            print(f"extraction {r.session_id}: {report_line(r.extraction)}")
+            print(f"extraction {cell(r.session_id)}: {report_line(r.extraction)}")
             explain_extraction(r.session_id, r.extraction)
     for d in report.errors:
         print(f"tortoise: session {(d.detail or {}).get('session_id')}: {d.message}", file=sys.stderr)
