@@ -134,8 +134,6 @@ def name_other_namespaces(mem: Any) -> bool:
 
 def data_is_in(others: list[Any]) -> str:
     """``data is in: NAME (counts); ... Add --namespace NAME`` for the namespaces ``others`` (not empty)."""
-    import shlex
-
     held = "; ".join(f"{n.name} ({n.sessions} sessions, {n.turns} turns, {n.memories} memories)" for n in others[:5])
     more = f" and {len(others) - 5} more (`tortoise namespaces`)" if len(others) > 5 else ""
     return f"data is in: {held}{more}. Add --namespace {shlex.quote(others[0].name)}"

@@ -215,7 +215,7 @@ async def aextract_session(store: Store, namespace: str, session_id: str, *, llm
         if status == "failed":
             # A failed run writes nothing: what an earlier run extracted stays extracted (a failed --full run
             # re-read turns that do not wait), and the turns after it wait.
-            start = window.start if not window.full else _watermark(store, namespace, session_id) + 1
+            start = max(window.start, reading.extracted + 1)
             return (start, window.end) if start <= window.end else None
         return None if held is None or status == "skipped" else (held, window.end)
 
@@ -285,12 +285,6 @@ async def aextract_session(store: Store, namespace: str, session_id: str, *, llm
                         + waits("failed"))
         _save_receipt(store, namespace, receipt, failed)
         return failed
-
-
-def _watermark(store: Store, namespace: str, session_id: str) -> int:
-    """The last turn a committed extraction of the session covered; -1 before any."""
-    state = store.extraction_state(namespace, session_id)
-    return -1 if state is None else state.watermark
 
 
 def _nothing_new(store: Store, namespace: str, window: Window, receipt: CaptureReceipt | None,

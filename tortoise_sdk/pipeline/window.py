@@ -43,6 +43,8 @@ class Reading:
     evidence: list[SearchHit] = field(default_factory=list)
     context: list[SearchHit] = field(default_factory=list)
     known: list[MemoryRecord] = field(default_factory=list)
+    #: The last turn an earlier run extracted under these prompts (-1: none); a ``full`` re-read does not undo it.
+    extracted: int = -1
 
     @property
     def session_date(self) -> str | None:
@@ -62,9 +64,11 @@ def read_window(store: Store, namespace: str, session_id: str, prompts: Mapping[
     """Read what the next extraction of the session covers; ``turns`` is empty when nothing is new."""
     sha = prompts_sha(prompts)
     state = store.extraction_state(namespace, session_id)
-    full = full or (state is not None and state.prompts_sha is not None and state.prompts_sha != sha)
+    stale = state is not None and state.prompts_sha is not None and state.prompts_sha != sha
+    full = full or stale
     base = -1 if full or state is None else state.watermark
-    reading = Reading(Window(start=base + 1, end=base, base=base, prompts_sha=sha, full=full))
+    reading = Reading(Window(start=base + 1, end=base, base=base, prompts_sha=sha, full=full),
+                      extracted=-1 if state is None or stale else state.watermark)
     reading.turns = store.turns(namespace, session_id, start=base + 1)
     if not reading.turns:
         return reading

@@ -37,28 +37,25 @@ def parent_session(session_id: str) -> str | None:
     return session_id[:at] if at > 0 else None
 
 
-def _others_sub_agent(hit: SearchHit, session_id: str | None) -> bool:
-    """A turn of a sub-agent that another session ran. Its "user" is the agent that prompted it, not the
-    person, and the rest is the sub-agent's working chatter (Claude Code's "Warmup" too): shown to a
-    later session, it would pass as this user's earlier conversation. What a sub-agent found comes back
-    to its session as the result the agent was given."""
+def _sub_agent_turn_hidden(hit: SearchHit, session_id: str | None, held_from: int | None) -> bool:
+    """A sub-agent's turn this session's block leaves out.
+
+    - Any turn of a sub-agent that another session ran. Its "user" is the agent that prompted it, not the
+      person, and the rest is the sub-agent's working chatter (Claude Code's "Warmup" too): shown to a later
+      session, it would pass as this user's earlier conversation. What a sub-agent found came back to its
+      session as the result the agent was given.
+    - The prompt this session's agent gave its own sub-agent (that sub-agent's "user" turn), when the host said
+      what it holds: it holds the prompt, as the input of the call that ran the sub-agent.
+    """
     parent = parent_session(hit.session_id)
-    return parent is not None and parent != session_id
-
-
-def _prompt_held(hit: SearchHit, session_id: str | None, held_from: int | None) -> bool:
-    """The prompt this session's agent gave a sub-agent (the sub-agent's "user" turn): the host holds it, as the
-    input of the call that ran the sub-agent."""
-    return held_from is not None and hit.role == "user" and parent_session(hit.session_id) == session_id
+    return parent is not None and (parent != session_id or (held_from is not None and hit.role == "user"))
 
 
 def pool_outside_host(pool: Mapping[tuple[str, int], SearchHit], session_id: str | None,
                       held_from: int | None) -> dict[tuple[str, int], SearchHit]:
-    """The candidate pool without the turns the host still holds (the prompts this session gave its sub-agents
-    too), nor the turns of other sessions' sub-agents."""
+    """The candidate pool without the turns the host still holds, nor the sub-agent turns it must not show."""
     return {pos: h for pos, h in pool.items()
-            if not _held(h, session_id, held_from) and not _others_sub_agent(h, session_id)
-            and not _prompt_held(h, session_id, held_from)}
+            if not _held(h, session_id, held_from) and not _sub_agent_turn_hidden(h, session_id, held_from)}
 
 
 def outside_host(ranked: list[Candidate], session_id: str | None, held_from: int | None) -> list[Candidate]:
