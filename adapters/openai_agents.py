@@ -21,7 +21,8 @@ Usage::
   appends the memory block to the instructions of every model call; the block never enters
   the session's items, so it is never captured back.
 - ``session.hooks`` (``RunHooks``) records each agent used as a tool (``Agent.as_tool``) as
-  one sub-agent row: launched at the tool call, settled when it returns. Its execution id is
+  one sub-agent row: launched at the tool call, settled when it returns (``failed`` when the
+  sub-agent raised and the SDK answered the call with its failure text). Its execution id is
   the id of the call's span in the run's trace; with tracing disabled the SDK gives the call no
   identity, so the row is kept under ``'unknown'`` and counted in ``unknown_execution``.
 
@@ -42,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import install_hint
 
 try:
-    from agents import RunConfig, RunHooks
+    from agents import RunConfig, RunHooks, default_tool_error_function
     from agents.run import CallModelData, ModelInputData
     from agents.tool import FunctionTool, ToolOriginType, get_function_tool_origin
     from agents.tracing import get_current_span
@@ -245,7 +246,8 @@ class MemorySession(MemoryAdapter):
 class MemoryRunHooks(RunHooks[Any]):
     """Records each agent used as a tool (``Agent.as_tool``) as one sub-agent row of ``session_id``.
 
-    A launch frame at the tool call, a completed frame (with its duration) when it returns;
+    A launch frame at the tool call, a settled frame (with its duration) when it returns: ``completed``, or
+    ``failed`` when the sub-agent raised (see ``_tool_failed`` for what the SDK lets the hooks tell);
     both carry the tool call's id and its span id in the run's trace (the execution id, as a
     LangChain tool run's id is), so they merge into one row, and two runs that reuse a call id
     keep two. Structure only: neither the tool's input nor its output is recorded.
@@ -267,7 +269,8 @@ class MemoryRunHooks(RunHooks[Any]):
         if frame is not None:
             started = self._started.pop(frame["tool_call_id"], None)
             elapsed = None if started is None else round((time.monotonic() - started) * 1000)
-            await asyncio.to_thread(self._record, {**frame, "tool_status": "completed", "agent_status": "completed",
+            status = "failed" if _tool_failed(context, tool, result) else "completed"
+            await asyncio.to_thread(self._record, {**frame, "tool_status": status, "agent_status": status,
                                                    "duration_ms": elapsed or None})
 
     def _frame(self, context: Any, tool: Any) -> dict[str, Any] | None:
@@ -286,6 +289,25 @@ class MemoryRunHooks(RunHooks[Any]):
             self.mem.record_subagent(frame)
         except Exception as exc:  # noqa: BLE001 - record_subagent fails open; this guards a malformed frame
             log.warning("tortoise: sub-agent frame not recorded: %s", exc)
+
+
+def _tool_failed(context: Any, tool: FunctionTool, result: object) -> bool:
+    """Whether the sub-agent raised: the SDK then ends the tool call with its failure function's text.
+
+    The SDK's hooks have no error callback. With tracing on, the call's span carries the error; with it
+    off, a failure is known only when the tool kept the SDK's default failure function, whose fixed
+    sentence is then the result (a custom one's text is not recognisable, and the row says completed).
+    """
+    span = get_current_span()
+    if span is not None and not isinstance(span, NoOpSpan) and getattr(span, "error", None):
+        return True
+    try:
+        from agents.tool import resolve_function_tool_failure_error_function
+
+        handler = resolve_function_tool_failure_error_function(tool, context)
+    except Exception:  # noqa: BLE001 - an SDK without it: the span was the only sign
+        return False
+    return handler is default_tool_error_function and result == default_tool_error_function(context, Exception())
 
 
 # -- items <-> turns ----------------------------------------------------------------------------------

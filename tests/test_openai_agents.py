@@ -202,3 +202,46 @@ def test_an_item_that_is_not_one_is_left_out_and_the_rest_captured(mem: Memory,
         run(session.add_items([None, {"role": "user", "content": "my dog is Biscuit"}, 5]))
     assert [t.content for t in mem.turns("items")] == ["my dog is Biscuit"]
     assert "session item not captured: not a session item: NoneType" in caplog.text
+
+
+def _failing_lead(**as_tool: Any) -> Agent:
+    researcher = Agent(name="Researcher", instructions="Find facts.",
+                       model=ScriptedModel([RuntimeError("the provider is down")]))
+    return Agent(
+        name="Lead", instructions="Delegate research.",
+        tools=[researcher.as_tool(tool_name="research", tool_description="Look something up.", **as_tool)],
+        model=ScriptedModel([
+            [function_call("research", {"input": "What does Biscuit eat?"}, call_id="call_research_1")],
+            [assistant_message("The researcher failed.", item_id="msg_l")],
+        ]),
+    )
+
+
+@pytest.mark.parametrize("tracing_disabled", [True, False])
+def test_a_sub_agent_whose_model_raised_is_recorded_failed_not_completed(
+    mem: Memory, monkeypatch: pytest.MonkeyPatch, tracing_disabled: bool
+) -> None:
+    """The SDK turns the sub-agent's error into the tool's result and calls on_tool_end as for a success."""
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    session = MemorySession(mem, "chat-failing")
+    result = run(Runner.run(_failing_lead(), "Ask the researcher.", session=session,
+                            run_config=session.run_config(RunConfig(tracing_disabled=tracing_disabled)),
+                            hooks=session.hooks))
+    assert result.final_output == "The researcher failed."
+    (row,) = mem.subagents(session_id="chat-failing")
+    assert (row.tool_status, row.agent_status) == ("failed", "failed")
+    assert row.settled_at is not None
+
+
+def test_a_custom_failure_text_is_known_as_a_failure_only_through_the_trace(
+    mem: Memory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    statuses = []
+    for disabled in (False, True):
+        session = MemorySession(mem, f"chat-custom-{disabled}")
+        run(Runner.run(_failing_lead(failure_error_function=lambda ctx, err: "no answer today"),
+                       "Ask the researcher.", session=session,
+                       run_config=session.run_config(RunConfig(tracing_disabled=disabled)), hooks=session.hooks))
+        statuses += [r.tool_status for r in mem.subagents(session_id=f"chat-custom-{disabled}")]
+    assert statuses == ["failed", "completed"]  # with tracing off the SDK leaves nothing to tell them apart
