@@ -61,6 +61,20 @@ def test_a_capture_that_adds_nothing_extracts_the_turns_that_wait(tmp_path: Path
         assert len(stub.requests) == calls
 
 
+def test_a_background_capture_that_adds_nothing_counts_the_turns_that_wait(tmp_path: Path, stub_model: Any) -> None:
+    """Verification pass: such a capture queued a job saying "0 of 20 evidence turns waiting" while 7 waited."""
+    with Memory(str(tmp_path / "m.db"), namespace="t") as mem:
+        capture(mem, "demo-1")  # no model: the 7 turns wait
+    with mem_for(tmp_path, stub_model(load_recorded_extraction())) as mem:
+        first = capture(mem, "demo-1", extract="background")
+        assert first.turns_stored == 0 and "(7 of 20 evidence turns waiting" in first.extraction.reason
+        again = capture(mem, "demo-1", extract="background")  # the pending job counts them once, not twice
+        assert again.extraction.job_id == first.extraction.job_id
+        assert "(7 of 20 evidence turns waiting" in again.extraction.reason
+        mem.flush()
+        assert len(mem.memories()) == 7
+
+
 def test_tortoise_model_env_is_the_fallback(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TORTOISE_MODEL", "openai/from-env")
     with Memory(str(tmp_path / "m.db")) as mem:

@@ -1085,8 +1085,11 @@ class Memory:
         if extract == "background":
             # One pending job per session: this capture folds into it, and it is due once enough
             # evidence waits or the session goes idle (a chat loop is extracted in batches).
+            # A capture that adds nothing folds in the turns that already wait past the watermark.
+            waiting = (_evidence_count(request, receipt.turns_stored) if receipt.turns_stored
+                       else self._waiting_evidence(receipt.session_id))
             job = self.store.enqueue_job(self.namespace, receipt.session_id, receipt.receipt_id,
-                                         waiting_turns=_evidence_count(request, receipt.turns_stored),
+                                         waiting_turns=waiting, waiting_in_all=not receipt.turns_stored,
                                          due_after_turns=self.extract_every, idle_s=self.idle_s)
             due = "now" if job.due_at is None else f"at {job.due_at.isoformat(timespec='seconds')}"
             return self._store_report(receipt, ExtractionReport(
@@ -1100,9 +1103,21 @@ class Memory:
     def _turns_wait(self, session_id: str) -> bool:
         """Whether stored turns of the session wait for extraction (past its watermark: an earlier run failed, or
         the turns were captured with no model): a capture that adds nothing then extracts them."""
+        return bool(self._waiting_turns(session_id, limit=1)[1])
+
+    def _waiting_turns(self, session_id: str, limit: int | None = None) -> tuple[int, list[SearchHit]]:
+        """Where the session's watermark ends, and its stored turns past it (at most ``limit``)."""
         state = self.store.extraction_state(self.namespace, session_id)
         start = 0 if state is None else state.watermark + 1
-        return bool(self.store.turns(self.namespace, session_id, start=start, stop=start + 1))
+        return start, self.store.turns(self.namespace, session_id, start=start,
+                                       stop=None if limit is None else start + limit)
+
+    def _waiting_evidence(self, session_id: str) -> int:
+        """How many of the turns past the session's watermark are evidence (what a batch counts)."""
+        from .pipeline.grounding import evidence_turns
+
+        start, turns = self._waiting_turns(session_id)
+        return len(evidence_turns(turns, self.store.turn_metadata(self.namespace, session_id, start=start)))
 
     def _extract(self, session_id: str, receipt: CaptureReceipt | None, fence: Any = None,
                  full: bool = False) -> ExtractionReport:

@@ -206,7 +206,8 @@ class Store(ABC):
 
     @abstractmethod
     def enqueue_job(self, namespace: str, session_id: str, receipt_id: str | None = None, *,
-                    waiting_turns: int = 0, due_after_turns: int = 1, idle_s: float = 0.0) -> JobInfo:
+                    waiting_turns: int = 0, due_after_turns: int = 1, idle_s: float = 0.0,
+                    waiting_in_all: bool = False) -> JobInfo:
         """Queue a durable extraction job, or fold into the session's pending one (due rules: ``ExtractionCore``)."""
 
     @abstractmethod

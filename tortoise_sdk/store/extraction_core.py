@@ -260,20 +260,24 @@ class ExtractionCore(EntityCore):
     # -- jobs ---------------------------------------------------------------------------------------
 
     def enqueue_job(self, namespace: str, session_id: str, receipt_id: str | None = None, *,
-                    waiting_turns: int = 0, due_after_turns: int = 1, idle_s: float = 0.0) -> JobInfo:
+                    waiting_turns: int = 0, due_after_turns: int = 1, idle_s: float = 0.0,
+                    waiting_in_all: bool = False) -> JobInfo:
         """Queue an extraction of the session, or fold this capture into its pending job.
 
         A session has at most one pending job. It is due now once ``due_after_turns``
         evidence turns wait (``waiting_turns`` of every capture folded in are summed), else
         ``idle_s`` after the latest capture (each capture pushes that back); a job already
         due stays due, and one waiting out the backoff of a failed attempt keeps its time. The defaults queue a job that is due at once. ``receipt_id`` (the
-        latest capture's receipt) is where the job's report is stored.
+        latest capture's receipt) is where the job's report is stored. ``waiting_in_all``: ``waiting_turns``
+        counts every turn that waits, not a capture's new ones (a capture that added none), so it is not
+        added to the pending job's count but kept when larger.
         """
 
         def write(c: Conn) -> JobInfo:
             at = self._clock(c)
             job = self._pending_job(c, namespace, session_id)
-            waiting = (job.waiting_turns if job else 0) + max(0, waiting_turns)
+            before = job.waiting_turns if job else 0
+            waiting = max(before, waiting_turns) if waiting_in_all else before + max(0, waiting_turns)
             # None: due now (also for a lease asked with an earlier ``now``).
             due = None if waiting >= due_after_turns else at + timedelta(seconds=max(0.0, idle_s))
             if job is None:
