@@ -723,11 +723,14 @@ def test_a_retry_handed_to_a_job_waiting_for_idle_is_due_at_the_retry_and_captur
 
 
 def test_a_retry_handed_to_a_job_that_another_worker_failed_adds_up_both(store: Store, ns):
-    # Two workers ran two jobs of the session at once (one leased while the other ran); both failed.
+    # Two workers ran two jobs of the session at once (A stalled past its lease, then B took the job a capture
+    # queued meanwhile; a pass that already ran A leaves it out); both failed.
     a = store.enqueue_job(ns, "s1")
     a_lease = _lease(store, ns)
     b = store.enqueue_job(ns, "s1", waiting_turns=1)
-    b_lease = _lease(store, ns)
+    assert _lease(store, ns) is None  # not while A's lease holds
+    later = datetime.now(timezone.utc) + timedelta(seconds=120)
+    b_lease = store.lease_job(ns, lease_s=30, max_attempts=3, now=later, exclude={a.job_id})
     assert b_lease.job_id == b.job_id
     store.fail_job(Fence(b.job_id, b_lease.revision), "B: provider 500", max_attempts=3)
     store.fail_job(Fence(a.job_id, a_lease.revision), "A: provider 500", max_attempts=3)
@@ -798,6 +801,29 @@ def test_a_session_has_one_pending_job_that_captures_fold_into(store: Store, ns)
     c = store.enqueue_job(ns, "s1", "r4", waiting_turns=1)
     assert c.job_id != a.job_id and (c.status, c.waiting_turns) == ("pending", 1)
     assert [j.session_id for j in store.jobs(ns, status="pending")] == ["s2", "s1"]
+
+
+def test_a_session_s_jobs_run_one_at_a_time(store: Store, ns):
+    """Reviewer: a capture during a run queued a job that a second worker took at once, so two workers
+    extracted the same session together (overlapping windows: the model paid twice for the same turns)."""
+    first = store.enqueue_job(ns, "s1")
+    running = _lease(store, ns)
+    queued = store.enqueue_job(ns, "s1", waiting_turns=1)
+    other = store.enqueue_job(ns, "s2")
+    assert queued.due_at is None and queued.job_id != first.job_id
+    elsewhere = _lease(store, ns)
+    assert elsewhere.job_id == other.job_id  # another session's job is not held up
+    assert _lease(store, ns) is None  # s1's new job waits for the one running
+    assert store.lease_job(ns, lease_s=30, max_attempts=3, due_only=False, session_id="s1") is None  # a flush too
+    store.finish_job(Fence(running.job_id, running.revision))
+    store.finish_job(Fence(elsewhere.job_id, elsewhere.revision))
+    assert _lease(store, ns).job_id == queued.job_id
+    # A lease that lapsed holds nothing up: the stalled job is taken over first, then its session waits again.
+    later = datetime.now(timezone.utc) + timedelta(seconds=120)
+    store.enqueue_job(ns, "s1", waiting_turns=1)
+    taken = _lease(store, ns, now=later)
+    assert (taken.job_id, taken.attempts) == (queued.job_id, 2)
+    assert _lease(store, ns, now=later) is None
 
 
 def test_a_job_is_due_when_its_batch_fills_or_the_session_goes_idle(store: Store, ns):

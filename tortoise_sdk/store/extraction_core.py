@@ -26,6 +26,10 @@ from .rows import Row, memory_id_for
 
 __all__ = ("RETRACTION_MATCH", "ExtractionCore")
 
+#: A job's session has another job running under a live lease (``%s``: now): a session's jobs run one at a
+#: time, so a job queued while another runs waits for it, and its window starts where that one's ended.
+BUSY_SESSION = ("SELECT 1 FROM jobs AS busy WHERE busy.namespace = jobs.namespace AND busy.session_id = jobs.session_id"
+                " AND busy.status = 'running' AND busy.lease_until >= %s AND busy.job_id <> jobs.job_id")
 #: A retraction whose text overlaps a live memory at least this much (token Jaccard) deletes it.
 RETRACTION_MATCH = 0.5
 

@@ -27,7 +27,7 @@ from psycopg.rows import dict_row
 from ...errors import NotFoundError
 from ...models import ExtractionReport, ExtractionState, JobInfo, MemoryRecord
 from ...search import query_terms
-from ..extraction_core import ExtractionCore
+from ..extraction_core import BUSY_SESSION, ExtractionCore
 from ..plan import EntityPlan, ExtractionPlan, ItemPlan, SourcePlan
 from ..rows import add_graph, and_equal, entity_dicts, job_info, memory_records, norm_keys, state_info
 from .fts import (bm25_search_sql, index_memories_sql, newest_memory_matches_sql, terms_from_fts5, top_matches_sql,
@@ -384,6 +384,8 @@ class PostgresExtractionMixin(ExtractionCore):
         sql = and_equal("SELECT * FROM jobs WHERE ((status = 'pending' AND (%s OR due_at IS NULL OR due_at <= %s))"
                         " OR (status = 'running' AND lease_until < %s))",
                         args, {"namespace": namespace, "session_id": session_id}, "%s")
+        sql += f" AND NOT EXISTS ({BUSY_SESSION})"
+        args.append(at)
         if exclude:
             sql += " AND job_id <> ALL(%s)"
             args.append(list(exclude))

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from ...errors import NotFoundError
 from ...models import ExtractionReport, ExtractionState, JobInfo, MemoryRecord, utc_now
 from ...search import query_terms, terms_from_fts5
-from ..extraction_core import ExtractionCore
+from ..extraction_core import BUSY_SESSION, ExtractionCore
 from ..plan import EntityPlan, ExtractionPlan, ItemPlan, SourcePlan
 from ..rows import add_graph, and_equal, entity_dicts, iso_dt, job_info, memory_records, norm_keys, state_info
 from .ranking import memory_bm25
@@ -288,6 +288,8 @@ class SQLiteExtractionMixin(ExtractionCore):
         sql = and_equal("SELECT * FROM jobs WHERE ((status = 'pending' AND (? OR due_at IS NULL OR due_at <= ?))"
                         " OR (status = 'running' AND lease_until < ?))",
                         args, {"namespace": namespace, "session_id": session_id})
+        sql += " AND NOT EXISTS (" + BUSY_SESSION.replace("%s", "?") + ")"
+        args.append(at.isoformat())
         if exclude:
             sql += f" AND job_id NOT IN ({', '.join('?' * len(exclude))})"
             args.extend(exclude)
