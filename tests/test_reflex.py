@@ -103,7 +103,10 @@ def test_deterministic(mem):
     assert first.block == again.block and first.why == again.why and first.pointers == again.pointers
 
 
-@pytest.mark.parametrize("text", ["thanks!", "hi", "ok cool, thank you", "Good morning :)", "  "])
+@pytest.mark.parametrize("text", ["thanks!", "hi", "ok cool, thank you", "Good morning :)", "  ",
+                                  # a reviewer's, each of which got a block ("Priya is great", "the move works")
+                                  "great, thanks so much!", "perfect, see you tomorrow", "ok that works, thanks",
+                                  "nice one", "thanks, looks good", "excellent, much appreciated"])
 def test_courtesy_fires_nothing(mem, text):
     block = ask(mem, text)
     assert block == MemoryBlock(elapsed_ms=block.elapsed_ms)
@@ -284,6 +287,21 @@ def test_a_fact_about_someone_else_is_neither_superseded_nor_first_for_the_asker
         assert ask(m, "Where does my sister live?").pointers[0].synopsis == "My sister Priya lives in Toronto."
 
 
+@pytest.mark.parametrize("question", ["Where do I work these days?", "What's my job now?", "Where do I work?"])
+def test_someone_else_s_later_news_neither_leads_nor_supersedes_the_askers_fact(tmp_path, question):
+    """A reviewer's: "Ruth has moved ..., she got a job" led, and flagged the asker's new job SUPERSEDED."""
+    sessions = [("a", "2024-01-08", [("user", "I'm a paralegal at Hartwell & Pryce in Leeds.")]),
+                ("b", "2024-02-26", [("user", "I got it! York City Council offered me the planning officer job, "
+                                              "I start in April."),
+                                     ("user", "Sam can work remotely so he's fine with moving.")]),
+                ("c", "2024-05-06", [("user", "Oh and Ruth has moved to Edinburgh, she got a job at the Royal "
+                                              "Infirmary there.")])]
+    with _said(sessions, tmp_path) as m:
+        pointers = ask(m, question).pointers
+        assert pointers[0].synopsis.startswith("I got it! York City Council") and not pointers[0].superseded
+        assert not any(p.superseded for p in pointers if not p.synopsis.startswith("I'm a paralegal"))
+
+
 @pytest.mark.parametrize("question", ["Do I drink tea or coffee now?", "Do I drink tea or coffee these days?"])
 def test_a_switch_between_alternatives_follows_up_the_earlier_preference(tmp_path, question):
     sessions = [("s1", "2024-01-01", [("user", "I prefer tea over coffee, green tea mostly."),
@@ -314,7 +332,11 @@ def test_the_present_simple_about_a_changing_fact_asks_how_things_stand_now(ques
 @pytest.mark.parametrize(("text", "other"), [
     ("My sister Priya lives in Toronto.", True), ("My wife works at Acme.", True),
     ("After my dad retired I moved to Lisbon.", False), ("Our family moved to Lisbon.", False),
-    ("Me and my sister moved to Lisbon.", False), ("My friends and I moved.", False), ("I live in Porto.", False)])
+    ("Me and my sister moved to Lisbon.", False), ("My friends and I moved.", False), ("I live in Porto.", False),
+    # a name as the subject (a reviewer's: "Ruth has moved" superseded the asker's new job)
+    ("Oh and Ruth has moved to Edinburgh.", True), ("Sam can work remotely.", True), ("Ruth and I moved.", False),
+    ("Priya just started at Globex.", True), ("Helix Health hired me.", False),
+    ("I got it! York City Council offered me the job.", False)])
 def test_a_turn_about_someone_else_names_them_and_never_the_speaker(text, other):
     from tortoise_sdk.reflex.slots import about_someone_else
 

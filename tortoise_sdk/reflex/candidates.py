@@ -228,7 +228,7 @@ def later_on_topic(r: Reading, ranked: list[Candidate], terms: list[Term],
     says it left what that word names ("I left Globex", "quit Globex", "moved from Lisbon"), or, for a
     question weighing alternatives ("tea or coffee?"), when it says one of the query words the top turn
     matched ("I have switched to coffee"). A turn about someone else ("My sister Priya lives in
-    Toronto") is not followed up for a question about the asker ("Where do I live?"). Later turns
+    Toronto") neither is followed up nor follows one up for a question about the asker ("Where do I live?"). Later turns
     come from the ranking and from one more full-text read of those distinctive words. Undated turns
     are never compared.
     """
@@ -249,7 +249,8 @@ def later_on_topic(r: Reading, ranked: list[Candidate], terms: list[Term],
                                               per_term=tuning.RECENCY_PER_TERM)):
             later.setdefault(h.turn_id, h)
         r.tick()
-    hits = [h for h in later.values() if _CHANGED.search(h.content)]
+    # ... and, for a question about the asker, what someone else did since ("Ruth has moved") changes nothing.
+    hits = [h for h in later.values() if _CHANGED.search(h.content) and not (mine and about_someone_else(h.content))]
     if not hits:
         return {}
     # Words of one kind of fact the question names (slots.expand) count as one word: "job" follows up "work".

@@ -43,8 +43,14 @@ _SOCIAL = frozenset("thanks thank thx ty cheers bye goodbye cya lol haha hahaha 
 #: asks nothing, so it gets no block.
 _COURTESY = _SOCIAL | frozenset(
     """hello hiya howdy yo later morning evening afternoon night good great nice cool awesome perfect fine sure
-    sounds wow alright right see welcome""".split()
+    sounds wow alright right see welcome ok okay much lot lots appreciate appreciated excellent brilliant amazing
+    lovely wonderful super neat""".split()
 )
+#: An acknowledgement or a sign-off whose words are content elsewhere ("that works", "looks good", "nice one",
+#: "see you tomorrow"): a message of these and courtesy alone asks nothing either.
+_ACKNOWLEDGED = re.compile(r"\b(?:(?:see|talk to|talk|speak|catch)\s+(?:you|ya|u)?\s*(?:tomorrow|soon|later|then)|"
+                           r"(?:that|it|this)(?:'s| is)?\s+(?:works|worked|working)|looks?\s+(?:good|great|fine|perfect)|"
+                           r"nice one)\b", re.I)
 _ASK = re.compile(r"\?|\b(remind|recall|remember|tell me|what|when|where|who|which|why|how)\b", re.I)
 CHANGE = re.compile(
     r"\b(chang\w*|used to|before|previous(ly)?|earlier|anymore|no longer|still|switch\w*|moved|former(ly)?|"
@@ -162,7 +168,7 @@ def query_text(msgs: list[Message]) -> tuple[str, str, bool]:
     if not users:
         return "", "", False
     last = question_part(users[-1].text)
-    content = [t for t in query_terms(last) if t not in STOP_WORDS and t not in _COURTESY]
+    content = [t for t in query_terms(_ACKNOWLEDGED.sub(" ", last)) if t not in STOP_WORDS and t not in _COURTESY]
     if not content:
         return "", "", False
     earlier = question_part(users[-2].text) if len(content) < 3 and len(users) > 1 else ""

@@ -127,17 +127,28 @@ _OTHERS = frozenset("""
 _CLAUSE = re.compile(r"[^.!?;]+")
 #: The speaker among a sentence's words.
 _SELF = frozenset("i i'm i've i'd me we we're we've us our".split())
+#: A name as a sentence's subject, in its first words: a capitalised word then a verb that has a subject
+#: ("Oh and Ruth has moved", "Sam can work remotely", "Priya just started at Globex").
+_NAMED_SUBJECT = re.compile(
+    r"^\W*(?i:(?:oh|and|so|also|btw|but|well|anyway|plus|update|news)\b[\s,:!-]*){0,3}"
+    r"(?!I\b|I'|My\b|Our\b|We\b)[A-Z][a-z][\w-]*(?:\s+[A-Z][a-z][\w-]*)?"
+    r"(?:'s)?\s+(?:has|had|is|was|got|gets|can|will|just|finally|started|starts|moved|moves|lives|lived|works|"
+    r"worked|left|quit|joined|took|found|landed|switched)\b")
 #: A name the question ends by addressing ("Where do I work now, Claude?"): not whom it is about.
 _VOCATIVE = re.compile(r",\s*[A-Z][\w'-]*\W*$")
 
 
 def about_someone_else(text: str) -> bool:
     """The turn's first sentence is about someone else: it starts by naming a relative or friend ("My sister Priya
-    lives in Toronto") and never the speaker ("My family and I moved", "After my dad retired I moved", "Our family
-    moved", "Me and my sister moved")."""
+    lives in Toronto"), or a name as its subject ("Oh and Ruth has moved to Edinburgh", "Sam can work remotely"),
+    and never the speaker ("My family and I moved", "After my dad retired I moved", "Our family moved", "Me and my
+    sister moved", "Ruth and I moved")."""
     first = _CLAUSE.search(text)
-    words = tokenize(first.group()) if first else []
-    return bool(_OTHERS & set(words[:4])) and not _SELF & set(words)
+    clause = first.group() if first else ""
+    words = tokenize(clause)
+    if _SELF & set(words):
+        return False
+    return bool(_OTHERS & set(words[:4])) or bool(_NAMED_SUBJECT.search(clause))
 
 
 def asks_about_self(query: str) -> bool:
