@@ -407,3 +407,36 @@ def test_forgetting_a_hooked_session_leaves_its_id_nowhere_and_captures_nothing_
     for where, raw in traces.items():
         assert SHORT_SESSION.encode() not in raw, where
     assert b"session=other-session " in traces["hooks.log"]  # other sessions' lines stay
+
+
+def test_forgetting_a_session_while_it_is_captured_keeps_the_ranking_statistics_exact(store_url, ns):
+    """A reviewer's race (PostgreSQL): a forget could not see a capture's uncommitted new session, so it counted
+    some turns out of the statistics in one statement and deleted more in the next (n_turns 11 over 0 turns), and
+    an append whose session row was deleted under it raised TypeError."""
+    import threading
+
+    stop = threading.Event()
+    failures: list[BaseException] = []
+
+    def forget() -> None:
+        with Memory(store_url, namespace=ns) as m:
+            while not stop.is_set():
+                m.forget_session("s")
+
+    forgetter = threading.Thread(target=forget)
+    forgetter.start()
+    try:
+        with Memory(store_url, namespace=ns) as m:
+            for i in range(120):
+                try:
+                    m.append("s", [{"role": "user", "content": f"hello number {i}"}])
+                except Exception as exc:  # noqa: BLE001 - collected: every append must succeed
+                    failures.append(exc)
+    finally:
+        stop.set()
+        forgetter.join()
+    assert failures == []
+    with Memory(store_url, namespace=ns) as m:
+        stored = len(m.turns("s")) if any(s.session_id == "s" for s in m.sessions()) else 0
+        n, terms = m.store.term_stats(ns, m.store.analyze(["hello"])[0])
+        assert n == stored and sum(df for df, _ in terms.values()) == stored

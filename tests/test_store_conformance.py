@@ -1829,3 +1829,16 @@ def test_entities_lists_the_namespace_s_resolved_entities(store: Store, ns):
     assert next(a for a in hart["aliases"] if a["how"] == "role")["evidence"] == "note: the wife"
     assert store.entities(ns + "_other") == []
     assert Memory(store=store, namespace=ns).entities() == store.entities(ns)
+
+
+def test_a_batch_dates_a_new_session_by_its_turns_as_a_single_capture_does(store_url, ns):
+    """A reviewer's: on PostgreSQL a batch created each session undated first, then kept that date."""
+    from tortoise_sdk import Memory
+
+    turns = [{"role": "user", "content": "x", "timestamp": "2024-05-01T10:00:00Z"}]
+    with Memory(store_url, namespace=ns) as m:
+        m.capture_many([{"session_id": "many", "turns": turns}, {"session_id": "dated", "session_date": "2024-06-02",
+                                                                 "turns": turns}])
+        m.capture("one", turns)
+        dates = {s.session_id: (s.session_date or "")[:10] for s in m.sessions()}
+    assert dates == {"many": "2024-05-01", "dated": "2024-06-02", "one": "2024-05-01"}

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ..models import MEMORY_BLOCK_MARKER, SearchHit
-from ..store.subagent_core import DERIVED_MARKERS
+from ..store.subagent_core import root_session
 from .shapes import Candidate
 
 __all__ = ("header", "outside_host", "parent_session", "pool_outside_host")
@@ -33,8 +33,8 @@ def _held(hit: SearchHit | None, session_id: str | None, held_from: int | None) 
 
 def parent_session(session_id: str) -> str | None:
     """The session that ran the sub-agent whose turns are in ``session_id`` (``<session>:agent-…``), else None."""
-    at = min((i for i in (session_id.find(m, 1) for m in DERIVED_MARKERS) if i > 0), default=-1)
-    return session_id[:at] if at > 0 else None
+    root = root_session(session_id)
+    return root if root != session_id else None
 
 
 def _sub_agent_turn_hidden(hit: SearchHit, session_id: str | None, held_from: int | None) -> bool:

@@ -69,7 +69,7 @@ class ForgetMixin:
             report = ForgetReport(namespace=namespace, subject="session", removed=dict.fromkeys(REPORTED, 0))
             where, args = self._forgotten("session_id", session_id)
             tables = self._session_tables(c)
-            self._lock_sessions(c, namespace, where, args)
+            self._lock_sessions(c, namespace, session_id, where, args)
             sessions = sorted({r[0] for t in tables for r in c.execute(
                 f"SELECT DISTINCT session_id FROM {t} WHERE namespace = {p} AND {where}", [namespace, *args])})
             if not sessions:
@@ -256,8 +256,9 @@ class ForgetMixin:
         """Tables with both a ``namespace`` and a ``session_id`` column, by name."""
         raise NotImplementedError
 
-    def _lock_sessions(self, c: Conn, namespace: str, where: str, args: list[Any]) -> None:
-        """Make concurrent captures of these sessions wait for the forgetting (where the engine needs it)."""
+    def _lock_sessions(self, c: Conn, namespace: str, session_id: str, where: str, args: list[Any]) -> None:
+        """Make concurrent captures of ``session_id`` and its derived sessions (``where``) wait for the forgetting,
+        and the forgetting for captures under way (where the engine needs it)."""
 
     def _unindex_memory(self, c: Conn, memory_id: str) -> None:
         """Before a memory is deleted: drop its full-text entry."""

@@ -17,12 +17,18 @@ from .rows import COUNTER_NAMES, Row, counter_rows, subagent_context
 if TYPE_CHECKING:
     from ..subagent_models import NormalizedFrame
 
-__all__ = ("DERIVED_MARKERS", "SubagentCore", "health_sql", "merge_sql", "owner_sessions")
+__all__ = ("DERIVED_MARKERS", "SubagentCore", "health_sql", "merge_sql", "owner_sessions", "root_session")
 
 Conn = Any
 
 #: What follows a session id in the id of a session derived from it (a sub-agent's own turns).
 DERIVED_MARKERS: tuple[str, ...] = (":agent-", ":task-")
+
+
+def root_session(session_id: str) -> str:
+    """The session ``session_id`` derives from (``<root>:agent-…``, the first marker), or itself."""
+    at = min((i for i in (session_id.find(m, 1) for m in DERIVED_MARKERS) if i > 0), default=-1)
+    return session_id[:at] if at > 0 else session_id
 
 
 def owner_sessions(session_id: str) -> list[str]:

@@ -15,10 +15,17 @@ import psycopg
 
 from ...errors import ReadOnlyStore, StoreError
 from ..forget import ForgetMixin
+from ..subagent_core import root_session
 from .deadline import bound_statements
 from .fts import STAT_SHARDS
 
-__all__ = ("PostgresForgetMixin", "vacuum_schema")
+__all__ = ("SESSION_LOCK", "PostgresForgetMixin", "vacuum_schema")
+
+#: A session's lock, for the transaction: captures of a session and of the sessions derived from it
+#: (``root_session``) take it, and so does forgetting it. A session row lock alone cannot order them: a
+#: capture's new session row (and its turns) is invisible to a forget until committed, so the forget read
+#: turns to take out of the ranking statistics in one statement and deleted more in the next.
+SESSION_LOCK = "SELECT pg_advisory_xact_lock(hashtextextended(%s || chr(31) || %s, 25))"
 
 _UNINDEX_MEMORY = (
     "INSERT INTO fts_stats (tbl, shard, n_rows, n_tokens)"
@@ -72,7 +79,9 @@ class PostgresForgetMixin(ForgetMixin):
             " AND column_name IN ('namespace', 'session_id') GROUP BY table_name HAVING COUNT(*) = 2"
             " ORDER BY table_name")]
 
-    def _lock_sessions(self, c: psycopg.Connection, namespace: str, where: str, args: list[Any]) -> None:
+    def _lock_sessions(self, c: psycopg.Connection, namespace: str, session_id: str, where: str,
+                       args: list[Any]) -> None:
+        c.execute(SESSION_LOCK, (namespace, root_session(session_id)))
         c.execute(f"SELECT 1 FROM sessions WHERE namespace = %s AND {where} ORDER BY session_id FOR UPDATE",
                   [namespace, *args])
 

@@ -39,10 +39,11 @@ from ..capture_plan import new_receipt, plan_append, receipt_row, repeated_tail,
 from ..cursors import CursorMixin
 from ..rows import and_equal
 from ..rows import turn_hit as _hit
+from ..subagent_core import root_session
 from ..vectors import VectorKind, VectorMixin
 from .deadline import POOL_NOISE, Health, bound_statements, connection_class, dropped, is_statement_timeout, watchdog
 from .extraction import PostgresExtractionMixin
-from .forget import PostgresForgetMixin
+from .forget import SESSION_LOCK, PostgresForgetMixin
 from .fts import (
     FTS_CONFIG,
     content_query,
@@ -327,8 +328,12 @@ class PostgresStore(PostgresExtractionMixin, PostgresSubagentMixin, PostgresForg
             stamps: dict[str, datetime] = {}
             for r in requests:
                 stamps.setdefault(r.session_id, utc_now())
-            for session_id in sorted(stamps):
-                self._lock_session(c, namespace, session_id, None, stamps[session_id])
+            # A new session is dated by its first request, as ``_capture_in`` would date it.
+            dates: dict[str, str | None] = {}
+            for r in requests:
+                dates.setdefault(r.session_id, r.session_date)
+            for session_id in sorted(stamps, key=lambda s: (root_session(s), s)):
+                self._lock_session(c, namespace, session_id, dates[session_id], stamps[session_id])
             receipts = [self._capture_in(c, namespace, r) for r in requests]
             self.index_turns(c, namespace, [t for r in receipts if not r.replayed for t in r.turn_ids])
             return receipts
@@ -338,7 +343,13 @@ class PostgresStore(PostgresExtractionMixin, PostgresSubagentMixin, PostgresForg
     def _lock_session(
         self, c: psycopg.Connection, namespace: str, session_id: str, session_date: str | None, now: datetime
     ) -> tuple[bool, str | None]:
-        """Create the session row if absent and lock it; return (created now, stored date)."""
+        """Create the session row if absent and lock it; return (created now, stored date).
+
+        The session's lock (``session_lock``) is taken first, as forgetting takes it: a capture then waits
+        for a forget of its session to commit, and a forget for a capture, whose new session row and turns
+        it could not see (nor lock) before they were committed.
+        """
+        c.execute(SESSION_LOCK, (namespace, root_session(session_id)))
         created = c.execute(
             "INSERT INTO sessions (namespace, session_id, session_date, created_at, updated_at)"
             " VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING RETURNING session_date",
@@ -350,6 +361,8 @@ class PostgresStore(PostgresExtractionMixin, PostgresSubagentMixin, PostgresForg
             "SELECT session_date FROM sessions WHERE namespace = %s AND session_id = %s FOR UPDATE",
             (namespace, session_id),
         ).fetchone()
+        if row is None:  # deleted since (by a writer that does not take the lock): created anew
+            return self._lock_session(c, namespace, session_id, session_date, now)
         return False, row[0]
 
     def _capture_in(self, c: psycopg.Connection, namespace: str, req: CaptureRequest) -> CaptureReceipt:
