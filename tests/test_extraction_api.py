@@ -75,6 +75,30 @@ def test_a_background_capture_that_adds_nothing_counts_the_turns_that_wait(tmp_p
         assert len(mem.memories()) == 7
 
 
+def test_a_retried_background_capture_queues_the_job_its_first_call_died_before(tmp_path: Path, stub_model: Any,
+                                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reviewer's kill -9 between the capture's commit and the queueing: the retry with the same key replayed,
+    no job was ever queued, and `tortoise flush` said nothing was pending."""
+    from tortoise_sdk.store.sqlite import SQLiteStore
+
+    turns = [{"role": "user", "content": "My dog Biscuit is a beagle."}]
+    with mem_for(tmp_path, stub_model(load_recorded_extraction())) as mem:
+        def died(*args: Any, **kwargs: Any) -> None:
+            raise SystemExit("killed")  # the process dies here
+
+        with monkeypatch.context() as m:
+            m.setattr(SQLiteStore, "enqueue_job", died)
+            with pytest.raises(SystemExit):
+                mem.append("s1", turns, idempotency_key="k1", extract="background")
+        assert mem.jobs() == [] and len(mem.turns("s1")) == 1
+        retry = mem.append("s1", turns, idempotency_key="k1", extract="background")
+        assert retry.replayed and retry.extraction is not None and retry.extraction.status == "queued"
+        (job,) = mem.jobs()
+        assert (job.status, job.turns) == ("pending", (0, 0))
+        again = mem.append("s1", turns, idempotency_key="k1", extract="background")  # the job is open: no second one
+        assert again.replayed and [j.job_id for j in mem.jobs()] == [job.job_id]
+
+
 def test_tortoise_model_env_is_the_fallback(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TORTOISE_MODEL", "openai/from-env")
     with Memory(str(tmp_path / "m.db")) as mem:

@@ -326,8 +326,6 @@ class Memory:
         )
         request.extraction = self._report_before_writing(extract)
         receipt = self.store.capture(self.namespace, request)
-        if receipt.replayed:
-            return receipt
         return self._after_capture(receipt, extract, request)
 
     def capture_many(
@@ -1077,8 +1075,10 @@ class Memory:
         return None if self.model else ExtractionReport(status="skipped", reason=NO_MODEL_REASON)
 
     def _after_capture(self, receipt: CaptureReceipt, extract: ExtractMode, request: Any = None) -> CaptureReceipt:
-        if extract is False or not self.model or receipt.replayed:
+        if extract is False or not self.model:
             return receipt
+        if receipt.replayed:
+            return self._after_replay(receipt, extract)
         if receipt.turns_stored == 0 and not self._turns_wait(receipt.session_id):
             return self._store_report(receipt, ExtractionReport(
                 status="skipped", reason=NO_NEW_TURNS_REASON))
@@ -1091,14 +1091,34 @@ class Memory:
             job = self.store.enqueue_job(self.namespace, receipt.session_id, receipt.receipt_id,
                                          waiting_turns=waiting, waiting_in_all=not receipt.turns_stored,
                                          due_after_turns=self.extract_every, idle_s=self.idle_s)
-            due = "now" if job.due_at is None else f"at {job.due_at.isoformat(timespec='seconds')}"
-            return self._store_report(receipt, ExtractionReport(
-                status="queued", job_id=job.job_id,
-                reason=f"due {due} ({job.waiting_turns} of {self.extract_every} evidence turns waiting, or "
-                       f"{self.idle_s:g} s without a capture); run by `tortoise worker` or mem.process_pending(), "
-                       "now by mem.flush() or `tortoise flush`"))
+            return self._store_report(receipt, self._queued(job))
         report = self._extract(receipt.session_id, receipt)
         return receipt.model_copy(update={"extraction": report})
+
+    def _queued(self, job: JobInfo) -> ExtractionReport:
+        """The report of a capture whose extraction is the background ``job``."""
+        due = "now" if job.due_at is None else f"at {job.due_at.isoformat(timespec='seconds')}"
+        return ExtractionReport(
+            status="queued", job_id=job.job_id,
+            reason=f"due {due} ({job.waiting_turns} of {self.extract_every} evidence turns waiting, or "
+                   f"{self.idle_s:g} s without a capture); run by `tortoise worker` or mem.process_pending(), "
+                   "now by mem.flush() or `tortoise flush`")
+
+    def _after_replay(self, receipt: CaptureReceipt, extract: ExtractMode) -> CaptureReceipt:
+        """A retried background capture queues the job its first call may not have (the process died between
+        the capture's commit and the queueing): when turns wait past the watermark and no job of the session is
+        open. A retried inline one extracts nothing again: its first call may still be extracting (a client
+        that timed out), so the waiting turns are left to the session's next capture or ``extract``."""
+        sid = receipt.session_id
+        if extract != "background" or not self._turns_wait(sid):
+            return receipt
+        if any(j.session_id == sid for status in ("pending", "running")
+               for j in self.store.jobs(self.namespace, status=status)):
+            return receipt
+        job = self.store.enqueue_job(self.namespace, sid, receipt.receipt_id,
+                                     waiting_turns=self._waiting_evidence(sid), waiting_in_all=True,
+                                     due_after_turns=self.extract_every, idle_s=self.idle_s)
+        return self._store_report(receipt, self._queued(job))
 
     def _turns_wait(self, session_id: str) -> bool:
         """Whether stored turns of the session wait for extraction (past its watermark: an earlier run failed, or
@@ -1292,7 +1312,7 @@ class Memory:
             request.session_date = utc_now().isoformat()
         request.extraction = self._report_before_writing(extract)
         receipt = self.store.capture(self.namespace, request)
-        return receipt if receipt.replayed else self._after_capture(receipt, extract, request)
+        return self._after_capture(receipt, extract, request)
 
     def namespaces(self) -> list[NamespaceInfo]:
         """Every namespace of the store that holds data, with its session, turn and live memory counts.

@@ -63,6 +63,7 @@ def timeout_error(what: str, bound_s: float | None) -> StoreTimeout:
     limit = "its time budget" if scope else f"store_timeout_s={bound_s:g}s" if bound_s is not None else "its deadline"
     return StoreTimeout(
         f"{what} did not finish within {limit}: the database is locked by another writer, overloaded, "
-        "frozen or unreachable; check it and retry (a retried capture stores nothing twice), or raise "
-        "Memory(store_timeout_s=...)"
+        "frozen or unreachable; check it and retry, or raise Memory(store_timeout_s=...). A write cut at its "
+        "commit may have been stored: retry a capture with the same idempotency_key (or capture() the whole "
+        "session), so that it stores nothing twice"
     )
