@@ -693,3 +693,29 @@ def test_lines_of_another_session_are_not_captured_and_are_logged(monkeypatch, c
         whole.ingest(SHORT)
         assert stored_turns(mem) == stored_turns(whole)
     assert "lines of session 'other-session' not captured" in (tmp_path / "hooks.log").read_text()
+
+
+def test_following_plain_turn_lines_without_ids_stores_each_line_once(tmp_path) -> None:
+    """A reviewer's: a second follow read "three", "four" as turns 0 and 1 (a CaptureConflict, and the cursor moved
+    on: lost), and a repeated "one" was taken silently for the stored turn 0."""
+    path = tmp_path / "t.jsonl"
+
+    def add(*texts: str) -> None:
+        with path.open("a") as f:
+            for i, text in enumerate(texts):
+                f.write(json.dumps({"role": "user" if i % 2 == 0 else "assistant", "content": text}) + "\n")
+
+    with Memory(str(tmp_path / "m.db"), namespace="a") as mem:
+        add("one", "two")
+        assert mem.follow(path, session_id="S").turns_stored == 2
+        add("three", "four")
+        second = mem.follow(path, session_id="S")
+        assert (second.turns_stored, second.errors) == (2, [])
+        add("one")
+        assert mem.follow(path, session_id="S").turns_stored == 1
+        assert [h.content for h in mem.turns("S")] == ["one", "two", "three", "four", "one"]
+        # Read again from the start (the cursor gone, as after a crash before it was saved): nothing twice.
+        mem.save_cursor(mem.cursor(f"follow:{path.resolve()}").name, {}, revision=mem.cursor(
+            f"follow:{path.resolve()}").revision)
+        assert mem.follow(path, session_id="S").turns_stored == 0
+        assert len(mem.turns("S")) == 5

@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import stat
+from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -14,9 +15,9 @@ from pydantic import Field
 
 from .errors import StreamParseError
 from .models import CaptureReceipt, DeferredModel, Diagnostic, SubagentCounters
-from .streams.base import ParseReport
+from .streams.base import ParsedStream, ParseReport, TurnEvent
 
-__all__ = ("FollowedFile", "IngestReport", "TailSpan", "follow_state", "tail_span")
+__all__ = ("FollowedFile", "IngestReport", "TailSpan", "follow_state", "tail_span", "with_line_ids")
 
 
 class IngestReport(DeferredModel):
@@ -226,3 +227,27 @@ def _prefix_check(f: FollowedFile, offset: int) -> str:
     """A digest of the first and the last ``CHECK_BYTES`` bytes before ``offset``."""
     head, tail = f.read(0, min(offset, CHECK_BYTES)), f.read(max(0, offset - CHECK_BYTES), min(offset, CHECK_BYTES))
     return hashlib.sha256(b"%d:" % offset + head + b"\x00" + tail).hexdigest()
+
+
+def with_line_ids(parsed: ParsedStream) -> ParsedStream:
+    """A followed file's id-less turns (plain turn JSONL) with their line as their id: ``L<line>``, ``L<line>.<k>``
+    for the k-th turn of one line.
+
+    A follow reads only the lines after its cursor, so such a turn's position in what it read is not its
+    position in the session (a second read would take "three" for the stored turn 0 and conflict, or, said
+    again, skip it as stored). Its line is its identity in the file whatever part of it is read, so a read
+    again after a crash, or from the start of a file that was rewritten, stores nothing twice.
+    """
+    if all(e.turn.id is not None or e.line is None for e in parsed.events):
+        return parsed
+    seen: Counter[int] = Counter()
+    events: list[TurnEvent] = []
+    for e in parsed.events:
+        if e.turn.id is None and e.line is not None:
+            k, seen[e.line] = seen[e.line], seen[e.line] + 1
+            e = e.model_copy(update={"turn": e.turn.model_copy(update={"id": f"L{e.line}" + (f".{k}" if k else "")})})
+        events.append(e)
+    sessions: dict[str, list] = {}
+    for e in events:
+        sessions.setdefault(e.session_id, []).append(e.turn)
+    return parsed.model_copy(update={"events": events, "sessions": sessions})

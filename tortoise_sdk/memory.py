@@ -637,7 +637,9 @@ class Memory:
         stopped. Only complete lines are read: a line still being written waits for the next
         call (a last line with no newline is read once it is a whole JSON object, and read again
         by the next call). Earlier lines still teach the parser their ids, so the new lines yield
-        exactly what ``ingest`` of the whole file yields for them. A file that shrank or whose read
+        exactly what ``ingest`` of the whole file yields for them; a turn with no id of its own (plain turn
+        JSONL) takes its line's (``L12``), since its position in the lines read is not its place in the
+        session (``ingest.with_line_ids``). A file that shrank or whose read
         part changed (rewritten) is read again from its start (``report.restarted``); turns
         already stored are skipped, so nothing is captured twice. With ``max_bytes``, at most
         that many bytes of new lines are read (always at least one line); the rest waits for the
@@ -654,7 +656,7 @@ class Memory:
         """
         from pathlib import Path
 
-        from .ingest import MAX_LINE_BYTES, FollowedFile, IngestReport, follow_state, tail_span
+        from .ingest import MAX_LINE_BYTES, FollowedFile, IngestReport, follow_state, tail_span, with_line_ids
         from .streams import parse_stream
         from .streams.base import ParseReport, SkippedLine
 
@@ -681,8 +683,9 @@ class Memory:
             elif span.end > span.start:
                 new = f.read(span.start, span.end - span.start)
                 ended = new.split(b"\n")  # after a last newline, an empty piece; else a last line read whole
-                parsed = parse_stream(itertools.chain(f.lines(span.start), ended[:-1] if ended[-1] == b"" else ended),
-                                      fmt, source=source, session_id=session_id, skip_lines=span.skip_lines)
+                parsed = with_line_ids(parse_stream(
+                    itertools.chain(f.lines(span.start), ended[:-1] if ended[-1] == b"" else ended),
+                    fmt, source=source, session_id=session_id, skip_lines=span.skip_lines))
                 others = _other_sessions(parsed, only_session)
                 report = self._ingest_parsed(parsed, source, extract)
                 report.errors.extend(others)
