@@ -49,7 +49,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         "tortoise_sdk.adapters.langchain needs LangChain v1: " + install_hint("langchain")
     ) from exc
 
-from ..models import MEMORY_BLOCK_MARKER, MemoryBlock
+from ..models import MEMORY_BLOCK_MARKER, MemoryBlock, without_memory_blocks
 from ._common import DEFAULT_SHOWN_TURNS, MemoryAdapter, check_memory, tool_use_text
 
 if TYPE_CHECKING:
@@ -212,7 +212,10 @@ class MemoryCallbackHandler(BaseCallbackHandler):
     def on_chat_model_start(self, serialized: dict[str, Any], messages: list[list[BaseMessage]], *,
                             run_id: UUID, metadata: dict[str, Any] | None = None, **kwargs: Any) -> None:
         try:
-            last_user = next((m for m in reversed(messages[0]) if isinstance(m, HumanMessage)), None) if messages else None
+            # The user's message is the call's last one (system text aside); after it, a tool loop's later calls
+            # send the replies and tool results of the same exchange, and its user message is recorded already.
+            said = [m for m in (messages[0] if messages else ()) if not isinstance(m, SystemMessage)]
+            last_user = said[-1] if said and isinstance(said[-1], HumanMessage) else None
             sid = self.session_id or str((metadata or {}).get("thread_id") or DEFAULT_SESSION)
             with self._lock:
                 self._pending[run_id] = (sid, last_user)
@@ -267,14 +270,16 @@ def _turn(m: BaseMessage | None) -> dict[str, Any] | None:
     """
     if m is None or isinstance(m, SystemMessage):
         return None
-    role = _ROLES.get(type(m)) or {"human": "user", "ai": "assistant", "tool": "tool"}.get(m.type)
+    role = _role(m)
     calls = list(getattr(m, "tool_calls", None) or [])
     # What is not text (an image the user sent) is kept as its kind, so that the turn is not lost.
     attached = " ".join(f"[{part['type'].removesuffix('_url')}]" for part in (m.content if isinstance(m.content, list) else ())
-                        if isinstance(part, dict) and part.get("type") not in (None, "text", "tool_use"))
-    text = "\n".join(p for p in (m.text.strip(), attached, *(tool_use_text(c.get("name"), c.get("args")) for c in calls))
-                     if p)
-    if role is None or not text or m.text.startswith(MEMORY_BLOCK_MARKER):
+                        if isinstance(part, dict) and part.get("type") not in _NOT_ATTACHED)
+    said = m.text.strip()
+    if said.startswith(MEMORY_BLOCK_MARKER):  # an injected block: what was typed after it, if anything
+        said = without_memory_blocks(said)
+    text = "\n".join(p for p in (said, attached, *(tool_use_text(c.get("name"), c.get("args")) for c in calls)) if p)
+    if role is None or not text:
         return None
     turn: dict[str, Any] = {"role": role, "content": text, "id": _turn_id(m)}
     if getattr(m, "name", None):
@@ -286,13 +291,24 @@ def _turn(m: BaseMessage | None) -> dict[str, Any] | None:
 
 
 _ROLES: dict[type, str] = {HumanMessage: "user", AIMessage: "assistant", ToolMessage: "tool"}
+#: Content parts that are no attachment: text, tool calls (kept from ``tool_calls``), and a model's reasoning
+#: (extended thinking, reasoning summaries: its working, not what it said).
+_NOT_ATTACHED = frozenset({None, "text", "tool_use", "tool_call", "tool_call_chunk", "invalid_tool_call", "thinking",
+                           "redacted_thinking", "reasoning", "server_tool_call", "server_tool_call_chunk",
+                           "server_tool_result"})
+
+
+def _role(m: BaseMessage) -> str | None:
+    """The turn role of a message, a streamed chunk too (``AIMessageChunk`` is an ``AIMessage``)."""
+    return next((role for kind, role in _ROLES.items() if isinstance(m, kind)), None) or {
+        "human": "user", "ai": "assistant", "tool": "tool"}.get(m.type)
 
 
 def _turn_id(m: BaseMessage) -> str:
     """The turn's identity on re-capture: the message id; without one, the same text is the same turn."""
     if m.id:
         return str(m.id)
-    role = _ROLES.get(type(m)) or m.type
+    role = _role(m) or m.type
     calls = ",".join(str(c.get("id")) for c in getattr(m, "tool_calls", None) or [])
     return f"{role}-{hashlib.sha256((m.text + calls).encode()).hexdigest()[:20]}"
 

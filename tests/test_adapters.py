@@ -188,6 +188,41 @@ def test_callback_handler_keeps_a_repeated_id_less_user_message(mem):
         ("user", "yes"), ("assistant", "Shall I book it?"), ("user", "yes"), ("assistant", "Booked.")]
 
 
+def test_callback_handler_records_a_user_message_once_across_a_tool_loop(mem):
+    """A reviewer's: each model call of a hand-written tool loop recorded the user's message again."""
+    from langchain_core.messages import ToolMessage
+
+    handler = MemoryCallbackHandler(mem, "loop", extract=False)
+    calls = AIMessage("", tool_calls=[{"name": "add", "args": {"a": 1, "b": 2}, "id": "c1"}])
+    model = GenericFakeChatModel(messages=iter([calls, AIMessage("It is 3.")]))
+    first = model.invoke([HumanMessage("What is 1+2?")], config={"callbacks": [handler]})
+    model.invoke([HumanMessage("What is 1+2?"), first, ToolMessage("3", tool_call_id="c1")],
+                 config={"callbacks": [handler]})
+    assert [(t.role, t.content) for t in mem.turns("loop")] == [
+        ("user", "What is 1+2?"), ("assistant", "[tool_use add a=1 b=2]"), ("assistant", "It is 3.")]
+
+
+def test_callback_handler_records_a_streamed_reply(mem):
+    """A reviewer's: a streamed reply ends as an AIMessageChunk, whose type no role was found for: dropped."""
+    handler = MemoryCallbackHandler(mem, "S", extract=False)
+    for _ in GenericFakeChatModel(messages=iter([AIMessage("streamed reply")])).stream(
+            [HumanMessage("stream me")], config={"callbacks": [handler]}):
+        pass
+    assert [(t.role, t.content) for t in mem.turns("S")] == [("user", "stream me"), ("assistant", "streamed reply")]
+
+
+def test_a_model_s_reasoning_is_not_kept_as_an_attachment_and_a_pasted_block_leaves_the_question():
+    from tortoise_sdk.adapters.langchain import _turn
+
+    thought = AIMessage(content=[{"type": "thinking", "thinking": "hmm"}, {"type": "reasoning", "reasoning": "so"},
+                                 {"type": "text", "text": "Hi"}, {"type": "image_url", "image_url": {"url": "x"}}])
+    assert _turn(thought)["content"] == "Hi\n[image]"
+    pasted = HumanMessage(f"{MEMORY_BLOCK_MARKER} Retrieved ...\n1. (memory) \"x\"\n[/tortoise memory]\n\n"
+                          "what breed is my dog?")
+    assert _turn(pasted)["content"] == "what breed is my dog?"
+    assert _turn(HumanMessage(f"{MEMORY_BLOCK_MARKER} only a block [/tortoise memory]")) is None
+
+
 def test_callback_handler_swallows_store_failures(mem, monkeypatch):
     _break_store(mem, monkeypatch)
     model = fake("fine")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import warnings
 from collections.abc import Mapping
 from datetime import datetime, timezone
@@ -24,6 +25,7 @@ __all__ = (
     "JobStatus",
     "LaunchingCall",
     "MEMORY_BLOCK_END",
+    "MEMORY_BLOCK",
     "MEMORY_BLOCK_MARKER",
     "MemoryBlock",
     "MemoryRecord",
@@ -44,6 +46,7 @@ __all__ = (
     "tool_call",
     "tool_use_text",
     "utc_now",
+    "without_memory_blocks",
 )
 
 Role = Literal["user", "assistant", "system", "tool"]
@@ -55,6 +58,14 @@ JobStatus = Literal["pending", "running", "done", "failed"]
 #: never new evidence: extraction does not ground on it.
 MEMORY_BLOCK_MARKER = "[tortoise memory]"
 MEMORY_BLOCK_END = "[/tortoise memory]"
+#: A memory block in a text, from its marker to its end line (or the end of the text).
+MEMORY_BLOCK = re.compile(re.escape(MEMORY_BLOCK_MARKER) + r".*?(?:" + re.escape(MEMORY_BLOCK_END) + r"|\Z)", re.DOTALL)
+
+
+def without_memory_blocks(text: str) -> str:
+    """``text`` with every memory block in it taken out: what a person typed after a block a host pasted
+    into their message ("[tortoise memory] ... [/tortoise memory]\n\nwhat breed is my dog?")."""
+    return MEMORY_BLOCK.sub(" ", text).strip()
 ROLES: tuple[str, ...] = ("user", "assistant", "system", "tool")
 
 

@@ -38,7 +38,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..models import MEMORY_BLOCK_END, MEMORY_BLOCK_MARKER, Diagnostic, SearchHit, Turn
+from ..models import MEMORY_BLOCK, MEMORY_BLOCK_MARKER, Diagnostic, SearchHit, Turn
 from ..store.plan import SourcePlan
 from ..text import norm_name, norm_quote
 from .merge import Entity, Proposal, _Grounded
@@ -56,7 +56,6 @@ _WORDS = re.compile(r"\w+(?:'\w+)*")
 _ELISION = re.compile(r"\.{3,}")
 _NEGATING_PREFIXES = frozenset({"un", "in", "im", "il", "ir", "dis", "non", "anti", "mis"})
 _NEGATING_SUFFIX = re.compile(r"n't|not")
-_BLOCK = re.compile(re.escape(MEMORY_BLOCK_MARKER) + r".*?(?:" + re.escape(MEMORY_BLOCK_END) + r"|\Z)", re.DOTALL)
 
 
 def is_evidence(turn: SearchHit | Turn, metadata: Mapping[str, Any] | None) -> bool:
@@ -112,9 +111,9 @@ def ground(proposal: Proposal, turns: Sequence[SearchHit], context: Sequence[Sea
     whose quote is only there is rejected, so a window's memories cite its own turns.
     """
     by_index = {t.index: t for t in turns}
-    cleaned = {t.index: _BLOCK.sub(" ", t.content) for t in turns}
+    cleaned = {t.index: MEMORY_BLOCK.sub(" ", t.content) for t in turns}
     keys = {index: match_key(text) for index, text in cleaned.items()}
-    context_keys = {t.index: match_key(_BLOCK.sub(" ", t.content)) for t in context}
+    context_keys = {t.index: match_key(MEMORY_BLOCK.sub(" ", t.content)) for t in context}
     warnings: list[Diagnostic] = []
     rejected = 0
     out: dict[str, list[Grounded]] = {"events": [], "points": [], "retractions": []}
