@@ -31,6 +31,7 @@ import asyncio
 import hashlib
 import logging
 import threading
+from collections import Counter
 from collections.abc import Awaitable, Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -180,8 +181,36 @@ class MemoryMiddleware(MemoryAdapter, AgentMiddleware):
     def after_agent(self, state: Any, runtime: Any) -> dict[str, Any] | None:
         if self.capture:
             messages = state.get("messages", []) if isinstance(state, dict) else []
-            self._capture(self._session, (_turn(m) for m in messages))
+            self._capture(self._session, self._new_turns(messages))
         return None
+
+    def _new_turns(self, messages: Sequence[BaseMessage]) -> list[dict[str, Any] | None]:
+        """The state's messages as turns, those already stored left out when no checkpointer keeps the thread.
+
+        Ids are the turns' identity, so a checkpointed thread's newest messages are enough (its whole
+        state would pass ``max_turns_per_capture`` and capture nothing more, ever). Without a checkpointer
+        the host sends its history again each run, and LangGraph gives every message without an id a new
+        random one: by those ids each run stored the whole history again. The k-th message of a role and
+        text is then stored once it is not among the session's stored turns k times over.
+        """
+        turns = [_turn(m) for m in messages]
+        if not _checkpointed():
+            try:
+                stored = Counter((t.role, t.content) for t in self.mem.turns(self._session()))
+            except Exception as exc:  # noqa: BLE001 - the capture goes on; it may store some turns again
+                log.warning("tortoise: stored turns not read, the history may be stored again: %s", exc)
+                stored = Counter()
+            seen: Counter[tuple[str, str]] = Counter()
+            kept = []
+            for turn in turns:
+                if turn is not None:
+                    key = (turn["role"], turn["content"])
+                    seen[key] += 1
+                    if seen[key] <= stored[key]:
+                        continue
+                kept.append(turn)
+            turns = kept
+        return turns[-self.mem.max_turns_per_capture:]
 
     async def aafter_agent(self, state: Any, runtime: Any) -> dict[str, Any] | None:
         return await asyncio.to_thread(self.after_agent, state, runtime)
@@ -312,6 +341,17 @@ def _turn_id(m: BaseMessage) -> str:
     calls = ",".join(str(c.get("id")) for c in getattr(m, "tool_calls", None) or [])
     return f"{role}-{hashlib.sha256((m.text + calls).encode()).hexdigest()[:20]}"
 
+
+
+def _checkpointed() -> bool:
+    """Whether the graph run keeps its state in a checkpointer (else: unknown, taken as kept)."""
+    try:
+        from langgraph.config import get_config
+
+        configurable = get_config().get("configurable", {})
+    except Exception:  # outside a graph run
+        return True
+    return "__pregel_checkpointer" not in configurable or configurable["__pregel_checkpointer"] is not None
 
 
 def _thread_id() -> str | None:

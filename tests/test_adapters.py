@@ -164,7 +164,34 @@ def test_async_agent(mem):
     assert len(mem.turns("chat-4")) == 2
 
 
-# -- callback handler -------------------------------------------------------------------------------
+def test_without_a_checkpointer_the_history_sent_again_is_not_stored_again(mem):
+    """A reviewer's: LangGraph gives each id-less message a new id every run, so each run stored the whole history
+    again ("Hi, I'm Maya" twice after two runs, and more with each)."""
+    agent = create_agent(fake("Hi Maya.", "Beagle.", "Yes."), [], middleware=[MemoryMiddleware(mem, extract=False)])
+    config = {"configurable": {"thread_id": "chat"}}
+    history: list[dict[str, str]] = []
+    for said in ("Hi, I'm Maya", "My dog is a beagle", "Hi, I'm Maya"):
+        history.append({"role": "user", "content": said})
+        reply = agent.invoke({"messages": history}, config)["messages"][-1].content
+        history.append({"role": "assistant", "content": reply})
+    assert [(t.role, t.content) for t in mem.turns("chat")] == [
+        ("user", "Hi, I'm Maya"), ("assistant", "Hi Maya."), ("user", "My dog is a beagle"), ("assistant", "Beagle."),
+        ("user", "Hi, I'm Maya"), ("assistant", "Yes.")]  # said twice, kept twice
+
+
+def test_a_thread_longer_than_one_capture_allows_goes_on_being_captured(tmp_path):
+    """A reviewer's: once a checkpointed thread held max_turns_per_capture messages, nothing more was captured."""
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    with Memory(str(tmp_path / "m.db"), namespace="n", max_turns_per_capture=6) as m:
+        agent = create_agent(fake(*(f"reply {i}" for i in range(5))), [],
+                             middleware=[MemoryMiddleware(m, extract=False)], checkpointer=InMemorySaver())
+        for i in range(5):
+            agent.invoke({"messages": [HumanMessage(f"message {i}")]}, {"configurable": {"thread_id": "long"}})
+        assert len(m.turns("long")) == 10
+
+
+# -- callback handler ----# -- callback handler -------------------------------------------------------------------------------
 
 
 def test_callback_handler_records_turns_from_any_runnable(mem):
