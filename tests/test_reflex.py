@@ -302,6 +302,22 @@ def test_someone_else_s_later_news_neither_leads_nor_supersedes_the_askers_fact(
         assert not any(p.superseded for p in pointers if not p.synopsis.startswith("I'm a paralegal"))
 
 
+def test_a_later_change_said_in_a_team_s_words_follows_up_the_earlier_decision(tmp_path):
+    """A reviewer's: "Change of plan ... Make it 5 business days" and "Updated match.py to a 5 business-day window"
+    said no word of the change list, so the 3-day turn led, unflagged."""
+    sessions = [("s1", "2024-09-18", [
+        ("user", "The matcher: we match a bank line to an invoice by exact amount and a reference regex; fuzzy date "
+                 "window of 3 days."),
+        ("assistant", "Implemented in match.py: exact amount, reference regex, plus or minus 3 days.")]),
+        ("s2", "2024-10-01", [
+            ("user", "Change of plan on the date window: finance says 3 days is too tight. Make it 5 business days."),
+            ("assistant", "Updated match.py to a 5 business-day window using numpy.busday_count.")])]
+    with _said(sessions, tmp_path) as m:
+        said = [(p.synopsis[:39], p.superseded) for p in ask(m, "what's the date window for matching right now?").pointers]
+        assert said[0][0].startswith(("Updated match.py", "Change of plan")) and not said[0][1], said
+        assert ("The matcher: we match a bank line to an", True) in said, said
+
+
 @pytest.mark.parametrize("question", ["Do I drink tea or coffee now?", "Do I drink tea or coffee these days?"])
 def test_a_switch_between_alternatives_follows_up_the_earlier_preference(tmp_path, question):
     sessions = [("s1", "2024-01-01", [("user", "I prefer tea over coffee, green tea mostly."),
