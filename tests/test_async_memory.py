@@ -153,6 +153,31 @@ def test_every_public_memory_verb_has_an_async_form():
     assert not missing, f"AsyncMemory lacks {missing} (add them, or list them as sync-only in its docstring)"
 
 
+def test_every_async_verb_takes_the_sync_verb_s_arguments():
+    """A reviewer's: AsyncMemory.capture_many had no progress=, though the docs say the verbs are the same."""
+    import inspect
+
+    from tortoise_sdk import AsyncMemory, Memory
+    from tortoise_sdk.async_memory import SYNC_ONLY
+
+    verbs = {n for n, f in inspect.getmembers(Memory, inspect.isfunction) if not n.startswith("_")} - SYNC_ONLY
+    def named(fn: object) -> set[str]:
+        return {n for n, p in inspect.signature(fn).parameters.items()  # type: ignore[arg-type]
+                if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+
+    def forwards_all(fn: object) -> bool:
+        return any(p.kind == p.VAR_KEYWORD for p in inspect.signature(fn).parameters.values())  # type: ignore[arg-type]
+
+    lacking = {v: sorted(named(getattr(Memory, v)) - named(getattr(AsyncMemory, v))) for v in sorted(verbs)
+               if not forwards_all(getattr(AsyncMemory, v))}
+    assert {v: p for v, p in lacking.items() if p} == {}
+    assert {n for n, v in vars(Memory).items() if isinstance(v, property)} <= {
+        n for n, v in vars(AsyncMemory).items() if isinstance(v, property)}
+    am = AsyncMemory(":memory:", model="openai/x")
+    assert (am.model, am.embedder_model) == ("openai/x", None)
+    am.sync.close()
+
+
 def test_forwarded_verbs_reach_the_wrapped_memory(tmp_path):
     import asyncio
 

@@ -72,6 +72,16 @@ class AsyncMemory:
     def namespace(self) -> str:
         return self.sync.namespace
 
+    @property
+    def model(self) -> str | None:
+        """The extraction model (``Memory.model``), None without one."""
+        return self.sync.model
+
+    @property
+    def embedder_model(self) -> str | None:
+        """``Memory.embedder_model``."""
+        return self.sync.embedder_model
+
     def __repr__(self) -> str:
         return f"Async{self.sync!r}"
 
@@ -106,9 +116,11 @@ class AsyncMemory:
                                session_date=session_date, extract=extract)
 
     async def capture_many(self, sessions: Sequence[Mapping[str, Any]], *, extract: ExtractMode = None,
-                           chunk_size: int | None = None) -> list[CaptureReceipt]:
-        """``Memory.capture_many``."""
-        return await self._run(self.sync.capture_many, sessions, extract=extract, chunk_size=chunk_size)
+                           chunk_size: int | None = None,
+                           progress: Callable[[int, int], None] | None = None) -> list[CaptureReceipt]:
+        """``Memory.capture_many``; ``progress`` is called from the thread the batch runs in."""
+        return await self._run(self.sync.capture_many, sessions, extract=extract, chunk_size=chunk_size,
+                               progress=progress)
 
     async def remember(self, text: str, *, kind: Literal["event", "point"] = "point",
                        about: Sequence[str] | Mapping[str, str] = (),
