@@ -251,6 +251,10 @@ def test_the_compacted_header_is_only_for_a_host_that_said_what_it_holds(tmp_pat
                            {"role": "assistant", "content": "Porto is lovely"}])
         ask = [{"role": "user", "content": "where does Clara live?"}]
         block = mem.context(ask, session_id="h1")
-        assert block.pointers and "earlier conversations" in block.block.splitlines()[0]
+        # Nor "this user's earlier conversations": a reviewer's host trimmed its history, and was told so of a turn of
+        # the conversation under way.
+        assert block.pointers and "from earlier turns of this session." in block.block.splitlines()[0]
+        other = mem.context(ask, session_id="h2")
+        assert "earlier conversations" in other.block.splitlines()[0]
         compacted = mem.context(ask, session_id="h1", held_from=5)  # the host holds h1 from turn 5 on
         assert "compacted out of your context" in compacted.block.splitlines()[0]
