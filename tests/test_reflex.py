@@ -302,6 +302,25 @@ def test_someone_else_s_later_news_neither_leads_nor_supersedes_the_askers_fact(
         assert not any(p.superseded for p in pointers if not p.synopsis.startswith("I'm a paralegal"))
 
 
+@pytest.mark.parametrize("later", ["Please update the README to document the 3 day date window for matching.",
+                                   "I couldn't make it to the standup, was the date window for matching discussed?"])
+def test_a_request_to_update_or_a_missed_meeting_supersedes_nothing(tmp_path, later):
+    sessions = [("s1", "2024-09-18", [("user", "We match bank lines with a fuzzy date window of 3 days.")]),
+                ("s2", "2024-10-01", [("user", later)])]
+    with _said(sessions, tmp_path) as m:
+        assert not any(p.superseded for p in ask(m, "what's the date window for matching right now?").pointers)
+
+
+def test_a_question_made_of_acknowledgement_words_still_asks(tmp_path):
+    """The verification pass: "how much was it?" and "is it working?" went silent with the acknowledgement rule."""
+    with _said([("s1", "2024-05-01", [("user", "I booked the flights to Lisbon for 420 euros."),
+                                      ("user", "The invoice matcher on postgres is live.")])], tmp_path) as m:
+        for window in (["About the flights to Lisbon I booked.", "how much was it?"],
+                       ["About the invoice matcher on postgres.", "is it working?"]):
+            block = m.context([{"role": "user", "content": w} for w in window], time_budget_ms=None)
+            assert block.pointers, window
+
+
 def test_a_later_change_said_in_a_team_s_words_follows_up_the_earlier_decision(tmp_path):
     """A reviewer's: "Change of plan ... Make it 5 business days" and "Updated match.py to a 5 business-day window"
     said no word of the change list, so the 3-day turn led, unflagged."""
@@ -352,6 +371,8 @@ def test_the_present_simple_about_a_changing_fact_asks_how_things_stand_now(ques
     # a name as the subject (a reviewer's: "Ruth has moved" superseded the asker's new job)
     ("Oh and Ruth has moved to Edinburgh.", True), ("Sam can work remotely.", True), ("Ruth and I moved.", False),
     ("Priya just started at Globex.", True), ("Helix Health hired me.", False),
+    ("Monday was my first day at Initech.", False), ("Python is my main language.", False),
+    ("Netflix finally renewed my contract.", False),
     ("I got it! York City Council offered me the job.", False)])
 def test_a_turn_about_someone_else_names_them_and_never_the_speaker(text, other):
     from tortoise_sdk.reflex.slots import about_someone_else

@@ -17,8 +17,8 @@ from .shapes import Candidate, Reading, Term, session_day
 # A turn that says things changed: what a later turn must say to outrank an earlier one.
 _CHANGED = re.compile(
     r"\b(now|currently|these days|nowadays|anymore|any more|no longer|used to|left|quit|moved|switched|"
-    r"started|joined|changed?|stopped|instead|new|since|update[ds]?|updating|restored|re-?enabled?|reverted|"
-    r"replaced|upgraded|bumped|make it|from now on|going forward)\b", re.I)
+    r"started|joined|changed|change of plans?|stopped|instead|new|since|updated|restored|re-?enabled|reverted|"
+    r"replaced|upgraded|bumped|from now on|going forward)\b", re.I)
 
 #: A question that weighs alternatives: "Do I drink tea or coffee now?"
 _ALTERNATIVES = re.compile(r"\b\w+ or \w+\b", re.I)

@@ -43,9 +43,11 @@ _SOCIAL = frozenset("thanks thank thx ty cheers bye goodbye cya lol haha hahaha 
 #: asks nothing, so it gets no block.
 _COURTESY = _SOCIAL | frozenset(
     """hello hiya howdy yo later morning evening afternoon night good great nice cool awesome perfect fine sure
-    sounds wow alright right see welcome ok okay much lot lots appreciate appreciated excellent brilliant amazing
-    lovely wonderful super neat""".split()
+    sounds wow alright right see welcome ok okay appreciate appreciated excellent brilliant amazing lovely wonderful
+    super neat""".split()
 )
+#: ... and, in a message that asks nothing, these too ("thanks so much", "thanks a lot"; "how much was it?" asks).
+_THANKS_A_LOT = frozenset("much lot lots".split())
 #: An acknowledgement or a sign-off whose words are content elsewhere ("that works", "looks good", "nice one",
 #: "see you tomorrow"): a message of these and courtesy alone asks nothing either.
 _ACKNOWLEDGED = re.compile(r"\b(?:(?:see|talk to|talk|speak|catch)\s+(?:you|ya|u)?\s*(?:tomorrow|soon|later|then)|"
@@ -168,11 +170,15 @@ def query_text(msgs: list[Message]) -> tuple[str, str, bool]:
     if not users:
         return "", "", False
     last = question_part(users[-1].text)
-    content = [t for t in query_terms(_ACKNOWLEDGED.sub(" ", last)) if t not in STOP_WORDS and t not in _COURTESY]
+    asks = bool(_ASK.search(last))
+    # An acknowledgement ("that works", "looks good") is one only in a message that asks nothing: "is it working?"
+    said = last if asks else _ACKNOWLEDGED.sub(" ", last)
+    content = [t for t in query_terms(said) if t not in STOP_WORDS and t not in _COURTESY
+               and (asks or t not in _THANKS_A_LOT)]
     if not content:
         return "", "", False
     earlier = question_part(users[-2].text) if len(content) < 3 and len(users) > 1 else ""
-    return last, earlier, bool(_ASK.search(last))
+    return last, earlier, asks
 
 
 def question_part(text: str) -> str:

@@ -134,6 +134,8 @@ _NAMED_SUBJECT = re.compile(
     r"(?!I\b|I'|My\b|Our\b|We\b)[A-Z][a-z][\w-]*(?:\s+[A-Z][a-z][\w-]*)?"
     r"(?:'s)?\s+(?:has|had|is|was|got|gets|can|will|just|finally|started|starts|moved|moves|lives|lived|works|"
     r"worked|left|quit|joined|took|found|landed|switched)\b")
+#: The speaker's own, in a sentence whose subject is a name or a thing.
+_MINE = frozenset("my mine our ours myself".split())
 #: A name the question ends by addressing ("Where do I work now, Claude?"): not whom it is about.
 _VOCATIVE = re.compile(r",\s*[A-Z][\w'-]*\W*$")
 
@@ -145,10 +147,12 @@ def about_someone_else(text: str) -> bool:
     sister moved", "Ruth and I moved")."""
     first = _CLAUSE.search(text)
     clause = first.group() if first else ""
-    words = tokenize(clause)
-    if _SELF & set(words):
+    words = set(tokenize(clause))
+    if _SELF & words:
         return False
-    return bool(_OTHERS & set(words[:4])) or bool(_NAMED_SUBJECT.search(clause))
+    # A name's sentence that says "my" is the speaker's news ("Monday was my first day at Acme", "Python is my
+    # main language"); a relative's names them by it ("My sister Priya lives in Toronto").
+    return bool(_OTHERS & set(tokenize(clause)[:4])) or (not _MINE & words and bool(_NAMED_SUBJECT.search(clause)))
 
 
 def asks_about_self(query: str) -> bool:
