@@ -31,7 +31,6 @@ import asyncio
 import hashlib
 import logging
 import threading
-from collections import Counter
 from collections.abc import Awaitable, Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -190,26 +189,19 @@ class MemoryMiddleware(MemoryAdapter, AgentMiddleware):
         Ids are the turns' identity, so a checkpointed thread's newest messages are enough (its whole
         state would pass ``max_turns_per_capture`` and capture nothing more, ever). Without a checkpointer
         the host sends its history again each run, and LangGraph gives every message without an id a new
-        random one: by those ids each run stored the whole history again. The k-th message of a role and
-        text is then stored once it is not among the session's stored turns k times over.
+        random one: by those ids each run stored the whole history again. The messages are then laid
+        over the session's stored turns: the longest run of them that the stored turns end with (by role
+        and text) is what the host sent again, trimmed or not, and what follows it is new (a second "yes"
+        too).
         """
-        turns = [_turn(m) for m in messages]
+        turns = [t for t in (_turn(m) for m in messages) if t is not None]
         if not _checkpointed():
             try:
-                stored = Counter((t.role, t.content) for t in self.mem.turns(self._session()))
+                stored = [(t.role, t.content) for t in self.mem.turns(self._session())]
             except Exception as exc:  # noqa: BLE001 - the capture goes on; it may store some turns again
                 log.warning("tortoise: stored turns not read, the history may be stored again: %s", exc)
-                stored = Counter()
-            seen: Counter[tuple[str, str]] = Counter()
-            kept = []
-            for turn in turns:
-                if turn is not None:
-                    key = (turn["role"], turn["content"])
-                    seen[key] += 1
-                    if seen[key] <= stored[key]:
-                        continue
-                kept.append(turn)
-            turns = kept
+                stored = []
+            turns = turns[_sent_again([(t["role"], t["content"]) for t in turns], stored):]
         return turns[-self.mem.max_turns_per_capture:]
 
     async def aafter_agent(self, state: Any, runtime: Any) -> dict[str, Any] | None:
@@ -341,6 +333,14 @@ def _turn_id(m: BaseMessage) -> str:
     calls = ",".join(str(c.get("id")) for c in getattr(m, "tool_calls", None) or [])
     return f"{role}-{hashlib.sha256((m.text + calls).encode()).hexdigest()[:20]}"
 
+
+
+def _sent_again(sent: Sequence[tuple[str, str]], stored: Sequence[tuple[str, str]]) -> int:
+    """How many of ``sent``'s first messages the ``stored`` turns end with: the longest such run."""
+    for k in range(min(len(sent), len(stored)), 0, -1):
+        if list(sent[:k]) == list(stored[-k:]):
+            return k
+    return 0
 
 
 def _checkpointed() -> bool:

@@ -179,6 +179,19 @@ def test_without_a_checkpointer_the_history_sent_again_is_not_stored_again(mem):
         ("user", "Hi, I'm Maya"), ("assistant", "Yes.")]  # said twice, kept twice
 
 
+@pytest.mark.parametrize("window", [3, 2])
+def test_without_a_checkpointer_a_trimmed_history_keeps_a_repeated_message(mem, window):
+    """The verification pass: a host that sends its last few messages lost the second "yes"."""
+    agent = create_agent(fake("Shall I book it?", "Done.", "Shall I?", "Done."), [],
+                         middleware=[MemoryMiddleware(mem, extract=False)])
+    history: list[dict[str, str]] = []
+    for said in ("Book the flight to Lisbon?", "yes", "And the hotel too?", "yes"):
+        history.append({"role": "user", "content": said})
+        reply = agent.invoke({"messages": history[-window:]}, {"configurable": {"thread_id": "chat"}})
+        history.append({"role": "assistant", "content": reply["messages"][-1].content})
+    assert [t.content for t in mem.turns("chat")] == [h["content"] for h in history]
+
+
 def test_a_thread_longer_than_one_capture_allows_goes_on_being_captured(tmp_path):
     """A reviewer's: once a checkpointed thread held max_turns_per_capture messages, nothing more was captured."""
     from langgraph.checkpoint.memory import InMemorySaver
