@@ -695,7 +695,7 @@ def test_lines_of_another_session_are_not_captured_and_are_logged(monkeypatch, c
     assert "lines of session 'other-session' not captured" in (tmp_path / "hooks.log").read_text()
 
 
-def test_following_plain_turn_lines_without_ids_stores_each_line_once(tmp_path) -> None:
+def test_following_plain_turn_lines_without_ids_stores_each_line_once(tmp_path, monkeypatch) -> None:
     """A reviewer's: a second follow read "three", "four" as turns 0 and 1 (a CaptureConflict, and the cursor moved
     on: lost), and a repeated "one" was taken silently for the stored turn 0."""
     path = tmp_path / "t.jsonl"
@@ -709,13 +709,31 @@ def test_following_plain_turn_lines_without_ids_stores_each_line_once(tmp_path) 
         add("one", "two")
         assert mem.follow(path, session_id="S").turns_stored == 2
         add("three", "four")
-        second = mem.follow(path, session_id="S")
-        assert (second.turns_stored, second.errors) == (2, [])
+        with monkeypatch.context() as m:  # the process dies after the capture, before the cursor is saved
+            m.setattr(Memory, "save_cursor", lambda *a, **k: (_ for _ in ()).throw(SystemExit("killed")))
+            with pytest.raises(SystemExit):
+                mem.follow(path, session_id="S")
+        assert [h.content for h in mem.turns("S")] == ["one", "two", "three", "four"]
+        again = mem.follow(path, session_id="S")  # the same lines read again: nothing twice
+        assert (again.turns_stored, again.errors) == (0, [])
         add("one")
         assert mem.follow(path, session_id="S").turns_stored == 1
         assert [h.content for h in mem.turns("S")] == ["one", "two", "three", "four", "one"]
-        # Read again from the start (the cursor gone, as after a crash before it was saved): nothing twice.
+        # Read again from the start (the cursor gone): nothing twice.
         mem.save_cursor(mem.cursor(f"follow:{path.resolve()}").name, {}, revision=mem.cursor(
             f"follow:{path.resolve()}").revision)
         assert mem.follow(path, session_id="S").turns_stored == 0
         assert len(mem.turns("S")) == 5
+
+
+def test_a_file_captured_whole_then_followed_is_not_stored_again(tmp_path) -> None:
+    """The verification pass: follow gave line ids to the turns ingest had stored by position: all stored twice."""
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"role": "user", "content": "one"}\n{"role": "assistant", "content": "two"}\n')
+    with Memory(str(tmp_path / "m.db"), namespace="a") as mem:
+        mem.ingest(path, session_id="S")
+        assert mem.follow(path, session_id="S").turns_stored == 0
+        with path.open("a") as f:
+            f.write('{"role": "user", "content": "three"}\n')
+        assert mem.follow(path, session_id="S").turns_stored == 1
+        assert [h.content for h in mem.turns("S")] == ["one", "two", "three"]

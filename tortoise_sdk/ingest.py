@@ -233,10 +233,11 @@ def with_line_ids(parsed: ParsedStream) -> ParsedStream:
     """A followed file's id-less turns (plain turn JSONL) with their line as their id: ``L<line>``, ``L<line>.<k>``
     for the k-th turn of one line.
 
-    A follow reads only the lines after its cursor, so such a turn's position in what it read is not its
-    position in the session (a second read would take "three" for the stored turn 0 and conflict, or, said
-    again, skip it as stored). Its line is its identity in the file whatever part of it is read, so a read
-    again after a crash, or from the start of a file that was rewritten, stores nothing twice.
+    A follow that reads only the lines after its cursor cannot place such a turn by its position in what it
+    read (a second read would take "three" for the stored turn 0 and conflict, or, said again, skip it as
+    stored). Its line is its identity in the file, so the same lines read again after a crash store nothing
+    twice. A read from the file's start keeps positions, as ``ingest`` does, so a file captured whole first
+    and followed after is not stored again.
     """
     if all(e.turn.id is not None or e.line is None for e in parsed.events):
         return parsed

@@ -638,8 +638,9 @@ class Memory:
         call (a last line with no newline is read once it is a whole JSON object, and read again
         by the next call). Earlier lines still teach the parser their ids, so the new lines yield
         exactly what ``ingest`` of the whole file yields for them; a turn with no id of its own (plain turn
-        JSONL) takes its line's (``L12``), since its position in the lines read is not its place in the
-        session (``ingest.with_line_ids``). A file that shrank or whose read
+        JSONL) read after the file's first line takes its line's (``L12``), since its position in the lines
+        read is not its place in the session (``ingest.with_line_ids``; read from the start, its position is,
+        as for ``ingest``). A file that shrank or whose read
         part changed (rewritten) is read again from its start (``report.restarted``); turns
         already stored are skipped, so nothing is captured twice. With ``max_bytes``, at most
         that many bytes of new lines are read (always at least one line); the rest waits for the
@@ -683,9 +684,10 @@ class Memory:
             elif span.end > span.start:
                 new = f.read(span.start, span.end - span.start)
                 ended = new.split(b"\n")  # after a last newline, an empty piece; else a last line read whole
-                parsed = with_line_ids(parse_stream(
-                    itertools.chain(f.lines(span.start), ended[:-1] if ended[-1] == b"" else ended),
-                    fmt, source=source, session_id=session_id, skip_lines=span.skip_lines))
+                parsed = parse_stream(itertools.chain(f.lines(span.start), ended[:-1] if ended[-1] == b"" else ended),
+                                      fmt, source=source, session_id=session_id, skip_lines=span.skip_lines)
+                if span.skip_lines:  # read from the middle: an id-less turn's place is its line, not its position
+                    parsed = with_line_ids(parsed)
                 others = _other_sessions(parsed, only_session)
                 report = self._ingest_parsed(parsed, source, extract)
                 report.errors.extend(others)
