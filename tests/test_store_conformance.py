@@ -826,6 +826,33 @@ def test_a_session_s_jobs_run_one_at_a_time(store: Store, ns):
     assert _lease(store, ns, now=later) is None
 
 
+def test_two_workers_taking_over_a_lapsed_session_at_once_run_one_job_of_it(store_url, ns):
+    """The verification pass (PostgreSQL): a worker taking over a lapsed job skips its locked row, so the second
+    saw the lapsed lease and took the session's pending job too: two runs of one session, 30 times in 30."""
+    import time
+
+    stores = [open_store(store_url) for _ in range(2)]
+    try:
+        for trial in range(8):
+            sid = f"s{trial}"
+            stores[0].enqueue_job(ns, sid)
+            stores[0].lease_job(ns, lease_s=0.2, max_attempts=9, session_id=sid)
+            stores[0].enqueue_job(ns, sid, waiting_turns=1)
+            time.sleep(0.3)  # the first job's lease lapses
+            gate = threading.Barrier(2)
+
+            def take(i: int, sid: str = sid, gate: threading.Barrier = gate):
+                gate.wait()
+                return stores[i].lease_job(ns, lease_s=30, max_attempts=9, session_id=sid)
+
+            with ThreadPoolExecutor(2) as pool:
+                taken = [j for j in pool.map(take, range(2)) if j is not None]
+            assert len(taken) == 1, (trial, taken)
+    finally:
+        for s in stores:
+            s.close()
+
+
 def test_a_job_is_due_when_its_batch_fills_or_the_session_goes_idle(store: Store, ns):
     now = datetime.now(timezone.utc)
     job = store.enqueue_job(ns, "s1", waiting_turns=4, due_after_turns=10, idle_s=60)

@@ -80,6 +80,9 @@ def _candidate_memories_sql(walk: bool, rule: tuple[float, float, float]) -> str
 _S5_LOCK_CLASS = 0x7435
 
 
+#: Held by the transaction that leases a job of the session (a lock of its own, not the capture's).
+_LEASING_SESSION = "SELECT pg_try_advisory_xact_lock(hashtextextended('job' || chr(31) || %s || chr(31) || %s, 25))"
+
 class PostgresExtractionMixin(ExtractionCore):
     """Memory reads, the S5 write and jobs for ``PostgresStore``."""
 
@@ -386,11 +389,17 @@ class PostgresExtractionMixin(ExtractionCore):
                         args, {"namespace": namespace, "session_id": session_id}, "%s")
         sql += f" AND NOT EXISTS ({BUSY_SESSION})"
         args.append(at)
-        if exclude:
-            sql += " AND job_id <> ALL(%s)"
-            args.append(list(exclude))
+        passed = list(exclude)
+        sql += " AND job_id <> ALL(%s)"
+        args.append(passed)  # the same list: a row passed over below is left out of the next query
         sql += ' ORDER BY created_at, job_id COLLATE "C" LIMIT 1 FOR UPDATE SKIP LOCKED'
         while rows := _dicts(c, sql, args):
+            # Another worker leasing a job of this session right now (a lapsed one it is taking over, whose row
+            # this query skipped) has not committed its lease yet, so BUSY_SESSION cannot see it: the session's
+            # lock for leasing tells.
+            if not c.execute(_LEASING_SESSION, (rows[0]["namespace"], rows[0]["session_id"])).fetchone()[0]:
+                passed.append(rows[0]["job_id"])
+                continue
             yield rows[0]
 
     def _pending_job(self, c: psycopg.Connection, namespace: str, session_id: str) -> JobInfo | None:
