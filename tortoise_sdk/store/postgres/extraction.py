@@ -81,6 +81,8 @@ _S5_LOCK_CLASS = 0x7435
 
 
 #: Held by the transaction that leases a job of the session (a lock of its own, not the capture's).
+_STILL_BUSY = ("SELECT EXISTS (SELECT 1 FROM jobs AS busy WHERE busy.namespace = %s AND busy.session_id = %s"
+               " AND busy.status = 'running' AND busy.lease_until >= %s AND busy.job_id <> %s)")
 _LEASING_SESSION = "SELECT pg_try_advisory_xact_lock(hashtextextended('job' || chr(31) || %s || chr(31) || %s, 25))"
 
 class PostgresExtractionMixin(ExtractionCore):
@@ -396,11 +398,13 @@ class PostgresExtractionMixin(ExtractionCore):
         while rows := _dicts(c, sql, args):
             # Another worker leasing a job of this session right now (a lapsed one it is taking over, whose row
             # this query skipped) has not committed its lease yet, so BUSY_SESSION cannot see it: the session's
-            # lock for leasing tells.
-            if not c.execute(_LEASING_SESSION, (rows[0]["namespace"], rows[0]["session_id"])).fetchone()[0]:
-                passed.append(rows[0]["job_id"])
+            # lock for leasing tells; once it is ours, a lease committed since this query began is seen afresh.
+            row = rows[0]
+            if not c.execute(_LEASING_SESSION, (row["namespace"], row["session_id"])).fetchone()[0] or c.execute(
+                    _STILL_BUSY, (row["namespace"], row["session_id"], at, row["job_id"])).fetchone()[0]:
+                passed.append(row["job_id"])
                 continue
-            yield rows[0]
+            yield row
 
     def _pending_job(self, c: psycopg.Connection, namespace: str, session_id: str) -> JobInfo | None:
         rows = _dicts(c, "SELECT * FROM jobs WHERE namespace = %s AND session_id = %s AND status = 'pending'"
