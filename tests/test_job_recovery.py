@@ -195,3 +195,17 @@ def test_retry_failed_requeues_or_folds_into_a_pending_job_on_both_engines(url: 
                                                             "same session")
         assert mem.jobs(status="failed") == [] and mem.store.retry_failed_jobs(ns) == []
         assert [(j.session_id, j.turns) for j in mem.jobs(status="pending")] == [("a", (0, 6)), ("b", (0, 7))]
+
+
+def test_flush_says_a_job_waits_for_another_worker_s_run_of_its_session(tmp_path: Path,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """The verification pass: a job held back by a run of the same session was 'nothing pending', exit 0."""
+    db = str(tmp_path / "m.db")
+    with Memory(db, model="openai/stub-model") as mem:
+        mem.capture("s1", [{"role": "user", "content": "My dog Biscuit is a beagle."}], extract="background")
+        mem.store.lease_job(mem.namespace, lease_s=600, max_attempts=3, due_only=False)  # another worker runs s1
+        mem.capture("s1", [{"role": "user", "content": "My dog Biscuit is a beagle."},
+                           {"role": "user", "content": "He is two."}], extract="background")
+    code, out, _ = run_cli(capsys, "--db", db, "flush", "--model", "openai/stub-model")
+    assert code == 0 and "nothing pending" not in out
+    assert "1 job(s) left pending: another worker is running a job of the same session (s1)" in out

@@ -947,7 +947,8 @@ class Memory:
     def flush(self, session_id: str | None = None, *, retry_failed: bool = False) -> list[JobInfo]:
         """Extract now what background captures left pending (of one session, or of all), without waiting for the batch.
 
-        Adapters call it when a conversation closes. A job another worker is running is left to it.
+        Adapters call it when a conversation closes. A job another worker is running is left to it, and so is
+        one of the same session (a session's jobs run one at a time: it runs when that one ends).
         ``retry_failed`` first queues the jobs that failed for good again (attempts start over).
         Returns each job's state after its run.
 

@@ -108,7 +108,14 @@ def _cmd_flush(args: argparse.Namespace) -> int:
         else:
             for job in jobs:
                 _print_job(job)
-            if not jobs:
+            # A session's jobs run one at a time: one queued while another worker runs that session waits for it.
+            waiting = [j for j in mem.jobs(status="pending", session_id=args.session)
+                       if any(r.session_id == j.session_id for r in mem.jobs(status="running"))]
+            if waiting:
+                sessions = ", ".join(dict.fromkeys(j.session_id for j in waiting))
+                print(f"{len(waiting)} job(s) left pending: another worker is running a job of the same session "
+                      f"({sessions}); they run when it ends (`tortoise jobs` lists them)")
+            elif not jobs:
                 print("nothing pending")
                 name_other_namespaces(mem)  # a flush of the wrong namespace says where the data is
         return _jobs_exit(mem, jobs)
