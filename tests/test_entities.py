@@ -166,6 +166,32 @@ def test_split_takes_a_wrongly_resolved_short_form_out(store: Store):
     assert mel["id"] in {e["id"] for e in store.entities(ns)}
 
 
+def test_a_second_person_sharing_a_claimed_first_name_gets_an_entity_of_its_own(store: Store):
+    # "Anna" was created, then renamed "Anna Smith" when the full name came: its id is the hash of "anna".
+    # A second Anna makes the bare first name ambiguous, so "Anna" is an entity of its own again: it
+    # must not take the id the renamed one still holds (it did: UNIQUE constraint, every later write refused).
+    ns = _ns()
+    for name in ("Anna", "Anna Smith", "Anna Jones", "Anna"):
+        _say(store, ns, name, f"{name} said hello {uuid.uuid4().hex[:6]}")
+    names = sorted(e["name"] for e in store.entities(ns))
+    assert names == ["Anna", "Anna Jones", "Anna Smith"]
+    assert len({e["id"] for e in store.entities(ns)}) == 3
+    _say(store, ns, "Anna Smith", "Anna Smith runs")  # later writes still land
+    assert _about(store, ns)["Anna Smith runs"] == "Anna Smith"
+
+
+def test_splitting_the_first_name_an_entity_was_created_under_gives_it_a_new_entity(store: Store):
+    # the docs' example: "Mel" first, then "Melanie Hart" claims her; the host says Mel was someone else
+    ns = _ns()
+    _say(store, ns, "Mel", "Mel fixed the sink")
+    _say(store, ns, "Melanie Hart")
+    [melanie] = store.entities(ns)
+    mel = store.split_entity(ns, "Melanie Hart", "Mel", now=utc_now())
+    assert mel["id"] != melanie["id"] and mel["name"] == "Mel"
+    assert _about(store, ns) == {fact("Melanie Hart"): "Melanie Hart", "Mel fixed the sink": "Mel"}
+    assert sorted(e["name"] for e in store.entities(ns)) == ["Mel", "Melanie Hart"]
+
+
 def test_memory_merge_and_split_and_the_graph_use_the_resolved_entity(tmp_path):
     mem = Memory(str(tmp_path / "m.db"))
     _say(mem.store, mem.namespace, "Melanie Hart")

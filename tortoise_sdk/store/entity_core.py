@@ -163,11 +163,19 @@ class EntityCore:
                 claimed = self._claimed(people, key)
                 if claimed:
                     return self._claim(c, names, claimed, e, key)
-        entity_id = entity_id_for(ns, e.name, e.kind)
+        entity_id = self._free_entity_id(c, ns, e.name, e.kind)
         self._insert_entity(c, ns, entity_id, e, key, names.now)
         if person_like and names.people is not None:
             names.people.append(_Person(entity_id, e.name.strip(), key, e.kind, str(names.now)))
         self._role_from_note(c, names, entity_id, e.note)
+        return entity_id
+
+    def _free_entity_id(self, c: Conn, namespace: str, name: str, kind: str) -> str:
+        """The first :func:`entity_id_for` of ``name`` no entity holds (a renamed one keeps its first id)."""
+        n = 0
+        while c.execute(self._q("SELECT 1 FROM entities WHERE entity_id = ?"),
+                        (entity_id := entity_id_for(namespace, name, kind, n),)).fetchone() is not None:
+            n += 1
         return entity_id
 
     def _claimed(self, people: list[_Person], key: str) -> list[_Person]:
@@ -413,10 +421,9 @@ class EntityCore:
             moving_ids |= {m for d in brought for m in d["memory_ids"]}
             moving_aliases = {key} | {a for d in brought for a in d["aliases"]}
             new_kind = brought[-1]["kind"] if brought else kind
-            new_id = entity_id_for(namespace, name, new_kind)
-            if c.execute(self._q("SELECT 1 FROM entities WHERE entity_id = ?"), (new_id,)).fetchone() is None:
-                note = brought[-1]["note"] if brought else None
-                self._insert_entity(c, namespace, new_id, EntityPlan(name, new_kind, note), key, now)
+            new_id = self._free_entity_id(c, namespace, name, new_kind)
+            note = brought[-1]["note"] if brought else None
+            self._insert_entity(c, namespace, new_id, EntityPlan(name, new_kind, note), key, now)
             moved = [(m, rel, mention) for m, rel, mention in links if m in moving_ids]
             self._many(c, self._q(
                 "INSERT INTO memory_entities (namespace, memory_id, entity_id, relation, mention)"

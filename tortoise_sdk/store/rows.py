@@ -58,9 +58,14 @@ ToDt = Callable[[Any], Any]
 COUNTER_NAMES: tuple[str, ...] = tuple(SubagentCounters.model_fields)
 
 
-def entity_id_for(namespace: str, name: str, kind: str) -> str:
-    """Deterministic entity id: the same name and kind resolve to the same node on every backend."""
-    return "e_" + hashlib.sha256(f"{namespace}\x00{norm_name(name)}\x00{kind}".encode()).hexdigest()[:20]
+def entity_id_for(namespace: str, name: str, kind: str, n: int = 0) -> str:
+    """Deterministic entity id: the same name and kind resolve to the same node on every backend.
+
+    ``n`` > 0 gives the next id for that name: an entity renamed to a fuller name keeps the id of
+    the name it was created under, so a new entity of that name takes the first id still free.
+    """
+    key = f"{namespace}\x00{norm_name(name)}\x00{kind}" + (f"\x00{n}" if n else "")
+    return "e_" + hashlib.sha256(key.encode()).hexdigest()[:20]
 
 
 def memory_id_for(namespace: str, session_id: str, kind: str, content: str, n: int = 0) -> str:
