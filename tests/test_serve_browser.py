@@ -7,12 +7,14 @@ is missing, fails under ``CI=true`` (``.ci/run`` installs them).
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -67,6 +69,8 @@ def server(tmp_path: Path) -> Iterator[str]:
     with Memory(str(db), namespace="demo") as mem:
         mem.capture("hostile", [{"role": "user", "content": HOSTILE},
                                 {"role": "assistant", "content": "[tool_use Read path=/etc/hosts]"}])
+        for twin in ("twin\r1", "twin\n1"):  # an HTML attribute would read the first as the second
+            mem.capture(twin, [{"role": "user", "content": f"I am {twin!r}"}])
     with Memory(str(db), namespace="demo", model="openai/stub-model") as mem:  # a job that failed for good
         mem.capture("stuck", [{"role": "user", "content": "My sister Ana lives in Porto"}], extract="background")
         job = mem.store.lease_job("demo", lease_s=30, max_attempts=1, session_id="stuck", due_only=False)
@@ -163,6 +167,26 @@ def test_walk_the_inspector_try_a_prompt_and_forget_a_session_and_a_memory(brows
     browser.get(server + "/ns/demo")
     assert "demo-2" not in browser.find_element(By.ID, "sessions").text
 
+    # a session id with a carriage return: that session is forgotten, not the one with a line feed
+    browser.get(server + "/ns/demo/session?id=twin%0D1")
+    wait.until(ec.element_to_be_clickable((By.CSS_SELECTOR, "button[data-forget=session]"))).click()
+    wait.until(ec.alert_is_present())
+    browser.switch_to.alert.accept()
+    stone = wait.until(ec.visibility_of_element_located((By.CSS_SELECTOR, ".tombstone")))
+    wait.until(lambda _: stone.text.startswith("Forgotten."))
+    browser.get(server + "/ns/demo/session?id=twin%0A1")
+    assert "I am 'twin\\n1'" in wait.until(ec.presence_of_element_located((By.ID, "turns"))).text
+    # a session forgotten meanwhile (here through the API): the button says nothing was there, not "Forgotten."
+    gone = urllib.request.Request(server + "/v1/ns/demo/sessions?session_id=twin%0A1", method="DELETE")
+    with urllib.request.urlopen(gone, timeout=30) as answer:
+        assert json.load(answer)["removed"]["turns"] == 1
+    wait.until(ec.element_to_be_clickable((By.CSS_SELECTOR, "button[data-forget=session]"))).click()
+    wait.until(ec.alert_is_present())
+    browser.switch_to.alert.accept()
+    stone = wait.until(ec.visibility_of_element_located((By.CSS_SELECTOR, ".tombstone")))
+    wait.until(lambda _: stone.text.startswith("Nothing forgotten: the session twin"))
+    assert "gone" not in browser.find_element(By.TAG_NAME, "main").get_attribute("class")
+
     # forget a memory from the memories page: its own card shows the tombstone
     browser.get(server + "/ns/demo/memories")
     card = wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, "#memories article.memory.live")))
@@ -179,7 +203,7 @@ def test_walk_the_inspector_try_a_prompt_and_forget_a_session_and_a_memory(brows
 
     # a failed extraction job: retried from the jobs page, asked first
     browser.find_element(By.LINK_TEXT, "jobs").click()
-    retry = wait.until(ec.element_to_be_clickable((By.CSS_SELECTOR, "#jobs button[data-retry=stuck]")))
+    retry = wait.until(ec.element_to_be_clickable((By.CSS_SELECTOR, "#jobs button[data-retry]")))
     assert "AuthenticationError: bad key" in browser.find_element(By.ID, "jobs").text
     retry.click()
     wait.until(ec.alert_is_present())

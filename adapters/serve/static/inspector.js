@@ -1,10 +1,12 @@
 // Forgetting from the inspector: ask first, call the JSON API, show the tombstone; retrying a failed job.
-// Stored text only ever reaches the page as textContent.
+// Stored text only ever reaches the page as textContent. Ids and namespaces sit in data-id and data-ns as
+// JSON: an HTML attribute turns a carriage return into a line feed, which would name another session.
 "use strict";
+const ids = (button) => [JSON.parse(button.dataset.id), JSON.parse(button.dataset.ns)];
 document.addEventListener("click", async (event) => {
   const button = event.target.closest("button[data-forget]");
   if (!button) return;
-  const kind = button.dataset.forget, id = button.dataset.id, ns = button.dataset.ns;
+  const kind = button.dataset.forget, [id, ns] = ids(button);
   const what = kind === "session" ? "the session " + id + ", its turns and every memory drawn only from them"
                                   : "the memory " + id;
   if (!window.confirm("Forget " + what + "? This cannot be undone.")) return;
@@ -24,10 +26,14 @@ document.addEventListener("click", async (event) => {
       button.disabled = false;
     } else {
       const removed = Object.entries(doc.removed || {}).filter(([, n]) => n).map(([t, n]) => t + " " + n);
-      text = "Forgotten. Tombstone " + (doc.tombstone_id || "(none: nothing left to remove)") +
-             (doc.forgotten_at ? " at " + doc.forgotten_at : "") +
-             "\nRemoved: " + (removed.join(", ") || "nothing");
-      button.closest("article, main").classList.add("gone");
+      if (removed.length) {
+        text = "Forgotten. Tombstone " + (doc.tombstone_id || "(none)") +
+               (doc.forgotten_at ? " at " + doc.forgotten_at : "") + "\nRemoved: " + removed.join(", ");
+        button.closest("article, main").classList.add("gone");
+      } else {
+        text = "Nothing forgotten: " + (kind === "session" ? "the session " : "the memory ") + id +
+               " holds nothing stored (forgotten already?)";
+      }
     }
   } catch (error) {
     text = "Not forgotten: " + error;
@@ -41,7 +47,7 @@ document.addEventListener("click", async (event) => {
 document.addEventListener("click", async (event) => {
   const button = event.target.closest("button[data-retry]");
   if (!button) return;
-  const session = button.dataset.retry, ns = button.dataset.ns;
+  const [session, ns] = ids(button);
   if (!window.confirm("Queue the failed extraction of " + session + " again? Its attempts start over; " +
                       "`tortoise worker` or `tortoise flush` runs it.")) return;
   const out = button.parentElement.querySelector(".note");
