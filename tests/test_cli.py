@@ -155,6 +155,22 @@ def test_export_graphml_and_json(capsys, db, tmp_path):
     assert ET.fromstring(graphml).tag.endswith("graphml")
 
 
+def test_graphml_export_of_terminal_text_is_well_formed_xml(capsys, db, tmp_path):
+    # XML 1.0 holds no control character but tab, newline and carriage return; a coding agent's turns carry
+    # terminal colours and bells (a reviewer's export would not parse). They are written as \\xNN escapes.
+    run(capsys, "--db", db, "capture", write_jsonl(tmp_path / "t.jsonl", [
+        {"role": "user", "content": "\x1b[31mred\x1b[0m and a bell\x07\tend"}]), "--session", "tty\x01")
+    assert run(capsys, "--db", db, "export", "--format", "graphml", str(tmp_path / "g.graphml"))[0] == 0
+    root = ET.parse(tmp_path / "g.graphml").getroot()
+    texts = {d.text for d in root.iter("{http://graphml.graphdrawing.org/xmlns}data")}
+    assert "\\x1b[31mred\\x1b[0m and a bell\\x07\tend" in texts
+    ids = {n.get("id") for n in root.iter("{http://graphml.graphdrawing.org/xmlns}node")}
+    assert "session:tty\\x01" in ids
+    # the JSON export keeps the text as it is
+    assert run(capsys, "--db", db, "export", "--format", "json", str(tmp_path / "g.json"))[0] == 0
+    assert "session:tty\x01" in {n["id"] for n in json.loads((tmp_path / "g.json").read_text())["nodes"]}
+
+
 def test_demo_is_idempotent(capsys, db):
     code, out, _ = run(capsys, "--db", db, "demo")
     assert code == 0 and "7 turns stored" in out and "Helix Health" in out

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, Literal
 
@@ -43,7 +44,7 @@ def build_graph(store: Store, namespace: str) -> networkx.MultiDiGraph:
 
 def export_graph(g: networkx.MultiDiGraph, out: str | Path | BinaryIO, fmt: Literal["graphml", "json"]) -> None:
     """Write the graph as GraphML or node-link JSON, to a path or a binary file (``sys.stdout.buffer``). GraphML gets
-    None dropped and lists as JSON text."""
+    None dropped, lists as JSON text and characters XML cannot hold (terminal colours, bells) as ``\\xNN``."""
     import networkx as nx
 
     if fmt == "json":
@@ -54,21 +55,33 @@ def export_graph(g: networkx.MultiDiGraph, out: str | Path | BinaryIO, fmt: Lite
         else:
             out.write(text.encode("utf-8") + b"\n")
         return
-    h = g.copy()
-    for _, attrs in h.nodes(data=True):
-        _scalarize(attrs)
-    for _, _, attrs in h.edges(data=True):
-        _scalarize(attrs)
-    _scalarize(h.graph)
+    h = nx.MultiDiGraph(**_scalarize(g.graph))
+    h.add_nodes_from((_xml_text(n), _scalarize(attrs)) for n, attrs in g.nodes(data=True))
+    h.add_edges_from((_xml_text(u), _xml_text(v), _xml_text(k), _scalarize(attrs))
+                     for u, v, k, attrs in g.edges(keys=True, data=True))
     nx.write_graphml(h, str(out) if isinstance(out, (str, Path)) else out)
 
 
-def _scalarize(attrs: dict[str, Any]) -> None:
-    for key in list(attrs):
-        value = attrs[key]
+#: What XML 1.0 cannot hold: control characters but tab, newline and carriage return, and U+FFFE/U+FFFF.
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
+
+
+def _xml_text(value: Any) -> Any:
+    """``value`` with each character XML cannot hold written as its ``\\xNN`` (``\\uNNNN``) escape."""
+    if not isinstance(value, str):
+        return value
+    return _NOT_XML.sub(lambda m: f"\\x{ord(m[0]):02x}" if ord(m[0]) < 0x100 else f"\\u{ord(m[0]):04x}", value)
+
+
+def _scalarize(attrs: dict[str, Any]) -> dict[str, Any]:
+    """GraphML attributes: None dropped, lists and dicts as JSON text, other values as text XML can hold."""
+    out = {}
+    for key, value in attrs.items():
         if value is None:
-            del attrs[key]
-        elif isinstance(value, (list, dict, tuple)):
-            attrs[key] = json.dumps(value, ensure_ascii=False, default=str)
+            continue
+        if isinstance(value, (list, dict, tuple)):
+            value = json.dumps(value, ensure_ascii=False, default=str)
         elif not isinstance(value, (str, int, float, bool)):
-            attrs[key] = str(value)
+            value = str(value)
+        out[_xml_text(key)] = _xml_text(value)
+    return out
