@@ -577,7 +577,7 @@ def test_same_fact_again_is_a_noop_and_supersession_keeps_history(seeded):
     assert store.search_memories(ns, fts5_query("acme"), k=5) == []
     assert [m.id for m, _ in store.search_memories(ns, fts5_query("acme"), k=5, include_superseded=True)] == [old_id]
     # Superseding the old id again resolves to the live head of the chain.
-    again = store.write_extraction(ns, _plan("s1", items=[
+    again = store.write_extraction(ns, _plan("s1", valid_at=later + timedelta(days=30), items=[
         ItemPlan("point", "Maya works at Initech", supersedes=old_id)]), finalize=_finalize)
     assert again.outcomes == {"UPDATE": 1}
     assert [m.status for m in store.supersession_chain(ns, old_id)] == ["superseded", "superseded", "live"]
@@ -585,6 +585,31 @@ def test_same_fact_again_is_a_noop_and_supersession_keeps_history(seeded):
                                      finalize=_finalize)
     assert unknown.outcomes == {"ADD": 1}
     assert [w.code for w in unknown.warnings] == ["supersedes_unknown"]
+
+
+def test_an_older_session_extracted_late_never_retires_a_newer_fact(seeded):
+    # Backfilled history: the June fact was written first, then a March session names it as the memory it
+    # updates (S3 showed it as a prior) and retracts another June fact. The June facts stay live; March's
+    # is kept as history, valid until June. Before, March retired June with invalid_at before valid_at.
+    store, ns, r = seeded
+    march, june = T0 + timedelta(days=60), T0 + timedelta(days=165)
+    first = store.write_extraction(ns, _plan("s1", valid_at=june, items=[
+        ItemPlan("point", "Maya works at Globex", about=("Maya",), sources=(SourcePlan(r.turn_ids[0], None),)),
+        ItemPlan("point", "Maya has a dog")]), finalize=_finalize)
+    globex, dog = first.memory_ids
+    late = store.write_extraction(ns, _plan("s1", valid_at=march, items=[
+        ItemPlan("point", "Maya works at Acme", about=("Maya",), supersedes=globex)],
+        retractions=[RetractionPlan("Maya has a dog", target=dog)]), finalize=_finalize)
+    assert late.outcomes == {"ADD": 1}
+    assert [w.code for w in late.warnings] == ["older_than_live", "older_than_live"]
+    acme = store.get_memory(ns, late.memory_ids[0])
+    assert (acme.status, acme.superseded_by, acme.valid_at, acme.invalid_at) == ("superseded", globex, march, june)
+    assert [(m.id, m.invalid_at) for m in store.memories(ns)] == [(globex, None), (dog, None)]
+    assert [m.id for m in store.supersession_chain(ns, acme.id)] == [acme.id, globex]
+    # an undated write is news as of now: it supersedes as before
+    now = store.write_extraction(ns, _plan("s1", valid_at=None, items=[
+        ItemPlan("point", "Maya works at Initech", supersedes=globex)]), finalize=_finalize)
+    assert now.outcomes == {"UPDATE": 1} and store.get_memory(ns, globex).status == "superseded"
 
 
 def test_retraction_deletes_by_id_or_by_matching_content(seeded):

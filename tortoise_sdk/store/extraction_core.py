@@ -12,7 +12,7 @@ import json
 import logging
 import threading
 from collections.abc import Callable, Collection, Iterable, Sequence
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from ..confidence import confidence
@@ -191,7 +191,18 @@ class ExtractionCore(EntityCore):
                     message=f"{item.kind} {item.content!r} names {item.supersedes!r} as superseded, but no live "
                             "memory has that id; added as new",
                 ))
-        memory_id = self._insert_memory(c, namespace, plan, item, key, now, supersedes=old, entity_key=ekey)
+        if old is not None and (since := self._newer_than(c, old, plan.valid_at)) is not None:
+            # Older news extracted late (a backfilled session): the live fact stays, this one is its history.
+            memory_id = self._insert_memory(c, namespace, plan, item, key, now, supersedes=None, entity_key=ekey)
+            self._set_memory_status(c, memory_id, "superseded", since, superseded_by=old)
+            result.warnings.append(Diagnostic(
+                stage="s5", code="older_than_live",
+                message=f"{item.kind} {item.content!r} (valid from {plan.valid_at:%Y-%m-%d}) is older than the "
+                        f"live memory {old} it would replace (valid from {since:%Y-%m-%d}); kept as its history",
+            ))
+            old = None
+        else:
+            memory_id = self._insert_memory(c, namespace, plan, item, key, now, supersedes=old, entity_key=ekey)
         if old is not None:
             self._set_memory_status(c, old, "superseded", plan.valid_at or now, superseded_by=memory_id)
             _bump(result.outcomes, "UPDATE")
@@ -230,10 +241,29 @@ class ExtractionCore(EntityCore):
                 message=f"retraction {r.content!r} matches no live memory; nothing deleted",
             ))
             return
+        if (since := self._newer_than(c, target, plan.valid_at)) is not None:
+            result.warnings.append(Diagnostic(
+                stage="s5", code="older_than_live",
+                message=f"retraction {r.content!r} (valid from {plan.valid_at:%Y-%m-%d}) is older than the live "
+                        f"memory {target} it matches (valid from {since:%Y-%m-%d}); nothing deleted",
+            ))
+            return
         self._set_memory_status(c, target, "deleted", plan.valid_at or now)
         self._link(c, namespace, target, (), r.sources, plan.extraction_id)
         _bump(result.outcomes, "DELETE")
         result.memory_ids.append(target)
+
+    def _newer_than(self, c: Conn, memory_id: str, valid_at: datetime | None) -> datetime | None:
+        """When memory ``memory_id`` became valid, if that is after ``valid_at`` (None otherwise or undated)."""
+        if valid_at is None:
+            return None
+        row = c.execute(self._q("SELECT valid_at FROM memories WHERE memory_id = ?"), (memory_id,)).fetchone()
+        since = None if row is None or row[0] is None else row[0]
+        if isinstance(since, str):
+            since = datetime.fromisoformat(since)
+        if since is not None and since.tzinfo is None:
+            since = since.replace(tzinfo=timezone.utc)
+        return since if since is not None and since > valid_at else None
 
     def _live_head(self, c: Conn, namespace: str, memory_id: str) -> str | None:
         """The live memory at the end of ``memory_id``'s supersession chain, if any."""
