@@ -155,6 +155,30 @@ def test_merge_then_split_keeps_provenance(store: Store):
         store.merge_entities(ns, "Melanie Hart", "Nobody", now=utc_now())
 
 
+def test_a_memory_naming_both_keeps_both_after_a_merge_and_its_split(store: Store):
+    ns = _ns()
+    _say(store, ns, "Melanie Hart")
+    _say(store, ns, "Lanie", "Lanie paints")
+    _say(store, ns, "Lanie", "Melanie Hart and Lanie went hiking", about=("Melanie Hart", "Lanie"))
+    store.merge_entities(ns, "Melanie Hart", "Lanie", now=utc_now())
+    assert _about(store, ns)["Melanie Hart and Lanie went hiking"] == "Melanie Hart"
+    store.split_entity(ns, "Melanie Hart", "Lanie", now=utc_now())
+    # the memory named both before the merge, so it names both again (before: only Lanie; Melanie lost it)
+    assert sorted(_about(store, ns)["Melanie Hart and Lanie went hiking"].split(", ")) == ["Lanie", "Melanie Hart"]
+    assert _about(store, ns)["Lanie paints"] == "Lanie"
+    assert _about(store, ns)[fact("Melanie Hart")] == "Melanie Hart"
+
+
+def test_a_split_takes_back_the_note_its_merge_brought(store: Store):
+    ns = _ns()
+    _say(store, ns, "Melanie Hart")
+    _say(store, ns, "Lanie", "Lanie paints", note="a painter from the pottery class")
+    assert store.merge_entities(ns, "Melanie Hart", "Lanie", now=utc_now())["note"] == "a painter from the pottery class"
+    lanie = store.split_entity(ns, "Melanie Hart", "Lanie", now=utc_now())
+    assert lanie["note"] == "a painter from the pottery class"
+    assert {e["name"]: e["note"] for e in store.entities(ns)}["Melanie Hart"] is None
+
+
 def test_split_takes_a_wrongly_resolved_short_form_out(store: Store):
     ns = _ns()
     _say(store, ns, "Melanie Hart")

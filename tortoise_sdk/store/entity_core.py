@@ -309,6 +309,9 @@ class EntityCore:
         name, norm, kind, note = row
         links = c.execute(self._q("SELECT memory_id, relation, mention FROM memory_entities WHERE entity_id = ?"),
                           (drop,)).fetchall()
+        # memories that named both: a split puts ``drop``'s link back and leaves ``keep``'s
+        kept = {r[0] for r in c.execute(self._q("SELECT memory_id FROM memory_entities WHERE entity_id = ?"),
+                                        (keep,)).fetchall()}
         self._many(c, self._q(
             "INSERT INTO memory_entities (namespace, memory_id, entity_id, relation, mention) VALUES (?, ?, ?, ?, ?)"
             " ON CONFLICT DO NOTHING"), [(ns, m, keep, rel, mention or name) for m, rel, mention in links])
@@ -324,10 +327,11 @@ class EntityCore:
                   (keep, norm))
         if role_key(name) is None:
             self._add_alias(c, names, keep, name, norm, how, evidence)
-        if note:
-            c.execute(self._q("UPDATE entities SET note = COALESCE(note, ?) WHERE entity_id = ?"), (note, keep))
+        note_copied = bool(note) and c.execute(self._q(
+            "UPDATE entities SET note = ? WHERE entity_id = ? AND note IS NULL"), (note, keep)).rowcount > 0
         c.execute(self._q("DELETE FROM entities WHERE entity_id = ?"), (drop,))
         detail = {"name": name, "kind": kind, "note": note, "memory_ids": sorted({m for m, _, _ in links}),
+                  "shared_memory_ids": sorted({m for m, _, _ in links} & kept), "note_copied": note_copied,
                   "aliases": sorted({a[1] for a in aliases if a[2] != "not"} | {norm}), "how": how,
                   "evidence": evidence}
         self._event(c, names, "merge", keep, drop, detail, reason)
@@ -424,18 +428,25 @@ class EntityCore:
             new_id = self._free_entity_id(c, namespace, name, new_kind)
             note = brought[-1]["note"] if brought else None
             self._insert_entity(c, namespace, new_id, EntityPlan(name, new_kind, note), key, now)
-            moved = [(m, rel, mention) for m, rel, mention in links if m in moving_ids]
+            # a memory that named both before the merge keeps its link here and names the split one again
+            shared = {m for d in brought for m in d.get("shared_memory_ids", ())} - {
+                m for m, _, mention in links if mention and norm_name(mention) == key}
+            moved = [(m, rel, name.strip() if m in shared else mention) for m, rel, mention in links
+                     if m in moving_ids]
             self._many(c, self._q(
                 "INSERT INTO memory_entities (namespace, memory_id, entity_id, relation, mention)"
                 " VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"),
                 [(namespace, m, new_id, rel, mention) for m, rel, mention in moved])
             self._many(c, self._q("DELETE FROM memory_entities WHERE entity_id = ? AND memory_id = ?"),
-                          [(eid, m) for m, _, _ in moved])
-            self._retoken(c, [m for m, _, _ in moved], eid, new_id)
+                          [(eid, m) for m, _, _ in moved if m not in shared])
+            self._retoken(c, [m for m, _, _ in moved if m not in shared], eid, new_id)
             for a in sorted(moving_aliases - {key}):
                 c.execute(self._q("UPDATE entity_aliases SET entity_id = ? WHERE entity_id = ? AND norm_alias = ?"
                                   " AND how <> 'not'"), (new_id, eid, a))
             c.execute(self._q("DELETE FROM entity_aliases WHERE entity_id = ? AND norm_alias = ?"), (eid, key))
+            if brought and brought[-1].get("note_copied"):  # the note the merge brought goes with the name
+                c.execute(self._q("UPDATE entities SET note = NULL WHERE entity_id = ? AND note = ?"),
+                          (eid, brought[-1]["note"]))
             self._add_alias(c, names, eid, name, key, "not", reason)
             self._event(c, names, "split", eid, new_id,
                         {"name": name.strip(), "kind": new_kind, "memory_ids": sorted(moving_ids),
