@@ -203,6 +203,19 @@ def test_correct_memory_supersedes_with_history(store):
     assert [m.id for m in mem.memory_history(old.id)] == [old.id, new.id, third.id]
 
 
+def test_correct_memory_fixes_case_and_punctuation(store):
+    # A host's correction is taken as written: fixing a name's case or a number's punctuation is a new
+    # version, not "the same fact" (it was a NOOP that returned the old text).
+    mem = fresh(store)
+    old = mem.remember("maya works at acme, since 2019", about=["Maya"])
+    new = mem.correct_memory(old.id, "Maya works at ACME since 2019.")
+    assert (new.content, new.supersedes) == ("Maya works at ACME since 2019.", old.id)
+    assert [m.content for m in mem.memories()] == ["Maya works at ACME since 2019."]
+    # the very same text again changes nothing
+    assert mem.correct_memory(new.id, "Maya works at ACME since 2019.").id == new.id
+    assert [m.id for m in mem.memory_history(old.id)] == [old.id, new.id]
+
+
 def test_correct_memory_refusals(store):
     mem = fresh(store)
     with pytest.raises(NotFoundError):

@@ -8,6 +8,7 @@ import logging
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
+from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -1378,7 +1379,8 @@ class Memory:
         it names (by name, alias, first name or role; the old version's entities it no longer names
         are dropped), or ``about`` when given (a name not known yet becomes an entity). The old
         version keeps its own. ``memory_history`` lists the versions. A correction whose text is
-        already a live memory is that memory: nothing is superseded.
+        already a live memory is that memory: nothing is superseded (a change of case or punctuation
+        to this memory's own text is a correction).
 
         Raises:
             NotFoundError: no such memory in this namespace.
@@ -1393,8 +1395,8 @@ class Memory:
             from .names import entities_named
 
             about = entities_named(text, self.store.entities(self.namespace))
-        item = _host_item(text, old.kind, () if about is None else about, old.when, supersedes=old.id,
-                          category=old.category)
+        item = replace(_host_item(text, old.kind, () if about is None else about, old.when, supersedes=old.id,
+                                  category=old.category), exact=True)
         return self._host_write(item, f"corrected by the host (Memory.correct_memory of {old.id})")
 
     def memory_history(self, memory_id: str) -> list[MemoryRecord]:

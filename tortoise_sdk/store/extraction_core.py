@@ -174,6 +174,11 @@ class ExtractionCore(EntityCore):
         ekey = self.entity_key(c, item.content, about, named) if about else None
         key = fact_key(item.content)
         same = self._live_with_content(c, namespace, _keys(item.content), ekey)
+        if (same is not None and item.exact and item.supersedes
+                and same == self._live_head(c, namespace, item.supersedes)
+                and c.execute(self._q("SELECT content FROM memories WHERE memory_id = ?"),
+                              (same,)).fetchone()[0] != item.content.strip()):
+            same = None  # the host rewrote the wording of the memory it corrects: a new version, below
         if same is not None:
             self._link(c, namespace, same, about, item.sources, plan.extraction_id, mentions=named)
             self._confide(c, same, item.agreement)

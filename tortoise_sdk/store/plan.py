@@ -58,6 +58,9 @@ class ItemPlan:
     about_kinds: tuple[tuple[str, str], ...] = ()
     #: How many stages agreed on it (``tortoise_sdk.confidence``: S4_ONLY 0 .. VETTED 3).
     agreement: int = 2
+    #: The host's own wording (``correct_memory``): a change of case or punctuation to the memory it
+    #: supersedes is a new version, not the same fact restated.
+    exact: bool = False
 
 
 @dataclass(frozen=True)
