@@ -26,9 +26,9 @@ def _ns() -> str:
     return f"ns_{uuid.uuid4().hex[:12]}"
 
 
-def _turn(store: Store, ns: str, text: str = "a turn") -> str:
+def _turn(store: Store, ns: str, text: str = "a turn", session: str = "s1") -> str:
     turn = {"role": "user", "content": text, "id": uuid.uuid4().hex}
-    return store.capture(ns, prepare_capture("s1", [turn], max_turns=10, idempotency_key=None)).turn_ids[0]
+    return store.capture(ns, prepare_capture(session, [turn], max_turns=10, idempotency_key=None)).turn_ids[0]
 
 
 def fact(name: str) -> str:
@@ -37,10 +37,10 @@ def fact(name: str) -> str:
 
 
 def _say(store: Store, ns: str, name: str, content: str | None = None, *, kind: str = "person",
-         about: tuple[str, ...] | None = None, note: str | None = None) -> None:
+         about: tuple[str, ...] | None = None, note: str | None = None, session: str = "s1") -> None:
     """One extraction naming ``name`` (an entity of ``kind``) in one memory about it."""
-    t = _turn(store, ns, content or name)
-    plan = ExtractionPlan(session_id="s1", extraction_id=f"x_{uuid.uuid4().hex[:8]}", valid_at=None,
+    t = _turn(store, ns, content or name, session)
+    plan = ExtractionPlan(session_id=session, extraction_id=f"x_{uuid.uuid4().hex[:8]}", valid_at=None,
                           entities=[EntityPlan(name, kind, note)],
                           items=[ItemPlan("point", content or fact(name), about=about or (name,),
                                           sources=(SourcePlan(t, None),))])
@@ -239,6 +239,29 @@ def test_forgetting_takes_an_entity_s_names_along(store: Store):
     assert store.entities(ns) == []
     _say(store, ns, "my wife", "my wife loves pottery")
     assert [e["name"] for e in store.entities(ns)] == ["my wife"]  # the role went with the memory that stated it
+
+
+def test_forgetting_the_session_that_said_a_full_name_takes_the_name_back_out(store: Store):
+    # "Mel" (session a), then "Melanie Hart" (session b) renamed her. Forgetting b leaves no trace of the
+    # name only b said: she is "Mel" again (before: still "Melanie Hart", the forgotten session's words).
+    ns = _ns()
+    _say(store, ns, "Mel", "Mel fixed the sink", session="a")
+    _say(store, ns, "Melanie Hart", session="b")
+    assert [e["name"] for e in store.entities(ns)] == ["Melanie Hart"]
+    store.forget_session(ns, "b")
+    assert [(e["name"], e["aliases"]) for e in store.entities(ns)] == [("Mel", [])]
+    assert _about(store, ns) == {"Mel fixed the sink": "Mel"}
+    with store.read() as c:
+        for table in ("entity_aliases", "memories", "entities"):
+            rows = c.execute(f"SELECT * FROM {table} WHERE namespace = {store.PARAM}", (ns,)).fetchall()
+            assert "hart" not in repr(rows).lower()
+    assert store.search_memories(ns, '"hart"', k=5) == [] and len(store.search_memories(ns, '"mel"', k=5)) == 1
+    # a name a surviving session used stays: forgetting a leaves Melanie Hart as b named her
+    other = _ns()
+    _say(store, other, "Mel", "Mel fixed the sink", session="a")
+    _say(store, other, "Melanie Hart", session="b")
+    store.forget_session(other, "a")
+    assert [(e["name"], e["aliases"]) for e in store.entities(other)] == [("Melanie Hart", [])]
 
 
 # -- correct_memory re-links ----------------------------------------------------------------------------

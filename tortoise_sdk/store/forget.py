@@ -25,6 +25,8 @@ from pathlib import PurePath
 from typing import Any, ClassVar
 
 from ..models import ForgetReport, Tombstone, utc_now
+from ..names import role_key
+from ..text import norm_name
 from .rows import tombstone_id_for
 from .subagent_core import DERIVED_MARKERS
 
@@ -57,6 +59,8 @@ class ForgetMixin:
     unindex_turns: Callable[[Any, str, Sequence[str]], None]
     #: ExtractionCore's: a memory's confidence again from its (remaining) sources.
     _confide: Callable[[Any, str, int], None]
+    #: EntityCore's: index an entity's memories again (under its names now).
+    _reindex_entity: Callable[[Any, str], None]
 
     def forget_session(self, namespace: str, session_id: str) -> ForgetReport:
         """Remove a session, its derived sessions and everything derived from their turns; one transaction.
@@ -80,6 +84,8 @@ class ForgetMixin:
                 f"SELECT memory_id FROM provenance WHERE namespace = {p} AND turn_id IN ({turns})"
                 f" UNION SELECT memory_id FROM memories WHERE namespace = {p} AND {where}",
                 [namespace, namespace, *args, namespace, *args])]
+            named = self._entities_of(c, namespace, touched) | {r[0] for r in c.execute(
+                f"SELECT entity_id FROM entity_aliases WHERE namespace = {p} AND {where}", [namespace, *args])}
             self._count(report, "provenance", c.execute(
                 f"DELETE FROM provenance WHERE namespace = {p} AND turn_id IN ({turns})", [namespace, namespace, *args]))
             gone = []
@@ -113,6 +119,7 @@ class ForgetMixin:
                                                      [namespace, *args]))
             self._count(report, "sessions", c.execute(f"DELETE FROM sessions WHERE namespace = {p} AND {where}",
                                                       [namespace, *args]))
+            self._names_from_survivors(c, namespace, named)
             self._remove_orphan_entities(c, namespace, report)
             self._tombstone(c, report, session_id, "Memory.forget_session")
             return report
@@ -131,7 +138,9 @@ class ForgetMixin:
                               (namespace, memory_id)).fetchone()
             if found is None:
                 return report
+            named = self._entities_of(c, namespace, [memory_id])
             self._remove_memories(c, namespace, [memory_id], report)
+            self._names_from_survivors(c, namespace, named)
             self._remove_orphan_entities(c, namespace, report)
             self._tombstone(c, report, memory_id, "Memory.forget_memory")
             return report
@@ -187,6 +196,40 @@ class ForgetMixin:
                 f"DELETE FROM entity_aliases WHERE memory_id = {p}", (memory_id,)))
             self._unindex_memory(c, memory_id)
             self._count(report, "memories", c.execute(f"DELETE FROM memories WHERE memory_id = {p}", (memory_id,)))
+
+    def _entities_of(self, c: Conn, namespace: str, memory_ids: Sequence[str]) -> set[str]:
+        p = self.PARAM
+        return {r[0] for m in memory_ids for r in c.execute(
+            f"SELECT entity_id FROM memory_entities WHERE namespace = {p} AND memory_id = {p}", (namespace, m))}
+
+    def _names_from_survivors(self, c: Conn, namespace: str, entity_ids: Iterable[str]) -> None:
+        """Each entity keeps only names the memories left still use: an alias none of them uses goes, and
+        an entity whose name only forgotten words said takes the first name they use (when no entity of its
+        kind has that name). Its memories are indexed under its names again."""
+        p = self.PARAM
+        for entity_id in sorted(entity_ids):
+            row = c.execute(f"SELECT norm_name, kind FROM entities WHERE entity_id = {p}", (entity_id,)).fetchone()
+            mentions = [r[0] for r in c.execute(
+                f"SELECT me.mention FROM memory_entities me JOIN memories m ON m.memory_id = me.memory_id"
+                f" WHERE me.entity_id = {p} ORDER BY m.created_at, m.memory_id", (entity_id,)).fetchall()]
+            if row is None or not mentions or None in mentions:
+                continue  # no memory left (the entity goes), or links that do not say which name they used
+            used = {norm_name(m) for m in mentions}
+            if row[0] not in used:
+                name = next((m for m in mentions if role_key(m) is None), mentions[0]).strip()
+                taken = c.execute(f"SELECT 1 FROM entities WHERE namespace = {p} AND norm_name = {p} AND kind = {p}",
+                                  (namespace, norm_name(name), row[1])).fetchone()
+                if taken is None:
+                    c.execute(f"UPDATE entities SET name = {p}, norm_name = {p} WHERE entity_id = {p}",
+                              (name, norm_name(name), entity_id))
+                    c.execute(f"DELETE FROM entity_aliases WHERE entity_id = {p} AND norm_alias = {p}"
+                              " AND how NOT IN ('not', 'role')", (entity_id, norm_name(name)))
+            for (alias,) in c.execute(f"SELECT norm_alias FROM entity_aliases WHERE entity_id = {p}"
+                                      " AND how NOT IN ('not', 'role')", (entity_id,)).fetchall():
+                if alias not in used:
+                    c.execute(f"DELETE FROM entity_aliases WHERE entity_id = {p} AND norm_alias = {p}"
+                              " AND how NOT IN ('not', 'role')", (entity_id, alias))
+            self._reindex_entity(c, entity_id)
 
     def _remove_orphan_entities(self, c: Conn, namespace: str, report: ForgetReport) -> None:
         p = self.PARAM
