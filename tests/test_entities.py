@@ -262,6 +262,15 @@ def test_forgetting_the_session_that_said_a_full_name_takes_the_name_back_out(st
     _say(store, other, "Melanie Hart", session="b")
     store.forget_session(other, "a")
     assert [(e["name"], e["aliases"]) for e in store.entities(other)] == [("Melanie Hart", [])]
+    # an alias first resolved in the forgotten session stays while another session's memory uses it
+    third = _ns()
+    _say(store, third, "Melanie Hart", session="a")
+    _say(store, third, "Mel", "Mel fixed the sink", session="b")
+    _say(store, third, "Mel", "Mel fixed the roof", session="c")
+    store.forget_session(third, "b")
+    [melanie] = store.entities(third)
+    assert [(a["name"], a["how"]) for a in melanie["aliases"]] == [("Mel", "clipped name")]
+    assert _about(store, third) == {fact("Melanie Hart"): "Melanie Hart", "Mel fixed the roof": "Melanie Hart"}
 
 
 # -- correct_memory re-links ----------------------------------------------------------------------------

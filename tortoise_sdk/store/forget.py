@@ -25,7 +25,7 @@ from pathlib import PurePath
 from typing import Any, ClassVar
 
 from ..models import ForgetReport, Tombstone, utc_now
-from ..names import role_key
+from ..names import role_key, why_short
 from ..text import norm_name
 from .rows import tombstone_id_for
 from .subagent_core import DERIVED_MARKERS
@@ -224,11 +224,23 @@ class ForgetMixin:
                               (name, norm_name(name), entity_id))
                     c.execute(f"DELETE FROM entity_aliases WHERE entity_id = {p} AND norm_alias = {p}"
                               " AND how NOT IN ('not', 'role')", (entity_id, norm_name(name)))
-            for (alias,) in c.execute(f"SELECT norm_alias FROM entity_aliases WHERE entity_id = {p}"
-                                      " AND how NOT IN ('not', 'role')", (entity_id,)).fetchall():
-                if alias not in used:
-                    c.execute(f"DELETE FROM entity_aliases WHERE entity_id = {p} AND norm_alias = {p}"
-                              " AND how NOT IN ('not', 'role')", (entity_id, alias))
+            norm = c.execute(f"SELECT norm_name FROM entities WHERE entity_id = {p}", (entity_id,)).fetchone()[0]
+            aliases = {r[0] for r in c.execute(f"SELECT norm_alias FROM entity_aliases WHERE entity_id = {p}"
+                                               " AND how NOT IN ('not', 'role')", (entity_id,)).fetchall()}
+            for alias in aliases - used:
+                c.execute(f"DELETE FROM entity_aliases WHERE entity_id = {p} AND norm_alias = {p}"
+                          " AND how NOT IN ('not', 'role')", (entity_id, alias))
+            # a name a remaining memory uses, whose alias row the forgotten session's write had made
+            for mention in dict.fromkeys(m.strip() for m in mentions):
+                key = norm_name(mention)
+                if key and key != norm and key not in aliases and role_key(mention) is None:
+                    aliases.add(key)
+                    c.execute(
+                        "INSERT INTO entity_aliases (namespace, entity_id, alias, norm_alias, how, evidence,"
+                        f" session_id, memory_id, created_at) VALUES ({p}, {p}, {p}, {p}, {p}, {p}, NULL, NULL, {p})"
+                        " ON CONFLICT DO NOTHING",
+                        (namespace, entity_id, mention, key, why_short(key, norm) or "mention",
+                         "named so by a memory that remains", self._time_param(utc_now())))
             self._reindex_entity(c, entity_id)
 
     def _remove_orphan_entities(self, c: Conn, namespace: str, report: ForgetReport) -> None:
