@@ -365,7 +365,7 @@ def test_the_jobs_page_shows_failures_with_a_retry_button(api: TestClient, db: P
     assert "No job." in api.get("/ns/demo/jobs", headers=h).text
     fail_a_job(db)
     page = api.get("/ns/demo/jobs", headers=h).text
-    assert 'data-retry="q"' in page and "&lt;b&gt;AuthenticationError&lt;/b&gt;" in page and "<b>Auth" not in page
+    assert "data-retry=\"session\" data-id='\"q\"'" in page and "&lt;b&gt;AuthenticationError&lt;/b&gt;" in page and "<b>Auth" not in page
     assert "0–1" in page  # the turns the job covers
     assert 'href="/ns/demo/jobs"' in api.get("/ns/demo", headers=h).text  # in the navigation
     assert "data-retry" not in api.get("/ns/demo/jobs", params={"status": "done"}, headers=h).text
