@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from tortoise_sdk.models import MEMORY_BLOCK_MARKER, SearchHit
-from tortoise_sdk.pipeline.grounding import evidence_turns, ground, is_evidence, quote_matches
+from tortoise_sdk.pipeline.grounding import evidence_turns, ground, is_evidence, quote_matches, verbatim
 from tortoise_sdk.pipeline.merge import coerce_proposal
 
 
@@ -38,6 +38,9 @@ def test_quotes_match_ignoring_case_spacing_and_typographic_quotes() -> None:
     ]), TURNS)
     assert [(g.turn_index, g.source.turn_id) for g in result.points] == [(0, "t0"), (2, "t2")]
     assert result.warnings == [] and result.rejected == 0
+    # the stored quote is the turn's own words, as the turn writes them (a model quotes loosely)
+    assert [g.source.quote for g in result.points] == [
+        "I\u2019m now at  Helix Health,\nleading", "Biscuit is happier … home for lunch"]
     assert [e.name for e in result.entities] == ["Maya"]  # Zed is neither used nor named in the session
 
 
@@ -305,3 +308,18 @@ def test_a_fact_restated_by_s4_keeps_the_s2_quote_as_a_source_too() -> None:
     grounded = ground(union(s2, bad), turns)
     assert grounded.rejected == 0
     assert [(g.item.quote, g.source.turn_id, g.also) for g in grounded.points] == [("I have two cats", "t0", ())]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(st.sampled_from("abcAB \u2019'\u201c\u201d,.-\n\u00e9\ufb01\u2026"), min_size=1, max_size=60),
+       st.integers(0, 60), st.integers(1, 60))
+def test_a_grounded_quote_is_stored_as_the_turn_writes_it(text: str, start: int, size: int) -> None:
+    """Any stretch of a turn, retyped in other case and spacing, is stored as the stretches the turn holds
+    (an ellipsis in it elides: the parts are joined by " … ")."""
+    quote = " ".join(text[start:start + size].upper().split())
+    stored = verbatim(quote, text)
+    if quote_matches(quote, text):
+        assert all(part in text for part in stored.split(" … "))
+        assert quote_matches(stored, text) or "…" in stored or "..." in stored
+    else:
+        assert stored == quote

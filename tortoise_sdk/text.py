@@ -8,11 +8,12 @@ import unicodedata
 from collections.abc import Callable
 from typing import TypeVar
 
-__all__ = ("fact_key", "jaccard", "norm_content", "norm_name", "norm_quote", "per_text", "token_set")
+__all__ = ("QUOTE_MARKS", "fact_key", "jaccard", "norm_content", "norm_name", "norm_quote", "per_text", "token_set")
 
 _T = TypeVar("_T")
 
-_QUOTES = str.maketrans({
+#: Typographic quotes, dashes, no-break space and the ellipsis character as plain ASCII.
+QUOTE_MARKS = _QUOTES = str.maketrans({
     "\u2018": "'", "\u2019": "'", "\u201a": "'", "\u201b": "'", "\u2032": "'", "`": "'", "\u00b4": "'",
     "\u201c": '"', "\u201d": '"', "\u201e": '"', "\u201f": '"', "\u2033": '"', "\u00ab": '"', "\u00bb": '"',
     "\u2013": "-", "\u2014": "-", "\u2212": "-", "\u00a0": " ", "\u2026": "...",

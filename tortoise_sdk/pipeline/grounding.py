@@ -33,17 +33,22 @@ words are the turn's, not what the memory makes of them.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import re
+import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ..models import MEMORY_BLOCK, MEMORY_BLOCK_MARKER, Diagnostic, SearchHit, Turn
 from ..store.plan import SourcePlan
+from ..text import QUOTE_MARKS as _QUOTE_MARKS
 from ..text import norm_name, norm_quote
 from .merge import Entity, Proposal, _Grounded
 
-__all__ = ("Grounded", "evidence_turns", "ground", "is_evidence", "match_key", "quote_matches", "quote_parts")
+__all__ = ("Grounded", "evidence_turns", "ground", "is_evidence", "match_key", "quote_matches", "quote_parts",
+           "verbatim")
 
 _SUBAGENT_FLAGS = ("subagent", "is_subagent", "isSidechain", "sidechain")
 MIN_QUOTE_WORDS = 3
@@ -157,10 +162,11 @@ def ground(proposal: Proposal, turns: Sequence[SearchHit], context: Sequence[Sea
                     message=f"{label}: quote found in turn {found}, not the cited turn {item.turn}; re-anchored",
                     detail={"cited": item.turn, "found": found},
                 ))
-            turn = by_index[found]
-            sources = dict.fromkeys([SourcePlan(turn.turn_id, item.quote),
-                                     *(SourcePlan(by_index[i].turn_id, q) for i, q in extra)])
-            out[key].append(Grounded(item, SourcePlan(turn.turn_id, item.quote), found, tuple(sources)[1:]))
+            # each source quotes its turn as the turn writes it, not as the model retyped it
+            sources = dict.fromkeys(SourcePlan(by_index[i].turn_id, verbatim(q, cleaned[i]) if q else q)
+                                    for i, q in [(found, item.quote), *extra])
+            first, *rest = sources
+            out[key].append(Grounded(item, first, found, tuple(rest)))
     used = {norm_name(n) for g in out["events"] + out["points"] for n in getattr(g.item, "about", ())}
     corpus = " ".join(norm_quote(text) for text in cleaned.values())
     entities = [e for e in proposal.entities if norm_name(e.name) in used or norm_quote(e.name) in corpus]
@@ -201,21 +207,26 @@ def quote_parts(quote: str) -> list[str]:
 
 
 def _match(text: str, parts: Sequence[str]) -> bool:
+    return _spans(text, parts) is not None
+
+
+def _spans(text: str, parts: Sequence[str]) -> list[tuple[int, int]] | None:
+    """Where each part of the quote lies in ``text`` (a match key), None when the quote does not ground."""
     if not parts or not text:
-        return False
+        return None
     if len(parts) > 1 and any(len(p.split()) < MIN_PART_WORDS and len(p) < MIN_PART_CHARS for p in parts):
-        return False
+        return None
     return _place(text, parts, 0, 0, False, set())
 
 
 def _place(text: str, parts: Sequence[str], k: int, at: int, start_cut: bool,
-           failed: set[tuple[int, int, bool]]) -> bool:
-    """Whether parts[k:] occur from ``at`` on (the first anywhere), trying every occurrence.
+           failed: set[tuple[int, int, bool]]) -> list[tuple[int, int]] | None:
+    """Where parts[k:] occur from ``at`` on (the first anywhere), trying every occurrence; None if nowhere.
 
     ``failed`` remembers placements already ruled out, so repeated parts cannot make the search exponential.
     """
     if (k, at, start_cut) in failed:
-        return False
+        return None
     part, last = parts[k], k == len(parts) - 1
     i = text.find(part, at)
     while i != -1 and (k == 0 or i - at <= MAX_ELLIPSIS_GAP):
@@ -226,12 +237,39 @@ def _place(text: str, parts: Sequence[str], k: int, at: int, start_cut: bool,
             cut = start_cut or left
             if last:
                 if _meets_floor(parts, cut, right):
-                    return True
-            elif _place(text, parts, k + 1, j, cut, failed):
-                return True
+                    return [(i, j)]
+            elif (rest := _place(text, parts, k + 1, j, cut, failed)) is not None:
+                return [(i, j), *rest]
         i = text.find(part, i + 1)
     failed.add((k, at, start_cut))
-    return False
+    return None
+
+
+def verbatim(quote: str, text: str) -> str:
+    """The words of ``text`` that ``quote`` grounds in, as the turn writes them (its case, punctuation and
+    quotes; elided parts joined by " … "); ``quote`` itself when it does not ground there.
+
+    A model quotes loosely ("i'm NOW at Helix Health"); the stored source quotes the turn.
+    """
+    # The turn as matching sees it, one character at a time, each remembering where in ``text`` it came from.
+    normal, origin = [], []
+    for at, char in enumerate(text):
+        for n in unicodedata.normalize("NFKC", char).translate(_QUOTE_MARKS).casefold():
+            normal.append(n)
+            origin.append(at)
+    words = list(_WORDS.finditer("".join(normal)))
+    key = " ".join(w[0] for w in words)
+    spans = _spans(key, quote_parts(quote))
+    if spans is None or key != match_key(text):
+        return quote  # composed characters NFKC joins across: the per-character view differs, keep the quote
+    starts = list(itertools.accumulate((len(w[0]) + 1 for w in words[:-1]), initial=0))
+
+    def where(at: int) -> int:
+        """The index in ``text`` of the key's character ``at``."""
+        n = bisect.bisect_right(starts, at) - 1
+        return origin[words[n].start() + min(at - starts[n], len(words[n][0]) - 1)]
+
+    return " … ".join(text[where(i): where(j - 1) + 1] for i, j in spans)
 
 
 def _meets_floor(parts: Sequence[str], start_cut: bool, end_cut: bool) -> bool:
