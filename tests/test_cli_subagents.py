@@ -38,7 +38,8 @@ def test_capture_a_transcript_then_list_subagents_and_stats(capsys, db, fmt):
     assert (code, json.loads(out)) == (0, [])
 
     code, out, _ = run(capsys, "--db", db, "stats", "--json")
-    assert json.loads(out) == {"namespace": "default", "sessions": 2, "turns": 5, "subagents": 1,
+    assert json.loads(out) == {"namespace": "default", "sessions": 2, "turns": 5, "memories": 0, "entities": 0,
+                               "subagents": 1,
                                "subagent_counters": {"attempted": 3, "persisted": 3, "upserted": 3,
                                                      "skipped_no_identity": 0,
                                                      "unknown_execution": 0, "backfill_unknown_execution": 3,
@@ -54,8 +55,19 @@ def test_recapture_stores_nothing_new_and_text_output(capsys, db):
     code, out, _ = run(capsys, "--db", db, "subagents")
     assert code == 0 and TASK_ID in out and "33,894" in out and "38.8s" in out and "Plan" in out
     code, out, _ = run(capsys, "--db", db, "stats")
-    assert "2 session(s), 5 turn(s), 1 sub-agent invocation(s)" in out and "attempted 6, persisted 6," in out
+    assert "2 session(s), 5 turn(s), 0 live memory(ies), 0 entity(ies), 1 sub-agent invocation(s)" in out and "attempted 6, persisted 6," in out
     assert "upserted" not in out
+
+
+def test_stats_counts_the_memories_a_host_remembered(capsys, db):
+    # a namespace holding only what a host remembered has no session: its memories are still counted
+    from tortoise_sdk import Memory
+
+    with Memory(db, namespace="notes") as mem:
+        mem.remember("Maya likes green tea", about=["Maya"])
+    code, out, _ = run(capsys, "--db", db, "--namespace", "notes", "stats", "--json")
+    doc = json.loads(out)
+    assert code == 0 and (doc["sessions"], doc["memories"], doc["entities"]) == (0, 1, 1)
 
 
 def test_capture_a_transcript_from_stdin(monkeypatch, capsys, db):

@@ -121,10 +121,13 @@ def _cmd_stats(args: argparse.Namespace) -> int:
 def _stats(mem: Any) -> dict[str, Any]:
     sessions = mem.sessions()
     vectors = mem.vector_stats()
+    held = next((n for n in mem.namespaces() if n.name == mem.namespace), None)
     return {
         "namespace": mem.namespace,
         "sessions": len(sessions),
         "turns": sum(s.turn_count for s in sessions),
+        "memories": 0 if held is None else held.memories,  # live ones, those a host remembered too
+        "entities": len(mem.entities()),
         "subagents": len(mem.subagents()),
         "subagent_counters": mem.subagent_counters().model_dump(),
         "jobs": dict(Counter(j.status for j in mem.jobs())),
@@ -134,6 +137,7 @@ def _stats(mem: Any) -> dict[str, Any]:
 
 def _print_stats(doc: dict[str, Any]) -> None:
     print(f"namespace {doc['namespace']}: {doc['sessions']} session(s), {doc['turns']} turn(s), "
+          f"{doc['memories']} live memory(ies), {doc['entities']} entity(ies), "
           f"{doc['subagents']} sub-agent invocation(s)")
     print("sub-agent frames: " + ", ".join(f"{k} {v}" for k, v in doc["subagent_counters"].items()
                                            if k != "upserted"))  # the deprecated name of persisted
@@ -145,7 +149,8 @@ def _print_stats(doc: dict[str, Any]) -> None:
 
 
 def _register_stats(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("stats", help="counts of sessions, turns, sub-agent invocations and jobs by status, and "
+    p = sub.add_parser("stats", help="counts of sessions, turns, live memories, entities, sub-agent invocations and "
+                                     "jobs by status, and "
                                      "recorder counters",
                        description="Example: tortoise stats --json")
     p.add_argument("--json", action="store_true")
