@@ -223,6 +223,7 @@ def test_memory_merge_and_split_and_the_graph_use_the_resolved_entity(tmp_path):
     g = mem.graph()
     entity_nodes = [n for n, d in g.nodes(data=True) if d.get("kind") == "entity"]
     assert [g.nodes[n]["name"] for n in entity_nodes] == ["Melanie Hart"]
+    assert g.nodes[entity_nodes[0]]["aliases"] == ["Mel"]  # the export holds the other names too
     assert sum(1 for _, v, d in g.edges(data=True) if v == entity_nodes[0]) == 2
     _say(mem.store, mem.namespace, "Lanie", "Lanie sings")
     assert mem.merge_entities("Mel", "Lanie")["name"] == "Melanie Hart"

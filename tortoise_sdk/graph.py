@@ -18,7 +18,8 @@ __all__ = ("build_graph", "export_graph")
 def build_graph(store: Store, namespace: str) -> networkx.MultiDiGraph:
     """Sessions, turns (``session -has_turn-> turn``, ``turn -next-> turn``) and whatever extraction added.
 
-    Node ids are prefixed by kind (``session:``, ``turn:``, ``memory:``, ``entity:``).
+    Node ids are prefixed by kind (``session:``, ``turn:``, ``memory:``, ``entity:``); an entity node lists its
+    ``aliases`` (its other names), when it has any.
     """
     import networkx as nx
 
@@ -39,6 +40,9 @@ def build_graph(store: Store, namespace: str) -> networkx.MultiDiGraph:
     extend = getattr(store, "extend_graph", None)
     if extend is not None:
         extend(g, namespace)
+        for e in store.entities(namespace):  # its other names: short forms, roles, merged names
+            if e["aliases"] and (node := g.nodes.get(f"entity:{e['id']}")) is not None:
+                node["aliases"] = [a["name"] for a in e["aliases"]]
     return g
 
 
