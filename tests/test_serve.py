@@ -531,3 +531,111 @@ def test_errors_speak_the_apis_terms_not_pythons(db: Path) -> None:
     assert said["many"]["message"].endswith("split the capture into several requests")
     for body in said.values():
         assert not re.search(r"Memory\(|MemoryBlock|max_turns_per_capture|literal\[|\(\)", body["message"]), body
+
+
+def test_the_index_lists_configured_namespaces_and_those_with_data_not_visited_names(api: TestClient) -> None:
+    """Reviewer: every name typed into a URL was listed (the namespaces opened since start), not those holding data."""
+    h = auth(ADMIN)
+    body = {"session_id": "b", "turns": [{"role": "user", "content": "hello"}]}
+    assert api.post("/v1/ns/bob/capture", json=body, headers=h).status_code == 200
+    assert api.get("/ns/typo-visited", headers=h).status_code == 200
+    assert api.get("/v1/ns/typo-api/sessions", headers=h).status_code == 200
+    listed = re.findall(r'<li><a href="/ns/([^"]+)">', api.get("/", headers=h).text)
+    assert listed == ["demo", "bob"]  # configured first, then the namespaces holding data
+    assert re.findall(r'<li><a href="/ns/([^"]+)">', api.get("/", headers=auth(BOB)).text) == ["bob"]
+
+
+def test_the_login_keeps_the_query_string_and_redirects_only_to_local_paths(api: TestClient) -> None:
+    """Reviewer: the login redirect kept only the path, so /ns/demo/session?id=demo-1 lost its id."""
+    from urllib.parse import parse_qs, urlsplit
+
+    away = api.get("/ns/demo/session", params={"id": "demo-1&x", "more": "a b"}, follow_redirects=False)
+    assert away.status_code == 303
+    target = parse_qs(urlsplit(away.headers["location"]).query)["next"]
+    assert target == ["/ns/demo/session?id=demo-1%26x&more=a+b"]
+    form = api.get("/login", params={"next": target[0]}).text
+    assert 'value="/ns/demo/session?id=demo-1%26x&amp;more=a+b"' in form
+    login = api.post("/login", data={"token": DEMO, "next": target[0]}, follow_redirects=False)
+    assert login.status_code == 303 and login.headers["location"] == target[0]
+    page = api.get(login.headers["location"])  # the page asked for, with its parameters
+    assert page.status_code == 404 and "no session &#39;demo-1&amp;x&#39;" in page.text
+    for elsewhere in ("//evil.example/", "/\\evil.example/", "/\t/evil.example/", "https://evil.example/",
+                      "evil.example"):
+        answer = api.post("/login", data={"token": DEMO, "next": elsewhere}, follow_redirects=False)
+        assert answer.headers["location"] == "/", elsewhere
+        assert 'name="next" value="/"' in api.get("/login", params={"next": elsewhere}).text
+
+
+def test_inspector_pages_answer_bad_parameters_with_the_html_error_page(api: TestClient) -> None:
+    """Reviewer: a missing or invalid query parameter of a page got the JSON API's error body."""
+    h = auth(ADMIN)
+    for path, params, status, said in (("/ns/demo/session", {}, 400, "id: Field required"),
+                                       ("/ns/demo/try", {"prompt": "x", "budget": "many"}, 400,
+                                        "budget: Input should be a valid integer"),
+                                       ("/ns/demo/memories", {"superseded": "perhaps"}, 400, "superseded: "),
+                                       ("/ns/demo", {"page": "last"}, 400, "page: Input should be a valid integer"),
+                                       ("/ns/demo/session", {"id": "nope"}, 404, "no session &#39;nope&#39;")):
+        answer = api.get(path, params=params, headers=h)
+        assert answer.status_code == status, path
+        assert answer.headers["content-type"].startswith("text/html") and "<!doctype html>" in answer.text.lower()
+        assert said in answer.text and "Back to the namespaces" in answer.text
+    # The JSON API still answers JSON.
+    assert api.get(f"{NS}/turns", headers=h).json()["message"] == "session_id: Field required"
+
+
+def test_the_namespace_page_pages_through_the_sessions(api: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reviewer: the page showed the 200 most recent sessions and no way to the others."""
+    from tortoise_sdk.adapters.serve import inspector
+
+    monkeypatch.setattr(inspector, "SESSIONS_PER_PAGE", 1)
+    h = auth(ADMIN)
+    shown = []
+    for page in (1, 2):
+        text = api.get("/ns/demo", params={"page": page}, headers=h).text
+        table = text[text.index('<table id="sessions">'):]
+        shown += re.findall(r'session\?id=([\w-]+)"', table)
+        assert "2 session(s)" in text and f"page {page} of 2" in text
+        assert ('href="/ns/demo?page=2"' in text) is (page == 1)  # next
+        assert ('href="/ns/demo?page=1"' in text) is (page == 2)  # previous
+    assert sorted(shown) == ["demo-1", "demo-2"]
+    assert "No session on this page" in api.get("/ns/demo", params={"page": 3}, headers=h).text
+    assert api.get("/ns/demo", params={"page": 0}, headers=h).status_code == 400
+    searched = api.get("/ns/demo", params={"q": "Northwind"}, headers=h).text
+    assert 'href="/ns/demo?q=Northwind&amp;page=2"' in searched  # the search is kept
+
+
+def test_openapi_documents_the_statuses_the_server_answers(api: TestClient) -> None:
+    """Reviewer: the schema listed 422 for bad input, which the server answers with 400, and no 409 on capture."""
+    schema = api.get("/openapi.json").json()
+    error = {"$ref": "#/components/schemas/ErrorBody"}
+    for path, operations in schema["paths"].items():
+        for method, operation in operations.items():
+            assert "422" not in operation["responses"], (method, path)
+            if path.startswith("/v1/"):
+                assert operation["responses"]["400"]["content"]["application/json"]["schema"] == error, path
+    capture = schema["paths"]["/v1/ns/{namespace}/capture"]["post"]["responses"]
+    assert capture["409"]["content"]["application/json"]["schema"] == error
+    assert "idempotency key" in capture["409"]["description"]
+    assert "HTTPValidationError" not in schema["components"]["schemas"]
+    assert api.post(f"{NS}/search", json={"k": 0}, headers=auth(ADMIN)).status_code == 400
+
+
+def test_a_namespace_with_a_slash_is_reachable_over_http(api: TestClient, db: Path) -> None:
+    """Reviewer: /v1/ns/a%2Fb/... was decoded to a path no route matched (404)."""
+    h = auth(ADMIN)
+    body = {"session_id": "s1", "turns": [{"role": "user", "content": "the team's wiki is on Confluence"}]}
+    assert api.post("/v1/ns/team%2Falice/capture", json=body, headers=h).status_code == 200
+    assert [s["session_id"] for s in api.get("/v1/ns/team%2Falice/sessions", headers=h).json()] == ["s1"]
+    assert api.get("/v1/ns/team%2Falice/subagents/health", headers=h).json()["ok"] is True
+    assert api.get("/v1/ns/team%2Falice/stats", headers=h).json()["namespace"] == "team/alice"
+    assert api.get("/v1/ns/team/sessions", headers=h).json() == []  # another namespace
+    with Memory(str(db), namespace="team/alice") as mem:
+        assert [s.session_id for s in mem.sessions()] == ["s1"]
+    assert api.get("/v1/ns/team%2Falice/sessions", headers=auth(DEMO)).status_code == 403
+    # The inspector: linked from the index, its namespace page and a session's.
+    assert 'href="/ns/team%2Falice"' in api.get("/", headers=h).text
+    assert "s1" in api.get("/ns/team%2Falice", headers=h).text
+    assert "Confluence" in api.get("/ns/team%2Falice/session", params={"id": "s1"}, headers=h).text
+    # No route's suffix ends another's, so the namespace a path names is never ambiguous.
+    suffixes = {r.path.split("}", 1)[1] for r in api.app.routes if getattr(r, "path", "").startswith("/v1/ns/")}
+    assert not [(a, b) for a in suffixes for b in suffixes if a != b and a.endswith(b)]

@@ -31,7 +31,8 @@ from ...models import (
 )
 from .auth import namespace_memory
 
-__all__ = ("MAX_BUDGET", "MAX_K", "MAX_MAX_TOKENS", "MAX_WINDOW", "ErrorBody", "Health", "Stats", "router")
+__all__ = ("ERRORS", "MAX_BUDGET", "MAX_K", "MAX_MAX_TOKENS", "MAX_WINDOW", "PREFIX", "ErrorBody", "Health", "Stats",
+           "router")
 
 #: The largest ``k`` a search takes over HTTP.
 MAX_K = 100
@@ -125,14 +126,27 @@ class FlushBody(BaseModel):
     session_id: str | None = Field(default=None, description="Only this session's; all when absent.")
 
 
-router = APIRouter(prefix="/v1/ns/{namespace}", responses={
-    400: {"model": ErrorBody, "description": "Bad input"}, 401: {"model": ErrorBody, "description": "No or "
-    "unknown token"}, 403: {"model": ErrorBody, "description": "The token is bound to another namespace"},
-    404: {"model": ErrorBody, "description": "No such record"}, 413: {"model": ErrorBody, "description": "Body "
-    "too large"}})
+#: Where the namespace is in every route's path: it may hold '/' (sent as %2F, which arrives decoded), so it
+#: takes the whole path up to the route's fixed suffix; no suffix ends another's, so none is ambiguous.
+PREFIX = "/v1/ns/{namespace:path}"
+#: The answers every route may give besides its own (bad input is 400, never FastAPI's 422).
+ERRORS: dict[int | str, dict[str, Any]] = {
+    400: {"model": ErrorBody, "description": "Bad input: a missing, malformed or out-of-range field or parameter"},
+    401: {"model": ErrorBody, "description": "No or unknown token"},
+    403: {"model": ErrorBody, "description": "The token is bound to another namespace"},
+    404: {"model": ErrorBody, "description": "No such record"},
+    413: {"model": ErrorBody, "description": "Body too large"},
+    503: {"model": ErrorBody, "description": "The store did not answer (in time)"}}
+#: A route that writes: the store may be open read-only.
+READ_ONLY = {409: {"model": ErrorBody, "description": "The store is read-only"}}
+
+router = APIRouter(prefix=PREFIX, responses=ERRORS)
 
 
-@router.post("/capture", response_model=CaptureReceipt, summary="Store turns (and append to a session)")
+@router.post("/capture", response_model=CaptureReceipt, summary="Store turns (and append to a session)",
+             responses={409: {"model": ErrorBody, "description": "A turn differs from the stored turn of that id or "
+                                                                 "place, the idempotency key was used for a different "
+                                                                 "capture, or the store is read-only"}})
 def capture(body: CaptureBody, mem: Mem) -> CaptureReceipt:
     """``Memory.capture``: the turns durably, verbatim, in one transaction; extraction is queued."""
     return mem.capture(body.session_id, body.turns, session_date=body.session_date,
@@ -177,13 +191,13 @@ def turns(session_id: Id, mem: Mem) -> list[SearchHit]:
     return mem.turns(session_id)
 
 
-@router.delete("/sessions", response_model=ForgetReport, summary="Forget a session")
+@router.delete("/sessions", response_model=ForgetReport, summary="Forget a session", responses=READ_ONLY)
 def forget_session(session_id: Id, mem: Mem) -> ForgetReport:
     """``Memory.forget_session``: its turns and everything derived from them; leaves a tombstone."""
     return mem.forget_session(session_id)
 
 
-@router.delete("/memories", response_model=ForgetReport, summary="Forget a memory")
+@router.delete("/memories", response_model=ForgetReport, summary="Forget a memory", responses=READ_ONLY)
 def forget_memory(memory_id: Id, mem: Mem) -> ForgetReport:
     """``Memory.forget_memory``: the memory, its sources and links; its supersession chain is re-linked."""
     return mem.forget_memory(memory_id)
@@ -223,7 +237,8 @@ def jobs(mem: Mem, status: Annotated[str | None, Query(max_length=16, descriptio
     return mem.jobs(status=status, session_id=session_id)
 
 
-@router.post("/jobs/retry-failed", response_model=list[JobInfo], summary="Queue the failed jobs again")
+@router.post("/jobs/retry-failed", response_model=list[JobInfo], summary="Queue the failed jobs again",
+             responses=READ_ONLY)
 def retry_failed(mem: Mem, body: FlushBody | None = None) -> list[JobInfo]:
     """``Memory.retry_failed_jobs``: attempts start over; ``tortoise worker`` (or POST /flush) runs them.
 
@@ -232,7 +247,8 @@ def retry_failed(mem: Mem, body: FlushBody | None = None) -> list[JobInfo]:
     return mem.retry_failed_jobs(body.session_id if body else None)
 
 
-@router.post("/flush", response_model=list[JobInfo], summary="Run pending extractions now")
+@router.post("/flush", response_model=list[JobInfo], summary="Run pending extractions now", responses={
+    **READ_ONLY, 502: {"model": ErrorBody, "description": "The model failed or did not answer"}})
 def flush(mem: Mem, body: FlushBody | None = None) -> list[JobInfo]:
     """``Memory.flush``: needs a model (``tortoise serve --model``); the request waits for the model calls."""
     return mem.flush(body.session_id if body else None)

@@ -10,7 +10,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.datastructures import Headers
@@ -97,8 +97,21 @@ def build_app(settings: ServeSettings | None = None, *, memory_factory: Callable
     app.include_router(inspector.router, include_in_schema=False)
     app.mount("/static", StaticFiles(directory=Path(__file__).parent / "static"), name="static")
 
+    def openapi() -> dict[str, Any]:
+        """FastAPI's schema without the 422 it documents for bad input: this server answers 400 (``ErrorBody``)."""
+        if app.openapi_schema is None:
+            schema = FastAPI.openapi(app)
+            for operations in schema["paths"].values():
+                for operation in operations.values():
+                    operation.get("responses", {}).pop("422", None)
+            for name in ("HTTPValidationError", "ValidationError"):
+                schema.get("components", {}).get("schemas", {}).pop(name, None)
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
     @app.exception_handler(TortoiseError)
-    async def sdk_error(request: Request, exc: TortoiseError) -> JSONResponse:
+    async def sdk_error(request: Request, exc: TortoiseError) -> Response:
         status = error_status(exc)
         if status >= 500:
             log.error("%s %s: %s: %s", request.method, request.url.path, type(exc).__name__, exc)
@@ -106,11 +119,15 @@ def build_app(settings: ServeSettings | None = None, *, memory_factory: Callable
             log.warning("%s %s: %d %s: %s", request.method, request.url.path, status, type(exc).__name__, exc)
         headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
         message = NO_MODEL_ON_SERVER if str(exc) == NO_MODEL_REASON else _in_http_terms(_one_line(str(exc)))
-        return _error(status, type(exc).__name__, message, getattr(exc, "field", None), headers)
+        return _answer(request, status, type(exc).__name__, message, getattr(exc, "field", None), headers)
 
     @app.exception_handler(RequestValidationError)
-    async def bad_request(request: Request, exc: RequestValidationError) -> JSONResponse:
+    async def bad_request(request: Request, exc: RequestValidationError) -> Response:
         first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}
+        if inspector.is_page(request):  # a page's query parameter, e.g. a link without its ?id=
+            where = _field(first.get("loc", ()))
+            message = _one_line(str(first.get("msg", "invalid request")))
+            return inspector.error_page(request, f"{where}: {message}" if where else message, 400)
         if first.get("type") == "json_invalid":  # its location is a character position, not a field
             return _error(400, "InvalidInput", "the body is not valid JSON (" + _one_line(str(first.get("msg", "")))
                           + "): send one JSON object with Content-Type: application/json", "body")
@@ -132,13 +149,13 @@ def build_app(settings: ServeSettings | None = None, *, memory_factory: Callable
         return _error(400, "InvalidInput", f"{where}: {message}" if where else message, where or None)
 
     @app.exception_handler(StarletteHTTPException)
-    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        return _error(exc.status_code, "HTTPError", _one_line(str(exc.detail)))
+    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        return _answer(request, exc.status_code, "HTTPError", _one_line(str(exc.detail)))
 
     @app.exception_handler(Exception)
-    async def unexpected(request: Request, exc: Exception) -> JSONResponse:
+    async def unexpected(request: Request, exc: Exception) -> Response:
         log.exception("%s %s failed", request.method, request.url.path)
-        return _error(500, "InternalError", "the server failed on this request; its log has the details")
+        return _answer(request, 500, "InternalError", "the server failed on this request; its log has the details")
 
     app.add_middleware(_BodyLimit, max_bytes=settings.max_body_bytes)
     if not settings.tokens and is_loopback(settings.host):
@@ -170,6 +187,14 @@ class _LoopbackHost:
                      "tokens answers only requests addressed to 127.0.0.1, localhost or [::1] (a page of another site "
                      "could otherwise reach it through DNS rebinding); use one of those, or start it with --token",
                      "Host")(scope, receive, send)
+
+
+def _answer(request: Request, status: int, error: str, message: str, field: str | None = None,
+            headers: dict[str, str] | None = None) -> Response:
+    """The JSON error, or the inspector's HTML error page when the request is for one of its pages."""
+    if inspector.is_page(request):
+        return inspector.error_page(request, message, status)
+    return _error(status, error, message, field, headers)
 
 
 def _error(status: int, error: str, message: str, field: str | None = None,

@@ -135,8 +135,17 @@ class MemoryPool:
             return self._open[namespace]
 
     def opened(self) -> list[str]:
-        """The namespaces opened since start."""
+        """The namespaces opened since start (by any request, whether they hold data or not)."""
         return list(self._open)
+
+    def stored(self) -> list[str]:
+        """The namespaces of the store that hold data (``Memory.namespaces``); empty when the store cannot list them."""
+        first = next(iter(self._open.values()), None)
+        mem = first if first is not None else self.get(next(iter(self._settings.namespaces), "default"))
+        try:
+            return [info.name for info in mem.namespaces()]
+        except (AttributeError, NotImplementedError):  # a factory's Memory, or a store without the listing
+            return []
 
     def close(self) -> None:
         """Close the shared store."""

@@ -37,7 +37,7 @@ from fastapi import APIRouter, Body, Query, Request
 
 from ...errors import InvalidInput, NotFoundError, StreamParseError
 from ..claude_code import HTTP_ROUTE, MAX_BYTES_PER_CALL, STORE_BOUND_S, handle_event, transcript_paths
-from .api import MAX_BUDGET, MAX_MAX_TOKENS, Mem
+from .api import ERRORS, MAX_BUDGET, MAX_MAX_TOKENS, PREFIX, Mem
 
 __all__ = ("OFF", "router")
 
@@ -47,7 +47,7 @@ log = logging.getLogger("tortoise.serve")
 OFF = ("this server takes no Claude Code hooks: start it with `tortoise serve --claude-code-hooks` (it then reads "
        "the transcript files the events name, so run it as the user whose transcripts they are)")
 
-router = APIRouter(prefix="/v1/ns/{namespace}")
+router = APIRouter(prefix=PREFIX, responses=ERRORS)
 
 
 @router.post(HTTP_ROUTE, response_model=dict[str, Any], summary="One Claude Code hook event (an HTTP hook)")

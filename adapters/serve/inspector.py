@@ -13,10 +13,10 @@ from __future__ import annotations
 import hmac
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 from urllib.parse import parse_qs, quote
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 from jinja2 import Environment, FileSystemLoader
@@ -24,10 +24,12 @@ from jinja2 import Environment, FileSystemLoader
 from ...errors import NotFoundError, TortoiseError
 from .auth import COOKIE, Denied, authorize
 
-__all__ = ("router",)
+__all__ = ("SESSIONS_PER_PAGE", "error_page", "is_page", "router")
 
 #: Turns of a session page folded by default: tool calls and their results.
 _TOOL_PREFIXES = ("[tool_use", "[tool_result")
+#: Sessions a namespace page lists at once, most recently updated first (``?page=`` for the others).
+SESSIONS_PER_PAGE = 200
 
 _env = Environment(loader=FileSystemLoader(Path(__file__).parent / "templates"), autoescape=True)
 _env.filters["q"] = lambda text: quote(str(text), safe="")
@@ -36,27 +38,43 @@ templates = Jinja2Templates(env=_env)
 router = APIRouter()
 
 
+def is_page(request: Request) -> bool:
+    """Whether the request is for one of the inspector's pages (answered in HTML, errors too), not the JSON API."""
+    path = request.url.path
+    return path in ("/", "/login") or path.startswith("/ns/")
+
+
+def error_page(request: Request, message: str, status: int) -> Response:
+    """The inspector's error page (``error.html``) saying ``message``, with the status the JSON API would answer."""
+    return templates.TemplateResponse(request, "error.html", {"message": message, "status": status, "ns": None},
+                                      status_code=status)
+
+
 def _page(request: Request, template: str, namespace: str | None = None, /, **context: Any) -> Response:
     try:
         grant = authorize(request, namespace)
     except Denied as exc:
         if exc.status == 401:
-            return RedirectResponse(f"/login?next={quote(str(request.url.path), safe='/')}", status_code=303)
-        return templates.TemplateResponse(request, "error.html", {"message": str(exc)}, status_code=exc.status)
+            here = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+            return RedirectResponse(f"/login?next={quote(here, safe='/')}", status_code=303)
+        return error_page(request, str(exc), exc.status)
     mem = request.app.state.pool.get(namespace) if namespace is not None else None
     try:
         built = {k: v(mem) if callable(v) else v for k, v in context.items()}
     except NotFoundError as exc:
-        return templates.TemplateResponse(request, "error.html", {"message": str(exc)}, status_code=404)
+        return error_page(request, str(exc), 404)
     except TortoiseError as exc:
-        return templates.TemplateResponse(request, "error.html", {"message": str(exc)}, status_code=400)
+        return error_page(request, str(exc), 400)
     return templates.TemplateResponse(request, template, {"ns": namespace, "grant": grant, **built})
 
 
-def _namespaces(request: Request) -> list[str]:
+def _namespaces(request: Request, grant_ns: str | None) -> list[str]:
+    """The configured namespaces, a token's own, then those holding data; only ``grant_ns`` when a token is bound."""
+    if grant_ns is not None:
+        return [grant_ns]
     settings = request.app.state.settings
     names = [*settings.namespaces, *(t.namespace for t in settings.tokens if t.namespace),
-             *request.app.state.pool.opened()]
+             *request.app.state.pool.stored()]
     return list(dict.fromkeys(names))
 
 
@@ -68,19 +86,21 @@ def index(request: Request) -> Response:
         grant_ns = grant.namespace if grant else None
     except Denied:
         pass
-    names = [n for n in _namespaces(request) if grant_ns is None or n == grant_ns]
-    return _page(request, "index.html", namespaces=names)
+    return _page(request, "index.html", namespaces=lambda _: _namespaces(request, grant_ns))
 
 
-@router.get("/ns/{namespace}", response_class=HTMLResponse)
-def namespace_page(request: Request, namespace: str, q: str = "") -> Response:
-    return _page(request, "namespace.html", namespace, q=q,
-                 sessions=lambda m: sorted(m.sessions(), key=lambda s: s.updated_at, reverse=True),
-                 result=lambda m: m.explain_search(q, k=20) if q.strip() else None,
-                 memory_count=lambda m: len(m.memories()))
+def _sessions_page(mem: Any, page: int) -> dict[str, Any]:
+    """One page of the namespace's sessions, most recently updated first, with the counts of them all."""
+    found = sorted(mem.sessions(), key=lambda s: s.updated_at, reverse=True)
+    start = (page - 1) * SESSIONS_PER_PAGE
+    return {"sessions": found[start:start + SESSIONS_PER_PAGE], "total": len(found),
+            "turns": sum(s.turn_count for s in found), "page": page,
+            "pages": max(1, -(-len(found) // SESSIONS_PER_PAGE))}
 
 
-@router.get("/ns/{namespace}/session", response_class=HTMLResponse)
+# Namespaces may hold '/' (a client sends it as %2F, which arrives decoded): each route's fixed suffix
+# ends the namespace, and the namespace page, which has none, is matched last (see the end of this module).
+@router.get("/ns/{namespace:path}/session", response_class=HTMLResponse)
 def session_page(request: Request, namespace: str, id: str) -> Response:  # noqa: A002 - the URL's name
     def turns(mem: Any) -> list[Any]:
         found = mem.turns(id)
@@ -92,17 +112,17 @@ def session_page(request: Request, namespace: str, id: str) -> Response:  # noqa
                  memories=lambda m: m.memories(id, True))
 
 
-@router.get("/ns/{namespace}/memories", response_class=HTMLResponse)
+@router.get("/ns/{namespace:path}/memories", response_class=HTMLResponse)
 def memories_page(request: Request, namespace: str, superseded: bool = True) -> Response:
     return _page(request, "memories.html", namespace, memories=lambda m: m.memories(None, superseded))
 
 
-@router.get("/ns/{namespace}/expand", response_class=HTMLResponse)
+@router.get("/ns/{namespace:path}/expand", response_class=HTMLResponse)
 def expand_page(request: Request, namespace: str, id: str) -> Response:  # noqa: A002
     return _page(request, "expand.html", namespace, item=lambda m: m.expand(id))
 
 
-@router.get("/ns/{namespace}/try", response_class=HTMLResponse)
+@router.get("/ns/{namespace:path}/try", response_class=HTMLResponse)
 def try_page(request: Request, namespace: str, prompt: str = "", budget: int = 3) -> Response:
     budget = min(max(budget, 1), 8)
     return _page(request, "try.html", namespace, prompt=prompt, budget=budget,
@@ -110,7 +130,7 @@ def try_page(request: Request, namespace: str, prompt: str = "", budget: int = 3
                  if prompt.strip() else None)
 
 
-@router.get("/ns/{namespace}/entity", response_class=HTMLResponse)
+@router.get("/ns/{namespace:path}/entity", response_class=HTMLResponse)
 def entity_page(request: Request, namespace: str, name: str) -> Response:
     return _page(request, "entity.html", namespace, name=name, hood=lambda m: _neighbourhood(m, name))
 
@@ -136,13 +156,13 @@ def _neighbourhood(mem: Any, name: str) -> dict[str, Any]:
             "related": related.most_common(30)}
 
 
-@router.get("/ns/{namespace}/subagents", response_class=HTMLResponse)
+@router.get("/ns/{namespace:path}/subagents", response_class=HTMLResponse)
 def subagents_page(request: Request, namespace: str) -> Response:
     return _page(request, "subagents.html", namespace, rows=lambda m: m.subagents(),
                  health=lambda m: m.subagent_health())
 
 
-@router.get("/ns/{namespace}/jobs", response_class=HTMLResponse)
+@router.get("/ns/{namespace:path}/jobs", response_class=HTMLResponse)
 def jobs_page(request: Request, namespace: str, status: str | None = None) -> Response:
     return _page(request, "jobs.html", namespace, status=status, jobs=lambda m: m.jobs(status=status))
 
@@ -166,5 +186,15 @@ async def login(request: Request) -> Response:
 
 
 def _local(target: str) -> str:
-    """Only a path of this server (no ``//host`` or scheme), so the login cannot redirect elsewhere."""
-    return target if target.startswith("/") and not target.startswith("//") else "/"
+    """Only a path of this server (no ``//host``, ``/\\host`` or scheme), so the login cannot redirect elsewhere."""
+    # Browsers read a backslash as a slash and drop tabs and newlines: "/\\evil" and "/\t/evil" mean "//evil".
+    local = target.startswith("/") and not target.startswith(("//", "/\\")) and target.isprintable()
+    return target if local else "/"
+
+
+@router.get("/ns/{namespace:path}", response_class=HTMLResponse)
+def namespace_page(request: Request, namespace: str, q: str = "",
+                   page: Annotated[int, Query(ge=1, description="1 for the most recent sessions")] = 1) -> Response:
+    return _page(request, "namespace.html", namespace, q=q, listing=lambda m: _sessions_page(m, page),
+                 result=lambda m: m.explain_search(q, k=20) if q.strip() else None,
+                 memory_count=lambda m: len(m.memories()))
