@@ -639,3 +639,13 @@ def test_a_namespace_with_a_slash_is_reachable_over_http(api: TestClient, db: Pa
     # No route's suffix ends another's, so the namespace a path names is never ambiguous.
     suffixes = {r.path.split("}", 1)[1] for r in api.app.routes if getattr(r, "path", "").startswith("/v1/ns/")}
     assert not [(a, b) for a in suffixes for b in suffixes if a != b and a.endswith(b)]
+
+
+def test_a_memory_the_host_remembered_links_to_no_session(api: TestClient, db: Path) -> None:
+    # a remembered memory belongs to no captured session: its page says the host added it (it linked to the
+    # session page of 'tortoise:host', a 404)
+    with Memory(str(db), namespace="demo") as mem:
+        rec = mem.remember("Maya's badge number is 4471", about=["Maya"])
+    page = api.get("/ns/demo/expand", params={"id": rec.id}, headers=auth(ADMIN))
+    assert page.status_code == 200 and "4471" in page.text
+    assert "tortoise%3Ahost" not in page.text and "added by the host" in page.text

@@ -22,6 +22,7 @@ from fastapi.templating import Jinja2Templates
 from jinja2 import Environment, FileSystemLoader
 
 from ...errors import NotFoundError, TortoiseError
+from ...memory import HOST_SESSION
 from .auth import COOKIE, Denied, authorize
 
 __all__ = ("SESSIONS_PER_PAGE", "error_page", "is_page", "router")
@@ -33,6 +34,7 @@ SESSIONS_PER_PAGE = 200
 
 _env = Environment(loader=FileSystemLoader(Path(__file__).parent / "templates"), autoescape=True)
 _env.filters["q"] = lambda text: quote(str(text), safe="")
+_env.globals["HOST_SESSION"] = HOST_SESSION  # what remember() and correct_memory() file memories under
 _env.tests["tool"] = lambda turn: turn.role == "tool" or turn.content.lstrip().startswith(_TOOL_PREFIXES)
 templates = Jinja2Templates(env=_env)
 router = APIRouter()
