@@ -110,7 +110,8 @@ class ContextBody(BaseModel):
     window: list[Turn] = Field(default_factory=list, max_length=MAX_WINDOW,
                                description="The recent conversation, oldest first.")
     shown: list[str] = Field(default_factory=list, max_length=100,
-                             description="Pointer ids already shown in this conversation: not repeated.")
+                             description="Pointer ids already shown in this conversation: not repeated, unless the "
+                                         "message asks for them (a question, 'remind me').")
     budget: int = Field(default=3, ge=1, le=MAX_BUDGET, description="At most this many pointers.")
     max_tokens: int = Field(default=400, ge=1, le=MAX_MAX_TOKENS, description="Token cap of the block.")
     session_id: str | None = Field(default=None,
