@@ -29,11 +29,15 @@ from ...models import (
     Tombstone,
     Turn,
 )
+from ...memory import NO_MODEL_REASON
 from .auth import namespace_memory
 
-__all__ = ("ERRORS", "MAX_BUDGET", "MAX_K", "MAX_MAX_TOKENS", "MAX_WINDOW", "PREFIX", "ErrorBody", "Health", "Stats",
-           "router")
+__all__ = ("ERRORS", "MAX_BUDGET", "MAX_K", "MAX_MAX_TOKENS", "MAX_WINDOW", "NO_MODEL_ON_SERVER", "PREFIX",
+           "ErrorBody", "Health", "Stats", "router")
 
+#: The SDK's "no model" names ``Memory(model=...)``; a server's user sets it on the command line instead.
+NO_MODEL_ON_SERVER = ("no model configured on this server: start it with `tortoise serve --model MODEL` "
+                      "(e.g. --model openai/gpt-4o-mini) or set TORTOISE_MODEL")
 #: The largest ``k`` a search takes over HTTP.
 MAX_K = 100
 #: The largest ``budget`` (pointers) and ``max_tokens`` of one ``context`` call (the reflex caps pointers at 8).
@@ -150,8 +154,12 @@ router = APIRouter(prefix=PREFIX, responses=ERRORS)
                                                                  "capture, or the store is read-only"}})
 def capture(body: CaptureBody, mem: Mem) -> CaptureReceipt:
     """``Memory.capture``: the turns durably, verbatim, in one transaction; extraction is queued."""
-    return mem.capture(body.session_id, body.turns, session_date=body.session_date,
-                       idempotency_key=body.idempotency_key, extract=body.extract)
+    receipt = mem.capture(body.session_id, body.turns, session_date=body.session_date,
+                          idempotency_key=body.idempotency_key, extract=body.extract)
+    report = receipt.extraction
+    if report is not None and report.reason == NO_MODEL_REASON:  # in the server's terms, not the library's
+        receipt = receipt.model_copy(update={"extraction": report.model_copy(update={"reason": NO_MODEL_ON_SERVER})})
+    return receipt
 
 
 @router.post("/search", response_model=SearchResult, summary="Full-text search over turns")

@@ -32,6 +32,7 @@ from ...errors import (
 from ...memory import NO_MODEL_REASON, Memory
 from ..claude_code import HTTP_ROUTE
 from . import api, hooks, inspector
+from .api import NO_MODEL_ON_SERVER
 from .auth import Denied, MemoryPool, ServeSettings, check_bind, is_loopback
 
 __all__ = ("NO_MODEL_ON_SERVER", "build_app", "error_status")
@@ -50,9 +51,6 @@ _STATUS: tuple[tuple[type[TortoiseError], int], ...] = (
     (StoreError, 503),
     (ModelError, 502),
 )
-#: The SDK's "no model" names ``Memory(model=...)``; a server's user sets it on the command line instead.
-NO_MODEL_ON_SERVER = ("no model configured on this server: start it with `tortoise serve --model MODEL` "
-                      "(e.g. --model openai/gpt-4o-mini) or set TORTOISE_MODEL")
 _Scope = MutableMapping[str, Any]
 _Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 _Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
