@@ -216,6 +216,20 @@ def test_splitting_the_first_name_an_entity_was_created_under_gives_it_a_new_ent
     assert sorted(e["name"] for e in store.entities(ns)) == ["Mel", "Melanie Hart"]
 
 
+def test_splitting_a_name_an_entity_of_its_own_already_has_moves_the_memories_to_it(store: Store):
+    # "Mel" resolved to Melanie Hart, then Melvin came and a later "Mel" became an entity of its own:
+    # splitting "Mel" out of Melanie moves her Mel memory to that entity (it failed on the unique name)
+    ns = _ns()
+    _say(store, ns, "Melanie Hart")
+    _say(store, ns, "Mel", "Mel loves tea")
+    _say(store, ns, "Melvin Ross")
+    _say(store, ns, "Mel", "Mel fixed the sink")
+    mel = next(e for e in store.entities(ns) if e["name"] == "Mel")
+    assert store.split_entity(ns, "Melanie Hart", "Mel", now=utc_now())["id"] == mel["id"]
+    assert _about(store, ns)["Mel loves tea"] == "Mel" and _about(store, ns)["Mel fixed the sink"] == "Mel"
+    assert sorted(e["name"] for e in store.entities(ns)) == ["Mel", "Melanie Hart", "Melvin Ross"]
+
+
 def test_memory_merge_and_split_and_the_graph_use_the_resolved_entity(tmp_path):
     mem = Memory(str(tmp_path / "m.db"))
     _say(mem.store, mem.namespace, "Melanie Hart")

@@ -425,9 +425,14 @@ class EntityCore:
             moving_ids |= {m for d in brought for m in d["memory_ids"]}
             moving_aliases = {key} | {a for d in brought for a in d["aliases"]}
             new_kind = brought[-1]["kind"] if brought else kind
-            new_id = self._free_entity_id(c, namespace, name, new_kind)
-            note = brought[-1]["note"] if brought else None
-            self._insert_entity(c, namespace, new_id, EntityPlan(name, new_kind, note), key, now)
+            held = c.execute(self._q("SELECT entity_id FROM entities WHERE namespace = ? AND norm_name = ?"
+                                     " AND kind = ?"), (namespace, key, new_kind)).fetchone()
+            if held is not None:  # an entity of that name already (a short form two people share): it takes them
+                new_id = held[0]
+            else:
+                new_id = self._free_entity_id(c, namespace, name, new_kind)
+                note = brought[-1]["note"] if brought else None
+                self._insert_entity(c, namespace, new_id, EntityPlan(name, new_kind, note), key, now)
             # a memory that named both before the merge keeps its link here and names the split one again
             shared = {m for d in brought for m in d.get("shared_memory_ids", ())} - {
                 m for m, _, mention in links if mention and norm_name(mention) == key}
