@@ -606,6 +606,21 @@ def test_an_older_session_extracted_late_never_retires_a_newer_fact(seeded):
     assert (acme.status, acme.superseded_by, acme.valid_at, acme.invalid_at) == ("superseded", globex, march, june)
     assert [(m.id, m.invalid_at) for m in store.memories(ns)] == [(globex, None), (dog, None)]
     assert [m.id for m in store.supersession_chain(ns, acme.id)] == [acme.id, globex]
+    # a version between two others takes its place in the one history, by date; forgetting keeps it one line
+    jan, feb, mar = T0, T0 + timedelta(days=31), T0 + timedelta(days=60)
+    oslo = store.write_extraction(ns, _plan("s1", valid_at=jan, items=[ItemPlan("point", "Maya lives in Oslo")]),
+                                  finalize=_finalize).memory_ids[0]
+    rome = store.write_extraction(ns, _plan("s1", valid_at=mar, items=[
+        ItemPlan("point", "Maya lives in Rome", supersedes=oslo)]), finalize=_finalize).memory_ids[0]
+    paris = store.write_extraction(ns, _plan("s1", valid_at=feb, items=[
+        ItemPlan("point", "Maya lives in Paris", supersedes=oslo)]), finalize=_finalize).memory_ids[0]
+    chain = store.supersession_chain(ns, rome)
+    assert [m.id for m in chain] == [oslo, paris, rome] == [m.id for m in store.supersession_chain(ns, paris)]
+    assert [(m.valid_at, m.invalid_at) for m in chain] == [(jan, feb), (feb, mar), (mar, None)]
+    store.forget_memory(ns, paris)
+    assert [m.id for m in store.supersession_chain(ns, rome)] == [oslo, rome]
+    store.forget_memory(ns, rome)
+    assert [(m.id, m.status, m.invalid_at) for m in store.supersession_chain(ns, oslo)] == [(oslo, "live", None)]
     # an undated write is news as of now: it supersedes as before
     now = store.write_extraction(ns, _plan("s1", valid_at=None, items=[
         ItemPlan("point", "Maya works at Initech", supersedes=globex)]), finalize=_finalize)

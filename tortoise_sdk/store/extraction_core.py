@@ -197,13 +197,21 @@ class ExtractionCore(EntityCore):
                             "memory has that id; added as new",
                 ))
         if old is not None and (since := self._newer_than(c, old, plan.valid_at)) is not None:
-            # Older news extracted late (a backfilled session): the live fact stays, this one is its history.
-            memory_id = self._insert_memory(c, namespace, plan, item, key, now, supersedes=None, entity_key=ekey)
-            self._set_memory_status(c, memory_id, "superseded", since, superseded_by=old)
+            # Older news extracted late (a backfilled session): the live fact stays, and this one takes its place
+            # in the fact's history by date, between the versions valid before and after it.
+            after, before = old, self._version(c, old)[0]
+            while before is not None and (earlier := self._newer_than(c, before, plan.valid_at)) is not None:
+                after, since, before = before, earlier, self._version(c, before)[0]
+            memory_id = self._insert_memory(c, namespace, plan, item, key, now, supersedes=before, entity_key=ekey)
+            self._set_memory_status(c, memory_id, "superseded", since, superseded_by=after)
+            c.execute(self._q("UPDATE memories SET supersedes = ? WHERE memory_id = ?"), (memory_id, after))
+            if before is not None:
+                c.execute(self._q("UPDATE memories SET superseded_by = ?, invalid_at = ? WHERE memory_id = ?"),
+                          (memory_id, self._time_param(plan.valid_at), before))
             result.warnings.append(Diagnostic(
                 stage="s5", code="older_than_live",
                 message=f"{item.kind} {item.content!r} (valid from {plan.valid_at:%Y-%m-%d}) is older than the "
-                        f"live memory {old} it would replace (valid from {since:%Y-%m-%d}); kept as its history",
+                        f"live memory {old} it would replace; kept in its history, before {after}",
             ))
             old = None
         else:
@@ -258,16 +266,21 @@ class ExtractionCore(EntityCore):
         _bump(result.outcomes, "DELETE")
         result.memory_ids.append(target)
 
-    def _newer_than(self, c: Conn, memory_id: str, valid_at: datetime | None) -> datetime | None:
-        """When memory ``memory_id`` became valid, if that is after ``valid_at`` (None otherwise or undated)."""
-        if valid_at is None:
-            return None
-        row = c.execute(self._q("SELECT valid_at FROM memories WHERE memory_id = ?"), (memory_id,)).fetchone()
-        since = None if row is None or row[0] is None else row[0]
+    def _version(self, c: Conn, memory_id: str) -> tuple[str | None, datetime | None]:
+        """``(supersedes, valid_at)`` of a stored memory."""
+        row = c.execute(self._q("SELECT supersedes, valid_at FROM memories WHERE memory_id = ?"), (memory_id,)).fetchone()
+        since = None if row is None else row[1]
         if isinstance(since, str):
             since = datetime.fromisoformat(since)
         if since is not None and since.tzinfo is None:
             since = since.replace(tzinfo=timezone.utc)
+        return (None if row is None else row[0]), since
+
+    def _newer_than(self, c: Conn, memory_id: str, valid_at: datetime | None) -> datetime | None:
+        """When memory ``memory_id`` became valid, if that is after ``valid_at`` (None otherwise or undated)."""
+        if valid_at is None:
+            return None
+        since = self._version(c, memory_id)[1]
         return since if since is not None and since > valid_at else None
 
     def _live_head(self, c: Conn, namespace: str, memory_id: str) -> str | None:
