@@ -288,6 +288,24 @@ def test_forgetting_the_session_that_said_a_full_name_takes_the_name_back_out(st
     assert _about(store, third) == {fact("Melanie Hart"): "Melanie Hart", "Mel fixed the roof": "Melanie Hart"}
 
 
+def test_forgetting_renames_after_the_entities_it_removes_and_never_keeps_a_forgotten_name(store: Store):
+    # the surviving "Anna" is Anna Jones's first name; the bare "Anna" entity the same forgetting removes no
+    # longer holds the name, so she is "Anna" again (she kept "Anna Jones", the forgotten session's words)
+    ns = _ns()
+    for name, session in (("Anna Jones", "x"), ("Anna", "keep"), ("Anna Smith", "x"), ("Anna", "x")):
+        _say(store, ns, name, f"{name} plays the cello {session}", session=session)
+    store.forget_session(ns, "x")
+    assert [e["name"] for e in store.entities(ns)] == ["Anna"]
+    assert store.search_memories(ns, '"jones"', k=5) == []
+    # where another entity has the surviving name, she is numbered rather than left with the forgotten one
+    other = _ns()
+    for name, session in (("Melanie Hart", "b"), ("Mel", "a"), ("Melvin Ross", "a"), ("Mel", "a")):
+        _say(store, other, name, f"{name} fixed the sink {session}", session=session)
+    store.forget_session(other, "b")
+    assert sorted(e["name"] for e in store.entities(other)) == ["Mel", "Mel (2)", "Melvin Ross"]
+    assert store.search_memories(other, '"hart"', k=5) == []
+
+
 # -- correct_memory re-links ----------------------------------------------------------------------------
 
 

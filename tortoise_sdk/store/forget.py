@@ -17,6 +17,7 @@ sources elsewhere keeps them (and moves to the session of its first remaining so
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 from collections.abc import Callable, Iterable, Sequence
@@ -119,8 +120,8 @@ class ForgetMixin:
                                                      [namespace, *args]))
             self._count(report, "sessions", c.execute(f"DELETE FROM sessions WHERE namespace = {p} AND {where}",
                                                       [namespace, *args]))
-            self._names_from_survivors(c, namespace, named)
             self._remove_orphan_entities(c, namespace, report)
+            self._names_from_survivors(c, namespace, named)
             self._tombstone(c, report, session_id, "Memory.forget_session")
             return report
 
@@ -140,8 +141,8 @@ class ForgetMixin:
                 return report
             named = self._entities_of(c, namespace, [memory_id])
             self._remove_memories(c, namespace, [memory_id], report)
-            self._names_from_survivors(c, namespace, named)
             self._remove_orphan_entities(c, namespace, report)
+            self._names_from_survivors(c, namespace, named)
             self._tombstone(c, report, memory_id, "Memory.forget_memory")
             return report
 
@@ -204,8 +205,8 @@ class ForgetMixin:
 
     def _names_from_survivors(self, c: Conn, namespace: str, entity_ids: Iterable[str]) -> None:
         """Each entity keeps only names the memories left still use: an alias none of them uses goes, and
-        an entity whose name only forgotten words said takes the first name they use (when no entity of its
-        kind has that name). Its memories are indexed under its names again."""
+        an entity whose name only forgotten words said takes the first name they use that no other entity
+        of its kind has (else the first one numbered: "Mel (2)"). Its memories are indexed under its names again."""
         p = self.PARAM
         for entity_id in sorted(entity_ids):
             row = c.execute(f"SELECT norm_name, kind FROM entities WHERE entity_id = {p}", (entity_id,)).fetchone()
@@ -216,14 +217,16 @@ class ForgetMixin:
                 continue  # no memory left (the entity goes), or links that do not say which name they used
             used = {norm_name(m) for m in mentions}
             if row[0] not in used:
-                name = next((m for m in mentions if role_key(m) is None), mentions[0]).strip()
-                taken = c.execute(f"SELECT 1 FROM entities WHERE namespace = {p} AND norm_name = {p} AND kind = {p}",
-                                  (namespace, norm_name(name), row[1])).fetchone()
-                if taken is None:
-                    c.execute(f"UPDATE entities SET name = {p}, norm_name = {p} WHERE entity_id = {p}",
-                              (name, norm_name(name), entity_id))
-                    c.execute(f"DELETE FROM entity_aliases WHERE entity_id = {p} AND norm_alias = {p}"
-                              " AND how NOT IN ('not', 'role')", (entity_id, norm_name(name)))
+                names = sorted(dict.fromkeys(m.strip() for m in mentions), key=lambda m: role_key(m) is not None)
+                numbered = (f"{names[0]} ({n})" for n in itertools.count(2))
+                for name in itertools.chain(names, numbered):
+                    if c.execute(f"SELECT 1 FROM entities WHERE namespace = {p} AND norm_name = {p} AND kind = {p}",
+                                 (namespace, norm_name(name), row[1])).fetchone() is None:
+                        break
+                c.execute(f"UPDATE entities SET name = {p}, norm_name = {p} WHERE entity_id = {p}",
+                          (name, norm_name(name), entity_id))
+                c.execute(f"DELETE FROM entity_aliases WHERE entity_id = {p} AND norm_alias = {p}"
+                          " AND how NOT IN ('not', 'role')", (entity_id, norm_name(name)))
             norm = c.execute(f"SELECT norm_name FROM entities WHERE entity_id = {p}", (entity_id,)).fetchone()[0]
             aliases = {r[0] for r in c.execute(f"SELECT norm_alias FROM entity_aliases WHERE entity_id = {p}"
                                                " AND how NOT IN ('not', 'role')", (entity_id,)).fetchall()}
