@@ -310,8 +310,20 @@ def test_a_fact_restated_by_s4_keeps_the_s2_quote_as_a_source_too() -> None:
     assert [(g.item.quote, g.source.turn_id, g.also) for g in grounded.points] == [("I have two cats", "t0", ())]
 
 
+def test_a_stored_quote_is_cut_where_a_memory_block_was_and_keeps_combining_marks() -> None:
+    pasted = f"I love {MEMORY_BLOCK_MARKER}\n1. (memory) Rex is a dog ref:m_1\n[/tortoise memory] my dog Rex so much"
+    turns = [hit(0, pasted), hit(1, "We ate at the cafe\u0301 near the river.")]
+    result = ground(proposal([
+        {"content": "Maya loves her dog Rex.", "quote": "I love my dog Rex so much", "turn": 0},
+        {"content": "Maya ate at a cafe by the river.", "quote": "we ate at the café near the river", "turn": 1},
+    ]), turns)
+    quotes = [g.source.quote for g in result.points]
+    assert quotes == ["I love … my dog Rex so much", "We ate at the cafe\u0301 near the river"]
+    assert all(part in t.content for q, t in zip(quotes, turns) for part in q.split(" … "))
+
+
 @settings(max_examples=300, deadline=None)
-@given(st.text(st.sampled_from("abcAB \u2019'\u201c\u201d,.-\n\u00e9\ufb01\u2026"), min_size=1, max_size=60),
+@given(st.text(st.sampled_from("abcAB \u2019'\u201c\u201d,.-\n\u00e9\ufb01\u2026\u0301"), min_size=1, max_size=60),
        st.integers(0, 60), st.integers(1, 60))
 def test_a_grounded_quote_is_stored_as_the_turn_writes_it(text: str, start: int, size: int) -> None:
     """Any stretch of a turn, retyped in other case and spacing, is stored as the stretches the turn holds

@@ -59,6 +59,11 @@ MAX_ELLIPSIS_GAP = 200
 # A word: letters, digits, underscore, and apostrophes between them ("can't", "Maya's").
 _WORDS = re.compile(r"\w+(?:'\w+)*")
 _ELISION = re.compile(r"\.{3,}")
+#: A character with the combining marks that follow it (NFKC composes them: "e" + U+0301 is "é").
+_CLUSTER = re.compile(r".[\u0300-\u036f\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f]*", re.S)
+#: What a memory block embedded in a turn is replaced by before matching: no word, and never in stored text
+#: (a NUL is refused at capture), so a stored quote that spans it is cut there (" … ").
+CUT = "\x00"
 _NEGATING_PREFIXES = frozenset({"un", "in", "im", "il", "ir", "dis", "non", "anti", "mis"})
 _NEGATING_SUFFIX = re.compile(r"n't|not")
 
@@ -116,7 +121,7 @@ def ground(proposal: Proposal, turns: Sequence[SearchHit], context: Sequence[Sea
     whose quote is only there is rejected, so a window's memories cite its own turns.
     """
     by_index = {t.index: t for t in turns}
-    cleaned = {t.index: MEMORY_BLOCK.sub(" ", t.content) for t in turns}
+    cleaned = {t.index: MEMORY_BLOCK.sub(f" {CUT} ", t.content) for t in turns}
     keys = {index: match_key(text) for index, text in cleaned.items()}
     context_keys = {t.index: match_key(MEMORY_BLOCK.sub(" ", t.content)) for t in context}
     warnings: list[Diagnostic] = []
@@ -247,29 +252,33 @@ def _place(text: str, parts: Sequence[str], k: int, at: int, start_cut: bool,
 
 def verbatim(quote: str, text: str) -> str:
     """The words of ``text`` that ``quote`` grounds in, as the turn writes them (its case, punctuation and
-    quotes; elided parts joined by " … "); ``quote`` itself when it does not ground there.
+    quotes; elided parts, and parts a :data:`CUT` mark separates, joined by " … "); ``quote`` itself when it
+    does not ground there.
 
     A model quotes loosely ("i'm NOW at Helix Health"); the stored source quotes the turn.
     """
-    # The turn as matching sees it, one character at a time, each remembering where in ``text`` it came from.
-    normal, origin = [], []
-    for at, char in enumerate(text):
-        for n in unicodedata.normalize("NFKC", char).translate(_QUOTE_MARKS).casefold():
+    # The turn as matching sees it, a character (with the combining marks after it) at a time, each output
+    # character remembering the stretch of ``text`` it came from.
+    normal: list[str] = []
+    origin: list[tuple[int, int]] = []
+    for m in _CLUSTER.finditer(text):
+        for n in unicodedata.normalize("NFKC", m[0]).translate(_QUOTE_MARKS).casefold():
             normal.append(n)
-            origin.append(at)
+            origin.append(m.span())
     words = list(_WORDS.finditer("".join(normal)))
     key = " ".join(w[0] for w in words)
     spans = _spans(key, quote_parts(quote))
     if spans is None or key != match_key(text):
-        return quote  # composed characters NFKC joins across: the per-character view differs, keep the quote
+        return quote  # characters NFKC composes across clusters: the per-cluster view differs, keep the quote
     starts = list(itertools.accumulate((len(w[0]) + 1 for w in words[:-1]), initial=0))
 
-    def where(at: int) -> int:
-        """The index in ``text`` of the key's character ``at``."""
+    def where(at: int) -> tuple[int, int]:
+        """The stretch of ``text`` the key's character ``at`` came from."""
         n = bisect.bisect_right(starts, at) - 1
         return origin[words[n].start() + min(at - starts[n], len(words[n][0]) - 1)]
 
-    return " … ".join(text[where(i): where(j - 1) + 1] for i, j in spans)
+    pieces = (text[where(i)[0]: where(j - 1)[1]] for i, j in spans)
+    return " … ".join(p.strip() for piece in pieces for p in piece.split(CUT) if p.strip())
 
 
 def _meets_floor(parts: Sequence[str], start_cut: bool, end_cut: bool) -> bool:
