@@ -166,6 +166,12 @@ def test_graphml_export_of_terminal_text_is_well_formed_xml(capsys, db, tmp_path
     assert "\\x1b[31mred\\x1b[0m and a bell\\x07\tend" in texts
     ids = {n.get("id") for n in root.iter("{http://graphml.graphdrawing.org/xmlns}node")}
     assert "session:tty\\x01" in ids
+    # a session whose id is the escape's own text stays a node of its own (ids are escaped one to one)
+    run(capsys, "--db", db, "capture", write_jsonl(tmp_path / "u.jsonl", [{"role": "user", "content": "plain"}]),
+        "--session", "tty\\x01")
+    assert run(capsys, "--db", db, "export", "--format", "graphml", str(tmp_path / "h.graphml"))[0] == 0
+    nodes = list(ET.parse(tmp_path / "h.graphml").getroot().iter("{http://graphml.graphdrawing.org/xmlns}node"))
+    assert len(nodes) == 4 and {"session:tty\\x01", "session:tty\\\\x01"} <= {n.get("id") for n in nodes}
     # the JSON export keeps the text as it is
     assert run(capsys, "--db", db, "export", "--format", "json", str(tmp_path / "g.json"))[0] == 0
     assert "session:tty\x01" in {n["id"] for n in json.loads((tmp_path / "g.json").read_text())["nodes"]}

@@ -60,8 +60,8 @@ def export_graph(g: networkx.MultiDiGraph, out: str | Path | BinaryIO, fmt: Lite
             out.write(text.encode("utf-8") + b"\n")
         return
     h = nx.MultiDiGraph(**_scalarize(g.graph))
-    h.add_nodes_from((_xml_text(n), _scalarize(attrs)) for n, attrs in g.nodes(data=True))
-    h.add_edges_from((_xml_text(u), _xml_text(v), _xml_text(k), _scalarize(attrs))
+    h.add_nodes_from((_xml_id(n), _scalarize(attrs)) for n, attrs in g.nodes(data=True))
+    h.add_edges_from((_xml_id(u), _xml_id(v), _xml_id(k), _scalarize(attrs))
                      for u, v, k, attrs in g.edges(keys=True, data=True))
     nx.write_graphml(h, str(out) if isinstance(out, (str, Path)) else out)
 
@@ -75,6 +75,15 @@ def _xml_text(value: Any) -> Any:
     if not isinstance(value, str):
         return value
     return _NOT_XML.sub(lambda m: f"\\x{ord(m[0]):02x}" if ord(m[0]) < 0x100 else f"\\u{ord(m[0]):04x}", value)
+
+
+def _xml_id(value: Any) -> Any:
+    """A node id or edge key XML can hold, one to one: an id with a backslash or a character XML cannot hold has
+    its backslashes doubled and those characters escaped, so "s\\x01" (a control character) and "s\\\\x01"
+    (backslash, x, 0, 1) stay two nodes; any other id is written as it is."""
+    if not isinstance(value, str) or ("\\" not in value and not _NOT_XML.search(value)):
+        return value
+    return _xml_text(value.replace("\\", "\\\\"))
 
 
 def _scalarize(attrs: dict[str, Any]) -> dict[str, Any]:
