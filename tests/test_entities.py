@@ -306,6 +306,19 @@ def test_forgetting_renames_after_the_entities_it_removes_and_never_keeps_a_forg
     assert store.search_memories(other, '"hart"', k=5) == []
 
 
+def test_a_split_of_a_name_forgetting_took_away_is_refused(store: Store):
+    # Lanie (session b) was merged into Melanie, then b was forgotten: "Lanie" is no name of hers any more, so a
+    # split finds nothing to take out (it made an entity "Lanie" with no memory, from the merge's old record)
+    ns = _ns()
+    _say(store, ns, "Melanie Hart", session="a")
+    _say(store, ns, "Lanie", "Lanie paints", session="b")
+    store.merge_entities(ns, "Melanie Hart", "Lanie", now=utc_now())
+    store.forget_session(ns, "b")
+    with pytest.raises(InvalidInput):
+        store.split_entity(ns, "Melanie Hart", "Lanie", now=utc_now())
+    assert [e["name"] for e in store.entities(ns)] == ["Melanie Hart"]
+
+
 # -- correct_memory re-links ----------------------------------------------------------------------------
 
 

@@ -417,7 +417,9 @@ class EntityCore:
             merged_in = [json.loads(r[0]) for r in c.execute(self._q(
                 "SELECT detail FROM entity_events WHERE namespace = ? AND entity_id = ? AND kind = 'merge'"
                 " ORDER BY created_at"), (namespace, eid)).fetchall()]
-            brought = [d for d in merged_in if norm_name(d["name"]) == key]
+            linked = {m for m, _, _ in links}
+            # a merge's record counts while a memory it brought is still here (forgetting may have taken them)
+            brought = [d for d in merged_in if norm_name(d["name"]) == key and linked & set(d["memory_ids"])]
             if key not in aliases and not any(m and norm_name(m) == key for _, _, m in links) and not brought:
                 raise InvalidInput(f"{name!r} is not a name of {ename!r}; its names are in mem.entities()",
                                    field="name")
