@@ -216,6 +216,16 @@ def test_correct_memory_fixes_case_and_punctuation(store):
     assert [m.id for m in mem.memory_history(old.id)] == [old.id, new.id]
 
 
+def test_the_host_memories_session_cannot_be_captured(store):
+    # captured turns under it would mix with what remember() added, and forgetting them would take those along
+    mem = fresh(store)
+    rec = mem.remember("Maya is allergic to penicillin")
+    with pytest.raises(InvalidInput) as err:
+        mem.capture(HOST_SESSION, [{"role": "user", "content": "I am a captured turn"}])
+    assert err.value.field == "session_id" and "remember()" in str(err.value)
+    assert [m.id for m in mem.memories()] == [rec.id] and mem.sessions() == []
+
+
 def test_correct_memory_refusals(store):
     mem = fresh(store)
     with pytest.raises(NotFoundError):

@@ -11,7 +11,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from .errors import InvalidInput, InvalidType
-from .models import ROLES, Diagnostic, ExtractionReport, Turn, tool_call, tool_use_text
+from .models import HOST_SESSION, ROLES, Diagnostic, ExtractionReport, Turn, tool_call, tool_use_text
 from .validate import MAX_ID_BYTES, check_id, check_json, check_session_id, check_text, take_at_most
 
 __all__ = ("TEXT_PART_TYPES", "CaptureRequest", "content_hash", "first_timestamp", "flatten_content", "fold_tool_fields",
@@ -108,6 +108,9 @@ def prepare_capture(
         InvalidInput: naming the bad field (``session_id``, ``turns``, ``turns[3].role`` ...).
     """
     check_session_id(session_id)
+    if session_id == HOST_SESSION:
+        raise InvalidInput(f"{HOST_SESSION!r} is where the memories a host adds with remember() are filed: no turn is "
+                           "captured under it; capture this session under another id", field="session_id")
     if check_id(idempotency_key, "idempotency_key", optional=True) == "":
         raise InvalidInput("must be a non-empty string, or None", field="idempotency_key")
     if turns is None or isinstance(turns, (str, bytes, Mapping)) or not isinstance(turns, Iterable):

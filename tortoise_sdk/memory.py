@@ -31,6 +31,7 @@ from .config import (
 )
 from .errors import CaptureConflict, ConfigError, InvalidInput, InvalidType
 from .models import (
+    HOST_SESSION,
     CaptureReceipt,
     Cursor,
     Diagnostic,
@@ -95,8 +96,6 @@ _log = logging.getLogger("tortoise_sdk")
 TurnLike = Turn | Mapping[str, Any]
 ExtractMode = Literal["inline", "background"] | bool | None
 
-#: The session of the memories a host adds by hand (``Memory.remember``, ``correct_memory``): no turn of it exists.
-HOST_SESSION = "tortoise:host"
 NO_MODEL_REASON = "no model configured (set TORTOISE_MODEL or Memory(model=...))"
 NO_NEW_TURNS_REASON = ("no new turns; run mem.extract(session_id, full=True) or `tortoise extract SESSION --full` "
                        "to re-extract")

@@ -12,6 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, computed_field, model_serializer, model_validator
 
 __all__ = (
+    "HOST_SESSION",
     "CaptureReceipt",
     "Cursor",
     "DeferredModel",
@@ -56,6 +57,9 @@ JobStatus = Literal["pending", "running", "done", "failed"]
 #: First line of every memory block the SDK injects into a conversation. A captured turn that
 #: starts with it (or whose metadata is ``{"tortoise": "memory_block"}``) is an echo of memory,
 #: never new evidence: extraction does not ground on it.
+#: The session of the memories a host adds by hand (``Memory.remember``, ``correct_memory``): no turn of it exists,
+#: and capture refuses it.
+HOST_SESSION = "tortoise:host"
 MEMORY_BLOCK_MARKER = "[tortoise memory]"
 MEMORY_BLOCK_END = "[/tortoise memory]"
 #: A memory block in a text, from its marker to its end line (or the end of the text).
