@@ -651,3 +651,20 @@ def test_a_memory_the_host_remembered_links_to_no_session(api: TestClient, db: P
     page = api.get("/ns/demo/expand", params={"id": rec.id}, headers=auth(ADMIN))
     assert page.status_code == 200 and "4471" in page.text
     assert "tortoise%3Ahost" not in page.text and "added by the host" in page.text
+
+
+def test_an_inspector_page_answers_a_store_failure_as_the_api_does(api: TestClient, monkeypatch) -> None:
+    # the API answers 503 for a store that does not answer; the page said 400 "Cannot show this page",
+    # with advice (Memory(store_timeout_s=...)) an HTTP user cannot follow
+    from tortoise_sdk.store.deadline import timeout_error
+
+    def frozen(self: Memory, *args: object, **kwargs: object) -> None:
+        raise timeout_error("a PostgreSQL read", 5.0)
+
+    monkeypatch.setattr(Memory, "sessions", frozen)
+    page = api.get("/ns/demo", headers=auth(ADMIN))
+    answer = api.get("/v1/ns/demo/sessions", headers=auth(ADMIN))
+    assert (page.status_code, answer.status_code) == (503, 503)
+    assert page.headers["content-type"].startswith("text/html") and "The store did not answer" in page.text
+    assert "Memory(store_timeout_s" not in page.text and "retry the request" in page.text
+    assert "Memory(store_timeout_s" not in answer.json()["message"]

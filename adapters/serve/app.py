@@ -209,6 +209,8 @@ _IN_HTTP_TERMS = (
      "take one from the pointers of POST .../context, or from .../search or .../memories"),
     ("mem.sessions() or `tortoise sessions`", "GET .../sessions"),
     ("mem.memories() or `tortoise memories`", "GET .../memories"),
+    ("check it and retry, or raise Memory(store_timeout_s=...)", "check it and retry the request"),
+    ("(or capture() the whole session)", "(or send the whole session again)"),
 )
 
 

@@ -21,7 +21,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 from jinja2 import Environment, FileSystemLoader
 
-from ...errors import NotFoundError, TortoiseError
+from ...errors import NotFoundError
 from ...memory import HOST_SESSION
 from .auth import COOKIE, Denied, authorize
 
@@ -61,12 +61,8 @@ def _page(request: Request, template: str, namespace: str | None = None, /, **co
             return RedirectResponse(f"/login?next={quote(here, safe='/')}", status_code=303)
         return error_page(request, str(exc), exc.status)
     mem = request.app.state.pool.get(namespace) if namespace is not None else None
-    try:
-        built = {k: v(mem) if callable(v) else v for k, v in context.items()}
-    except NotFoundError as exc:
-        return error_page(request, str(exc), 404)
-    except TortoiseError as exc:
-        return error_page(request, str(exc), 400)
+    # an SDK error reaches the app's handler: the status and wording the JSON API gives, on the HTML error page
+    built = {k: v(mem) if callable(v) else v for k, v in context.items()}
     return templates.TemplateResponse(request, template, {"ns": namespace, "grant": grant, **built})
 
 
