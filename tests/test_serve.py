@@ -116,6 +116,8 @@ def test_every_route_answers_with_its_model(api: TestClient, db: Path, method: s
             assert "Helix Health" in doc["block"] and len(doc["why"]) == len(doc["pointers"]) > 0
         elif path == "/stats":
             assert doc["namespace"] == "demo" and doc["sessions"] >= 1
+            # what `tortoise stats` prints: the demo's extracted memories and people are counted
+            assert doc["memories"] > 0 and doc["entities"] > 0 and isinstance(doc["jobs"], dict)
         elif path == "/subagents/health":
             assert doc["ok"] is True
         elif method == "DELETE" and token == ADMIN:
@@ -620,6 +622,10 @@ def test_openapi_documents_the_statuses_the_server_answers(api: TestClient) -> N
     assert "idempotency key" in capture["409"]["description"]
     assert "HTTPValidationError" not in schema["components"]["schemas"]
     assert api.post(f"{NS}/search", json={"k": 0}, headers=auth(ADMIN)).status_code == 400
+    # every route that writes documents the 409 of a read-only store (the Claude Code hook's did not)
+    writes = [(p, m) for p, ops in schema["paths"].items() for m in ops if m == "delete" or p.endswith(
+        ("/capture", "/retry-failed", "/flush", "/hooks/claude-code"))]
+    assert len(writes) == 6 and all("409" in schema["paths"][p][m]["responses"] for p, m in writes), writes
 
 
 def test_a_namespace_with_a_slash_is_reachable_over_http(api: TestClient, db: Path) -> None:

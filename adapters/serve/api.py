@@ -7,6 +7,7 @@ them and from the SDK's own models, which are the responses). Errors are one JSO
 
 from __future__ import annotations
 
+from collections import Counter
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
@@ -32,7 +33,7 @@ from ...models import (
 from ...memory import NO_MODEL_REASON
 from .auth import namespace_memory
 
-__all__ = ("ERRORS", "MAX_BUDGET", "MAX_K", "MAX_MAX_TOKENS", "MAX_WINDOW", "NO_MODEL_ON_SERVER", "PREFIX",
+__all__ = ("ERRORS", "MAX_BUDGET", "MAX_K", "MAX_MAX_TOKENS", "MAX_WINDOW", "NO_MODEL_ON_SERVER", "PREFIX", "READ_ONLY",
            "ErrorBody", "Health", "Stats", "router")
 
 #: The SDK's "no model" names ``Memory(model=...)``; a server's user sets it on the command line instead.
@@ -75,8 +76,11 @@ class Stats(BaseModel):
     namespace: str
     sessions: int
     turns: int
+    memories: int = Field(description="Live memories, those a host remembered too.")
+    entities: int
     subagents: int
     subagent_counters: SubagentCounters
+    jobs: dict[str, int] = Field(description="Background extraction jobs by status.")
 
 
 class CaptureBody(BaseModel):
@@ -232,10 +236,13 @@ def subagent_health(mem: Mem, since: datetime | None = None, session_id: Optiona
 
 @router.get("/stats", response_model=Stats, summary="Counts of the namespace")
 def stats(mem: Mem) -> Stats:
-    """Sessions, turns, sub-agent rows and the recorder's counters."""
+    """Sessions, turns, live memories, entities, sub-agent rows, the recorder's counters and jobs by status."""
     found = mem.sessions()
+    held = next((n for n in mem.namespaces() if n.name == mem.namespace), None)
     return Stats(namespace=mem.namespace, sessions=len(found), turns=sum(s.turn_count for s in found),
-                 subagents=len(mem.subagents()), subagent_counters=mem.subagent_counters())
+                 memories=0 if held is None else held.memories, entities=len(mem.entities()),
+                 subagents=len(mem.subagents()), subagent_counters=mem.subagent_counters(),
+                 jobs=dict(Counter(j.status for j in mem.jobs())))
 
 
 @router.get("/jobs", response_model=list[JobInfo], summary="Background extraction jobs")

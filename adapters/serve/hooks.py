@@ -37,7 +37,7 @@ from fastapi import APIRouter, Body, Query, Request
 
 from ...errors import InvalidInput, NotFoundError, StreamParseError
 from ..claude_code import HTTP_ROUTE, MAX_BYTES_PER_CALL, STORE_BOUND_S, handle_event, transcript_paths
-from .api import ERRORS, MAX_BUDGET, MAX_MAX_TOKENS, PREFIX, Mem
+from .api import ERRORS, MAX_BUDGET, MAX_MAX_TOKENS, PREFIX, READ_ONLY, Mem
 
 __all__ = ("OFF", "router")
 
@@ -50,7 +50,8 @@ OFF = ("this server takes no Claude Code hooks: start it with `tortoise serve --
 router = APIRouter(prefix=PREFIX, responses=ERRORS)
 
 
-@router.post(HTTP_ROUTE, response_model=dict[str, Any], summary="One Claude Code hook event (an HTTP hook)")
+@router.post(HTTP_ROUTE, response_model=dict[str, Any], summary="One Claude Code hook event (an HTTP hook)",
+             responses=READ_ONLY)
 def claude_code_hook(
     event: Annotated[dict[str, Any], Body(description="The event as Claude Code posts it (hook_event_name, "
                                                        "session_id, transcript_path, prompt...).")],
