@@ -674,3 +674,26 @@ def test_an_inspector_page_answers_a_store_failure_as_the_api_does(api: TestClie
     assert page.headers["content-type"].startswith("text/html") and "The store did not answer" in page.text
     assert "Memory(store_timeout_s" not in page.text and "retry the request" in page.text
     assert "Memory(store_timeout_s" not in answer.json()["message"]
+
+
+def test_a_path_with_a_line_break_reaches_no_namespace(api: TestClient, db: Path) -> None:
+    # '/ns/nl%0A' was read as namespace 'nl' (a route's pattern ends before a final line break): another
+    # namespace's data and Forget buttons; a line break is refused instead
+    with Memory(str(db), namespace="nl") as mem:
+        mem.capture("only-in-nl", [{"role": "user", "content": "nl's own turn"}])
+    h = auth(ADMIN)
+    for path in ("/ns/nl%0A", "/ns/nl%0A/memories", "/v1/ns/nl%0A/sessions", "/v1/ns/nl%0D%0A/sessions"):
+        answer = api.get(path, headers=h)
+        # refused, or (a line break inside the path) matching no route at all
+        assert answer.status_code in (400, 404) and "only-in-nl" not in answer.text, path
+        assert answer.status_code == 404 or "line break" in answer.text
+    assert "only-in-nl" in api.get("/ns/nl", headers=h).text
+
+
+def test_signing_in_comes_back_to_a_namespace_whose_name_holds_a_percent_sign(api: TestClient) -> None:
+    # the namespace literally "p%2Fq" is /ns/p%252Fq; the login sent the browser to /ns/p%2Fq, namespace "p/q"
+    from urllib.parse import parse_qs, urlsplit
+
+    answer = api.get("/ns/p%252Fq/jobs?status=failed", follow_redirects=False)
+    assert answer.status_code == 303
+    assert parse_qs(urlsplit(answer.headers["location"]).query)["next"] == ["/ns/p%252Fq/jobs?status=failed"]

@@ -19,11 +19,11 @@ from typing import Any
 
 from fastapi import Request
 
-from ...errors import ConfigError, TortoiseError
+from ...errors import ConfigError, InvalidInput, TortoiseError
 from .._common import is_loopback
 
 __all__ = ("COOKIE", "INSPECTOR_HEADER", "Denied", "MemoryPool", "ServeSettings", "TokenGrant", "authorize",
-           "check_bind", "is_loopback", "namespace_memory", "parse_tokens")
+           "check_bind", "check_path", "is_loopback", "namespace_memory", "parse_tokens")
 
 #: The cookie the inspector's login form sets, and the header its script sends with every JSON call.
 COOKIE = "tortoise_token"
@@ -194,7 +194,20 @@ def _presented(request: Request) -> str | None:
     return None
 
 
+def check_path(request: Request) -> None:
+    """Refuse a path holding a line break: a route's pattern ends before a final one, so ``/ns/a%0A`` read as
+    namespace ``a`` (another namespace's data), and one inside matches no route.
+
+    Raises:
+        InvalidInput: the path holds a line break.
+    """
+    if "\n" in request.scope["path"] or "\r" in request.scope["path"]:
+        raise InvalidInput("the path holds a line break: a namespace with one cannot be reached over HTTP; "
+                           "use the Python API or the command line for it", field="namespace")
+
+
 def namespace_memory(namespace: str, request: Request) -> Any:
     """FastAPI dependency: the ``Memory`` of the path's namespace, once the request may reach it."""
+    check_path(request)
     authorize(request, namespace)
     return request.app.state.pool.get(namespace)

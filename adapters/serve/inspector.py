@@ -23,7 +23,7 @@ from jinja2 import Environment, FileSystemLoader
 
 from ...errors import NotFoundError
 from ...memory import HOST_SESSION
-from .auth import COOKIE, Denied, authorize
+from .auth import COOKIE, Denied, authorize, check_path
 
 __all__ = ("SESSIONS_PER_PAGE", "error_page", "is_page", "router")
 
@@ -53,11 +53,15 @@ def error_page(request: Request, message: str, status: int) -> Response:
 
 
 def _page(request: Request, template: str, namespace: str | None = None, /, **context: Any) -> Response:
+    check_path(request)
     try:
         grant = authorize(request, namespace)
     except Denied as exc:
         if exc.status == 401:
-            here = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+            # the path as sent (still encoded): "%2F" in a namespace's name must come back as "%2F", not "/"
+            raw = request.scope.get("raw_path")
+            here = (raw.decode("latin-1") if raw else quote(request.url.path)) + (
+                f"?{request.url.query}" if request.url.query else "")
             return RedirectResponse(f"/login?next={quote(here, safe='/')}", status_code=303)
         return error_page(request, str(exc), exc.status)
     mem = request.app.state.pool.get(namespace) if namespace is not None else None
