@@ -54,12 +54,12 @@ Role = Literal["user", "assistant", "system", "tool"]
 #: A background job's state: ``failed`` is failed for good (its attempts are spent).
 JobStatus = Literal["pending", "running", "done", "failed"]
 
-#: First line of every memory block the SDK injects into a conversation. A captured turn that
-#: starts with it (or whose metadata is ``{"tortoise": "memory_block"}``) is an echo of memory,
-#: never new evidence: extraction does not ground on it.
 #: The session of the memories a host adds by hand (``Memory.remember``, ``correct_memory``): no turn of it exists,
 #: and capture refuses it.
 HOST_SESSION = "tortoise:host"
+#: First line of every memory block the SDK injects into a conversation. A captured turn that
+#: starts with it (or whose metadata is ``{"tortoise": "memory_block"}``) is an echo of memory,
+#: never new evidence: extraction does not ground on it.
 MEMORY_BLOCK_MARKER = "[tortoise memory]"
 MEMORY_BLOCK_END = "[/tortoise memory]"
 #: A memory block in a text, from its marker to its end line (or the end of the text).

@@ -12,7 +12,7 @@ import json
 import logging
 import threading
 from collections.abc import Callable, Collection, Iterable, Sequence
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from typing import Any
 
 from ..confidence import confidence
@@ -22,7 +22,7 @@ from ..names import host_entity_kind
 from ..text import fact_key, jaccard, norm_content, norm_name
 from .entity_core import EntityCore, Names
 from .plan import EntityPlan, ExtractionPlan, Fence, ItemPlan, RetractionPlan, SourcePlan, Window, WriteResult
-from .rows import Row, memory_id_for
+from .rows import Row, iso_dt, memory_id_for, utc
 
 __all__ = ("RETRACTION_MATCH", "ExtractionCore")
 
@@ -269,12 +269,9 @@ class ExtractionCore(EntityCore):
     def _version(self, c: Conn, memory_id: str) -> tuple[str | None, datetime | None]:
         """``(supersedes, valid_at)`` of a stored memory."""
         row = c.execute(self._q("SELECT supersedes, valid_at FROM memories WHERE memory_id = ?"), (memory_id,)).fetchone()
-        since = None if row is None else row[1]
-        if isinstance(since, str):
-            since = datetime.fromisoformat(since)
-        if since is not None and since.tzinfo is None:
-            since = since.replace(tzinfo=timezone.utc)
-        return (None if row is None else row[0]), since
+        if row is None or row[1] is None:
+            return (None if row is None else row[0]), None
+        return row[0], iso_dt(row[1]) if isinstance(row[1], str) else utc(row[1])  # SQLite keeps ISO text
 
     def _newer_than(self, c: Conn, memory_id: str, valid_at: datetime | None) -> datetime | None:
         """When memory ``memory_id`` became valid, if that is after ``valid_at`` (None otherwise or undated)."""

@@ -215,19 +215,19 @@ class ForgetMixin:
                 f" WHERE me.entity_id = {p} ORDER BY m.created_at, m.memory_id", (entity_id,)).fetchall()]
             if row is None or not mentions or None in mentions:
                 continue  # no memory left (the entity goes), or links that do not say which name they used
-            used = {norm_name(m) for m in mentions}
-            if row[0] not in used:
+            norm, used = row[0], {norm_name(m) for m in mentions}
+            if norm not in used:
                 names = sorted(dict.fromkeys(m.strip() for m in mentions), key=lambda m: role_key(m) is not None)
                 numbered = (f"{names[0]} ({n})" for n in itertools.count(2))
                 for name in itertools.chain(names, numbered):
                     if c.execute(f"SELECT 1 FROM entities WHERE namespace = {p} AND norm_name = {p} AND kind = {p}",
                                  (namespace, norm_name(name), row[1])).fetchone() is None:
                         break
+                norm = norm_name(name)
                 c.execute(f"UPDATE entities SET name = {p}, norm_name = {p} WHERE entity_id = {p}",
-                          (name, norm_name(name), entity_id))
+                          (name, norm, entity_id))
                 c.execute(f"DELETE FROM entity_aliases WHERE entity_id = {p} AND norm_alias = {p}"
-                          " AND how NOT IN ('not', 'role')", (entity_id, norm_name(name)))
-            norm = c.execute(f"SELECT norm_name FROM entities WHERE entity_id = {p}", (entity_id,)).fetchone()[0]
+                          " AND how NOT IN ('not', 'role')", (entity_id, norm))
             aliases = {r[0] for r in c.execute(f"SELECT norm_alias FROM entity_aliases WHERE entity_id = {p}"
                                                " AND how NOT IN ('not', 'role')", (entity_id,)).fetchall()}
             for alias in aliases - used:
