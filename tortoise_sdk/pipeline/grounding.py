@@ -34,6 +34,7 @@ words are the turn's, not what the memory makes of them.
 from __future__ import annotations
 
 import bisect
+import functools
 import itertools
 import re
 import unicodedata
@@ -44,7 +45,7 @@ from typing import Any
 from ..models import MEMORY_BLOCK, MEMORY_BLOCK_MARKER, Diagnostic, SearchHit, Turn
 from ..store.plan import SourcePlan
 from ..text import QUOTE_MARKS as _QUOTE_MARKS
-from ..text import norm_name, norm_quote
+from ..text import norm_name, norm_quote, per_text
 from .merge import Entity, Proposal, _Grounded
 
 __all__ = ("Grounded", "evidence_turns", "ground", "is_evidence", "match_key", "quote_matches", "quote_parts",
@@ -257,20 +258,10 @@ def verbatim(quote: str, text: str) -> str:
 
     A model quotes loosely ("i'm NOW at Helix Health"); the stored source quotes the turn.
     """
-    # The turn as matching sees it, a character (with the combining marks after it) at a time, each output
-    # character remembering the stretch of ``text`` it came from.
-    normal: list[str] = []
-    origin: list[tuple[int, int]] = []
-    for m in _CLUSTER.finditer(text):
-        for n in unicodedata.normalize("NFKC", m[0]).translate(_QUOTE_MARKS).casefold():
-            normal.append(n)
-            origin.append(m.span())
-    words = list(_WORDS.finditer("".join(normal)))
-    key = " ".join(w[0] for w in words)
+    origin, words, starts, key = _traced(text)
     spans = _spans(key, quote_parts(quote))
     if spans is None or key != match_key(text):
         return quote  # characters NFKC composes across clusters: the per-cluster view differs, keep the quote
-    starts = list(itertools.accumulate((len(w[0]) + 1 for w in words[:-1]), initial=0))
 
     def where(at: int) -> tuple[int, int]:
         """The stretch of ``text`` the key's character ``at`` came from."""
@@ -279,6 +270,22 @@ def verbatim(quote: str, text: str) -> str:
 
     pieces = (text[where(i)[0]: where(j - 1)[1]] for i, j in spans)
     return " … ".join(p.strip() for piece in pieces for p in piece.split(CUT) if p.strip())
+
+
+@functools.partial(per_text, maxsize=256)
+def _traced(text: str) -> tuple[list[tuple[int, int]], list[re.Match[str]], list[int], str]:
+    """The turn as matching sees it, a character (with the combining marks after it) at a time, each output
+    character remembering the stretch of ``text`` it came from: ``(origin, words, word starts in key, key)``.
+    Remembered per turn: a session's items often quote the same turn."""
+    normal: list[str] = []
+    origin: list[tuple[int, int]] = []
+    for m in _CLUSTER.finditer(text):
+        for n in unicodedata.normalize("NFKC", m[0]).translate(_QUOTE_MARKS).casefold():
+            normal.append(n)
+            origin.append(m.span())
+    words = list(_WORDS.finditer("".join(normal)))
+    starts = list(itertools.accumulate((len(w[0]) + 1 for w in words[:-1]), initial=0))
+    return origin, words, starts, " ".join(w[0] for w in words)
 
 
 def _meets_floor(parts: Sequence[str], start_cut: bool, end_cut: bool) -> bool:
