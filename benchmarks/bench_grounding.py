@@ -19,6 +19,9 @@ spliced, words of a span shuffled, template sentences with the session's names).
 
 The rates depend on no timing: the figures are the same on a loaded machine.
 
+Last, of the accepted quotes: how many are stored as the turn's own text, as ``verbatim()`` stores them
+beside the model's quote as written (what was stored before), on the same quotes.
+
 Run: .venv/bin/python benchmarks/bench_grounding.py [--per-class 2000] [--seed 7]
 """
 
@@ -36,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from locomo import load_sessions, locomo_files  # noqa: E402
 
 import figures  # noqa: E402
-from tortoise_sdk.pipeline.grounding import match_key, quote_parts  # noqa: E402
+from tortoise_sdk.pipeline.grounding import match_key, quote_parts, verbatim  # noqa: E402
 from tortoise_sdk.pipeline.grounding import _match as new_match  # noqa: E402
 from tortoise_sdk.text import norm_quote  # noqa: E402
 
@@ -355,6 +358,7 @@ def main() -> None:
         return True
 
     short = "cut quote under the floor"
+    accepted: dict[str, list[tuple[int, str]]] = {}
     for label, perturb in ACCEPT.items():
         made = 0
         while made < args.per_class:
@@ -369,6 +373,7 @@ def main() -> None:
                     record(short, s, quote)
                 continue
             record(label, s, quote)
+            accepted.setdefault(label, []).append((s, quote))
             made += 1
 
     counts: dict[str, int] = {}
@@ -431,6 +436,30 @@ def main() -> None:
     ok_reject = not any(reject)
     print(f"  goal >= 99 % accepted: {'met' if ok_accept else 'NOT met'}; "
           f"goal 0 % false acceptance: {'met' if ok_reject else 'NOT met'}")
+    stored_verbatim(corpus, accepted)
+
+
+def stored_verbatim(corpus: Corpus, accepted: dict[str, list[tuple[int, str]]]) -> None:
+    """Of the accepted quotes, the share whose stored source quote is the turn's own text (each part, between
+    " … ", a substring of the turn it grounds in): stored as ``verbatim()`` gives it (now) beside the model's
+    quote as written, the source quote stored before, each elision part taken on its own (same quotes)."""
+    print("  stored source quote is the turn's own text (each part a substring of the turn it grounds in)")
+    print(f"  {'quote class':<46}{'n':>6}{'verbatim':>11}{'as quoted':>11}")
+    pooled: dict[str, list[bool]] = {"now": [], "before": []}
+    for label, items in accepted.items():
+        now, before = [], []
+        for session, quote in items:
+            parts = quote_parts(quote)
+            turn = next((t["content"] for t, k in zip(corpus.sessions[session]["turns"], corpus.keys[session])
+                         if new_match(k, parts)), None)
+            if turn is None:
+                continue  # the rule refused it (the rows above count those)
+            now.append(all(p in turn for p in verbatim(quote, turn).split(" … ")))
+            before.append(all(p.strip() in turn for p in re.split(r"\.{3,}|…", quote) if p.strip()))
+        pooled["now"] += now
+        pooled["before"] += before
+        print(f"    {label:<44}{len(now):>6}{rate(now):>11}{rate(before):>11}")
+    print(f"    {'all of these':<44}{len(pooled['now']):>6}{rate(pooled['now']):>11}{rate(pooled['before']):>11}")
 
 
 if __name__ == "__main__":
