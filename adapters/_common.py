@@ -31,7 +31,7 @@ from ..models import CaptureReceipt, JobInfo, MemoryBlock, tool_use_text, utc_no
 if TYPE_CHECKING:
     from ..memory import ExtractMode, Memory
 
-__all__ = ("DEFAULT_SHOWN_TURNS", "MemoryAdapter", "check_memory", "check_session_id", "first_held_index", "is_loopback", "tool_use_text")
+__all__ = ("DEFAULT_SHOWN_TURNS", "MemoryAdapter", "before_model_extract", "check_memory", "check_session_id", "first_held_index", "is_loopback", "tool_use_text")
 
 #: Pointers a block showed in this many recent host turns of a session are not shown again unasked.
 DEFAULT_SHOWN_TURNS = 3
@@ -64,6 +64,12 @@ def check_memory(mem: object, adapter: str) -> None:
                            "the blocking calls itself)")
     example = f"Memory({str(mem)!r})" if isinstance(mem, (str, PathLike)) else "Memory('memory.db')"
     raise AdapterError(f"{adapter} takes a Memory, got {type(mem).__name__}: pass {example}")
+
+
+def before_model_extract(extract: ExtractMode) -> ExtractMode:
+    """The ``extract`` of a capture made before the host's model call: never inline, which would delay that call (a
+    background capture folds into the session's job as usual; the turn's later capture extracts inline)."""
+    return extract if extract == "background" else False
 
 
 def first_held_index(mem: Memory, session_id: str, held: Iterable[dict[str, Any] | None]) -> int | None:
@@ -165,13 +171,16 @@ class MemoryAdapter:
         return self.last_block
 
     def _capture(
-        self, session: str | Callable[[], str], turns: Iterable[dict[str, Any] | None]
+        self, session: str | Callable[[], str], turns: Iterable[dict[str, Any] | None], *, before_model: bool = False
     ) -> CaptureReceipt | None:
         """Capture the non-None ``turns``; None when there are none or on failure.
 
         ``turns`` may be a generator and ``session`` a function: both are resolved
         inside the guard, so a malformed message or a failing lookup is logged, not
         raised. The first capture of a session sets its date to now.
+
+        ``before_model``: the host's messages are stored before its model is called (a run that then fails
+        keeps them), with ``before_model_extract``.
         """
         try:
             kept = [t for t in turns if t is not None]
@@ -180,20 +189,22 @@ class MemoryAdapter:
             session_id = session() if callable(session) else session
             date = None if session_id in self._dated else utc_now().isoformat()
             # Message ids are the turns' identity: already stored ones are skipped, new ones appended.
-            receipt = self._capture_past_edits(session_id, kept, date)
+            extract = before_model_extract(self.extract) if before_model else self.extract
+            receipt = self._capture_past_edits(session_id, kept, date, extract)
             self._dated.add(session_id)
             return receipt
         except Exception as exc:
             self._log().warning("tortoise: capture skipped: %s", exc)
             return None
 
-    def _capture_past_edits(self, session_id: str, turns: list[dict[str, Any]], date: str | None) -> CaptureReceipt:
+    def _capture_past_edits(self, session_id: str, turns: list[dict[str, Any]], date: str | None,
+                            extract: ExtractMode) -> CaptureReceipt:
         """``Memory.capture`` of ``turns``, leaving out a message the host edited after it was stored (same id,
         other text: LangGraph's ``update_state``, a reused tool call id). The stored version stays, as every
         stored turn does, and the rest of the thread is captured (one edit stopped every later capture)."""
         while True:
             try:
-                return self.mem.capture(session_id, turns, session_date=date, extract=self.extract)
+                return self.mem.capture(session_id, turns, session_date=date, extract=extract)
             except CaptureConflict as exc:
                 at = re.fullmatch(r"turns\[(\d+)\]", exc.field or "")
                 edited = turns[int(at.group(1))] if at else {}

@@ -3,8 +3,9 @@
 Needs the ``langchain`` extra (``pip install 'tortoise-sdk[langchain]'``).
 
 ``MemoryMiddleware`` (for ``create_agent``) adds the memory block to the system message
-of every model call and, after the agent turn, captures the conversation's new messages
-(a message that calls tools as ``[tool_use name arg=…]``, like transcript ingestion).
+of every model call and captures the conversation's new messages: those the run starts with before
+its first model call (a run that raises keeps them), the rest after the agent turn (a message that
+calls tools as ``[tool_use name arg=…]``, like transcript ingestion).
 It also records a sub-agent row for each tool call that runs an agent: a ``create_agent``
 graph or any Runnable that calls a chat model, seen in the callback tree under the tool
 call (``agent_tools=`` names tools that are agents whatever they do).
@@ -50,7 +51,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     ) from exc
 
 from ..models import MEMORY_BLOCK_MARKER, MemoryBlock, without_memory_blocks
-from ._common import DEFAULT_SHOWN_TURNS, MemoryAdapter, check_memory, tool_use_text
+from ._common import DEFAULT_SHOWN_TURNS, MemoryAdapter, before_model_extract, check_memory, tool_use_text
 
 if TYPE_CHECKING:
     from ..memory import ExtractMode, Memory
@@ -63,14 +64,14 @@ DEFAULT_SESSION = "langchain"
 
 
 class MemoryMiddleware(MemoryAdapter, AgentMiddleware):
-    """Before each model call, the memory block joins the system message; after the turn, new messages are captured.
+    """Before each model call, the memory block joins the system message; new messages are captured before and after.
 
     Args:
         mem: the ``Memory`` to read and write.
         session_id: the conversation id; default the run's ``thread_id``, else ``"langchain"``.
         budget, max_tokens: passed to ``Memory.context``.
         window_turns: how many recent messages form the reflex window.
-        capture: capture the conversation after each agent turn.
+        capture: capture the conversation's new messages before the agent turn's first model call and after it.
         extract: ``Memory.capture``'s ``extract`` for those captures (default ``"background"``).
         shown_turns: a pointer shown in one of the session's last ``shown_turns`` user messages is
             not shown again unless the user asks (kept in the store).
@@ -175,13 +176,24 @@ class MemoryMiddleware(MemoryAdapter, AgentMiddleware):
             if watcher is not None:
                 watcher.__exit__(None, None, None)
 
-    # -- after the agent turn --------------------------------------------------------------
+    # -- the agent turn: its messages stored before the first model call, its replies after ----------
+
+    def before_agent(self, state: Any, runtime: Any) -> dict[str, Any] | None:
+        """Store the messages the run starts with before any model call: a run that raises keeps them."""
+        self._capture_state(state, before_model=True)
+        return None
+
+    async def abefore_agent(self, state: Any, runtime: Any) -> dict[str, Any] | None:
+        return await asyncio.to_thread(self.before_agent, state, runtime)
 
     def after_agent(self, state: Any, runtime: Any) -> dict[str, Any] | None:
+        self._capture_state(state)
+        return None
+
+    def _capture_state(self, state: Any, *, before_model: bool = False) -> None:
         if self.capture:
             messages = state.get("messages", []) if isinstance(state, dict) else []
-            self._capture(self._session, self._new_turns(messages))
-        return None
+            self._capture(self._session, self._new_turns(messages), before_model=before_model)
 
     def _new_turns(self, messages: Sequence[BaseMessage]) -> list[dict[str, Any] | None]:
         """The state's messages as turns, those already stored left out when no checkpointer keeps the thread.
@@ -237,11 +249,18 @@ class MemoryCallbackHandler(BaseCallbackHandler):
             # send the replies and tool results of the same exchange, and its user message is recorded already.
             said = [m for m in (messages[0] if messages else ()) if not isinstance(m, SystemMessage)]
             last_user = said[-1] if said and isinstance(said[-1], HumanMessage) else None
+            # Without an id the text is no identity here: a second "yes" in a session is a new turn.
+            if last_user is not None and not last_user.id:
+                last_user = last_user.model_copy(update={"id": f"run-{run_id}-user"})
             sid = self.session_id or str((metadata or {}).get("thread_id") or DEFAULT_SESSION)
             with self._lock:
                 self._pending[run_id] = (sid, last_user)
         except Exception as exc:
             log.warning("tortoise: callback skipped: %s", exc)
+            return
+        # The user's message is stored before the model is called: a call that fails keeps it.
+        if last_user is not None and (turn := _turn(last_user)) is not None:
+            self._store(sid, [turn], extract=before_model_extract(self.extract))
 
     def on_llm_end(self, response: LLMResult, *, run_id: UUID, **kwargs: Any) -> None:
         with self._lock:
@@ -254,12 +273,19 @@ class MemoryCallbackHandler(BaseCallbackHandler):
             reply = gen.message if isinstance(gen, ChatGeneration) else None
             if reply is not None and not reply.id:
                 reply = reply.model_copy(update={"id": f"run-{run_id}"})
-            # Without an id the text is no identity here: a second "yes" in a session is a new turn.
-            if user is not None and not user.id:
-                user = user.model_copy(update={"id": f"run-{run_id}-user"})
+            # The user's message again (stored at the call's start, so skipped unless that write failed).
             turns = [t for t in (_turn(user) if user is not None else None, _turn(reply) if reply else None) if t]
-            if turns:
-                self.mem.capture(sid, turns, extract=self.extract)
+        except Exception as exc:
+            log.warning("tortoise: capture skipped: %s", exc)
+            return
+        self._store(sid, turns, extract=self.extract)
+
+    def _store(self, session_id: str, turns: list[dict[str, Any]], *, extract: ExtractMode) -> None:
+        """``Memory.capture`` of ``turns``, a failure logged."""
+        if not turns:
+            return
+        try:
+            self.mem.capture(session_id, turns, extract=extract)
         except Exception as exc:
             log.warning("tortoise: capture skipped: %s", exc)
 

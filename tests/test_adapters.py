@@ -204,6 +204,41 @@ def test_a_thread_longer_than_one_capture_allows_goes_on_being_captured(tmp_path
         assert len(m.turns("long")) == 10
 
 
+class FlakyChat(RecordingChat):
+    """A chat model whose first ``failures`` calls raise, as a provider that is down."""
+
+    failures: int = 1
+
+    def _generate(self, messages, stop=None, run_manager=None, **kwargs):  # noqa: ANN001, ANN202
+        if self.failures:
+            self.failures -= 1
+            raise RuntimeError("provider down")
+        return super()._generate(messages, stop=stop, run_manager=run_manager, **kwargs)
+
+
+@pytest.mark.parametrize("checkpointed", [False, True], ids=["no checkpointer", "checkpointer"])
+def test_a_run_whose_model_raises_keeps_the_user_message(mem, checkpointed):
+    """Durable before any model call: the messages were captured only after the agent turn, so a run whose model
+    raised stored nothing of what the user said (without a checkpointer, nothing ever would)."""
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    model = FlakyChat(messages=iter([AIMessage("Noted, both.")]))
+    agent = create_agent(model, [], middleware=[MemoryMiddleware(mem, extract=False)],
+                         checkpointer=InMemorySaver() if checkpointed else None)
+    config = {"configurable": {"thread_id": "down"}}
+    with pytest.raises(RuntimeError, match="provider down"):
+        agent.invoke({"messages": [HumanMessage("My passport number is X123")]}, config)
+    assert [(t.role, t.content) for t in mem.turns("down")] == [("user", "My passport number is X123")]
+
+    # The next run: a host without a checkpointer sends what it holds again, with the new message.
+    sent = [HumanMessage("And it expires in May")]
+    if not checkpointed:
+        sent.insert(0, HumanMessage("My passport number is X123"))
+    agent.invoke({"messages": sent}, config)
+    assert [(t.role, t.content) for t in mem.turns("down")] == [
+        ("user", "My passport number is X123"), ("user", "And it expires in May"), ("assistant", "Noted, both.")]
+
+
 # -- callback handler ----# -- callback handler -------------------------------------------------------------------------------
 
 
@@ -263,6 +298,18 @@ def test_a_model_s_reasoning_is_not_kept_as_an_attachment_and_a_pasted_block_lea
     assert _turn(HumanMessage(f"{MEMORY_BLOCK_MARKER} only a block [/tortoise memory]")) is None
 
 
+def test_callback_handler_keeps_the_user_message_of_a_call_that_raises(mem):
+    """Durable before any model call: the user's message was written with the reply, so a failed call lost it."""
+    handler = MemoryCallbackHandler(mem, "cb-down", extract=False)
+    model = FlakyChat(messages=iter([AIMessage("Got it.")]))
+    with pytest.raises(RuntimeError, match="provider down"):
+        model.invoke([HumanMessage("My locker code is 4471")], config={"callbacks": [handler]})
+    assert [(t.role, t.content) for t in mem.turns("cb-down")] == [("user", "My locker code is 4471")]
+    model.invoke([HumanMessage("My locker code is 4471"), HumanMessage("thanks")], config={"callbacks": [handler]})
+    assert [(t.role, t.content) for t in mem.turns("cb-down")] == [
+        ("user", "My locker code is 4471"), ("user", "thanks"), ("assistant", "Got it.")]
+
+
 def test_callback_handler_swallows_store_failures(mem, monkeypatch):
     _break_store(mem, monkeypatch)
     model = fake("fine")
@@ -285,6 +332,14 @@ def test_memory_session_round_trip(mem):
     assert [t.content for t in mem.turns("loop-1")] == ["what is my dog called?", "Biscuit.", "and now?",
                                                           "Still Biscuit."]
     assert session.after_turn({"role": "system", "content": sent[1]["content"]}, "") is None  # block echoes skipped
+
+
+def test_memory_session_keeps_the_user_message_of_a_failed_call_with_an_empty_reply(mem):
+    """What docs/hosts/langchain-and-loops.md tells a loop to do in its ``except``."""
+    session = MemorySession(mem, "loop-down", extract=False)
+    session.before_turn([{"role": "user", "content": "My locker code is 4471"}])
+    assert session.after_turn("My locker code is 4471", "").turns_stored == 1
+    assert [(t.role, t.content) for t in mem.turns("loop-down")] == [("user", "My locker code is 4471")]
 
 
 def test_memory_session_takes_a_client_message_object_and_never_raises_on_a_non_message(mem, caplog):
