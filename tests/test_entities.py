@@ -179,6 +179,38 @@ def test_a_split_takes_back_the_note_its_merge_brought(store: Store):
     assert {e["name"]: e["note"] for e in store.entities(ns)}["Melanie Hart"] is None
 
 
+def _notes(store: Store, ns: str) -> dict[str, str | None]:
+    return {e["name"]: e["note"] for e in store.entities(ns)}
+
+
+def test_forgetting_the_session_that_wrote_a_note_takes_the_note_and_the_role_it_named(store: Store):
+    """A note carried no provenance: forgetting the session whose extraction wrote it left its words on an entity
+    other sessions still name."""
+    ns = _ns()
+    _say(store, ns, "Robert Stone", "Robert Stone fixed the boat", session="s1")
+    _say(store, ns, "Robert Stone", "Robert Stone is in rehab", note="the user's father, in rehab", session="s2")
+    _say(store, ns, "Anna", "Anna bakes", note="a neighbour who bakes", session="s1")
+    assert _notes(store, ns) == {"Robert Stone": "the user's father, in rehab", "Anna": "a neighbour who bakes"}
+    store.forget_session(ns, "s2")
+    assert _notes(store, ns) == {"Robert Stone": None, "Anna": "a neighbour who bakes"}  # s1's note stays
+    [robert] = [e for e in store.entities(ns) if e["name"] == "Robert Stone"]
+    assert robert["aliases"] == []  # "dad", named by the note, went with it
+    _say(store, ns, "Robert Stone", "Robert Stone sails", note="a sailor", session="s3")
+    assert _notes(store, ns)["Robert Stone"] == "a sailor"  # a later session's note takes the free place
+
+
+def test_forgetting_the_session_of_a_note_a_merge_carried_takes_it_from_the_merge_record_too(store: Store):
+    ns = _ns()
+    _say(store, ns, "Melanie Hart", session="s1")
+    _say(store, ns, "Lanie", "Lanie sings", session="s3")
+    _say(store, ns, "Lanie", "Lanie paints", note="a painter from the pottery class", session="s2")
+    assert store.merge_entities(ns, "Melanie Hart", "Lanie", now=utc_now())["note"] == "a painter from the pottery class"
+    store.forget_session(ns, "s2")
+    assert _notes(store, ns) == {"Melanie Hart": None}
+    assert "pottery" not in str(store.entity_events(ns))
+    assert store.split_entity(ns, "Melanie Hart", "Lanie", now=utc_now())["note"] is None  # not brought back
+
+
 def test_split_takes_a_wrongly_resolved_short_form_out(store: Store):
     ns = _ns()
     _say(store, ns, "Melanie Hart")

@@ -104,11 +104,9 @@ class EntityCore:
     def _find_entity(self, c: Conn, namespace: str, key: str, kind: str) -> tuple[str, str | None] | None:
         raise NotImplementedError
 
-    def _set_entity_note(self, c: Conn, entity_id: str, note: str, now: datetime) -> None:
-        raise NotImplementedError
-
     def _insert_entity(self, c: Conn, namespace: str, entity_id: str, e: EntityPlan, key: str,
-                       now: datetime) -> None:
+                       now: datetime, note_session_id: str | None) -> None:
+        """Insert the entity; ``note_session_id`` names the session whose extraction wrote ``e.note``."""
         raise NotImplementedError
 
     def _index(self, c: Conn, memory_id: str) -> None:
@@ -144,7 +142,7 @@ class EntityCore:
         if exact is not None:
             entity_id, note = exact
             if e.note and not note:
-                self._set_entity_note(c, entity_id, e.note, names.now)
+                self._set_note(c, names, entity_id, e.note)
             self._role_from_note(c, names, entity_id, e.note)
             return entity_id
         if role is None:
@@ -164,11 +162,17 @@ class EntityCore:
                 if claimed:
                     return self._claim(c, names, claimed, e, key)
         entity_id = self._free_entity_id(c, ns, e.name, e.kind)
-        self._insert_entity(c, ns, entity_id, e, key, names.now)
+        self._insert_entity(c, ns, entity_id, e, key, names.now, names.session_id if e.note else None)
         if person_like and names.people is not None:
             names.people.append(_Person(entity_id, e.name.strip(), key, e.kind, str(names.now)))
         self._role_from_note(c, names, entity_id, e.note)
         return entity_id
+
+    def _set_note(self, c: Conn, names: Names, entity_id: str, note: str) -> None:
+        """Give ``entity_id`` the note this write's session said of it, unless it has one already."""
+        c.execute(self._q("UPDATE entities SET note = ?, note_session_id = ?, updated_at = ?"
+                          " WHERE entity_id = ? AND COALESCE(note, '') = ''"),
+                  (note, names.session_id, self._time_param(names.now), entity_id))
 
     def _free_entity_id(self, c: Conn, namespace: str, name: str, kind: str) -> str:
         """The first :func:`entity_id_for` of ``name`` no entity holds (a renamed one keeps its first id)."""
@@ -200,8 +204,7 @@ class EntityCore:
                           " WHERE entity_id = ?"),
                   (e.name.strip(), key, self._time_param(names.now), survivor.entity_id))
         if e.note:
-            c.execute(self._q("UPDATE entities SET note = COALESCE(note, ?) WHERE entity_id = ?"),
-                      (e.note, survivor.entity_id))
+            self._set_note(c, names, survivor.entity_id, e.note)
         survivor.name, survivor.norm, survivor.kind = e.name.strip(), key, "person"
         for p in rest:
             why_p = why_short(p.norm, key) or "short form"
@@ -302,11 +305,11 @@ class EntityCore:
                reason: str) -> None:
         """Move everything of ``drop`` to ``keep`` (links, aliases, its name as an alias) and record it."""
         ns = names.namespace
-        row = c.execute(self._q("SELECT name, norm_name, kind, note FROM entities WHERE entity_id = ?"),
-                        (drop,)).fetchone()
+        row = c.execute(self._q("SELECT name, norm_name, kind, note, note_session_id FROM entities"
+                                " WHERE entity_id = ?"), (drop,)).fetchone()
         if row is None or keep == drop:
             return
-        name, norm, kind, note = row
+        name, norm, kind, note, note_session = row
         links = c.execute(self._q("SELECT memory_id, relation, mention FROM memory_entities WHERE entity_id = ?"),
                           (drop,)).fetchall()
         # memories that named both: a split puts ``drop``'s link back and leaves ``keep``'s
@@ -328,9 +331,11 @@ class EntityCore:
         if role_key(name) is None:
             self._add_alias(c, names, keep, name, norm, how, evidence)
         note_copied = bool(note) and c.execute(self._q(
-            "UPDATE entities SET note = ? WHERE entity_id = ? AND note IS NULL"), (note, keep)).rowcount > 0
+            "UPDATE entities SET note = ?, note_session_id = ? WHERE entity_id = ? AND note IS NULL"),
+            (note, note_session, keep)).rowcount > 0
         c.execute(self._q("DELETE FROM entities WHERE entity_id = ?"), (drop,))
-        detail = {"name": name, "kind": kind, "note": note, "memory_ids": sorted({m for m, _, _ in links}),
+        detail = {"name": name, "kind": kind, "note": note, "note_session_id": note_session,
+                  "memory_ids": sorted({m for m, _, _ in links}),
                   "shared_memory_ids": sorted({m for m, _, _ in links} & kept), "note_copied": note_copied,
                   "aliases": sorted({a[1] for a in aliases if a[2] != "not"} | {norm}), "how": how,
                   "evidence": evidence}
@@ -433,8 +438,9 @@ class EntityCore:
                 new_id = held[0]
             else:
                 new_id = self._free_entity_id(c, namespace, name, new_kind)
-                note = brought[-1]["note"] if brought else None
-                self._insert_entity(c, namespace, new_id, EntityPlan(name, new_kind, note), key, now)
+                last = brought[-1] if brought else {}
+                note, note_session = last.get("note"), last.get("note_session_id")
+                self._insert_entity(c, namespace, new_id, EntityPlan(name, new_kind, note), key, now, note_session)
             # a memory that named both before the merge keeps its link here and names the split one again
             shared = {m for d in brought for m in d.get("shared_memory_ids", ())} - {
                 m for m, _, mention in links if mention and norm_name(mention) == key}
@@ -452,7 +458,8 @@ class EntityCore:
                                   " AND how <> 'not'"), (new_id, eid, a))
             c.execute(self._q("DELETE FROM entity_aliases WHERE entity_id = ? AND norm_alias = ?"), (eid, key))
             if brought and brought[-1].get("note_copied"):  # the note the merge brought goes with the name
-                c.execute(self._q("UPDATE entities SET note = NULL WHERE entity_id = ? AND note = ?"),
+                c.execute(self._q("UPDATE entities SET note = NULL, note_session_id = NULL"
+                                  " WHERE entity_id = ? AND note = ?"),
                           (eid, brought[-1]["note"]))
             self._add_alias(c, names, eid, name, key, "not", reason)
             self._event(c, names, "split", eid, new_id,

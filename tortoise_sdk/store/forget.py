@@ -122,6 +122,7 @@ class ForgetMixin:
                                                       [namespace, *args]))
             self._remove_orphan_entities(c, namespace, report)
             self._names_from_survivors(c, namespace, named)
+            self._forget_notes(c, namespace, set(sessions), report)
             self._tombstone(c, report, session_id, "Memory.forget_session")
             return report
 
@@ -245,6 +246,23 @@ class ForgetMixin:
                         (namespace, entity_id, mention, key, why_short(key, norm) or "mention",
                          "named so by a memory that remains", self._time_param(utc_now())))
             self._reindex_entity(c, entity_id)
+
+    def _forget_notes(self, c: Conn, namespace: str, sessions: set[str], report: ForgetReport) -> None:
+        """An entity's note the forgotten sessions' extraction wrote goes, from the entity and from the record of
+        a merge that carried it (a split would bring it back); a note written before notes named their session
+        (migration 16) is kept."""
+        p = self.PARAM
+        marks = ", ".join(p for _ in sessions)
+        self._updated(report, "entities", c.execute(
+            f"UPDATE entities SET note = NULL, note_session_id = NULL WHERE namespace = {p}"
+            f" AND note_session_id IN ({marks})", [namespace, *sorted(sessions)]).rowcount)
+        for event_id, text in c.execute(f"SELECT id, detail FROM entity_events WHERE namespace = {p}"
+                                        " AND kind = 'merge'", (namespace,)).fetchall():
+            detail = json.loads(text)
+            if detail.get("note") is not None and detail.get("note_session_id") in sessions:
+                detail.update(note=None, note_session_id=None)
+                c.execute(f"UPDATE entity_events SET detail = {p} WHERE id = {p}",
+                          (json.dumps(detail, ensure_ascii=False), event_id))
 
     def _remove_orphan_entities(self, c: Conn, namespace: str, report: ForgetReport) -> None:
         p = self.PARAM

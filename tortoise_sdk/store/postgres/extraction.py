@@ -264,15 +264,13 @@ class PostgresExtractionMixin(ExtractionCore):
         ).fetchone()
         return None if row is None else (row[0], row[1])
 
-    def _set_entity_note(self, c: psycopg.Connection, entity_id: str, note: str, now: datetime) -> None:
-        c.execute("UPDATE entities SET note = %s, updated_at = %s WHERE entity_id = %s", (note, now, entity_id))
-
     def _insert_entity(self, c: psycopg.Connection, namespace: str, entity_id: str, e: EntityPlan, key: str,
-                       now: datetime) -> None:
+                       now: datetime, note_session_id: str | None) -> None:
         c.execute(
-            "INSERT INTO entities (entity_id, namespace, name, norm_name, kind, note, created_at, updated_at)"
-            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
-            (entity_id, namespace, e.name.strip(), key, e.kind, e.note, now, now),
+            "INSERT INTO entities (entity_id, namespace, name, norm_name, kind, note, note_session_id, created_at,"
+            " updated_at)"
+            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
+            (entity_id, namespace, e.name.strip(), key, e.kind, e.note, note_session_id, now, now),
         )
 
     def _live_with_content(self, c: psycopg.Connection, namespace: str, keys: Sequence[str],

@@ -525,10 +525,20 @@ M015_MEMORY_WALKS = Migration(
     ("CREATE INDEX memories_namespace_id ON memories (namespace, id)",),
 )
 
+# An entity's note (its description, written by an extraction) names the session whose extraction wrote
+# it, as a memory names its turns: forgetting that session takes the note back (it stayed, carrying no
+# provenance). A note written before this migration names none and stays as it was.
+M016_NOTE_PROVENANCE = Migration(
+    16,
+    "an entity's note names the session whose extraction wrote it",
+    ("ALTER TABLE entities ADD COLUMN note_session_id TEXT",),
+)
+
 POSTGRES_MIGRATIONS: list[Migration] = [M001_FOUNDATION, M002_EXTRACTION, M003_SUBAGENTS, M004_SUBAGENT_TURN_REF,
                                         M005_CURSORS, M006_RANKING, M007_LOOP, M008_TOMBSTONES, M009_VECTORS,
                                         M010_CATEGORIES, M011_OPAQUE_IDS, M012_ENTITY_ALIASES, M013_CONFIDENCE,
-                                        M014_NAMESPACE_WALKS, M015_MEMORY_WALKS]
+                                        M014_NAMESPACE_WALKS, M015_MEMORY_WALKS,
+                                        M016_NOTE_PROVENANCE]
 
 _CREATE_VERSIONS = (
     "CREATE TABLE IF NOT EXISTS schema_migrations ("

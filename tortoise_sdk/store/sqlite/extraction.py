@@ -163,15 +163,14 @@ class SQLiteExtractionMixin(ExtractionCore):
         ).fetchone()
         return None if row is None else (row[0], row[1])
 
-    def _set_entity_note(self, c: sqlite3.Connection, entity_id: str, note: str, now: datetime) -> None:
-        c.execute("UPDATE entities SET note = ?, updated_at = ? WHERE entity_id = ?", (note, now.isoformat(), entity_id))
-
     def _insert_entity(self, c: sqlite3.Connection, namespace: str, entity_id: str, e: EntityPlan, key: str,
-                       now: datetime) -> None:
+                       now: datetime, note_session_id: str | None) -> None:
         c.execute(
-            "INSERT INTO entities (entity_id, namespace, name, norm_name, kind, note, created_at, updated_at)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (entity_id, namespace, e.name.strip(), key, e.kind, e.note, now.isoformat(), now.isoformat()),
+            "INSERT INTO entities (entity_id, namespace, name, norm_name, kind, note, note_session_id, created_at,"
+            " updated_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (entity_id, namespace, e.name.strip(), key, e.kind, e.note, note_session_id, now.isoformat(),
+             now.isoformat()),
         )
 
     def _live_with_content(self, c: sqlite3.Connection, namespace: str, keys: Sequence[str],
