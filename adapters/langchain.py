@@ -29,6 +29,7 @@ call goes on without memory.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import hashlib
 import logging
 import threading
@@ -62,13 +63,21 @@ log = logging.getLogger(__name__)
 
 DEFAULT_SESSION = "langchain"
 
+#: The session of the ``MemoryMiddleware`` agent whose tool call is running now: an agent the tool runs (a
+#: sub-agent) with a ``MemoryMiddleware`` of its own keeps its turns in a session derived from it.
+_CALLING_SESSION: contextvars.ContextVar[str | None] = contextvars.ContextVar("tortoise_calling_session",
+                                                                              default=None)
+
 
 class MemoryMiddleware(MemoryAdapter, AgentMiddleware):
     """Before each model call, the memory block joins the system message; new messages are captured before and after.
 
     Args:
         mem: the ``Memory`` to read and write.
-        session_id: the conversation id; default the run's ``thread_id``, else ``"langchain"``.
+        session_id: the conversation id; default the run's ``thread_id``, else ``"langchain"``. An agent run
+            inside another agent's tool call (a sub-agent) defaults to a session derived from the calling
+            agent's, ``<session>:agent-<task id>``: its messages are not the user's conversation, so they are
+            kept apart and never evidence for extraction.
         budget, max_tokens: passed to ``Memory.context``.
         window_turns: how many recent messages form the reflex window.
         capture: capture the conversation's new messages before the agent turn's first model call and after it.
@@ -156,6 +165,7 @@ class MemoryMiddleware(MemoryAdapter, AgentMiddleware):
     def _watching(self, request: ToolCallRequest) -> Iterator[None]:
         """Run the tool call with a sub-agent handler attached to every run under it (fail open)."""
         watcher = None
+        calling = _CALLING_SESSION.set(self._session())
         if self.record_subagents:
             try:
                 call_id = request.tool_call.get("id")
@@ -173,6 +183,7 @@ class MemoryMiddleware(MemoryAdapter, AgentMiddleware):
         try:
             yield
         finally:
+            _CALLING_SESSION.reset(calling)
             if watcher is not None:
                 watcher.__exit__(None, None, None)
 
@@ -220,7 +231,12 @@ class MemoryMiddleware(MemoryAdapter, AgentMiddleware):
         return await asyncio.to_thread(self.after_agent, state, runtime)
 
     def _session(self) -> str:
-        return self.session_id or _thread_id() or DEFAULT_SESSION
+        if self.session_id:
+            return self.session_id
+        task = _calling_task()
+        if task is None:
+            return _thread_id() or DEFAULT_SESSION
+        return f"{_CALLING_SESSION.get() or _thread_id() or DEFAULT_SESSION}:agent-{task}"
 
 
 class MemoryCallbackHandler(BaseCallbackHandler):
@@ -378,6 +394,22 @@ def _checkpointed() -> bool:
     except Exception:  # outside a graph run
         return True
     return "__pregel_checkpointer" not in configurable or configurable["__pregel_checkpointer"] is not None
+
+
+def _calling_task() -> str | None:
+    """The id of the tool-node task this graph run is nested in (a sub-agent run by a tool), else None.
+
+    LangGraph names a nested run's checkpoint namespace by the tasks it runs under, outermost first
+    (``tools:<task id>|model:<task id>``); ``create_agent`` runs tool calls in its ``tools`` node.
+    """
+    try:
+        from langgraph.config import get_config
+
+        parents = str(get_config().get("configurable", {}).get("checkpoint_ns") or "").split("|")[:-1]
+    except Exception:  # outside a graph run
+        return None
+    tasks = [part.partition(":")[2] for part in parents if part.partition(":")[0] == "tools"]
+    return tasks[-1] if tasks and tasks[-1] else None
 
 
 def _thread_id() -> str | None:

@@ -519,6 +519,39 @@ def test_an_agent_used_as_a_tool_is_recorded_without_naming_it(mem):
         "id": "call_r1", "name": "research", "input": {"question": "How old is Biscuit?"}}
 
 
+@pytest.mark.parametrize("outer_session", [None, "chat-own"], ids=["thread_id", "session_id"])
+def test_a_sub_agent_with_its_own_middleware_keeps_its_turns_in_a_derived_session(mem, outer_session):
+    """A sub-agent's MemoryMiddleware took the calling run's thread_id: its prompt and reply were stored as turns
+    of the user's conversation (evidence for extraction), between the user's message and the reply."""
+    from langchain_core.tools import tool
+
+    from tortoise_sdk.store.subagent_core import root_session
+
+    researcher = create_agent(ToolCallingChat(messages=iter([AIMessage("Biscuit is a two-year-old beagle.")])), [],
+                              middleware=[MemoryMiddleware(mem, extract=False)])
+
+    @tool
+    def research(question: str) -> str:
+        """Ask the research agent a question about Maya."""
+        return researcher.invoke({"messages": [HumanMessage(question)]})["messages"][-1].text
+
+    outer_model = ToolCallingChat(messages=iter([
+        AIMessage("", tool_calls=[{"name": "research", "args": {"question": "Biscuit's age in Maya's notes?"},
+                                   "id": "call_r1", "type": "tool_call"}]),
+        AIMessage("Biscuit is two.")]))
+    agent = create_agent(outer_model, [research], middleware=[MemoryMiddleware(mem, outer_session, extract=False)])
+    agent.invoke({"messages": [HumanMessage("how old is my dog?")]}, {"configurable": {"thread_id": "T"}})
+
+    session = outer_session or "T"
+    assert [(t.role, t.content) for t in mem.turns(session)] == [
+        ("user", "how old is my dog?"), ("assistant", "[tool_use research question=Biscuit's age in Maya's notes?]"),
+        ("tool", "Biscuit is a two-year-old beagle."), ("assistant", "Biscuit is two.")]
+    [derived] = [s.session_id for s in mem.sessions() if s.session_id.startswith(f"{session}:agent-")]
+    assert root_session(derived) == session  # forgetting the conversation takes it too
+    assert [t.content for t in mem.turns(derived)] == ["Biscuit's age in Maya's notes?",
+                                                       "Biscuit is a two-year-old beagle."]
+
+
 def test_agent_tools_overrides_detection_and_recording_can_be_turned_off(mem):
     from langchain_core.tools import tool
 
