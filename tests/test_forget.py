@@ -10,7 +10,7 @@ from __future__ import annotations
 import io
 import json
 import sqlite3
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,7 @@ import pytest
 from conftest import run_cli
 from test_store_conformance import T0, _finalize, _plan, ns, pg_url, req, store, store_url  # noqa: F401
 from tortoise_sdk import Memory
+from tortoise_sdk.errors import NotFoundError
 from tortoise_sdk.store import Store
 from tortoise_sdk.store.forget import subject_hash
 from tortoise_sdk.store.plan import EntityPlan, ItemPlan, SourcePlan, Window
@@ -281,9 +282,82 @@ def test_a_late_extraction_of_a_forgotten_session_writes_nothing(store: Store, n
                                                   sources=(SourcePlan(r.turn_ids[0], "green tea"),))])
     with pytest.raises(Exception, match="no job"):  # a worker's fenced write: its job is gone
         store.write_extraction(ns, plan, finalize=_finalize, fence=Fence(job.job_id, leased.revision))
-    with pytest.raises(Exception, match="(?i)foreign key"):  # an inline write: its provenance cites deleted turns
+    with pytest.raises(NotFoundError, match="is not stored"):  # an inline write: its session is gone
         store.write_extraction(ns, plan, finalize=_finalize)
+    # A reviewer's: a write with no source to refuse (every item failed grounding) brought back the session's
+    # watermark, an extraction run quoting it and an entity with its note.
+    bare = _plan("s1", entities=[EntityPlan("Cousin", "person", "a xylophonist")])
+    with pytest.raises(NotFoundError, match="is not stored"):
+        store.write_extraction(ns, bare, finalize=_finalize)
     assert store.memories(ns, include_superseded=True) == [] and store.sessions(ns) == []
+    assert store.entities(ns) == [] and store.extraction_state(ns, "s1") is None
+
+
+def _dated(store: Store, ns: str, session: str, text: str, day: int) -> str:
+    return store.capture(ns, req(session, [text], date=f"2024-0{day}-01")).turn_ids[0]
+
+
+def test_a_memory_kept_by_another_session_keeps_only_what_that_session_supports(store: Store, ns):
+    """A reviewer's: the forgotten extraction's time words and search keys stayed on the memory, searchable and
+    shown in the block, and it stayed valid from the forgotten session's date."""
+    g = _dated(store, ns, "G", "My cousin plays xylophone at the Quokkaburger bar every Tuesday", 3)
+    k = _dated(store, ns, "K", "my cousin plays xylophone", 2)
+    fact = "Maya's cousin plays xylophone"
+    store.write_extraction(ns, _plan("G", [ItemPlan("point", fact, when="every Tuesday at the Quokkaburger bar",
+                                                    search_keys=("quokkaburger",),
+                                                    sources=(SourcePlan(g, "My cousin plays xylophone"),))],
+                                     valid_at=T0 + timedelta(days=60)), finalize=_finalize)
+    store.write_extraction(ns, _plan("K", [ItemPlan("point", fact, sources=(SourcePlan(k, "my cousin plays"),))]),
+                           finalize=_finalize)
+    Memory(store=store, namespace=ns).forget_session("G")
+    [m] = store.memories(ns)
+    assert (m.session_id, m.when, m.search_keys) == ("K", None, [])
+    assert m.valid_at is not None and m.valid_at.date().isoformat() == "2024-02-01"  # K's date
+    assert Memory(store=store, namespace=ns).search_memories("quokkaburger") == []
+
+
+def test_forgetting_a_middle_version_ends_the_one_before_where_the_next_begins(store: Store, ns):
+    """A reviewer's: the version before kept the forgotten version's date as its end, a gap in the history."""
+    turns = {s: _dated(store, ns, s, f"I live in {city}", day) for s, city, day in
+             (("K", "Oslo", 1), ("G", "Zanzibar", 2), ("L", "Rome", 4))}
+    for s, city, day in (("K", "Oslo", 1), ("G", "Zanzibar", 2), ("L", "Rome", 4)):
+        live = [m.id for m in store.memories(ns)]
+        store.write_extraction(ns, _plan(s, [ItemPlan("point", f"Maya lives in {city}", supersedes=live[0] if live
+                                                      else None, sources=(SourcePlan(turns[s], f"live in {city}"),))],
+                                         valid_at=datetime(2024, day, 1, tzinfo=timezone.utc)), finalize=_finalize)
+    Memory(store=store, namespace=ns).forget_session("G")
+    chain = {m.content: m for m in store.memories(ns, include_superseded=True)}
+    assert set(chain) == {"Maya lives in Oslo", "Maya lives in Rome"}
+    assert chain["Maya lives in Oslo"].invalid_at == chain["Maya lives in Rome"].valid_at
+
+
+def test_forgetting_keeps_another_session_s_entities_that_have_no_memory(store: Store, ns):
+    """A reviewer's: an extraction keeps the entities a session named when none of its items survived, and any
+    forgetting removed every such entity of the namespace."""
+    store.capture(ns, req("K", ["Dr. Okafor at Helix Health"]))
+    store.write_extraction(ns, _plan("K", entities=[EntityPlan("Dr. Okafor", "person", "a doctor")]),
+                           finalize=_finalize)
+    g = store.capture(ns, req("G", ["I like green tea"])).turn_ids[0]
+    store.write_extraction(ns, _plan("G", [ItemPlan("point", "Maya likes green tea", sources=(SourcePlan(g, "tea"),))]),
+                           finalize=_finalize)
+    mem = Memory(store=store, namespace=ns)
+    mem.forget_memory(store.memories(ns)[0].id)
+    mem.forget_session("G")
+    assert [(e["name"], e["note"]) for e in store.entities(ns)] == [("Dr. Okafor", "a doctor")]
+
+
+def test_forgetting_a_session_keeps_the_cursors_of_a_session_whose_id_ends_like_it(store: Store, ns):
+    """A reviewer's: forgetting "42" removed the host cursors of "user:42" (names matched by their ending)."""
+    for s in ("42", "user:42"):
+        store.capture(ns, req(s, [f"turn of {s}"]))
+    mem = Memory(store=store, namespace=ns)
+    for name in ("openai-agents:user:42", "reflex:shown:user:42", "myhost:user:42", "openai-agents:42", "myhost:42"):
+        mem.save_cursor(name, {"k": 1}, revision=0)
+    assert mem.forget_session("42").removed["cursors"] == 2
+    assert {n: mem.cursor(n).revision for n in ("openai-agents:user:42", "reflex:shown:user:42", "myhost:user:42",
+                                                "openai-agents:42", "myhost:42")} == {
+        "openai-agents:user:42": 1, "reflex:shown:user:42": 1, "myhost:user:42": 1, "openai-agents:42": 0,
+        "myhost:42": 0}
 
 
 def test_vacuum_leaves_no_byte_of_the_forgotten_words_in_a_sqlite_file(tmp_path):

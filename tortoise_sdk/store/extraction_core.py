@@ -17,7 +17,7 @@ from typing import Any
 
 from ..confidence import confidence
 from ..errors import LeaseLost, NotFoundError
-from ..models import Diagnostic, ExtractionReport, ExtractionState, JobInfo, MemoryRecord
+from ..models import HOST_SESSION, Diagnostic, ExtractionReport, ExtractionState, JobInfo, MemoryRecord
 from ..names import host_entity_kind
 from ..text import fact_key, jaccard, norm_content, norm_name
 from .entity_core import EntityCore, Names
@@ -96,12 +96,19 @@ class ExtractionCore(EntityCore):
 
         Raises:
             LeaseLost: ``fence`` no longer holds (another worker took the job); nothing was written.
+            NotFoundError: the session is not stored (it was forgotten meanwhile); nothing was written.
         """
 
         def write(c: Conn) -> WriteResult:
             if fence is not None:
                 self._check_fence(c, fence)
             now = self._begin_s5(c, namespace)
+            # An inline extraction holds no job: forgetting its session while the model answered must win here too.
+            if plan.session_id != HOST_SESSION and c.execute(self._q(
+                    "SELECT 1 FROM sessions WHERE namespace = ? AND session_id = ?"),
+                    (namespace, plan.session_id)).fetchone() is None:
+                raise NotFoundError(f"session {plan.session_id!r} is not stored (forgotten while it was extracted?): "
+                                    "its extraction was not written")
             result = WriteResult()
             if plan.window is not None and self._covered(c, namespace, plan.session_id, plan.window):
                 result.already_covered = True

@@ -28,7 +28,7 @@ from typing import Any, ClassVar
 from ..models import ForgetReport, Tombstone, utc_now
 from ..names import role_key, why_short
 from ..text import norm_name
-from .rows import tombstone_id_for
+from .rows import iso_dt, tombstone_id_for
 from .subagent_core import DERIVED_MARKERS
 
 __all__ = ("HASHED_FOLLOW", "ForgetMixin", "subject_hash")
@@ -62,6 +62,8 @@ class ForgetMixin:
     _confide: Callable[[Any, str, int], None]
     #: EntityCore's: index an entity's memories again (under its names now).
     _reindex_entity: Callable[[Any, str], None]
+    #: The engine's: index a memory again (its content, search keys and entities' names now).
+    _index: Callable[[Any, str], None]
 
     def forget_session(self, namespace: str, session_id: str) -> ForgetReport:
         """Remove a session, its derived sessions and everything derived from their turns; one transaction.
@@ -98,9 +100,12 @@ class ForgetMixin:
                     gone.append(memory_id)
                     continue
                 # it keeps its other sources, and belongs to the session of the first of them
-                self._updated(report, "memories", c.execute(
+                moved = c.execute(
                     f"UPDATE memories SET session_id = {p}, extraction_id = {p} WHERE memory_id = {p} AND {where}",
-                    [first[0], first[1], memory_id, *args]).rowcount)
+                    [first[0], first[1], memory_id, *args]).rowcount
+                self._updated(report, "memories", moved)
+                if moved:
+                    self._restate(c, namespace, memory_id, first[0])
                 # nor does the forgotten evidence keep promoting it (the agreement it was stated with stays)
                 self._confide(c, memory_id, 0)
             self._remove_memories(c, namespace, gone, report)
@@ -120,7 +125,7 @@ class ForgetMixin:
                                                      [namespace, *args]))
             self._count(report, "sessions", c.execute(f"DELETE FROM sessions WHERE namespace = {p} AND {where}",
                                                       [namespace, *args]))
-            self._remove_orphan_entities(c, namespace, report)
+            self._remove_orphan_entities(c, namespace, named, report)
             self._names_from_survivors(c, namespace, named)
             self._forget_notes(c, namespace, set(sessions), report)
             self._tombstone(c, report, session_id, "Memory.forget_session")
@@ -142,7 +147,7 @@ class ForgetMixin:
                 return report
             named = self._entities_of(c, namespace, [memory_id])
             self._remove_memories(c, namespace, [memory_id], report)
-            self._remove_orphan_entities(c, namespace, report)
+            self._remove_orphan_entities(c, namespace, named, report)
             self._names_from_survivors(c, namespace, named)
             self._tombstone(c, report, memory_id, "Memory.forget_memory")
             return report
@@ -172,6 +177,20 @@ class ForgetMixin:
         sql = f"({column} = {p}" + "".join(f" OR substr({column}, 1, length({t})) = {p}" for _ in prefixes) + ")"
         return sql, [session_id, *(x for prefix in prefixes for x in (prefix, prefix))]
 
+    def _restate(self, c: Conn, namespace: str, memory_id: str, session_id: str) -> None:
+        """A memory the forgotten session's extraction wrote, kept because ``session_id`` said it too, keeps only
+        what that session supports: not the forgotten extraction's time words and search keys, and valid from
+        ``session_id``'s date (the version before it then ends there), not the forgotten session's."""
+        p = self.PARAM
+        row = c.execute(f"SELECT session_date FROM sessions WHERE namespace = {p} AND session_id = {p}",
+                        (namespace, session_id)).fetchone()
+        since = self._time_param(iso_dt(row[0])) if row is not None and row[0] else None
+        c.execute(f"UPDATE memories SET when_text = NULL, search_keys = '[]', valid_at = {p} WHERE memory_id = {p}",
+                  (since, memory_id))
+        if since is not None:
+            c.execute(f"UPDATE memories SET invalid_at = {p} WHERE superseded_by = {p}", (since, memory_id))
+        self._index(c, memory_id)
+
     def _remove_memories(self, c: Conn, namespace: str, memory_ids: Sequence[str], report: ForgetReport) -> None:
         """Delete memories with their edges and index entries, re-linking each one's supersession chain."""
         p = self.PARAM
@@ -181,8 +200,10 @@ class ForgetMixin:
             status, invalid_at, before, after = row
             relinked = 0
             if before is not None and after is not None:
-                relinked += c.execute(f"UPDATE memories SET superseded_by = {p} WHERE memory_id = {p}",
-                                      (after, before)).rowcount
+                # the version before it now ends where the one after it begins (not on the forgotten date)
+                relinked += c.execute(
+                    f"UPDATE memories SET superseded_by = {p}, invalid_at = (SELECT valid_at FROM memories"
+                    f" WHERE memory_id = {p}) WHERE memory_id = {p}", (after, after, before)).rowcount
             elif before is not None:
                 # the head of its chain goes: the version before it is the head again, as the head was
                 relinked += c.execute(f"UPDATE memories SET superseded_by = NULL, status = {p}, invalid_at = {p}"
@@ -264,11 +285,15 @@ class ForgetMixin:
                 c.execute(f"UPDATE entity_events SET detail = {p} WHERE id = {p}",
                           (json.dumps(detail, ensure_ascii=False), event_id))
 
-    def _remove_orphan_entities(self, c: Conn, namespace: str, report: ForgetReport) -> None:
+    def _remove_orphan_entities(self, c: Conn, namespace: str, named: Iterable[str], report: ForgetReport) -> None:
+        """The ``named`` entities (those the forgotten memories and names touched) left with no memory go. Others
+        without a memory stay: an extraction keeps the entities a session named even when none of its items
+        survived grounding, and forgetting one session must not take another's."""
         p = self.PARAM
-        self._count(report, "entities", c.execute(
-            f"DELETE FROM entities WHERE namespace = {p} AND NOT EXISTS"
-            " (SELECT 1 FROM memory_entities me WHERE me.entity_id = entities.entity_id)", (namespace,)))
+        for entity_id in sorted(named):
+            self._count(report, "entities", c.execute(
+                f"DELETE FROM entities WHERE namespace = {p} AND entity_id = {p} AND NOT EXISTS"
+                " (SELECT 1 FROM memory_entities me WHERE me.entity_id = entities.entity_id)", (namespace, entity_id)))
         # An entity's other names and its merges and splits go with it (they hold names the user said).
         for table in ("entity_aliases", "entity_events"):
             self._count(report, table, c.execute(
@@ -285,7 +310,7 @@ class ForgetMixin:
         suffixes = tuple(":" + s for s in sessions)
         names = [r[0] for r in c.execute(f"SELECT name FROM cursors WHERE namespace = {p}", (namespace,))]
         for name in names:
-            if name.endswith(suffixes):
+            if name.endswith(suffixes) and not self._kept_session_named(c, namespace, name, sessions):
                 self._count(report, "cursors", c.execute(
                     f"DELETE FROM cursors WHERE namespace = {p} AND name = {p}", (namespace, name)))
             elif name.startswith("follow:") and not name.startswith(HASHED_FOLLOW) and _names_session(name, sessions):
@@ -296,6 +321,20 @@ class ForgetMixin:
                     f"DELETE FROM cursors WHERE namespace = {p} AND name = {p}", (namespace, name)) if taken else
                     c.execute(f"UPDATE cursors SET name = {p} WHERE namespace = {p} AND name = {p}",
                               (hashed, namespace, name)))
+
+    def _kept_session_named(self, c: Conn, namespace: str, name: str, sessions: set[str]) -> bool:
+        """Whether cursor ``name`` is a kept session's: a host's cursor names its session after a known prefix
+        (``openai-agents:user:42`` is session ``user:42``'s, not ``42``'s); another name is the longest stored
+        session id it ends with."""
+        owner = next((name[len(prefix):] for prefix in HOST_CURSOR_PREFIXES if name.startswith(prefix)), None)
+        if owner is not None:
+            return owner not in sessions
+        p = self.PARAM
+        longer = [name[i + 1:] for i, ch in enumerate(name) if ch == ":"]
+        longer = [x for x in longer if x not in sessions and any(x.endswith(":" + s) for s in sessions)]
+        return bool(longer) and c.execute(
+            f"SELECT 1 FROM sessions WHERE namespace = {p} AND session_id IN ({', '.join(p for _ in longer)})",
+            (namespace, *longer)).fetchone() is not None
 
     def _tombstone(self, c: Conn, report: ForgetReport, subject_id: str, call: str) -> None:
         if not any(report.removed.values()):
@@ -340,6 +379,9 @@ class ForgetMixin:
         """Before a memory is deleted: drop its full-text entry."""
         raise NotImplementedError
 
+
+#: The cursors the adapters keep per session, named by one of these and the session id.
+HOST_CURSOR_PREFIXES = ("reflex:shown:", "claude-code:shown:", "openai-agents:")
 
 #: The name of a ``Memory.follow`` cursor that does not spell its path.
 HASHED_FOLLOW = "follow:sha256:"
