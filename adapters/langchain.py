@@ -32,6 +32,7 @@ import asyncio
 import contextvars
 import hashlib
 import logging
+import re
 import threading
 from collections.abc import Awaitable, Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
@@ -213,9 +214,9 @@ class MemoryMiddleware(MemoryAdapter, AgentMiddleware):
         state would pass ``max_turns_per_capture`` and capture nothing more, ever). Without a checkpointer
         the host sends its history again each run, and LangGraph gives every message without an id a new
         random one: by those ids each run stored the whole history again. The messages are then laid
-        over the session's stored turns: the longest run of them that the stored turns end with (by role
-        and text) is what the host sent again, trimmed or not, and what follows it is new (a second "yes"
-        too).
+        over the session's stored turns by what was said (``_sent_again``): a host may keep only the user's
+        and the assistant's text, without the tool calls and results. What it sent again, trimmed or not,
+        is left out, and what follows it is new (a second "yes" too).
         """
         turns = [t for t in (_turn(m) for m in messages) if t is not None]
         if not _checkpointed():
@@ -378,11 +379,32 @@ def _turn_id(m: BaseMessage) -> str:
 
 
 def _sent_again(sent: Sequence[tuple[str, str]], stored: Sequence[tuple[str, str]]) -> int:
-    """How many of ``sent``'s first messages the ``stored`` turns end with: the longest such run."""
-    for k in range(min(len(sent), len(stored)), 0, -1):
-        if list(sent[:k]) == list(stored[-k:]):
-            return k
+    """How many of ``sent``'s first messages the host sent again: up to the longest run of them whose said text
+    (``_said``) the ``stored`` turns' said text ends with, then the tool messages after it as they were stored."""
+    said = [(i, view) for i, (role, text) in enumerate(sent) if (view := _said(role, text))]
+    kept = [(i, view) for i, (role, text) in enumerate(stored) if (view := _said(role, text))]
+    for k in range(min(len(said), len(kept)), 0, -1):
+        if [v for _, v in said[:k]] == [v for _, v in kept[-k:]]:
+            at, then = said[k - 1][0] + 1, kept[-1][0] + 1
+            while at < len(sent) and then < len(stored) and sent[at] == stored[then]:
+                at, then = at + 1, then + 1
+            return at
     return 0
+
+
+def _said(role: str, text: str) -> tuple[str, str] | None:
+    """A turn as a host that keeps only the conversation's text sends it again: a user's or an assistant's text, the
+    assistant's without its ``[tool_use …]`` lines; None for a tool result and a message that only calls tools."""
+    if role not in ("user", "assistant"):
+        return None
+    lines = text.split("\n")
+    while role == "assistant" and lines and _TOOL_USE_LINE.fullmatch(lines[-1]):
+        lines.pop()
+    said = "\n".join(lines).strip()
+    return (role, said) if said else None
+
+
+_TOOL_USE_LINE = re.compile(r"\[tool_use .*\]")
 
 
 def _checkpointed() -> bool:

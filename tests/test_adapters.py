@@ -192,6 +192,30 @@ def test_without_a_checkpointer_a_trimmed_history_keeps_a_repeated_message(mem, 
     assert [t.content for t in mem.turns("chat")] == [h["content"] for h in history]
 
 
+@pytest.mark.parametrize("said", ["Let me check.", ""], ids=["text and a tool call", "a tool call only"])
+def test_without_a_checkpointer_a_history_sent_again_without_its_tool_calls_is_not_stored_again(mem, said):
+    """A reviewer's: a chat UI keeps only the user's and the assistant's text; sent again without the tool call and its
+    result (the assistant's text without its tool_calls), the history matched no stored turns and was stored again."""
+    from langchain_core.tools import tool
+
+    @tool
+    def weather(city: str) -> str:
+        """Weather for a city."""
+        return f"Sunny in {city}"
+
+    calls = AIMessage(said, tool_calls=[{"name": "weather", "args": {"city": "Oslo"}, "id": "call_1"}])
+    model = ToolCallingChat(messages=iter([calls, AIMessage("It is sunny in Oslo."), AIMessage("Bye.")]))
+    agent = create_agent(model, [weather], middleware=[MemoryMiddleware(mem, extract=False)])
+    config = {"configurable": {"thread_id": "ui"}}
+    agent.invoke({"messages": [{"role": "user", "content": "Weather in Oslo?"}]}, config)
+    kept = [{"role": "user", "content": "Weather in Oslo?"}, {"role": "assistant", "content": said},
+            {"role": "assistant", "content": "It is sunny in Oslo."}, {"role": "user", "content": "thanks"}]
+    agent.invoke({"messages": [m for m in kept if m["content"]]}, config)
+    assert [(t.role, t.content) for t in mem.turns("ui")] == [
+        ("user", "Weather in Oslo?"), ("assistant", f"{said}\n[tool_use weather city=Oslo]".strip()),
+        ("tool", "Sunny in Oslo"), ("assistant", "It is sunny in Oslo."), ("user", "thanks"), ("assistant", "Bye.")]
+
+
 def test_a_thread_longer_than_one_capture_allows_goes_on_being_captured(tmp_path):
     """A reviewer's: once a checkpointed thread held max_turns_per_capture messages, nothing more was captured."""
     from langgraph.checkpoint.memory import InMemorySaver
