@@ -22,6 +22,7 @@ from tortoise_sdk import Memory
 from tortoise_sdk.errors import NotFoundError
 from tortoise_sdk.store import Store
 from tortoise_sdk.store.forget import subject_hash
+from tortoise_sdk.models import ExtractionReport
 from tortoise_sdk.store.plan import EntityPlan, ItemPlan, SourcePlan, Window
 from tortoise_sdk.store.sqlite import SQLiteStore
 from tortoise_sdk.streams import SubagentFrame
@@ -514,3 +515,26 @@ def test_forgetting_a_session_while_it_is_captured_keeps_the_ranking_statistics_
         stored = len(m.turns("s")) if any(s.session_id == "s" for s in m.sessions()) else 0
         n, terms = m.store.term_stats(ns, m.store.analyze(["hello"])[0])
         assert n == stored and sum(df for df, _ in terms.values()) == stored
+
+
+def test_other_sessions_cursors_and_reports_lose_the_forgotten_memory_s_id(store: Store, ns):
+    """A reviewer's: the pointers another session's blocks showed, its receipt's warning and a correction's report
+    kept the forgotten memory's id (a hash of the session and the fact: it confirms a guess)."""
+    g = _dated(store, ns, "G", "I moved to Zanzibar", 3)
+    lr = store.capture(ns, req("L", ["I lived in Oslo"], date="2024-01-01"))
+    [gm] = store.write_extraction(ns, _plan("G", [ItemPlan("point", "Maya lives in Zanzibar", sources=(
+        SourcePlan(g, "moved to Zanzibar"),))], valid_at=datetime(2024, 3, 1, tzinfo=timezone.utc)),
+        finalize=_finalize).memory_ids
+    store.write_extraction(ns, _plan("L", [ItemPlan("point", "Maya lives in Oslo", supersedes=gm, sources=(
+        SourcePlan(lr.turn_ids[0], "lived in Oslo"),))], receipt=lr), finalize=lambda r: ExtractionReport(
+        status="ok", warnings=r.warnings))
+    mem = Memory(store=store, namespace=ns)
+    mem.save_cursor("reflex:shown:L", {"turns": [[gm, lr.turn_ids[0]], [g]]}, revision=0)
+    mem.correct_memory(gm, "Maya lives in Stone Town")
+    assert gm in str(mem.receipts("L"))  # the older_than_live warning names it
+    mem.forget_session("G")
+    assert mem.cursor("reflex:shown:L").value == {"turns": [[lr.turn_ids[0]], []]}
+    assert gm not in str(mem.receipts("L")) and "forgotten memory" in str(mem.receipts("L"))
+    with store.read() as c:
+        assert not any(gm in str(row) for t in ("extractions", "receipts", "cursors")
+                       for row in c.execute(f"SELECT * FROM {t}").fetchall())

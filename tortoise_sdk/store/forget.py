@@ -117,7 +117,10 @@ class ForgetMixin:
                                        f" AND {child} AND {other}", [namespace, *child_args, *args])
             self._updated(report, "subagent_contexts", unlinked.rowcount + unlinked_child.rowcount)
             self._forget_cursors(c, namespace, sessions, report)
-            self.unindex_turns(c, namespace, [r[0] for r in c.execute(turns, [namespace, *args])])
+            turn_ids = [r[0] for r in c.execute(turns, [namespace, *args])]
+            self._forget_shown(c, namespace, {*turn_ids, *gone}, report)
+            self._unname_in_reports(c, namespace, gone, report)
+            self.unindex_turns(c, namespace, turn_ids)
             self._count(report, "turns", c.execute(f"DELETE FROM turns WHERE namespace = {p} AND {where}",
                                                    [namespace, *args]))
             for table in [t for t in tables if t not in _OWN_ORDER]:
@@ -147,6 +150,8 @@ class ForgetMixin:
                 return report
             named = self._entities_of(c, namespace, [memory_id])
             self._remove_memories(c, namespace, [memory_id], report)
+            self._forget_shown(c, namespace, {memory_id}, report)
+            self._unname_in_reports(c, namespace, [memory_id], report)
             self._remove_orphan_entities(c, namespace, named, report)
             self._names_from_survivors(c, namespace, named)
             self._tombstone(c, report, memory_id, "Memory.forget_memory")
@@ -322,6 +327,30 @@ class ForgetMixin:
                     c.execute(f"UPDATE cursors SET name = {p} WHERE namespace = {p} AND name = {p}",
                               (hashed, namespace, name)))
 
+    def _forget_shown(self, c: Conn, namespace: str, ids: set[str], report: ForgetReport) -> None:
+        """The pointers the hosts' blocks showed (``reflex:shown:…``, ``claude-code:shown:…``, kept per session)
+        lose the forgotten turns and memories: the other sessions' cursors held their ids."""
+        p = self.PARAM
+        rows = c.execute(f"SELECT name, value, revision FROM cursors WHERE namespace = {p} AND (name LIKE {p} OR"
+                         f" name LIKE {p})", (namespace, *(prefix + "%" for prefix in SHOWN_PREFIXES))).fetchall()
+        for name, text, revision in rows:
+            value = json.loads(text)
+            kept = _without(value, ids)
+            if kept != value:
+                self._updated(report, "cursors", c.execute(
+                    f"UPDATE cursors SET value = {p}, revision = {p} WHERE namespace = {p} AND name = {p}",
+                    (json.dumps(kept), revision + 1, namespace, name)).rowcount)
+
+    def _unname_in_reports(self, c: Conn, namespace: str, memory_ids: Iterable[str], report: ForgetReport) -> None:
+        """Other sessions' extraction reports and receipts (a warning, a correction's note) name a removed memory
+        as ``forgotten memory`` instead of by its id, which hashes the session and the fact it held."""
+        p, t = self.PARAM, self.TEXT_PARAM
+        for memory_id in memory_ids:
+            for table, column in (("extractions", "report"), ("receipts", "body")):
+                self._updated(report, table, c.execute(
+                    f"UPDATE {table} SET {column} = REPLACE({column}, {t}, 'forgotten memory') WHERE namespace = {p}"
+                    f" AND {column} LIKE {p}", (memory_id, namespace, f"%{memory_id}%")).rowcount)
+
     def _kept_session_named(self, c: Conn, namespace: str, name: str, sessions: set[str]) -> bool:
         """Whether cursor ``name`` is a kept session's: a host's cursor names its session after a known prefix
         (``openai-agents:user:42`` is session ``user:42``'s, not ``42``'s); another name is the longest stored
@@ -380,11 +409,22 @@ class ForgetMixin:
         raise NotImplementedError
 
 
+#: The cursors that keep, per session, the pointers its blocks showed (turn and memory ids).
+SHOWN_PREFIXES = ("reflex:shown:", "claude-code:shown:")
 #: The cursors the adapters keep per session, named by one of these and the session id.
-HOST_CURSOR_PREFIXES = ("reflex:shown:", "claude-code:shown:", "openai-agents:")
+HOST_CURSOR_PREFIXES = (*SHOWN_PREFIXES, "openai-agents:")
 
 #: The name of a ``Memory.follow`` cursor that does not spell its path.
 HASHED_FOLLOW = "follow:sha256:"
+
+
+def _without(value: Any, ids: set[str]) -> Any:
+    """``value`` (JSON) with every string in ``ids`` taken out of its lists."""
+    if isinstance(value, list):
+        return [_without(v, ids) for v in value if not (isinstance(v, str) and v in ids)]
+    if isinstance(value, dict):
+        return {k: _without(v, ids) for k, v in value.items()}
+    return value
 
 
 def _names_session(name: str, sessions: set[str]) -> bool:
