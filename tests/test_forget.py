@@ -484,6 +484,26 @@ def test_forgetting_a_hooked_session_leaves_its_id_nowhere_and_captures_nothing_
     assert b"session=other-session " in traces["hooks.log"]  # other sessions' lines stay
 
 
+def test_forgetting_takes_a_hook_log_record_whole_with_its_traceback(tmp_path):
+    """A reviewer's: only a record's first line names its session, so a traceback's lines (which may quote the
+    transcript) stayed in the hook log."""
+    from tortoise_sdk.cli.hosts import _hook_log
+
+    db = str(tmp_path / "m.db")
+    with Memory(db, namespace="n") as mem:
+        mem.capture("G", [{"role": "user", "content": "secret"}])
+        for session in ("G", "K"):
+            with _hook_log(db, {"event": {"hook_event_name": "Stop", "session_id": session}}) as log:
+                try:
+                    raise RuntimeError(f"could not read {session}.jsonl:\nline 3: 'xylophone of {session}'")
+                except RuntimeError as exc:
+                    log.error("%s", exc, exc_info=exc)
+        mem.forget_session("G")
+    text = (tmp_path / "hooks.log").read_text()
+    assert "xylophone of G" not in text and "G.jsonl" not in text
+    assert "xylophone of K" in text and "Traceback" in text  # K's record stays whole
+
+
 def test_forgetting_a_session_while_it_is_captured_keeps_the_ranking_statistics_exact(store_url, ns):
     """A reviewer's race (PostgreSQL): a forget could not see a capture's uncommitted new session, so it counted
     some turns out of the statistics in one statement and deleted more in the next (n_turns 11 over 0 turns), and

@@ -1563,10 +1563,18 @@ def _forget_in_hook_log(url: str, sessions: list[str]) -> None:
         return
     ids = "|".join(re.escape(s) for s in sorted(sessions, key=len, reverse=True))
     mentions = re.compile(rf"session=(?:{ids}) |'(?:{ids})'")
+    # A record starts with its time (logging's asctime); the lines after it until the next one (a traceback,
+    # a message's own line breaks) are its own and go with it.
+    starts = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} ")
     for path in (state_dir(url) / HOOK_LOG, state_dir(url) / f"{HOOK_LOG}.1"):
         try:
             lines = path.read_text(encoding="utf-8", errors="surrogateescape").splitlines(keepends=True)
-            kept = [line for line in lines if not mentions.search(line)]
+            records: list[list[str]] = []
+            for line in lines:
+                if starts.match(line) or not records:
+                    records.append([])
+                records[-1].append(line)
+            kept = [line for record in records if not mentions.search("".join(record)) for line in record]
             if len(kept) < len(lines):
                 part = path.with_name(path.name + ".forget")
                 part.write_text("".join(kept), encoding="utf-8", errors="surrogateescape")
