@@ -12,12 +12,14 @@ after that many host turns.
 The host holds the messages it sends: the stored turns of the current session among them are
 not memory to show it again. ``_context`` takes those messages as turns (converted as
 the adapter captures them) and passes ``Memory.context`` the index of the session's first
-stored turn among them, by message id or text, as ``held_from``: turns the host trimmed away
-before it are memory again, turns of earlier sessions always are.
+stored turn among them (``first_held_index``: laid over the stored turns from the end, by message id
+or by role and text) as ``held_from``: turns the host trimmed away before it are memory again, turns of
+earlier sessions always are.
 """
 
 from __future__ import annotations
 
+import bisect
 import ipaddress
 import logging
 import re
@@ -73,19 +75,44 @@ def before_model_extract(extract: ExtractMode) -> ExtractMode:
 
 
 def first_held_index(mem: Memory, session_id: str, held: Iterable[dict[str, Any] | None]) -> int | None:
-    """The index of ``session_id``'s first stored turn among ``held`` (the turns the host sends, matched by
-    ``id`` or by text), to pass ``Memory.context`` as ``held_from``; None when the host sends none of them."""
-    ids: set[str] = set()
-    texts: set[str] = set()
-    for turn in held:
-        if turn is not None:
-            if turn.get("id") is not None:
-                ids.add(str(turn["id"]))
-            texts.add(str(turn["content"]).strip())
-    if not ids and not texts:
-        return None
+    """The index of ``session_id``'s first stored turn the host still sends, to pass ``Memory.context`` as
+    ``held_from``; None when it sends none of them.
+
+    ``held`` (the turns the host sends, oldest first) is laid over the stored turns from the end: newest first,
+    each is the latest stored turn before the one the newer turn matched, by ``id`` or by role and text, and
+    one that matches none is passed over. A text said early in the session too ("ok") is so the recent turn,
+    not the early one. The host's turns after the newest that is the last stored turn are not stored yet:
+    they match nothing (a new "ok" would have matched an earlier one).
+    """
+    sent = [t for t in held if t is not None]
     stored = mem.turns(session_id)
-    return next((t.index for t in stored if t.external_id in ids or t.content.strip() in texts), None)
+    if not sent or not stored:
+        return None
+    spots: dict[tuple[str, ...], list[int]] = {}  # ascending positions in ``stored``
+    for at, t in enumerate(stored):
+        if t.external_id:
+            spots.setdefault(("id", t.external_id), []).append(at)
+        spots.setdefault(("text", t.content.strip()), []).append(at)
+        spots.setdefault(("text", t.content.strip(), t.role), []).append(at)
+
+    def latest(turn: dict[str, Any], limit: int) -> int | None:
+        """The position of the latest stored turn at or before ``limit`` that ``turn`` is (its id first)."""
+        text = ("text", str(turn.get("content")).strip(), *([str(turn["role"])] if turn.get("role") else []))
+        for key in ([("id", str(turn["id"])), text] if turn.get("id") is not None else [text]):
+            found = spots.get(key, [])
+            if (n := bisect.bisect_right(found, limit)) > 0:
+                return found[n - 1]
+        return None
+
+    last = len(stored) - 1
+    end = next((i for i in range(len(sent) - 1, -1, -1) if latest(sent[i], last) == last), len(sent) - 1)
+    first = None
+    for turn in reversed(sent[:end + 1]):
+        if last < 0:
+            break
+        if (at := latest(turn, last)) is not None:
+            first, last = at, at - 1
+    return None if first is None else stored[first].index
 
 
 class MemoryAdapter:

@@ -711,6 +711,29 @@ def test_the_loop_never_points_at_a_turn_it_still_sends_but_at_earlier_sessions_
     assert "compacted out of your context" in session.last_block.block
 
 
+GYM = [("ok", "Hi! How can I help?"), ("My gym locker code is 3141.", "Got it."), ("I like hiking in the Alps.", "Nice."),
+       ("I also play chess on Sundays.", "Cool."), ("ok", "Anything else?")]
+
+
+def test_a_trimming_loop_is_shown_what_it_trimmed_though_its_first_message_is_said_again(mem):
+    """A reviewer's: the session's first "ok" matched the recent "ok" the loop still sends, so the whole session
+    counted as sent and the turns the loop trimmed were never shown."""
+    from tortoise_sdk.adapters._common import first_held_index
+
+    session = MemorySession(mem, "gym", extract=False, shown_turns=0)
+    messages: list[dict] = []
+    for user, reply in GYM:
+        messages.append({"role": "user", "content": user})
+        session.before_turn(messages[-4:])  # the loop sends its last four messages
+        session.after_turn(user, reply)
+        messages.append({"role": "assistant", "content": reply})
+    session.before_turn([*messages[-3:], {"role": "user", "content": "What is my gym locker code?"}])
+    assert "3141" in session.last_block.block and "compacted out of your context" in session.last_block.block
+    # Sent from "Cool." (turn 7) on, and a new "ok" the store does not hold yet is not the stored ones.
+    assert first_held_index(mem, "gym", messages[-3:]) == 7
+    assert first_held_index(mem, "gym", [*messages[-3:], {"role": "user", "content": "ok"}]) == 7
+
+
 def test_the_middleware_never_points_at_a_turn_the_agent_still_sends(held_mem):
     model = fake("Noted.", *(reply for _, reply in CHATTER), "From the Petco.")
     middleware = MemoryMiddleware(held_mem, "friday", extract=False, window_turns=2, shown_turns=0)

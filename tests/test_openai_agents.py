@@ -74,6 +74,24 @@ def test_a_fact_the_run_still_sends_is_no_pointer_but_comes_back_once_the_sessio
     assert all(not t.content.startswith("[tortoise memory]") for t in mem.turns("chat-1"))
 
 
+@pytest.mark.parametrize("first", ["ok", "Hello there"])
+def test_a_session_limit_brings_back_what_it_dropped_though_an_early_message_is_said_again(mem: Memory,
+                                                                                          first: str) -> None:
+    """A reviewer's: with the session's first message "ok" said again later, the whole session counted as sent,
+    and what SessionSettings(limit=4) dropped never came back."""
+    said = [first, "My gym locker code is 3141.", "I like hiking in the Alps.", "I also play chess on Sundays.", "ok",
+            "What is my gym locker code?"]
+    model = ScriptedModel([[assistant_message(f"reply {i}", item_id=f"msg_{i}")] for i in range(len(said))])
+    agent = Agent(name="Helper", instructions="Be brief.", model=model)
+    session = MemorySession(mem, "gym")
+    limited = dataclasses.replace(session.run_config(OFFLINE), session_settings=SessionSettings(limit=4))
+    for text in said:
+        run(Runner.run(agent, text, session=session, run_config=limited))
+    assert "3141" not in str(model.calls[-1].input)
+    assert "3141" in model.calls[-1].system_instructions
+    assert "compacted out of your context" in model.calls[-1].system_instructions
+
+
 def test_a_new_conversation_gets_the_block_from_an_earlier_one(mem: Memory) -> None:
     model = ScriptedModel([[assistant_message("Noted.", item_id="msg_1")],
                            [assistant_message("Salmon kibble.", item_id="msg_2")]])
