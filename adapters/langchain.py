@@ -243,6 +243,9 @@ class MemoryMiddleware(MemoryAdapter, AgentMiddleware):
 class MemoryCallbackHandler(BaseCallbackHandler):
     """Records each chat-model call's last user message and its reply as turns, from any Runnable.
 
+    The user's message is stored when the call starts (a call that fails keeps it). Without an id, it is the
+    same turn while no call has answered it (a retry or a fallback is a new run with it), a new one after.
+
     Args:
         mem: the ``Memory`` to write.
         session_id: the conversation id; default the run's ``metadata.thread_id``, else ``"langchain"``.
@@ -257,6 +260,9 @@ class MemoryCallbackHandler(BaseCallbackHandler):
         self.session_id = session_id
         self.extract = extract
         self._pending: dict[UUID, tuple[str, BaseMessage | None]] = {}
+        # Per session, the id-less user message a call started with and no call has answered yet (its text, its
+        # turn id): a retry or a fallback is a new run with the same message, and stores nothing new.
+        self._unanswered: dict[str, tuple[str, str]] = {}
         self._lock = threading.Lock()
 
     def on_chat_model_start(self, serialized: dict[str, Any], messages: list[list[BaseMessage]], *,
@@ -266,11 +272,16 @@ class MemoryCallbackHandler(BaseCallbackHandler):
             # send the replies and tool results of the same exchange, and its user message is recorded already.
             said = [m for m in (messages[0] if messages else ()) if not isinstance(m, SystemMessage)]
             last_user = said[-1] if said and isinstance(said[-1], HumanMessage) else None
-            # Without an id the text is no identity here: a second "yes" in a session is a new turn.
-            if last_user is not None and not last_user.id:
-                last_user = last_user.model_copy(update={"id": f"run-{run_id}-user"})
             sid = self.session_id or str((metadata or {}).get("thread_id") or DEFAULT_SESSION)
             with self._lock:
+                # Without an id the text is no identity here: a second "yes" in a session is a new turn, once the
+                # first was answered; until then the same text is the same message tried again.
+                if last_user is not None and not last_user.id:
+                    said = str(last_user.content)
+                    unanswered = self._unanswered.get(sid)
+                    turn_id = unanswered[1] if unanswered and unanswered[0] == said else f"run-{run_id}-user"
+                    self._unanswered[sid] = (said, turn_id)
+                    last_user = last_user.model_copy(update={"id": turn_id})
                 self._pending[run_id] = (sid, last_user)
         except Exception as exc:
             log.warning("tortoise: callback skipped: %s", exc)
@@ -282,10 +293,12 @@ class MemoryCallbackHandler(BaseCallbackHandler):
     def on_llm_end(self, response: LLMResult, *, run_id: UUID, **kwargs: Any) -> None:
         with self._lock:
             pending = self._pending.pop(run_id, None)
+            sid, user = pending or ("", None)
+            if user is not None and self._unanswered.get(sid, ("", ""))[1] == user.id:
+                del self._unanswered[sid]  # answered: the same text again is a new message
         if pending is None:
             return
         try:
-            sid, user = pending
             gen = response.generations[0][0] if response.generations and response.generations[0] else None
             reply = gen.message if isinstance(gen, ChatGeneration) else None
             if reply is not None and not reply.id:

@@ -334,6 +334,23 @@ def test_callback_handler_keeps_the_user_message_of_a_call_that_raises(mem):
         ("user", "My locker code is 4471"), ("user", "thanks"), ("assistant", "Got it.")]
 
 
+def test_callback_handler_stores_the_user_message_once_across_retries_and_fallbacks(mem):
+    """A reviewer's: each attempt of .with_retry() or .with_fallbacks() is a new run, and stored the id-less user
+    message again; a message said again once answered is still a new turn."""
+    handler = MemoryCallbackHandler(mem, "cb-retry", extract=False)
+    flaky = FlakyChat(messages=iter([AIMessage("Rome."), AIMessage("Rome, yes.")]))
+    config = {"callbacks": [handler]}
+    retrying = flaky.with_retry(stop_after_attempt=2, wait_exponential_jitter=False)
+    assert retrying.invoke([SystemMessage("Be brief."), HumanMessage("Capital of Italy?")], config).content == "Rome."
+    backup = fake("Paris.")
+    falling_back = FlakyChat(messages=iter([])).with_fallbacks([backup])
+    assert falling_back.invoke([HumanMessage("Capital of France?")], config).content == "Paris."
+    flaky.invoke([HumanMessage("Capital of Italy?")], config)  # asked again after its answer
+    assert [(t.role, t.content) for t in mem.turns("cb-retry")] == [
+        ("user", "Capital of Italy?"), ("assistant", "Rome."), ("user", "Capital of France?"), ("assistant", "Paris."),
+        ("user", "Capital of Italy?"), ("assistant", "Rome, yes.")]
+
+
 def test_callback_handler_swallows_store_failures(mem, monkeypatch):
     _break_store(mem, monkeypatch)
     model = fake("fine")
