@@ -247,7 +247,7 @@ class AsyncMemory:
 SYNC_ONLY = frozenset({"check_capture", "check_sessions", "subagent_handler", "extraction_paused", "within"})
 #: The remaining ``Memory`` verbs, awaited through the same worker thread with ``Memory``'s signature.
 _FORWARDED = ("cursor", "embed_pending", "follow", "graph", "ingest", "record_subagent", "reset_breaker", "save_cursor",
-              "subagent_counters", "subagent_health", "subagents", "tombstones", "turn_metadata", "vacuum", "vector_stats")
+              "stats", "subagent_counters", "subagent_health", "subagents", "tombstones", "turn_metadata", "vacuum", "vector_stats")
 
 
 def _forward(name: str) -> Callable[..., Any]:

@@ -6,6 +6,7 @@ import hashlib
 import itertools
 import logging
 import os
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import replace
@@ -44,6 +45,7 @@ from .models import (
     MemoryBlock,
     MemoryRecord,
     NamespaceInfo,
+    NamespaceStats,
     SearchHit,
     SearchResult,
     SessionInfo,
@@ -487,6 +489,15 @@ class Memory:
         """The namespace's vectors by model, the embedder's model, and how they are searched."""
         return {"embedder": self.embedder_model, "vectors": self.store.vector_counts(self.namespace),
                 "vector_search": self.store.vector_search()}
+
+    def stats(self) -> NamespaceStats:
+        """How much this namespace holds: sessions, turns, live memories, entities, sub-agent rows, jobs by status."""
+        found = self.sessions()
+        held = next((n for n in self.namespaces() if n.name == self.namespace), None)
+        return NamespaceStats(namespace=self.namespace, sessions=len(found), turns=sum(s.turn_count for s in found),
+                              memories=0 if held is None else held.memories, entities=len(self.entities()),
+                              subagents=len(self.subagents()), subagent_counters=self.subagent_counters(),
+                              jobs=dict(Counter(j.status for j in self.jobs())))
 
     def sessions(self) -> list[SessionInfo]:
         """Captured sessions in this namespace, oldest first."""

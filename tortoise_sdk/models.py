@@ -24,6 +24,7 @@ __all__ = (
     "ForgetReport",
     "JobInfo",
     "JobStatus",
+    "NamespaceStats",
     "LaunchingCall",
     "MEMORY_BLOCK_END",
     "MEMORY_BLOCK",
@@ -375,6 +376,19 @@ class SubagentCounters(DeferredModel):
         """Deprecated alias of ``persisted`` (also in the JSON); read ``persisted``."""
         warnings.warn("SubagentCounters.upserted is deprecated; read persisted", DeprecationWarning, stacklevel=2)
         return self.persisted
+
+
+class NamespaceStats(DeferredModel):
+    """Counts of one namespace (``Memory.stats``, ``tortoise stats``, ``GET /stats``)."""
+
+    namespace: str
+    sessions: int = Field(description="Captured sessions.")
+    turns: int = Field(description="Stored turns.")
+    memories: int = Field(description="Live memories, those a host remembered too.")
+    entities: int
+    subagents: int = Field(description="Recorded sub-agent invocations.")
+    subagent_counters: SubagentCounters
+    jobs: dict[str, int] = Field(description="Background extraction jobs by status.")
 
 
 class LaunchingCall(DeferredModel):

@@ -7,7 +7,6 @@ them and from the SDK's own models, which are the responses). Errors are one JSO
 
 from __future__ import annotations
 
-from collections import Counter
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
@@ -21,11 +20,11 @@ from ...models import (
     JobInfo,
     MemoryBlock,
     MemoryRecord,
+    NamespaceStats,
     SearchHit,
     SearchResult,
     SessionInfo,
     SubagentContext,
-    SubagentCounters,
     SubagentHealth,
     Tombstone,
     Turn,
@@ -34,7 +33,7 @@ from ...memory import NO_MODEL_REASON
 from .auth import namespace_memory
 
 __all__ = ("ERRORS", "MAX_BUDGET", "MAX_K", "MAX_MAX_TOKENS", "MAX_WINDOW", "NO_MODEL_ON_SERVER", "PREFIX", "READ_ONLY",
-           "ErrorBody", "Health", "Stats", "router")
+           "ErrorBody", "Health", "router")
 
 #: The SDK's "no model" names ``Memory(model=...)``; a server's user sets it on the command line instead.
 NO_MODEL_ON_SERVER = ("no model configured on this server: start it with `tortoise serve --model MODEL` "
@@ -68,19 +67,6 @@ class Health(BaseModel):
 
     status: Literal["ok"] = "ok"
     version: str
-
-
-class Stats(BaseModel):
-    """Counts of one namespace (``tortoise stats``)."""
-
-    namespace: str
-    sessions: int
-    turns: int
-    memories: int = Field(description="Live memories, those a host remembered too.")
-    entities: int
-    subagents: int
-    subagent_counters: SubagentCounters
-    jobs: dict[str, int] = Field(description="Background extraction jobs by status.")
 
 
 class CaptureBody(BaseModel):
@@ -234,15 +220,10 @@ def subagent_health(mem: Mem, since: datetime | None = None, session_id: Optiona
     return mem.subagent_health(since, session_id)
 
 
-@router.get("/stats", response_model=Stats, summary="Counts of the namespace")
-def stats(mem: Mem) -> Stats:
+@router.get("/stats", response_model=NamespaceStats, summary="Counts of the namespace")
+def stats(mem: Mem) -> NamespaceStats:
     """Sessions, turns, live memories, entities, sub-agent rows, the recorder's counters and jobs by status."""
-    found = mem.sessions()
-    held = next((n for n in mem.namespaces() if n.name == mem.namespace), None)
-    return Stats(namespace=mem.namespace, sessions=len(found), turns=sum(s.turn_count for s in found),
-                 memories=0 if held is None else held.memories, entities=len(mem.entities()),
-                 subagents=len(mem.subagents()), subagent_counters=mem.subagent_counters(),
-                 jobs=dict(Counter(j.status for j in mem.jobs())))
+    return mem.stats()
 
 
 @router.get("/jobs", response_model=list[JobInfo], summary="Background extraction jobs")

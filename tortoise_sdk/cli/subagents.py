@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections import Counter
 from typing import Any
 
 from ..errors import InvalidInput
@@ -119,20 +118,9 @@ def _cmd_stats(args: argparse.Namespace) -> int:
 
 
 def _stats(mem: Any) -> dict[str, Any]:
-    sessions = mem.sessions()
     vectors = mem.vector_stats()
-    held = next((n for n in mem.namespaces() if n.name == mem.namespace), None)
-    return {
-        "namespace": mem.namespace,
-        "sessions": len(sessions),
-        "turns": sum(s.turn_count for s in sessions),
-        "memories": 0 if held is None else held.memories,  # live ones, those a host remembered too
-        "entities": len(mem.entities()),
-        "subagents": len(mem.subagents()),
-        "subagent_counters": mem.subagent_counters().model_dump(),
-        "jobs": dict(Counter(j.status for j in mem.jobs())),
-        **(vectors if vectors["embedder"] or vectors["vectors"] else {}),  # only once embeddings are in use
-    }
+    return {**mem.stats().model_dump(mode="json"),
+            **(vectors if vectors["embedder"] or vectors["vectors"] else {})}  # only once embeddings are in use
 
 
 def _print_stats(doc: dict[str, Any]) -> None:
