@@ -95,7 +95,8 @@ class MemorySession(MemoryAdapter):
         check_session_id(session_id)
         self.session_id = session_id
         self.hooks = MemoryRunHooks(mem, session_id)
-        self._cache: tuple[str, MemoryBlock] | None = None
+        # One block per user message (see ``_block``), dropped when a user message is added: a new run.
+        self._cache: tuple[tuple[int, str], MemoryBlock] | None = None
 
     # -- the Session protocol ----------------------------------------------------------------------
 
@@ -159,15 +160,18 @@ class MemorySession(MemoryAdapter):
     # -- internals (run in a worker thread: the store calls block) ---------------------------------
 
     def _block(self, items: Sequence[Any]) -> MemoryBlock:
-        window = self._window(m for m in (_message(i) for i in items) if m is not None)
-        last_user = next((m["content"] for m in reversed(window) if m["role"] == "user"), "")
-        # One block per user message: the tool-call round trips of one turn see the same block.
-        if self._cache is not None and self._cache[0] == last_user:
+        messages = [(at, m) for at, m in enumerate(_message(i) for i in items) if m is not None]
+        window = self._window(m for _, m in messages)
+        # One block per user message: the tool-call round trips of one run see the same block. The SDK copies the
+        # items for each call, and a question asked again is a new run (its block may differ): the key is where
+        # the user message is and what it says, and adding a user message (a run's input) drops the cache.
+        key = next(((at, m["content"]) for at, m in reversed(messages) if m["role"] == "user"), (-1, ""))
+        if self._cache is not None and self._cache[0] == key:
             self.last_block = self._cache[1]
             return self._cache[1]
         held = (_turn(i) for i in (_plain(i) for i in items if isinstance(i, Mapping) or hasattr(i, "model_dump")))
         self.last_block = block = self._context(window, self.session_id, held)
-        self._cache = (last_user, block)
+        self._cache = (key, block)
         return block
 
     def _view(self) -> Any:
@@ -198,6 +202,8 @@ class MemorySession(MemoryAdapter):
             except (TypeError, ValueError) as exc:
                 log.warning("tortoise: session item not captured: %s", exc)
         items = plain
+        if any(i.get("role") == "user" and i.get("type", "message") == "message" for i in items):
+            self._cache = None  # a new run's input: its model calls get a block of their own
         try:
             items = self._restore(items)
         except Exception as exc:  # noqa: BLE001 - the run goes on; the items are logged as lost

@@ -92,6 +92,43 @@ def test_a_session_limit_brings_back_what_it_dropped_though_an_early_message_is_
     assert "compacted out of your context" in model.calls[-1].system_instructions
 
 
+@pytest.mark.parametrize("limit", [None, 2])
+def test_a_question_asked_again_in_a_later_run_gets_a_block_of_its_own(mem: Memory, limit: int | None) -> None:
+    """A reviewer's: the block was kept by the question's text alone, so the same question in a later run got the
+    block of the first, without what was captured since, and the pointers it showed were not kept."""
+    question = "Any news about my trip?"
+    mem.capture("monday", [{"role": "user", "content": "My flight to Oslo is on Friday."}])
+    model = ScriptedModel([[assistant_message(f"reply {i}", item_id=f"msg_{i}")] for i in range(3)])
+    agent = Agent(name="Helper", instructions="Be brief.", model=model)
+    session = MemorySession(mem, "tuesday")
+    config = dataclasses.replace(session.run_config(OFFLINE), session_settings=SessionSettings(limit=limit))
+    for _ in range(2):
+        run(Runner.run(agent, question, session=session, run_config=config))
+    mem.capture("wednesday", [{"role": "user", "content": "My Oslo flight moved to Sunday, my trip is delayed."}])
+    run(Runner.run(agent, question, session=session, run_config=config))
+    assert "moved to Sunday" in model.calls[-1].system_instructions
+    assert len(mem.cursor("reflex:shown:tuesday").value["turns"]) == 3  # one host turn per run
+
+
+def test_the_model_calls_of_one_run_share_its_block(mem: Memory) -> None:
+    from agents import function_tool
+
+    @function_tool
+    def weather(city: str) -> str:
+        """The weather in a city."""
+        return "Sunny."
+
+    mem.capture("monday", [{"role": "user", "content": "The weather in Oslo decides my trip."}])
+    model = ScriptedModel([[function_call("weather", {"city": "Oslo"}, call_id="c1")],
+                           [function_call("weather", {"city": "Bergen"}, call_id="c2")],
+                           [assistant_message("Sunny in both.", item_id="msg_1")]])
+    session = MemorySession(mem, "tuesday")
+    run(ask(Agent(name="Helper", instructions="Be brief.", model=model, tools=[weather]), "Weather in Oslo?", session))
+    assert len({call.system_instructions for call in model.calls}) == 1 and len(model.calls) == 3
+    assert "decides my trip" in model.calls[0].system_instructions
+    assert len(mem.cursor("reflex:shown:tuesday").value["turns"]) == 1  # one host turn
+
+
 def test_a_new_conversation_gets_the_block_from_an_earlier_one(mem: Memory) -> None:
     model = ScriptedModel([[assistant_message("Noted.", item_id="msg_1")],
                            [assistant_message("Salmon kibble.", item_id="msg_2")]])
