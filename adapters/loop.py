@@ -101,7 +101,11 @@ class MemorySession(MemoryAdapter):
         return {self.session_id}
 
     def after_turn(self, user_msg: str | Message, assistant_msg: str | Message) -> CaptureReceipt | None:
-        """Capture one exchange (each message gets a fresh id); returns the receipt, or None on failure."""
+        """Capture one exchange (each message gets a fresh id); returns the receipt, or None on failure.
+
+        An empty reply (a model call that failed) captures the user's message alone; the next ``after_turn``
+        with the same text (the retry) then captures only its reply.
+        """
         asked, self._asking, self._asked = self._asked, None, None
         for msg, role in ((user_msg, "user"), (assistant_msg, "assistant")):
             if _as_message(msg, role) is None:
@@ -109,9 +113,13 @@ class MemorySession(MemoryAdapter):
                                     "str, a dict or a client's message object)", role, msg, type(msg).__name__)
         exchange = [(assistant_msg, "assistant")]
         said = ((_turn(user_msg, "user") or {}).get("content") or "").strip()
-        if asked is None or said != asked:  # not captured ahead of a tool call
+        if asked is None or said != asked:  # not captured ahead of a tool call, nor by a failed call's after_turn
             exchange.insert(0, (user_msg, "user"))
-        return self._capture(self.session_id, (self._turn(msg, role) for msg, role in exchange))
+        receipt = self._capture(self.session_id, (self._turn(msg, role) for msg, role in exchange))
+        if said and _turn(assistant_msg, "assistant") is None and (receipt is not None or said == asked):
+            # No reply: a failed call keeps the user's message, and its retry's after_turn captures only the reply.
+            self._asked = said
+        return receipt
 
     def record_tool_call(self, message: Message) -> str | None:
         """Capture an assistant message that calls tools; returns its turn's id (None on failure).

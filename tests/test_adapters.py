@@ -383,6 +383,19 @@ def test_memory_session_keeps_the_user_message_of_a_failed_call_with_an_empty_re
     assert [(t.role, t.content) for t in mem.turns("loop-down")] == [("user", "My locker code is 4471")]
 
 
+def test_memory_session_stores_the_user_message_of_a_retried_call_once(mem):
+    """A reviewer's: after the failed call's after_turn(user_text, ""), the retry's after_turn stored the message
+    again; a message said again once answered is still a new turn."""
+    session = MemorySession(mem, "loop-retry", extract=False)
+    for attempt in ("", "", "Noted."):  # two failed calls, then the retry that is answered
+        session.before_turn([{"role": "user", "content": "My locker code is 4471"}])
+        session.after_turn("My locker code is 4471", attempt)
+    session.after_turn("My locker code is 4471", "Still 4471.")
+    assert [(t.role, t.content) for t in mem.turns("loop-retry")] == [
+        ("user", "My locker code is 4471"), ("assistant", "Noted."), ("user", "My locker code is 4471"),
+        ("assistant", "Still 4471.")]
+
+
 def test_memory_session_takes_a_client_message_object_and_never_raises_on_a_non_message(mem, caplog):
     """Reviewer: a reply passed as the OpenAI client's message object (not a dict) dropped the whole exchange, the
     user's text too; after_turn(None, "x") raised AttributeError into the host's loop."""
