@@ -144,6 +144,7 @@ class MemoryAdapter:
         self.extract = extract
         self.last_block: MemoryBlock = MemoryBlock()
         self._dated: set[str] = set()
+        self._edits_told: set[tuple[str, str]] = set()  # (session, message id) whose edit was logged once
 
     def _window(self, messages: Iterable[Any]) -> list[Any]:
         """The reflex window: the last ``window_turns`` of ``messages`` (already without system ones)."""
@@ -228,7 +229,8 @@ class MemoryAdapter:
                             extract: ExtractMode) -> CaptureReceipt:
         """``Memory.capture`` of ``turns``, leaving out a message the host edited after it was stored (same id,
         other text: LangGraph's ``update_state``, a reused tool call id). The stored version stays, as every
-        stored turn does, and the rest of the thread is captured (one edit stopped every later capture)."""
+        stored turn does, and the rest of the thread is captured (one edit stopped every later capture). The
+        warning is logged once per message and adapter."""
         while True:
             try:
                 return self.mem.capture(session_id, turns, session_date=date, extract=extract)
@@ -237,8 +239,11 @@ class MemoryAdapter:
                 edited = turns[int(at.group(1))] if at else {}
                 if not edited.get("id"):
                     raise
-                self._log().warning("tortoise: message %r of %s was changed after it was stored; the stored text "
-                                    "is kept and the change is not captured", edited["id"], session_id)
+                # The host sends the edited message again each run: once is enough to say so.
+                if (session_id, str(edited["id"])) not in self._edits_told:
+                    self._edits_told.add((session_id, str(edited["id"])))
+                    self._log().warning("tortoise: message %r of %s was changed after it was stored; the stored "
+                                        "text is kept and the change is not captured", edited["id"], session_id)
                 turns = [t for t in turns if t is not edited]
 
     def close(self) -> list[JobInfo]:
