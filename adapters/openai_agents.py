@@ -208,7 +208,28 @@ class MemorySession(MemoryAdapter):
             items = self._restore(items)
         except Exception as exc:  # noqa: BLE001 - the run goes on; the items are logged as lost
             log.warning("tortoise: session items not restored: %s", exc)
-        self._capture(self.session_id, (_turn(i) for i in items))
+        turns = [_turn(i) for i in items]
+        try:
+            turns = self._runs_own_call_ids(turns)
+        except Exception as exc:  # noqa: BLE001 - captured under the call ids alone
+            log.warning("tortoise: call ids of this run not told apart from earlier runs': %s", exc)
+        self._capture(self.session_id, turns)
+
+    def _runs_own_call_ids(self, turns: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """``turns`` with each function call and output whose call id an earlier run used given this run's id
+        (``_run_call_id``); the latest user message before a turn starts its run."""
+        if not any(t["id"].startswith(_CALL_PREFIXES) for t in turns):
+            return turns  # no store read
+        stored = self.mem.turns(self.session_id)
+        at = {t.external_id: t.index for t in stored if t.external_id}
+        run = max((t.index for t in stored if t.role == "user"), default=-1)
+        after = stored[-1].index + 1 if stored else 0
+        for offset, turn in enumerate(turns):
+            if turn["role"] == "user":
+                run = after + offset
+            elif turn["id"].startswith(_CALL_PREFIXES):
+                turn["id"] = _run_call_id(turn["id"], at, run)
+        return turns
 
     def _restore(self, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Un-hide popped turns whose items come back (the SDK re-adds what it popped on a retry)."""
@@ -292,6 +313,11 @@ class MemoryRunHooks(RunHooks[Any]):
 
     def _record(self, frame: dict[str, Any]) -> None:
         try:
+            # The function call's turn is captured after the tool ran; its id is this run's (as _add gives it).
+            stored = self.mem.turns(self.session_id)
+            run = max((t.index for t in stored if t.role == "user"), default=-1)
+            frame["turn_external_id"] = _run_call_id(frame["turn_external_id"],
+                                                     {t.external_id: t.index for t in stored if t.external_id}, run)
             self.mem.record_subagent(frame)
         except Exception as exc:  # noqa: BLE001 - record_subagent fails open; this guards a malformed frame
             log.warning("tortoise: sub-agent frame not recorded: %s", exc)
@@ -338,8 +364,19 @@ def _run_id() -> str | None:
 
 
 def _call_turn_id(call_id: str) -> str:
-    """The turn id of the function call ``call_id`` (its sub-agent row names it as the launching turn)."""
+    """The turn id of the function call ``call_id`` (its sub-agent row names it as the launching turn), unless an
+    earlier run used the call id (``_run_call_id``)."""
     return f"fc-{call_id}"
+
+
+_CALL_PREFIXES = ("fc-", "fco-")
+
+
+def _run_call_id(turn_id: str, stored: Mapping[str | None, int], run: int) -> str:
+    """``turn_id`` (``fc-<call id>``, ``fco-<call id>``) of a run whose user message is turn ``run``: as it is, or
+    ``<turn id>@<run>`` when an earlier run stored it (``stored``: turn index by id). A provider that numbers its
+    calls from ``call_0`` in each run reuses them: the second run's call and output were taken for the first's."""
+    return f"{turn_id}@{run}" if stored.get(turn_id, run) < run else turn_id
 
 
 def _text(content: Any) -> str:

@@ -165,6 +165,33 @@ def test_an_agent_used_as_a_tool_yields_one_sub_agent_row(mem: Memory) -> None:
     assert kinds == ["message", "function_call", "function_call_output", "message"]
 
 
+def test_a_call_id_an_earlier_run_used_keeps_the_later_runs_call_and_output(mem: Memory,
+                                                                              caplog: pytest.LogCaptureFixture) -> None:
+    """A reviewer's: a provider that numbers its calls from call_0 in each run reused the call id, and the second
+    run's function call and output were taken for the first's edits: not stored, not in the session's items."""
+    from agents import function_tool
+
+    @function_tool
+    def weather(city: str) -> str:
+        """The weather in a city."""
+        return f"Sunny in {city}" if city == "Oslo" else f"Rain in {city}"
+
+    model = ScriptedModel([[function_call("weather", {"city": "Oslo"}, call_id="call_0")],
+                           [assistant_message("Sunny in Oslo.", item_id="msg_1")],
+                           [function_call("weather", {"city": "Bergen"}, call_id="call_0")],
+                           [assistant_message("Rain in Bergen.", item_id="msg_2")]])
+    agent = Agent(name="Helper", instructions="Be brief.", model=model, tools=[weather])
+    session = MemorySession(mem, "reused")
+    for question in ("Weather in Oslo?", "Weather in Bergen?"):
+        run(ask(agent, question, session))
+    assert [(t.role, t.content) for t in mem.turns("reused")][4:] == [
+        ("user", "Weather in Bergen?"), ("assistant", '[tool_use weather {"city":"Bergen"}]'), ("tool", "Rain in Bergen"),
+        ("assistant", "Rain in Bergen.")]
+    items = run(session.get_items())
+    assert [i.get("type", "message") for i in items] == ["message", "function_call", "function_call_output", "message"] * 2
+    assert not any("changed after it was stored" in r.getMessage() for r in caplog.records)
+
+
 def _delegating_lead() -> Agent:
     researcher = Agent(name="Researcher", instructions="Find facts.",
                        model=ScriptedModel([[assistant_message("Salmon kibble.", item_id="msg_r")]]))
@@ -196,6 +223,9 @@ def test_the_execution_id_is_the_call_span_so_two_runs_never_share_a_row(
     assert all(r.agent_execution_id.startswith("span_") for r in rows)
     counters = mem.subagent_counters()
     assert (counters.unknown_execution, counters.persisted) == (0, 4)  # two frames per sub-agent, none unknown
+    # Each row names its own run's function call (the second run's was taken for the first's, and not stored).
+    calls = {t.turn_id: t.index for t in mem.turns("chat-traced") if t.content.startswith("[tool_use research")}
+    assert sorted(calls[r.turn_id] for r in rows) == sorted(calls.values()) and len(calls) == 2
 
 
 def test_pop_clear_and_restore_change_the_view_not_the_memory(mem: Memory, tmp_path: Path) -> None:
