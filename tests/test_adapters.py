@@ -747,8 +747,8 @@ def test_the_loop_never_points_at_a_turn_it_still_sends_but_at_earlier_sessions_
     assert "compacted out of your context" in session.last_block.block
 
 
-GYM = [("ok", "Hi! How can I help?"), ("My gym locker code is 3141.", "Got it."), ("I like hiking in the Alps.", "Nice."),
-       ("I also play chess on Sundays.", "Cool."), ("ok", "Anything else?")]
+GYM = [("ok", "Hi! How can I help?"), ("My gym locker code is 3141.", "Got it."),
+       ("I like hiking in the Alps.", "Nice."), ("I also play chess on Sundays.", "Cool."), ("ok", "Anything else?")]
 
 
 def test_a_trimming_loop_is_shown_what_it_trimmed_though_its_first_message_is_said_again(mem):

@@ -185,10 +185,11 @@ def test_a_call_id_an_earlier_run_used_keeps_the_later_runs_call_and_output(mem:
     for question in ("Weather in Oslo?", "Weather in Bergen?"):
         run(ask(agent, question, session))
     assert [(t.role, t.content) for t in mem.turns("reused")][4:] == [
-        ("user", "Weather in Bergen?"), ("assistant", '[tool_use weather {"city":"Bergen"}]'), ("tool", "Rain in Bergen"),
-        ("assistant", "Rain in Bergen.")]
+        ("user", "Weather in Bergen?"), ("assistant", '[tool_use weather {"city":"Bergen"}]'),
+        ("tool", "Rain in Bergen"), ("assistant", "Rain in Bergen.")]
     items = run(session.get_items())
-    assert [i.get("type", "message") for i in items] == ["message", "function_call", "function_call_output", "message"] * 2
+    assert [i.get("type", "message") for i in items] == [
+        "message", "function_call", "function_call_output", "message"] * 2
     assert not any("changed after it was stored" in r.getMessage() for r in caplog.records)
 
 
