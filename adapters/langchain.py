@@ -277,10 +277,10 @@ class MemoryCallbackHandler(BaseCallbackHandler):
                 # Without an id the text is no identity here: a second "yes" in a session is a new turn, once the
                 # first was answered; until then the same text is the same message tried again.
                 if last_user is not None and not last_user.id:
-                    said = str(last_user.content)
+                    text = str(last_user.content)
                     unanswered = self._unanswered.get(sid)
-                    turn_id = unanswered[1] if unanswered and unanswered[0] == said else f"run-{run_id}-user"
-                    self._unanswered[sid] = (said, turn_id)
+                    turn_id = unanswered[1] if unanswered and unanswered[0] == text else f"run-{run_id}-user"
+                    self._unanswered[sid] = (text, turn_id)
                     last_user = last_user.model_copy(update={"id": turn_id})
                 self._pending[run_id] = (sid, last_user)
         except Exception as exc:
