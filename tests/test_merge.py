@@ -170,3 +170,22 @@ def test_a_reply_cannot_set_the_provenance_it_absorbed() -> None:
     p, _ = coerce_proposal({"points": [{"content": "Maya has a dog", "quote": "my dog", "turn": 1,
                                         "also": [["invented", 9]]}]}, stage="s2")
     assert p.points[0].also == ()
+
+
+_JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=5),
+                     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3),
+                     max_leaves=5)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(_JSON, st.sampled_from([float("inf"), float("-inf"), float("nan"), 1e400, 2.9, "1e400"])))
+def test_a_turn_of_any_json_value_drops_at_most_its_own_item(turn: Any) -> None:
+    """A reviewer's: ``"turn": Infinity`` (or 1e400) raised OverflowError out of the parser, and the whole session's
+    extraction crashed; 2.9 was taken as turn 2."""
+    proposal, _ = coerce_proposal({"points": [
+        {"content": "Maya has a dog.", "turn": turn, "quote": "dog"},
+        {"content": "Maya likes tea.", "turn": 1, "quote": "tea"}]}, stage="s2")
+    assert "Maya likes tea." in [p.content for p in proposal.points]
+    kept = {p.content: p.turn for p in proposal.points}
+    if "Maya has a dog." in kept and kept["Maya has a dog."] is not None:
+        assert isinstance(turn, (int, str)) or (isinstance(turn, float) and turn.is_integer())

@@ -132,6 +132,21 @@ def test_vet_never_loses_a_candidate_it_did_not_drop(n: int, raw: list[tuple[int
     assert len({p.content for p in kept.points}) == len(kept.points)
 
 
+_ANY = st.none() | st.booleans() | st.integers() | st.text(max_size=3) | st.lists(st.text(max_size=3), max_size=2) \
+    | st.dictionaries(st.text(max_size=2), st.text(max_size=2), max_size=2)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.fixed_dictionaries({"id": _ANY | st.sampled_from(["c1", "c2"]), "action": _ANY | st.sampled_from(
+    ["drop", "merge"]), "into": _ANY | st.sampled_from(["c1", "c2", "c3"])}), max_size=4))
+def test_vet_fails_open_on_any_decision_shape(decisions: list[dict[str, Any]]) -> None:
+    """A reviewer's: an id or a merge target that was a list or an object raised TypeError (unhashable) outside the
+    gate's guard, and the whole session's extraction crashed."""
+    kept, _ = asyncio.run(vet(FakeClient({"decisions": decisions}), load_prompt("vet"), CANDIDATES, TURNS))
+    dropped = {d["id"] for d in decisions if isinstance(d["id"], str) and d["action"] == "drop"}
+    assert len(kept.points) >= len(CANDIDATES.points) - len(dropped & {"c1", "c2", "c3"}) - 2
+
+
 class GaugedClient:
     """Answers acomplete after a pause, counting how many calls are in flight at once."""
 

@@ -58,10 +58,13 @@ def _names(value: Any) -> tuple[str, ...]:
 
 
 def _turn(value: Any) -> int | None:
+    """A turn index as a model wrote it (``3``, ``"3"``, ``"[#3]"``); a value that names no turn raises ValueError."""
     if value is None or isinstance(value, bool):
         return None
     if isinstance(value, str):
         value = value.strip().lstrip("[#").rstrip("]")
+    if isinstance(value, float) and not value.is_integer():  # 2.9 names no turn (nor does inf: is_integer False)
+        raise ValueError(f"turn {value!r} is not a turn index")
     return int(value)
 
 
@@ -184,7 +187,7 @@ def coerce_proposal(value: Any, *, stage: str) -> tuple[Proposal, list[Diagnosti
                 if not identity(parsed)[0]:
                     raise ValueError("empty name or content")
                 kept.append(parsed)
-            except (ValidationError, ValueError, TypeError) as exc:
+            except (ValidationError, ValueError, TypeError, ArithmeticError) as exc:
                 warnings.append(Diagnostic(
                     stage=stage, code="malformed_item",
                     message=f"{key}[{i}] dropped: {_first_error(exc)}",

@@ -40,7 +40,8 @@ async def vet(client: Any, prompt: Prompt, proposal: Proposal, turns: Sequence[S
                                       **{"pass": "s4"})]
         return proposal, [diagnostic("vet", exc, "vet failed; kept every candidate")]
     handle = {f"c{i}": it for i, it in enumerate(items, 1)}
-    valid = [d for d in decisions if isinstance(d, dict) and d.get("id") in handle]
+    # A decision names a candidate by its handle, a string: anything else (a list, an object) names none.
+    valid = [d for d in decisions if isinstance(d, dict) and isinstance(d.get("id"), str) and d["id"] in handle]
     dropped = {d["id"] for d in valid if d.get("action") == "drop"}
     # Merges form groups (union-find); each group keeps its root, so a merge cycle cannot lose the fact.
     parent = {h: h for h in handle}
@@ -56,7 +57,7 @@ async def vet(client: Any, prompt: Prompt, proposal: Proposal, turns: Sequence[S
         h, action, into = d["id"], d.get("action"), d.get("into")
         reason = f"{h} {action}: {d.get('reason', '')}".strip()
         if action == "merge":
-            if into not in handle or into == h or h in dropped:
+            if not isinstance(into, str) or into not in handle or into == h or h in dropped:
                 continue
             if into in dropped:
                 reason = f"{h} merge ignored: target {into} is dropped"
