@@ -500,6 +500,17 @@ def test_unreported_usage_stays_none(stub_model: Any) -> None:
     assert client.stats["vet"].calls == 1
 
 
+@LOOPBACK
+def test_a_count_the_provider_leaves_out_stays_none(stub_model: Any) -> None:
+    """A reviewer's: a usage block with the prompt's count alone gave completion_tokens 0 on the receipt."""
+    stub = stub_model([{"content": "ok", "usage": {"prompt_tokens": 42}}])
+    client = LLMClient(LLMConfig(model="openai/stub-model", api_base=stub.base_url, api_key="sk-test", **FAST_RETRY))
+
+    client.complete("vet", prompt("Check."))
+
+    assert (client.stats["vet"].prompt_tokens, client.stats["vet"].completion_tokens) == (42, None)
+
+
 # -- no network ---------------------------------------------------------------
 
 

@@ -27,10 +27,12 @@ class Tally:
         usage = getattr(response, "usage", None)
         prompt = getattr(usage, "prompt_tokens", None)
         completion = getattr(usage, "completion_tokens", None)
-        # litellm fills a missing usage block with zeros; no real call uses 0 + 0.
-        if prompt or completion:
-            self.prompt_tokens = (self.prompt_tokens or 0) + int(prompt or 0)
-            self.completion_tokens = (self.completion_tokens or 0) + int(completion or 0)
+        # litellm fills a missing usage block with zeros, and no real call reads or writes 0 tokens: each count is
+        # added only when reported (a provider that gives the prompt's alone leaves the completion's NULL, not 0).
+        if prompt:
+            self.prompt_tokens = (self.prompt_tokens or 0) + int(prompt)
+        if completion:
+            self.completion_tokens = (self.completion_tokens or 0) + int(completion)
         cost = _cost(response)
         if cost is not None:
             self.cost_usd = (self.cost_usd or 0.0) + cost
