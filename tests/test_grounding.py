@@ -3,11 +3,16 @@ and the matching rule (cuts mid-word, elisions, near-misses) as exact cases and 
 
 from __future__ import annotations
 
+import json
 import re
+from pathlib import Path
+from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from tortoise_sdk import Memory
 from tortoise_sdk.models import MEMORY_BLOCK_MARKER, SearchHit
 from tortoise_sdk.pipeline.grounding import evidence_turns, ground, is_evidence, quote_matches, verbatim
 from tortoise_sdk.pipeline.merge import coerce_proposal
@@ -335,3 +340,58 @@ def test_a_grounded_quote_is_stored_as_the_turn_writes_it(text: str, start: int,
         assert quote_matches(stored, text) or "…" in stored or "..." in stored
     else:
         assert stored == quote
+
+
+# -- memory blocks a host pasted into a turn ---------------------------------------------------------------
+
+BLOCK = f"{MEMORY_BLOCK_MARKER} Retrieved from this user's earlier conversations.\n1. The user has a dog.\n" \
+        "[/tortoise memory]"
+
+
+def test_a_turn_starting_with_a_memory_block_is_evidence_for_what_follows_the_block() -> None:
+    """Reviewer: a user turn that began with the host's pasted block ("[tortoise memory] ... [/tortoise memory]
+    \\n\\nBig news: I just got engaged to Sam last night!") was dropped whole: the user's own words after the block
+    ground nothing and the item quoting them was rejected."""
+    turns = [hit(0, BLOCK + "\n\nBig news: I just got engaged to Sam last night!"),
+             hit(1, f"  {BLOCK}", role="system", name=None),  # only a block: never evidence
+             hit(2, f"{BLOCK} \n ?! ")]  # a block and no word: nothing to ground either
+    assert [is_evidence(t, None) for t in turns] == [True, False, False]
+    result = ground(proposal([
+        {"content": "Maya got engaged to Sam.", "quote": "I just got engaged to Sam last night", "turn": 0},
+        {"content": "Maya has a dog.", "quote": "The user has a dog", "turn": 0},  # the block's own words
+    ]), evidence_turns(turns, {}))
+    assert [(g.item.content, g.source.quote) for g in result.points] == [
+        ("Maya got engaged to Sam.", "I just got engaged to Sam last night")]
+    assert result.rejected == 1
+
+
+def test_a_memory_block_is_recognised_whatever_the_case_of_its_marker() -> None:
+    """A host that upper-cases what it forwards must not turn the block into the user's words."""
+    upper = BLOCK.upper()
+    turns = [hit(0, upper, role="system", name=None), hit(1, f"{upper} and I love hiking"),
+             hit(2, "I love " + BLOCK.title() + " my dog Rex so much")]
+    assert [is_evidence(t, None) for t in turns] == [False, True, True]
+    result = ground(proposal([
+        {"content": "Maya has a dog.", "quote": "the user has a dog", "turn": 1},
+        {"content": "Maya loves hiking.", "quote": "I love hiking", "turn": 1},
+        {"content": "Maya loves Rex.", "quote": "I love my dog Rex so much", "turn": 2},
+    ]), turns)
+    assert [g.source.quote for g in result.points] == ["I love hiking", "I love … my dog Rex so much"]
+    assert result.rejected == 1
+
+
+@pytest.mark.block_network(allowed_hosts=["127.0.0.1"])
+def test_what_a_user_typed_after_a_pasted_memory_block_reaches_the_prompts_and_is_remembered(
+        tmp_path: Path, stub_model: Any) -> None:
+    point = {"content": "The user got engaged to Sam.", "quote": "I just got engaged to Sam", "turn": 0}
+    stub = stub_model({"routes": [{"stage": "s1", "replies": [{"content": "The user got engaged."}], "cycle": True},
+                                  {"stage": "s2", "replies": [{"content": json.dumps({"points": [point]})}]},
+                                  {"stage": "s4", "replies": [{"content": "{}"}]}]})
+    with Memory(str(tmp_path / "m.db"), namespace="t", model="openai/stub-model", api_base=stub.base_url,
+                api_key="sk-x", model_settings={"max_attempts": 1}) as mem:
+        receipt = mem.capture("s", [{"role": "user", "content": BLOCK + "\n\nBig news: I just got engaged to Sam!"},
+                                    {"role": "assistant", "content": "Congratulations!"}])
+        assert receipt.extraction is not None and receipt.extraction.warnings == []
+        assert [m.content for m in mem.memories()] == ["The user got engaged to Sam."]
+    prompts = {r.stage: r.prompt for r in stub.requests if r.stage in ("s1", "s2")}
+    assert set(prompts) == {"s1", "s2"} and all("engaged to Sam" in p for p in prompts.values())

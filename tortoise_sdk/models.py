@@ -58,13 +58,15 @@ JobStatus = Literal["pending", "running", "done", "failed"]
 #: The session of the memories a host adds by hand (``Memory.remember``, ``correct_memory``): no turn of it exists,
 #: and capture refuses it.
 HOST_SESSION = "tortoise:host"
-#: First line of every memory block the SDK injects into a conversation. A captured turn that
-#: starts with it (or whose metadata is ``{"tortoise": "memory_block"}``) is an echo of memory,
-#: never new evidence: extraction does not ground on it.
+#: First line of every memory block the SDK injects into a conversation. A block is an echo of memory,
+#: never new evidence: extraction cuts every block out of a captured turn and grounds only on what is
+#: left (a turn that is only a block, or whose metadata is ``{"tortoise": "memory_block"}``, grounds nothing).
 MEMORY_BLOCK_MARKER = "[tortoise memory]"
 MEMORY_BLOCK_END = "[/tortoise memory]"
-#: A memory block in a text, from its marker to its end line (or the end of the text).
-MEMORY_BLOCK = re.compile(re.escape(MEMORY_BLOCK_MARKER) + r".*?(?:" + re.escape(MEMORY_BLOCK_END) + r"|\Z)", re.DOTALL)
+#: A memory block in a text, from its marker to its end line (or the end of the text), in any case: a host
+#: that upper-cases what it forwards still sends a block (the block's own text never holds a bracket).
+MEMORY_BLOCK = re.compile(re.escape(MEMORY_BLOCK_MARKER) + r".*?(?:" + re.escape(MEMORY_BLOCK_END) + r"|\Z)",
+                          re.DOTALL | re.IGNORECASE)
 
 
 def without_memory_blocks(text: str) -> str:

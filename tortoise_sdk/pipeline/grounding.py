@@ -4,8 +4,9 @@ A quote is looked for in the turn the item cites, then in every other evidence
 turn of the session (the item is re-anchored there, with a warning); failing
 both, that item alone is rejected with a warning. Tool turns, sub-agent records,
 injected memory blocks and the host's own text (metadata ``not_evidence``, e.g. a
-compaction summary) are never evidence, and a memory block embedded anywhere in a
-turn is cut out before matching.
+compaction summary) are never evidence. A memory block (its marker in any case)
+pasted anywhere in a turn, at its start too, is cut out before matching: the turn
+grounds on the words outside its blocks, and a turn with none grounds nothing.
 
 The matching rule (:func:`quote_matches`):
 
@@ -42,7 +43,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..models import MEMORY_BLOCK, MEMORY_BLOCK_MARKER, Diagnostic, SearchHit, Turn
+from ..models import MEMORY_BLOCK, Diagnostic, SearchHit, Turn
 from ..store.plan import SourcePlan
 from ..text import QUOTE_MARKS as _QUOTE_MARKS
 from ..text import norm_name, norm_quote, per_text
@@ -70,15 +71,15 @@ _NEGATING_SUFFIX = re.compile(r"n't|not")
 
 
 def is_evidence(turn: SearchHit | Turn, metadata: Mapping[str, Any] | None) -> bool:
-    """Whether a turn may ground a memory: not a tool turn, sub-agent record, memory block or host text.
+    """Whether a turn may ground a memory: not a tool turn, sub-agent record, memory block alone or host text.
 
     A stream marks the host's own text (a compaction summary, a command's output) with
     metadata ``not_evidence``: the reason, e.g. ``"compact_summary"``.
     """
     if turn.role == "tool":
         return False
-    if turn.content.lstrip().startswith(MEMORY_BLOCK_MARKER):
-        return False
+    if MEMORY_BLOCK.search(turn.content) and not match_key(MEMORY_BLOCK.sub(" ", turn.content)):
+        return False  # only a memory block: a turn with words besides its blocks grounds on those (ground cuts them)
     if metadata:
         if metadata.get("tortoise") in ("memory_block", "subagent") or metadata.get("not_evidence"):
             return False
