@@ -91,6 +91,14 @@ def test_tool_subagent_and_memory_block_turns_are_never_evidence() -> None:
     assert result.points == [] and result.rejected == 1
 
 
+def test_a_turn_the_claude_code_stream_flags_is_sidechain_is_a_sub_agent_record() -> None:
+    """Reviewer: the SDK's own Claude Code stream writes ``is_sidechain``; a turn flagged only so grounded memories."""
+    turns = [hit(0, "I drive a red Tesla."), hit(1, "Sub-agent: the user owns a blue Volvo XC90", role="assistant")]
+    meta = {"t1": {"is_sidechain": True}}
+    assert [is_evidence(t, meta.get(t.turn_id)) for t in turns] == [True, False]
+    assert is_evidence(turns[1], {"is_sidechain": None})  # the stream writes None for a main-chain turn
+
+
 def test_host_text_marked_not_evidence_grounds_nothing() -> None:
     """A compaction summary retells the session in a model's words: a quote found only there is rejected."""
     turns = [hit(0, "I moved to Lisbon."),

@@ -52,7 +52,7 @@ from .merge import Entity, Proposal, _Grounded
 __all__ = ("Grounded", "evidence_turns", "ground", "is_evidence", "match_key", "quote_matches", "quote_parts",
            "verbatim")
 
-_SUBAGENT_FLAGS = ("subagent", "is_subagent", "isSidechain", "sidechain")
+_SUBAGENT_FLAGS = ("subagent", "is_subagent", "isSidechain", "is_sidechain", "sidechain")
 MIN_QUOTE_WORDS = 3
 MIN_QUOTE_CHARS = 12
 MIN_PART_WORDS = 2
