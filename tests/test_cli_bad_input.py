@@ -40,6 +40,10 @@ FILES: dict[str, str | bytes] = {
     "binary.bin": b"\x7fELF\x02\x01\x01\x00\x00\x00" + bytes(range(256)),
     "latin1.jsonl": '{"role": "user", "content": "caf\u00e9"}\n'.encode("latin-1"),
     "not-a-db.db": "this is a text file, not a database\n" * 20,
+    "empty.json": "[]\n",
+    "foo.json": '{"foo": 1}\n',
+    "foo-array.json": '[{"foo": 1}]\n',
+    "batch.json": json.dumps([{"session_id": "a", "turns": [{"role": "user", "content": "x"}]}]),
     "window.jsonl": '{"role": "user", "content": "where do I work?"}\n',
     "window.txt": "where do I work?\n",
 }
@@ -182,7 +186,23 @@ UNREAD = ("sessions with messages, not turns", "the same beside a line that is n
 REFUSED_CAPTURES = [row for row in BAD
                     if row[1].startswith("capture") and "--db" not in row[1] and row[0] not in UNREAD] + [
     ("no --session", "capture {f:ok.jsonl}", 2, "a file of turns needs --session ID"),
-    ("--session with a batch", "capture {f:bad-batch.json} --session s", 2, "--session and --key apply to a single"),
+    ("--session with a batch", "capture {f:bad-batch.json} --session s", 2,
+     "--session: a batch of sessions takes no --session (it applies to a file of one session's turns"),
+    # Reviewer: `[]` was taken for an empty batch: exit 0, nothing printed, the database created.
+    ("an empty JSON array", "capture {f:empty.json}", 2, "empty.json: the file holds no turn (an empty JSON array)"),
+    ("an empty JSON array with --session", "capture {f:empty.json} --session s", 2, "the file holds no turn"),
+    # Reviewer: an object of no known format asked for `format=`, a Python argument, after creating the database.
+    ("an object of no known format", "capture {f:foo.json}", 2,
+     "foo.json: no line holds a turn, a session or a line of a transcript format tortoise reads"),
+    # Reviewer: items without "role" were told only to add --session.
+    ("items without role, no --session", "capture {f:foo-array.json}", 2,
+     "item 1: turns[0].role: Field required: give each turn a role, one of user, assistant, system, tool; the file "
+     "also needs --session ID; nothing was captured"),
+    # Reviewer: --key alone was reported as a --session error.
+    ("--key with a batch", "capture {f:batch.json} --key k", 2,
+     "--key: a batch of sessions takes no --key (it applies to a file of one session's turns"),
+    ("--session and --key with a batch", "capture {f:batch.json} --key k --session s", 2,
+     "--session: a batch of sessions takes no --session or --key (they apply"),
 ]
 
 

@@ -42,6 +42,8 @@ def _cmd_capture(args: argparse.Namespace) -> int:
     text = read_input(args.file)
     if args.format == "turns" or (args.format == "auto" and _is_turns(text)):
         return _capture_turns(args, text)
+    if args.format == "auto":
+        _refuse_unknown_format(text, args.file)
     return _cmd_ingest(args, text)
 
 
@@ -49,6 +51,10 @@ def _capture_turns(args: argparse.Namespace, text: str) -> int:
     from ..memory import DEFAULT_MAX_TURNS_PER_CAPTURE, Memory
 
     records, lines = parse_json_records(text, args.file)
+    if not records:  # `[]`: all() of no record would call it a batch, and an empty one captured nothing, exit 0
+        raise InvalidInput(f"the file holds no turn (an empty JSON array); nothing was captured: a turn is "
+                           f'{{"role": ..., "content": ...}} per line with --session ID, a session {_SESSION_SHAPE}',
+                           field=args.file)
     is_batch = all(isinstance(r, dict) and "turns" in r for r in records)
     # A file is one import, as `capture` of a transcript is: the per-call limit guards API callers, and a CLI
     # user could not raise it (a session of 50,000 turns was refused with advice no flag could follow).
@@ -62,12 +68,22 @@ def _capture_turns(args: argparse.Namespace, text: str) -> int:
             raise InvalidInput(f'this session has no "turns" (a batch is one {_SESSION_SHAPE} per line, or a JSON '
                                "array of them)", field=f"sessions[{i}]")
         if is_batch:
-            if args.session or args.key:
-                raise InvalidInput("--session and --key apply to a single-session file, not a batch of sessions",
-                                   field="--session")
+            if args.session or args.key:  # named as given: `--key` alone was reported as a --session error
+                given = " and ".join(f for f, v in (("--session", args.session), ("--key", args.key)) if v)
+                both = " and " in given
+                raise InvalidInput(f"a batch of sessions takes no {given.replace(' and ', ' or ')} "
+                                   f"({'they apply' if both else 'it applies'} to a file of one session's turns; each "
+                                   f"session object names its own id): drop {'them' if both else 'it'}",
+                                   field="--session" if args.session else "--key")
             Memory.check_sessions(batch, max_turns_per_capture=most)
         else:
             if not args.session:
+                # The turns' own faults first (items without "role" were told only to add --session).
+                try:
+                    Memory.check_capture("SESSION", records, session_date=args.date, idempotency_key=args.key,
+                                         max_turns_per_capture=most)
+                except InvalidInput as exc:
+                    raise _at_line(exc, lines, args.file, also="the file also needs --session ID") from None
                 raise InvalidInput("a file of turns needs --session ID", field="--session")
             Memory.check_capture(args.session, records, session_date=args.date, idempotency_key=args.key,
                                  max_turns_per_capture=most)
@@ -112,12 +128,7 @@ def _is_turns(text: str) -> bool:
     lines vote as ``detect_format`` counts them. Lines that are not JSON are left to the reader
     that follows (they are a turns file's error, or a transcript's torn line).
     """
-    objects = []
-    for line in text.splitlines()[:200]:
-        try:
-            objects.append(json.loads(line))
-        except (ValueError, RecursionError):
-            continue
+    objects = _first_objects(text)
     if not objects:
         try:
             doc = json.loads(text)
@@ -135,15 +146,45 @@ def _is_turns(text: str) -> bool:
         return not any(isinstance(o, dict) for o in objects)
 
 
-def _at_line(exc: InvalidInput, lines: list[int | None], where: str) -> InvalidInput:
-    """The capture's error with the input line of the turn (or session) it names; nothing was captured."""
+def _first_objects(text: str) -> list[Any]:
+    """The JSON values of the first 200 lines that are JSON (the lines a format is detected from)."""
+    objects = []
+    for line in text.splitlines()[:200]:
+        try:
+            objects.append(json.loads(line))
+        except (ValueError, RecursionError):
+            continue
+    return objects
+
+
+def _refuse_unknown_format(text: str, where: str) -> None:
+    """Refuse, before the store opens, lines of JSON objects none of which is of a known format (``{"foo": 1}``):
+    read as a transcript, the database was created first, and the error asked for ``format=``."""
+    objects = [o for o in _first_objects(text) if isinstance(o, dict)]
+    if not objects:
+        return  # one JSON document over many lines, or no JSON at all: the transcript reader says what it finds
+    try:
+        detect_format(objects)
+    except StreamParseError:
+        raise InvalidInput("no line holds a turn, a session or a line of a transcript format tortoise reads "
+                           f"(Claude Code, stream-json, ACP); nothing was captured: a session is {_SESSION_SHAPE} "
+                           'per line (or a JSON array of them), a turn {"role": ..., "content": ...} per line with '
+                           "--session ID", field=where) from None
+
+
+def _at_line(exc: InvalidInput, lines: list[int | None], where: str, also: str = "") -> InvalidInput:
+    """The capture's error with the input line of the turn (or session) it names; nothing was captured.
+
+    ``also`` is a second fault of the same input, said after the first.
+    """
     found = re.match(r"(?:turns|sessions)\[(\d+)\]", exc.field or "")
     index = int(found.group(1)) if found else None
     line = lines[index] if index is not None and index < len(lines) else None
+    more = f"; {also}" if also else ""
     if index is None:
-        return exc
+        return InvalidInput(f"{exc}{more}", field=None) if also else exc
     at = f"line {line}" if line is not None else f"item {index + 1}"
-    return InvalidInput(f"{at}: {exc}; nothing was captured", field=where)
+    return InvalidInput(f"{at}: {exc}{more}; nothing was captured", field=where)
 
 
 def _cmd_ingest(args: argparse.Namespace, text: str | None) -> int:
