@@ -299,3 +299,35 @@ def test_stage_wall_ms_is_elapsed_time_not_the_sum_of_concurrent_calls(tmp_path:
     assert stages["s1"].wall_ms >= 300
     # Sequential stages fit inside the run; four overlapping 0.3 s calls summed would not.
     assert stages["s1"].wall_ms + stages["s2"].wall_ms + stages["s4"].wall_ms <= stages["total"].wall_ms
+
+
+@pytest.mark.parametrize("mode", ["inline", "background"])
+def test_a_session_longer_than_a_window_is_extracted_window_after_window(tmp_path: Path, stub_model: Any,
+                                                                         monkeypatch: pytest.MonkeyPatch,
+                                                                         mode: str) -> None:
+    """A reviewer's: every turn after the watermark went into one prompt (a 3,000-turn transcript: one S2 prompt of
+    a million characters, past any model's context), so a long session was never extracted, retry after retry."""
+    from tortoise_sdk.pipeline import window
+
+    monkeypatch.setattr(window, "WINDOW_CHARS", 600)
+    empty = {"content": {"entities": [], "events": [], "points": [], "retractions": []}}
+    stub = stub_model({"routes": [{"stage": "s1", "replies": [{"content": "They talked."}], "cycle": True},
+                                  {"stage": "s2", "replies": [empty], "cycle": True},
+                                  {"stage": "s4", "replies": [empty], "cycle": True}]})
+    turns = [{"role": "user", "content": f"turn {i}: " + "words of the conversation " * 4} for i in range(12)]
+    with mem_for(tmp_path, stub, extract_every=1) as mem:
+        report = mem.capture("long", turns, extract=mode if mode == "background" else True).extraction
+        if mode == "background":
+            assert report.status == "queued"
+            jobs = []
+            while pending := mem.flush():
+                jobs += pending
+            assert len(jobs) > 1 and all(j.status == "done" for j in jobs)
+        else:
+            assert report.status == "ok" and report.window == (0, 11) and "windows" in (report.reason or "")
+        from reading_model import S2Prompt
+
+        windows = [[index for index, _, _ in S2Prompt.parse(r.prompt).new] for r in stub.requests if r.stage == "s2"]
+        assert len(windows) > 1 and max(len(w) for w in windows) < 12
+        assert sorted(i for w in windows for i in w) == list(range(12))  # each turn read as new by one window
+        assert mem.store.extraction_state("t", "long").watermark == 11

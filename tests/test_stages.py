@@ -55,6 +55,23 @@ CANDIDATES = coerce_proposal({"points": [
 ]}, stage="s2")[0]
 
 
+def test_a_pasted_log_is_shown_to_the_model_by_its_head_and_tail() -> None:
+    """A reviewer's: a 1 MB paste went whole into every prompt of the session, past the model's context, so every
+    stage failed on every retry and the session was never extracted."""
+    from tortoise_sdk.pipeline.common import PROMPT_TURN_HEAD, PROMPT_TURN_TAIL, format_transcript
+
+    paste = "ERROR start " + "x " * 500_000 + "the last line says disk full"
+    turns = [SearchHit(turn_id="t0", external_id=None, session_id="s", session_date=None, index=0, role="user", name=None,
+                       content=paste, score=0.0),
+             SearchHit(turn_id="t1", external_id=None, session_id="s", session_date=None, index=1, role="user", name=None,
+                       content="my dog is Biscuit", score=0.0)]
+    text = format_transcript(turns)
+    assert len(text) < PROMPT_TURN_HEAD + PROMPT_TURN_TAIL + 200
+    first, second = text.splitlines()
+    assert first.startswith("[0] user: ERROR start x x") and first.endswith("the last line says disk full")
+    assert "characters not shown" in first and second == "[1] user: my dog is Biscuit"
+
+
 def test_vet_keeps_drops_and_merges() -> None:
     client = FakeClient({"decisions": [
         {"id": "c3", "action": "drop", "reason": "small talk"},

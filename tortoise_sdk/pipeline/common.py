@@ -15,12 +15,25 @@ __all__ = ("diagnostic", "format_context", "format_known", "format_transcript", 
 T = TypeVar("T")
 
 
+#: A turn longer than this (a pasted log, a file) is shown to the model by its head and tail: one paste must not
+#: push a prompt past the model's context, which failed every stage of the session on every retry.
+PROMPT_TURN_HEAD = 4_000
+PROMPT_TURN_TAIL = 2_000
+
+
 def format_transcript(turns: Sequence[SearchHit]) -> str:
-    """One line per turn, ``[index] Speaker: text``; the index is what replies cite as ``turn``."""
+    """One line per turn, ``[index] Speaker: text``; the index is what replies cite as ``turn``.
+
+    A turn's text longer than ``PROMPT_TURN_HEAD + PROMPT_TURN_TAIL`` characters shows its head and its tail around
+    ``… [N characters not shown] …`` (the stored turn stays whole; a quote is grounded against it).
+    """
     lines = []
     for t in turns:
         who = t.name or t.role
         text = " ".join(t.content.split())
+        if len(text) > PROMPT_TURN_HEAD + PROMPT_TURN_TAIL:
+            cut = len(text) - PROMPT_TURN_HEAD - PROMPT_TURN_TAIL
+            text = f"{text[:PROMPT_TURN_HEAD]} … [{cut} characters not shown] … {text[-PROMPT_TURN_TAIL:]}"
         lines.append(f"[{t.index}] {who}: {text}")
     return "\n".join(lines)
 

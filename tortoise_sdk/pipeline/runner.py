@@ -78,9 +78,70 @@ async def aextract_session(store: Store, namespace: str, session_id: str, *, llm
                            fence: Fence | None = None) -> ExtractionReport:
     """Extract one stored session into the graph; the report is also stored (run row and receipt).
 
+    A session longer than one window (``window.WINDOW_CHARS``) is extracted window after window while each one
+    moves the watermark: at once here, or, for a job (``fence``), by a job queued for the next window.
+
     Raises:
         LeaseLost: only with ``fence``, when another worker took the job; nothing was written.
     """
+    reports: list[ExtractionReport] = []
+    while True:
+        report = await _extract_window(store, namespace, session_id, llm_config=llm_config, options=options,
+                                       receipt=receipt, fence=fence)
+        reports.append(report)
+        if report.status not in ("ok", "partial") or report.waiting is not None or report.window is None:
+            break
+        state = store.extraction_state(namespace, session_id)
+        if state is None or state.watermark < report.window[1] \
+                or not store.turns(namespace, session_id, start=state.watermark + 1, stop=state.watermark + 2):
+            break  # the window was not written whole (another run's), or nothing follows it
+        if fence is not None:  # the job is settled: the next window is a job of its own
+            store.enqueue_job(namespace, session_id, receipt.receipt_id if receipt else None)
+            break
+        options = replace(options, full=False)
+    if len(reports) == 1:
+        return report
+    combined = _combined(reports)
+    _save_receipt(store, namespace, receipt, combined)
+    return combined
+
+
+def _combined(reports: list[ExtractionReport]) -> ExtractionReport:
+    """The report of a session extracted in several windows: what each wrote, summed, and the last one's state."""
+    last = reports[-1]
+    counts: Counter[str] = Counter()
+    outcomes: Counter[str] = Counter()
+    stages: dict[str, StageStats] = {}
+    for r in reports:
+        counts.update(r.counts)
+        outcomes.update(r.outcomes)
+        for name, st in r.stages.items():
+            stages[name] = st if name not in stages else _added(stages[name], st)
+    status = "ok" if all(r.status == "ok" for r in reports) else "partial"
+    reason = f"extracted in {len(reports)} windows of turns" + (f"; the last: {last.reason}" if last.reason else "")
+    first_window = next((r.window for r in reports if r.window), None)
+    return last.model_copy(update={
+        "status": status, "reason": reason, "counts": dict(counts), "outcomes": dict(outcomes), "stages": stages,
+        "errors": [d for r in reports for d in r.errors], "warnings": [d for r in reports for d in r.warnings],
+        "window": (first_window[0], last.window[1]) if first_window and last.window else last.window})
+
+
+def _added(a: StageStats, b: StageStats) -> StageStats:
+    """Two runs' figures of one stage together (a figure neither reported stays None)."""
+    def plus(x: float | None, y: float | None) -> Any:
+        return None if x is None and y is None else (x or 0) + (y or 0)
+
+    return StageStats(calls=a.calls + b.calls, retries=a.retries + b.retries,
+                      prompt_tokens=plus(a.prompt_tokens, b.prompt_tokens),
+                      completion_tokens=plus(a.completion_tokens, b.completion_tokens),
+                      cost_usd=plus(a.cost_usd, b.cost_usd), wall_ms=a.wall_ms + b.wall_ms,
+                      errors=dict(Counter(a.errors) + Counter(b.errors)), prompt_hash=b.prompt_hash)
+
+
+async def _extract_window(store: Store, namespace: str, session_id: str, *, llm_config: object,
+                          options: PipelineOptions, receipt: CaptureReceipt | None,
+                          fence: Fence | None) -> ExtractionReport:
+    """Extract the session's next window (``window.read_window``): the turns after its watermark, up to a bound."""
     from ..llm import LLMClient
 
     started = time.perf_counter()

@@ -2,7 +2,9 @@
 read-only context, and what the session already remembers.
 
 An extraction covers the turns after the watermark (the last turn a committed
-extraction covered). The last ``CONTEXT_TURNS`` evidence turns of the previous
+extraction covered), up to ``WINDOW_CHARS`` characters as the prompts show them (a
+longer session is read window after window; a turn longer than a prompt shows is
+shown by its head and tail). The last ``CONTEXT_TURNS`` evidence turns of the previous
 window come along as context: S1, S2 and S4 see them marked read-only, so a
 reference to them can be understood, but grounding rejects an item whose quote is
 only in a context turn. Each turn is so read as new once and as context at most
@@ -21,6 +23,7 @@ from dataclasses import dataclass, field
 from ..models import MemoryRecord, SearchHit
 from ..store.base import Store
 from ..store.plan import Window
+from .common import PROMPT_TURN_HEAD, PROMPT_TURN_TAIL
 from .grounding import evidence_turns
 from .prompts import Prompt
 
@@ -45,10 +48,27 @@ class Reading:
     known: list[MemoryRecord] = field(default_factory=list)
     #: The last turn an earlier run extracted under these prompts (-1: none); a ``full`` re-read does not undo it.
     extracted: int = -1
+    #: Turns after the window wait for the next one (the window stopped at ``WINDOW_CHARS``).
+    more: bool = False
 
     @property
     def session_date(self) -> str | None:
         return self.turns[0].session_date if self.turns else None
+
+
+#: A window holds the turns after the watermark up to about this many characters as the prompts show them (at least
+#: one turn): a long session (a 3,000-turn transcript) is read in windows, not as one prompt past the model's context.
+WINDOW_CHARS = 80_000
+
+
+def _bounded(turns: list[SearchHit]) -> tuple[list[SearchHit], bool]:
+    """The first of ``turns`` that fit ``WINDOW_CHARS`` as the prompts show them, and whether any were left out."""
+    size = 0
+    for n, t in enumerate(turns):
+        size += min(len(t.content), PROMPT_TURN_HEAD + PROMPT_TURN_TAIL) + 16  # its line's index and speaker
+        if size > WINDOW_CHARS and n > 0:
+            return turns[:n], True
+    return turns, False
 
 
 def prompts_sha(prompts: Mapping[str, Prompt]) -> str:
@@ -72,6 +92,7 @@ def read_window(store: Store, namespace: str, session_id: str, prompts: Mapping[
     reading.turns = store.turns(namespace, session_id, start=base + 1)
     if not reading.turns:
         return reading
+    reading.turns, reading.more = _bounded(reading.turns)
     reading.window = Window(start=reading.turns[0].index, end=reading.turns[-1].index, base=base, prompts_sha=sha,
                             full=full)
     if state is not None and base >= 0:
