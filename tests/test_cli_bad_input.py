@@ -357,3 +357,25 @@ def test_a_session_id_with_a_tab_or_a_newline_keeps_its_row(capsys, tmp_path, fi
     # The capture's own lines too (reviewer: "extraction line1" and "line2: skipped ..." on two lines).
     code, out, _ = run(capsys, "--db", db, "capture", str(files["ok.jsonl"]), "--session", "new\nline")
     assert code == 0 and "extraction new\\u000aline: skipped" in out
+
+
+#: Reviewer: each printed a psycopg traceback (ProgrammingError), or exit 1 "check that the server is running".
+MALFORMED_URLS = [
+    ("--db 'postgres://bad url' sessions", 'unexpected spaces found in "bad url"'),
+    ("--db 'postgresql://postgres@127.0.0.1/x?foo=bar' sessions", 'invalid URI query parameter: "foo"'),
+    ("migrate-store {db} 'postgresql://a b'", 'unexpected spaces found in "a b"'),
+    ("--db 'postgresql://u:pass word@127.0.0.1/x' capture {f:ok.jsonl} --session s", 'spaces found in "***"'),
+    ("--db 'postgresql://u:hunter2@127.0.0.1:abc/x' sessions", 'invalid integer value "abc" for connection option'),
+    ("--db 'postgresql://127.0.0.1/x?sslmode=bogus&password=hunter2' sessions", 'invalid sslmode value: "bogus"'),
+]
+
+
+@pytest.mark.parametrize(("command", "reason"), MALFORMED_URLS, ids=[row[0] for row in MALFORMED_URLS])
+def test_a_malformed_postgresql_url_is_one_line_and_exit_2(capsys, tmp_path, files, db, command, reason) -> None:
+    pytest.importorskip("psycopg")
+    got, out, err = run(capsys, *argv(command.replace("{db}", db), files, tmp_path, None))
+    line = one_line(err)
+    assert (got, out) == (2, ""), err
+    assert line.startswith("tortoise: not a valid PostgreSQL URL (") and reason in line
+    assert "percent-encoded (a space is %20)" in line
+    assert "hunter2" not in line and "pass word" not in line

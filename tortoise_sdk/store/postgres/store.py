@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import re
 import threading
 import uuid
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
@@ -107,7 +108,8 @@ class PostgresStore(PostgresExtractionMixin, PostgresSubagentMixin, PostgresForg
 
     Args:
         url: a ``postgresql://`` URL (libpq syntax; ``?options=-csearch_path=tortoise``
-            puts the tables in another schema).
+            puts the tables in another schema); a malformed one (a space, an unknown parameter, port
+            ``abc``) raises ``ConfigError`` with libpq's reason, its password hidden, and no server is asked.
         min_size: connections the pool keeps open.
         max_size: the most connections this process opens.
         connect_timeout: seconds to wait for the server to accept a connection (libpq's, at least 2).
@@ -135,7 +137,10 @@ class PostgresStore(PostgresExtractionMixin, PostgresSubagentMixin, PostgresForg
         self._reflex_warm = False  # prepare_reflex has warmed the connections a block reads on
         self._warm_lock = threading.Lock()
         self._pgvector: PgVector | None = None  # pgvector's search, probed on first use
-        given = conninfo_to_dict(url) if url else {}
+        try:
+            given = conninfo_to_dict(url) if url else {}
+        except psycopg.ProgrammingError as exc:  # a space, an unknown ?parameter: was a traceback at the CLI
+            raise _bad_url(url, exc) from None
         options: dict[str, Any] = {k: v for k, v in _KEEPALIVES.items() if k not in given}
         options["connect_timeout"] = max(int(connect_timeout), 2)
         try:
@@ -146,6 +151,8 @@ class PostgresStore(PostgresExtractionMixin, PostgresSubagentMixin, PostgresForg
                 # A standby, or default_transaction_read_only: reads are served, writes raise ReadOnlyStore.
                 self.read_only = conn.execute("SHOW transaction_read_only").fetchone()[0] == "on"
         except psycopg.OperationalError as exc:
+            if _BAD_VALUE.search(str(exc)):  # port=abc, sslmode=bogus: the URL's fault, no server was asked
+                raise _bad_url(url, exc) from None
             raise StoreError(f"cannot connect to PostgreSQL at {self.url}: {str(exc).strip()}; {_connect_advice(exc, url)}"
                              ) from exc
         logging.getLogger("psycopg.pool").addFilter(POOL_NOISE)
@@ -707,6 +714,24 @@ def _connect_advice(exc: psycopg.OperationalError, url: str) -> str:
 #: Connection parameters that hold a secret, in a URL's query string (libpq's names).
 _SECRET_PARAMS = frozenset({"password", "sslpassword"})
 
+#: libpq's refusal of a connection parameter's value, before any server is contacted.
+_BAD_VALUE = re.compile(r"connection is bad: invalid (?:integer value|port number|\w+ value)")
+
+
+def _bad_url(url: str, exc: Exception) -> ConfigError:
+    """A malformed PostgreSQL URL, in one line: libpq's reason (its secrets hidden) and the URL's shape."""
+    reason = " ".join(str(exc).split()).removeprefix("connection is bad: ")
+    try:
+        parts = urlsplit(url)
+        secrets = [parts.password, *(v for k, v in parse_qsl(parts.query) if k.lower() in _SECRET_PARAMS)]
+    except ValueError:
+        secrets = []
+    for secret in filter(None, secrets):
+        reason = reason.replace(secret, "***")
+    return ConfigError(f"not a valid PostgreSQL URL ({redact_url(url)}): {reason}; write "
+                       "postgresql://user:password@host:port/dbname, special characters percent-encoded (a space "
+                       "is %20), and only libpq's parameters after '?' (e.g. ?sslmode=require)", field="db")
+
 
 def redact_url(url: str) -> str:
     """The URL with its password (``user:pw@`` or ``?password=``) replaced by ``***`` (for reprs and messages)."""
@@ -715,11 +740,8 @@ def redact_url(url: str) -> str:
         query = parse_qsl(parts.query, keep_blank_values=True)
     except ValueError:
         return "postgresql://***"
-    if parts.password is not None:
-        host = parts.hostname or ""
-        if parts.port is not None:
-            host = f"{host}:{parts.port}"
-        parts = parts._replace(netloc=f"{parts.username or ''}:***@{host}")
+    if parts.password is not None:  # the host and port as written: a port such as "abc" raised ValueError here
+        parts = parts._replace(netloc=f"{parts.username or ''}:***@{parts.netloc.rpartition('@')[2]}")
     if any(k.lower() in _SECRET_PARAMS for k, _ in query):
         parts = parts._replace(query="&".join(f"{k}=***" if k.lower() in _SECRET_PARAMS else urlencode({k: v})
                                               for k, v in query))
