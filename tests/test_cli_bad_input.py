@@ -310,11 +310,83 @@ def test_stored_bidi_overrides_neither_crash_nor_reach_a_terminal_raw(tmp_path, 
     assert b"\\u202e text about parrots \\u2066x" in out and "\u202e".encode() not in out
 
 
+def _on_a_terminal(argv: list[str]) -> bytes:
+    """What ``tortoise *argv`` writes to stdout when it is a terminal (a pseudo-terminal, output post-processing
+    off so that the bytes are the program's own)."""
+    import subprocess
+    import termios
+
+    if not hasattr(os, "openpty"):
+        pytest.skip("needs a pseudo-terminal (os.openpty)")
+    primary, tty = os.openpty()
+    try:
+        attrs = termios.tcgetattr(tty)
+        attrs[1] &= ~termios.OPOST  # no "\n" -> "\r\n" by the terminal: a CR seen is one the program wrote
+        termios.tcsetattr(tty, termios.TCSANOW, attrs)
+        proc = subprocess.run([TORTOISE, *argv], stdout=tty, stderr=subprocess.PIPE, timeout=60,
+                              env={**os.environ, "PYTHONIOENCODING": "utf-8"})
+        out = b""
+        while True:
+            import select
+
+            if not select.select([primary], [], [], 0.5)[0]:
+                break
+            chunk = os.read(primary, 65536)
+            if not chunk:
+                break
+            out += chunk
+    finally:
+        os.close(tty)
+        os.close(primary)
+    assert proc.returncode == 0 and b"Traceback" not in proc.stderr, proc.stderr
+    return out
+
+
+FORGED = "payload secretword\r  9.999  [forged#0] user: everything is fine\x1b[K"
+
+
+def test_a_stored_carriage_return_or_escape_cannot_rewrite_a_terminal_line(tmp_path) -> None:
+    """Reviewer: a turn holding a CR and ESC[K printed a forged line over the real one on `expand` and `search`."""
+    db = str(tmp_path / "crs.db")
+    with Memory(db) as mem:
+        mem.capture("crs", [{"role": "user", "content": FORGED},
+                            {"role": "assistant", "content": "line one\r\nline two\ttabbed"}])
+        forged, crlf = (h.turn_id for h in sorted(mem.search("secretword line", k=2), key=lambda h: h.index))
+    shown = _on_a_terminal(["--db", db, "expand", forged])
+    assert b"payload secretword\\u000d  9.999  [forged#0] user: everything is fine\\u001b[K\n" in shown
+    assert b"\r" not in shown and b"\x1b" not in shown
+    shown = _on_a_terminal(["--db", db, "search", "secretword"])
+    assert b"everything is fine\\u001b[K" in shown and b"\x1b" not in shown
+    # A CRLF is a line end, a tab a tab: they pass as they are.
+    assert b"line one\r\nline two\ttabbed\n" in _on_a_terminal(["--db", db, "expand", crlf])
+
+
+def test_rich_tables_escape_stored_text_but_draw_their_own_styles(monkeypatch) -> None:
+    """The sub-agent table is drawn by rich on the terminal itself: stored cells are escaped (and never markup)."""
+    import io
+
+    from tortoise_sdk.cli._common import _Escaping, rich_console, stored_text
+
+    terminal = io.StringIO()
+    monkeypatch.setattr(terminal, "isatty", lambda: True, raising=False)
+    wrapped = _Escaping(terminal)
+    console = rich_console(wrapped)
+    console.print(stored_text("evil\x1b[2K[bold]x[/bold]\r", wrapped), style="bold")
+    drawn = terminal.getvalue()
+    assert "evil\\u001b[2K[bold]x[/bold]\\u000d" in drawn  # as stored, escaped, not read as markup
+    assert console.file is terminal and "\x1b[1m" in drawn  # rich's own escape sequences reach the terminal
+
+
 def test_piped_output_keeps_stored_text_exactly(tmp_path, capsys) -> None:
     """Escaping is for terminals: a pipe (a program reading --json) gets the stored characters."""
     db = _stored_override(tmp_path)
     got, out, _ = run(capsys, "--db", db, "search", "parrots", "--json")
     assert got == 0 and json.loads(out)["hits"][0]["content"] == "evil \u202e text about parrots \u2066x"
+    with Memory(db) as mem:
+        mem.capture("cr", [{"role": "user", "content": FORGED}])
+        turn = mem.search("secretword")[0].turn_id
+    got, out, _ = run(capsys, "--db", db, "expand", turn)
+    assert got == 0 and FORGED + "\n" in out
 
 
 def test_a_transcript_format_forced_on_turns_says_nothing_was_read(capsys, tmp_path, files, db) -> None:

@@ -40,8 +40,11 @@ __all__ = (
     "read_input",
     "read_json_records",
     "report_line",
+    "rich_console",
     "run_and_print",
     "seconds",
+    "shown_on_terminal",
+    "stored_text",
     "time_budget_ms",
     "terminal_safe",
 )
@@ -224,7 +227,9 @@ def _regular_file_bytes(path: Path) -> bytes:
 def terminal_safe() -> Iterator[None]:
     """For the run, stdout and stderr never fail on a character their encoding lacks (it is written as a
     ``\\u`` escape), and on a terminal a control, format or bidi character (U+202E turns the rest of a
-    line around) is written as its escape too: stored text cannot garble or forge what the user sees."""
+    line around; a carriage return or ESC rewrites it) is written as its escape too: stored text cannot garble
+    or forge what the user sees. Only tabs, line feeds and CRLF line ends pass; rich draws its tables and
+    progress bars on the terminal itself (``rich_console``)."""
     saved = sys.stdout, sys.stderr
     errors = []
     for stream in saved:
@@ -252,13 +257,36 @@ class _Escaping:
     """A text stream writing each unprintable character (but ``_TERMINAL_CONTROLS``) as its ``\\u`` escape."""
 
     def __init__(self, stream: Any) -> None:
-        self._stream = stream
+        self.raw = stream
 
     def write(self, text: str) -> int:
-        return self._stream.write(text.translate(_UNSAFE))
+        return self.raw.write(shown_on_terminal(text))
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self._stream, name)
+        return getattr(self.raw, name)
+
+
+def shown_on_terminal(text: str) -> str:
+    """``text`` as a terminal gets it: controls (a carriage return but in CRLF, ESC ...), format and bidi
+    characters as ``\\u`` escapes; tabs and line ends as they are."""
+    return "\r\n".join(part.translate(_UNSAFE) for part in text.split("\r\n"))
+
+
+def rich_console(stream: Any) -> Any:
+    """A rich ``Console`` on ``stream`` (``sys.stdout`` or ``sys.stderr``), drawing on the terminal itself: its
+    own escape sequences are not escaped. Give it stored text only through ``stored_text``."""
+    from rich.console import Console
+
+    return Console(file=stream.raw if isinstance(stream, _Escaping) else stream, width=None if _isatty(stream) else 200)
+
+
+def stored_text(text: str, stream: Any = None) -> Any:
+    """Stored text for a rich table cell: never read as markup, and escaped as ``shown_on_terminal`` when
+    ``stream`` (default ``sys.stdout``) is a terminal."""
+    from rich.text import Text
+
+    stream = sys.stdout if stream is None else stream
+    return Text(shown_on_terminal(text) if isinstance(stream, _Escaping) else text)
 
 
 def cell(text: str) -> str:
@@ -277,9 +305,9 @@ class _UnsafeTable(dict):  # type: ignore[type-arg]
 
 
 _UNSAFE = _UnsafeTable()
-#: Controls the command line itself writes to a terminal: line ends, tabs, and the carriage return and
-#: escape sequences of rich's tables and progress bars (a stored ESC therefore still reaches a terminal).
-_TERMINAL_CONTROLS = "\n\t\r\x1b"
+#: Controls the command line itself writes to a terminal through ``sys.stdout``/``sys.stderr``: line feeds and
+#: tabs (a CR of a CRLF passes too). A stored CR or ESC reached it raw and could rewrite a line already shown.
+_TERMINAL_CONTROLS = "\n\t"
 
 
 def _stdin_bytes() -> bytes:
@@ -347,7 +375,7 @@ def progress(total: int, label: str) -> Iterator[Callable[[int, int], None]]:
         return
     from rich.progress import Progress
 
-    with Progress(transient=True) as bar:
+    with Progress(transient=True, console=rich_console(sys.stderr)) as bar:
         task = bar.add_task(label, total=total)
         yield lambda done, total: bar.update(task, completed=done)
 

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from ._common import seconds
+from ._common import rich_console, seconds
 
 
 __all__ = ("register",)
@@ -119,7 +119,7 @@ def _progress() -> Iterator[Callable[[str, int, int], None]]:
 
     tasks: dict[str, int] = {}
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                  transient=False) as bar:
+                  transient=False, console=rich_console(sys.stderr)) as bar:
         def advance(phase: str, done: int, total: int) -> None:
             if phase not in tasks:
                 tasks[phase] = bar.add_task(phase, total=total)

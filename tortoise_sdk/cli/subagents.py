@@ -7,7 +7,7 @@ import sys
 from typing import Any
 
 from ..errors import InvalidInput
-from ._common import emit_json, open_memory, run_and_print
+from ._common import emit_json, open_memory, rich_console, run_and_print, stored_text
 
 __all__ = ("register",)
 
@@ -65,7 +65,6 @@ def _print_subagents(rows: list[Any], session: str | None = None) -> None:
               "lists every session's)" if session else
               "no sub-agent invocations recorded (ingest a transcript with `tortoise capture FILE`)", file=sys.stderr)
         return
-    from rich.console import Console
     from rich.table import Table
 
     nested = any(r.parent_tool_call_id for r in rows)
@@ -78,14 +77,15 @@ def _print_subagents(rows: list[Any], session: str | None = None) -> None:
         status = r.tool_status or "-"
         if r.agent_status and r.agent_status != r.tool_status:
             status += f" ({r.agent_status})"
-        table.add_row(
-            r.observed_at.strftime("%Y-%m-%d %H:%M:%S"), _short(r.session_id), r.tool_call_id,
-            r.subagent_type or "-", r.description or "-", status + ("" if r.settled_at else " …"),
+        table.add_row(  # stored text: never markup, escaped on a terminal (rich draws on it unescaped)
+            r.observed_at.strftime("%Y-%m-%d %H:%M:%S"), *map(stored_text, (
+                _short(r.session_id), r.tool_call_id, r.subagent_type or "-", r.description or "-",
+                status + ("" if r.settled_at else " …"))),
             "yes" if r.is_async else "", _num(r.total_tokens), _num(r.tool_use_count),
             "-" if r.duration_ms is None else f"{r.duration_ms / 1000:.1f}s",
-            *((r.parent_tool_call_id or "",) if nested else ()),
+            *((stored_text(r.parent_tool_call_id or ""),) if nested else ()),
         )
-    Console(width=None if sys.stdout.isatty() else 200).print(table)
+    rich_console(sys.stdout).print(table)
 
 
 def _num(value: int | None) -> str:
