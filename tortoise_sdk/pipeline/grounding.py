@@ -20,6 +20,14 @@ The matching rule (:func:`quote_matches`):
   (single short words cannot be stitched into a sentence the turn never said).
 - A quote must hold at least ``MIN_QUOTE_WORDS`` words or ``MIN_QUOTE_CHARS``
   characters ("I" or "he" ground nothing).
+- Scripts written without spaces between words (Han, Hiragana, Katakana) are
+  measured by characters: each is a word of its own, and ``MIN_QUOTE_UNSPACED``
+  of them weigh ``MIN_QUOTE_WORDS`` words ("它叫小白" grounds, "一只猫" does not).
+  Such a quote starts and ends on word boundaries, so of the cut guards below only
+  the number's applies ("我有2" of "我有20只猫" is refused): "私は猫を飼ってい" of
+  "…飼っていません" is verbatim text and is accepted, as an English quote that
+  stops before a separate "not" is. Thai,
+  also unspaced, is not measured so (its combining marks already split it into words).
 - Its outer ends may fall inside a word of the turn (models cut quotes like
   ``"...a family road trip yest"``) when its complete words alone meet that
   floor; a shorter quote must start and end on word boundaries. A cut never
@@ -55,11 +63,20 @@ __all__ = ("Grounded", "evidence_turns", "ground", "is_evidence", "match_key", "
 _SUBAGENT_FLAGS = ("subagent", "is_subagent", "isSidechain", "is_sidechain", "sidechain")
 MIN_QUOTE_WORDS = 3
 MIN_QUOTE_CHARS = 12
+#: ... or this many characters of a script written without spaces (Chinese, Japanese): they weigh
+#: ``MIN_QUOTE_WORDS`` words ("它叫小白", "its name is Xiaobai"; "一只猫", "a cat", is under it).
+MIN_QUOTE_UNSPACED = 4
 MIN_PART_WORDS = 2
 MIN_PART_CHARS = 6
 MAX_ELLIPSIS_GAP = 200
-# A word: letters, digits, underscore, and apostrophes between them ("can't", "Maya's").
-_WORDS = re.compile(r"\w+(?:'\w+)*")
+#: Han (CJK ideographs, their extensions and compatibility forms, 々〆〇), Hiragana and Katakana (their letters and
+#: the length mark, not the middle dot): written without spaces between words, so each character is a word of its own.
+_UNSPACED = ("\u3005-\u3007\u3041-\u3096\u309d-\u309f\u30a1-\u30fa\u30fc-\u30ff\u31f0-\u31ff\u3400-\u4dbf"
+             "\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0003134f")
+_IS_UNSPACED = re.compile(f"[{_UNSPACED}]")
+# A word: letters, digits, underscore, and apostrophes between them ("can't", "Maya's"); or one character of a
+# script written without spaces ("东京" is two words).
+_WORDS = re.compile(f"[{_UNSPACED}]|[^\\W{_UNSPACED}]+(?:'[^\\W{_UNSPACED}]+)*")
 _ELISION = re.compile(r"\.{3,}")
 #: A character with the combining marks that follow it (NFKC composes them: "e" + U+0301 is "é").
 _CLUSTER = re.compile(r".[\u0300-\u036f\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f]*", re.S)
@@ -290,10 +307,16 @@ def _traced(text: str) -> tuple[list[tuple[int, int]], list[re.Match[str]], list
 
 
 def _meets_floor(parts: Sequence[str], start_cut: bool, end_cut: bool) -> bool:
-    """The quote's complete words (a fragment at a cut end not counted) hold enough words or characters."""
+    """The quote's complete words (a fragment at a cut end not counted) hold enough words or characters.
+
+    ``MIN_QUOTE_UNSPACED`` characters of an unspaced script weigh ``MIN_QUOTE_WORDS`` words; other words count
+    whole, and only they count towards ``MIN_QUOTE_CHARS``.
+    """
     words = " ".join(parts).split()
     words = words[1 if start_cut else 0: len(words) - (1 if end_cut else 0)]
-    return len(words) >= MIN_QUOTE_WORDS or len(" ".join(words)) >= MIN_QUOTE_CHARS
+    spaced = [w for w in words if not _IS_UNSPACED.fullmatch(w)]
+    weight = len(spaced) * MIN_QUOTE_UNSPACED + (len(words) - len(spaced)) * MIN_QUOTE_WORDS
+    return weight >= MIN_QUOTE_WORDS * MIN_QUOTE_UNSPACED or len(" ".join(spaced)) >= MIN_QUOTE_CHARS
 
 
 def _is_word(char: str) -> bool:
