@@ -272,3 +272,53 @@ def test_an_extraction_that_left_every_turn_waiting_exits_3_as_flush_does():
     assert not extraction_failed(ExtractionReport(status="partial", window=(4, 9)))
     assert not extraction_failed(ExtractionReport(status="ok", window=(4, 9)))
     assert extraction_failed(ExtractionReport(status="failed", window=(4, 9), waiting=(4, 9)))
+
+
+def _serve_once(monkeypatch, capsys, *argv):
+    """``tortoise *argv`` (a ``serve``) with uvicorn replaced by one start-up and shutdown of the app."""
+    import asyncio
+
+    uvicorn = pytest.importorskip("uvicorn")
+    pytest.importorskip("fastapi")
+    ran = []
+
+    def run_app(app, **kw):
+        ran.append(kw)
+        steps = [{"type": "lifespan.startup"}, {"type": "lifespan.shutdown"}]
+
+        async def receive():
+            return steps.pop(0)
+
+        async def send(message):
+            pass
+
+        asyncio.run(app({"type": "lifespan", "asgi": {"version": "3.0"}, "state": {}}, receive, send))
+
+    monkeypatch.setattr(uvicorn, "run", run_app)
+    code, out, err = run(capsys, *argv)
+    return code, out, err, ran
+
+
+def test_serve_says_where_it_listens_and_that_a_db_file_is_new(monkeypatch, capsys, tmp_path):
+    """Reviewer: `tortoise serve` printed nothing at start-up, and a mistyped --db went unseen."""
+    new = tmp_path / "typo.db"
+    code, out, err, ran = _serve_once(monkeypatch, capsys, "--db", str(new), "serve", "--port", "9124")
+    assert (code, out) == (0, "")
+    assert err.splitlines() == [
+        f"tortoise: serving http://127.0.0.1:9124 (the inspector at /, the API at /docs) from {new}, namespace "
+        "default; Ctrl-C stops it",
+        f"tortoise: no database at {new} yet; created an empty one, which this server fills as clients capture: if "
+        "your application's memory is in another database, stop the server and pass that one's path with --db (or "
+        "TORTOISE_DB)"]
+    # uvicorn's coloured log lines would reach a terminal as \u001b escapes
+    assert ran == [{"host": "127.0.0.1", "port": 9124, "log_level": "warning", "use_colors": False}]
+    code, _, err, ran = _serve_once(monkeypatch, capsys, "--db", str(new), "serve", "--port", "0")
+    assert code == 0 and ran[0]["port"] > 0 and err == (
+        f"tortoise: serving http://127.0.0.1:{ran[0]['port']} (the inspector at /, the API at /docs) from {new}, "
+        "namespace default; Ctrl-C stops it\n")
+
+
+def test_serve_refuses_a_db_that_is_no_database_before_it_starts(monkeypatch, capsys, tmp_path):
+    (tmp_path / "notes.txt").write_text("not a database\n" * 20)
+    code, out, err, ran = _serve_once(monkeypatch, capsys, "--db", str(tmp_path / "notes.txt"), "serve")
+    assert (code, out, ran) == (2, "", []) and "is not a SQLite database" in err and err.count("\n") == 1

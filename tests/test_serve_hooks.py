@@ -251,7 +251,7 @@ def test_serve_says_where_the_hooks_are_and_how_to_install_them(tmp_path, monkey
     monkeypatch.setattr(uvicorn, "run", lambda app, **kw: ran.append(kw))
     assert main(["--db", str(tmp_path / "m.db"), "serve", "--port", "9123", "--claude-code-hooks",
                  "--transcripts", str(tmp_path)]) == 0
-    assert ran == [{"host": "127.0.0.1", "port": 9123, "log_level": "warning"}]
+    assert ran == [{"host": "127.0.0.1", "port": 9123, "log_level": "warning", "use_colors": False}]
     assert capsys.readouterr().err == (
         f"tortoise: Claude Code hooks at http://127.0.0.1:9123/v1/ns/NAMESPACE/hooks/claude-code, transcripts from "
         f"{tmp_path}; `tortoise hooks install --url http://127.0.0.1:9123` writes them\n")

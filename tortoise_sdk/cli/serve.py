@@ -6,9 +6,11 @@ import argparse
 import os
 import socket
 import sys
+from pathlib import Path
+from typing import Any
 
 from ..errors import ConfigError, InvalidInput, install_hint
-from ._common import add_model_options, bounded_int, model_options
+from ._common import add_model_options, bounded_int, model_options, open_memory
 
 __all__ = ("register",)
 
@@ -63,9 +65,11 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         print(f"tortoise: Claude Code hooks at {server}/v1/ns/NAMESPACE/hooks/claude-code, transcripts from {folder}"
               + ("" if folder.is_dir() else " (not there yet)")
               + f"; `tortoise hooks install --url {server}` writes them", file=sys.stderr)
-    _check_port_free(args.host, args.port)
+    port = _check_port_free(args.host, args.port)
+    app = _announced(build_app(settings), _start_lines(args, port))
     try:
-        uvicorn.run(build_app(settings), host=args.host, port=args.port, log_level="warning")
+        # No colours: on a terminal the CLI writes every ESC it is given as \u001b (stored text may hold one).
+        uvicorn.run(app, host=args.host, port=port, log_level="warning", use_colors=False)
     except SystemExit as exc:  # uvicorn's start-up failure (3), which the CLI's codes give another meaning
         if exc.code in (None, 0):
             return 0
@@ -74,8 +78,11 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _check_port_free(host: str, port: int) -> None:
-    """Refuse a port another program listens on, naming the option, before the server starts (uvicorn exits 3)."""
+def _check_port_free(host: str, port: int) -> int:
+    """Refuse a port another program listens on, naming the option, before the server starts (uvicorn exits 3).
+
+    Returns the port to listen on: ``port``, or for 0 a free one (so that the start-up line can name it).
+    """
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds: a TIME_WAIT port is free
@@ -84,3 +91,42 @@ def _check_port_free(host: str, port: int) -> None:
         except OSError as exc:
             raise InvalidInput(f"cannot listen on {host}:{port}: {exc.strerror or exc}; pick another port with "
                                "--port (or stop the program using it)") from None
+        return int(probe.getsockname()[1])
+
+
+def _start_lines(args: argparse.Namespace, port: int) -> list[str]:
+    """What the server says on stderr once it listens: where, which store; and that a --db file is new.
+
+    The store is opened here, before the server starts: a --db that is no database is refused in one line.
+    """
+    from ..memory import default_db_path
+
+    path = args.db or default_db_path()
+    new = "://" not in path and path != ":memory:" and not Path(path).expanduser().exists()
+    with open_memory(args) as mem:
+        store = mem.store.url
+    server = f"http://{f'[{args.host}]' if ':' in args.host else args.host}:{port}"
+    lines = [f"tortoise: serving {server} (the inspector at /, the API at /docs) from {store}, namespace "
+             f"{args.namespace}; Ctrl-C stops it"]
+    if new:  # as `tortoise worker` says it: a mistyped --db shows here
+        lines.append(f"tortoise: no database at {path} yet; created an empty one, which this server fills as "
+                     "clients capture: if your application's memory is in another database, stop the server and "
+                     "pass that one's path with --db (or TORTOISE_DB)")
+    return lines
+
+
+def _announced(app: Any, lines: list[str]) -> Any:
+    """``app``, saying ``lines`` on stderr once uvicorn has started it (its own start-up log is not shown)."""
+
+    async def announced(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "lifespan":
+            return await app(scope, receive, send)
+
+        async def said(message: dict[str, Any]) -> None:
+            if message["type"] == "lifespan.startup.complete":
+                print("\n".join(lines), file=sys.stderr, flush=True)
+            await send(message)
+
+        return await app(scope, receive, said)
+
+    return announced
