@@ -208,13 +208,37 @@ def test_turns_past_a_cut_reply_wait_for_a_run_of_their_own(store: Store, monkey
     store.capture(ns, prepare_capture("s", [{"role": "user", "content": turn_text(i)} for i in range(TURNS)],
                                          max_turns=TURNS))
     report = extract_session(store, ns, "s", llm_config=config, options=PipelineOptions(chunk_turns=CHUNK))
-    assert report.status == "partial" and report.waiting == (kept, TURNS - 1)
-    assert "reply was cut by the output cap" in report.reason
-    mark = store.extraction_state(ns, "s")
-    assert (-1 if mark is None else mark.watermark) == kept - 1
-    again = extract_session(store, ns, "s", llm_config=config, options=PipelineOptions(chunk_turns=CHUNK))
-    assert again.status == "ok" and again.window == (kept, TURNS - 1)
+    # The reply was cut in its points, so its retractions were never reached, for any turn: the window waits whole
+    # (a reviewer's: "I am no longer vegan" was lost when the turns it cited up to were passed), and is read again
+    # at once in windows half as large, until each reply fits.
+    assert report.status == "partial" and report.waiting is None and report.window == (0, TURNS - 1)
+    assert [w.code for w in report.warnings if w.stage == "s2"] == ["truncation"]
+    assert "windows" in report.reason
+    assert store.extraction_state(ns, "s").watermark == TURNS - 1
     assert sorted(m.content for m in store.memories(ns)) == sorted(fact(i) for i in range(TURNS))
+
+
+@pytest.mark.parametrize(("lists", "kept", "start", "why"), [
+    (("entities", "events", "points", "retractions"), {"retractions": [2], "points": [5]}, 3, "after turn 2"),
+    (("entities", "events", "points"), {"points": [5]}, 0, "before its retractions"),
+    (("points", "retractions"), {"retractions": [4]}, 5, "after turn 4"),  # events left out by the model
+    ((), {}, 0, "before any item"),
+])
+def test_a_cut_reply_is_known_up_to_the_last_turn_its_last_list_cites(lists: tuple[str, ...],
+                                                                     kept: dict[str, list[int]], start: int,
+                                                                     why: str) -> None:
+    from types import SimpleNamespace
+
+    from tortoise_sdk.pipeline.merge import Retraction
+    from tortoise_sdk.store.plan import Window
+
+    items = {k: [(Point if k == "points" else Retraction)(content=f"{k} {t}", quote="q", turn=t) for t in turns]
+             for k, turns in kept.items()}
+    outcome = StageOutcome(Proposal(**{k: tuple(v) for k, v in items.items()}), partial=True, lists=lists)
+    grounded = SimpleNamespace(**{k: [SimpleNamespace(item=i, turn_index=i.turn) for i in items.get(k, [])]
+                                  for k in ("events", "points", "retractions")})
+    frontier, said = runner._cut_frontier(outcome, grounded, Window(start=0, end=9, base=-1))
+    assert (frontier, why in said) == (start, True)
 
 
 def test_a_later_turn_s4_cites_does_not_pass_the_turns_a_cut_s2_reply_lost(store: Store,
@@ -245,10 +269,8 @@ def test_a_later_turn_s4_cites_does_not_pass_the_turns_a_cut_s2_reply_lost(store
     store.capture("cut-s4", prepare_capture("s", [{"role": "user", "content": turn_text(i)} for i in range(TURNS)],
                                             max_turns=TURNS))
     report = extract_session(store, "cut-s4", "s", llm_config=config, options=PipelineOptions(chunk_turns=CHUNK))
-    assert report.status == "partial" and report.waiting == (3, last)
-    assert "the S2 reply was cut by the output cap after turn 2" in report.reason
-    again = extract_session(store, "cut-s4", "s", llm_config=config, options=PipelineOptions(chunk_turns=CHUNK))
-    assert again.window == (3, last)
+    assert report.status == "partial" and report.waiting is None  # the window waited whole and was read again
+    assert store.extraction_state("cut-s4", "s").watermark == last
     assert sorted(m.content for m in store.memories("cut-s4")) == sorted(fact(i) for i in range(TURNS))
 
 

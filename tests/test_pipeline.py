@@ -111,15 +111,18 @@ def test_s2_truncated_twice_keeps_complete_items(tmp_path: Any, model_endpoint: 
         assert report.status == "partial"
         assert codes(report.warnings) == [("s2", "truncation")]
         assert report.stages["s2"].errors == {"truncation": 2}
-        # The union: S2's complete items kept, and S4 recovered the point the cut lost, cited to turn 4.
-        assert report.outcomes == {"ADD": 5}
+        # The union: S2's complete items kept, and S4 recovered the point the cut lost, cited to turn 4. The cut fell
+        # in the points, so no turn's retractions were read: the window waited whole and was read again in halves,
+        # whose replies fit and restate the same facts.
+        assert report.outcomes == {"ADD": 5, "NOOP": 5} and report.waiting is None
+        assert mem.store.extraction_state(mem.namespace, "demo-2").watermark == 4
         assert "Maya's commute is a 15-minute walk." in contents(mem)
         rust = next(m for m in mem.memories() if "Rust" in m.content)
         assert rust.content == "Maya wants to learn Rust this summer to contribute to Helix Health's ingestion service."
         assert [(s.external_id, s.quote) for s in rust.sources] == [("d2-5", "I want to learn Rust this summer")]
     if model_endpoint.stub is not None:
         caps = [r.body["max_tokens"] for r in model_endpoint.stub.requests if r.stage == "s2"]
-        assert caps == [150, 300]
+        assert caps == [150, 300, 150, 150, 150]
 
 
 def test_s4_server_errors_keep_s2(tmp_path: Any, model_endpoint: ModelEndpoint) -> None:

@@ -85,10 +85,14 @@ async def aextract_session(store: Store, namespace: str, session_id: str, *, llm
         LeaseLost: only with ``fence``, when another worker took the job; nothing was written.
     """
     reports: list[ExtractionReport] = []
+    max_turns: int | None = None
     while True:
         report = await _extract_window(store, namespace, session_id, llm_config=llm_config, options=options,
-                                       receipt=receipt, fence=fence)
+                                       receipt=receipt, fence=fence, max_turns=max_turns)
         reports.append(report)
+        if _cut_whole(report):  # the reply did not fit the output cap: the same turns in windows half as large
+            max_turns = (report.window[1] - report.window[0] + 1) // 2  # type: ignore[index]
+            continue
         if report.status not in ("ok", "partial") or report.waiting is not None or report.window is None:
             break
         state = store.extraction_state(namespace, session_id)
@@ -106,6 +110,33 @@ async def aextract_session(store: Store, namespace: str, session_id: str, *, llm
     return combined
 
 
+#: The lists of a proposal that cite turns, in the order the prompts ask for them.
+_CITING = ("events", "points", "retractions")
+
+
+def _cut_frontier(outcome: StageOutcome, grounded: Any, window: Window) -> tuple[int, str]:
+    """The first turn a cut reply may have left unsaid, and why: the turns from it on wait for another run.
+
+    A reply is written list after list, so the cut fell in the last list it holds: the lists before it are whole,
+    that one is known up to the last turn its own kept items cite, and a list it never reached (``retractions``
+    after a cut in ``points``) says nothing of any turn. The other stage's items do not count: S4 citing a later
+    turn says nothing of what S2 lost.
+    """
+    proposal = outcome.proposal or Proposal()
+    present = [k for k in outcome.lists or [k for k in _CITING if getattr(proposal, k)] if k in _CITING]
+    if not present:
+        return window.start, "before any item"
+    # a list before the last one held that is absent was left out by the model; one after it was never reached
+    lost = [k for k in _CITING[_CITING.index(present[-1]) + 1:] if k not in present]
+    if lost:
+        return window.start, f"before its {', '.join(lost)}"
+    own = {identity(i) for i in getattr(proposal, present[-1])}
+    cited = [g.turn_index for g in getattr(grounded, present[-1]) if identity(g.item) in own]
+    if not cited:
+        return window.start, f"before any of its {present[-1]}"
+    return max(cited) + 1, f"after turn {max(cited)} in its {present[-1]}"
+
+
 def _combined(reports: list[ExtractionReport]) -> ExtractionReport:
     """The report of a session extracted in several windows: what each wrote, summed, and the last one's state."""
     last = reports[-1]
@@ -119,11 +150,14 @@ def _combined(reports: list[ExtractionReport]) -> ExtractionReport:
             stages[name] = st if name not in stages else _added(stages[name], st)
     status = "ok" if all(r.status == "ok" for r in reports) else "partial"
     reason = f"extracted in {len(reports)} windows of turns" + (f"; the last: {last.reason}" if last.reason else "")
-    first_window = next((r.window for r in reports if r.window), None)
+    read = [r.window for r in reports if r.window]
+    window = (min(w[0] for w in read), max(w[1] for w in read)) if read else None
+    # what the last window left waiting, and every turn read after it (a halved window reads fewer than before)
+    waiting = (last.waiting[0], max(last.waiting[1], window[1])) if last.waiting and window else last.waiting
     return last.model_copy(update={
         "status": status, "reason": reason, "counts": dict(counts), "outcomes": dict(outcomes), "stages": stages,
         "errors": [d for r in reports for d in r.errors], "warnings": [d for r in reports for d in r.warnings],
-        "window": (first_window[0], last.window[1]) if first_window and last.window else last.window})
+        "window": window, "waiting": waiting})
 
 
 def _added(a: StageStats, b: StageStats) -> StageStats:
@@ -138,9 +172,16 @@ def _added(a: StageStats, b: StageStats) -> StageStats:
                       errors=dict(Counter(a.errors) + Counter(b.errors)), prompt_hash=b.prompt_hash)
 
 
+def _cut_whole(report: ExtractionReport) -> bool:
+    """Whether a reply cut by the output cap held a window of several turns whole (and nothing else failed)."""
+    return (report.window is not None and report.waiting is not None and report.waiting[0] == report.window[0]
+            and report.window[1] > report.window[0] and not report.errors
+            and any(w.code == "truncation" for w in report.warnings))
+
+
 async def _extract_window(store: Store, namespace: str, session_id: str, *, llm_config: object,
                           options: PipelineOptions, receipt: CaptureReceipt | None,
-                          fence: Fence | None) -> ExtractionReport:
+                          fence: Fence | None, max_turns: int | None) -> ExtractionReport:
     """Extract the session's next window (``window.read_window``): the turns after its watermark, up to a bound."""
     from ..llm import LLMClient
 
@@ -164,10 +205,10 @@ async def _extract_window(store: Store, namespace: str, session_id: str, *, llm_
     # What each stage said of an item (by identity), for its agreement level (tortoise_sdk.confidence).
     from_s2: set[tuple[str, ...]] = set()
     from_s4: set[tuple[str, ...]] = set()
-    cut: list[tuple[str, Proposal]] = []  # the stages whose reply the output cap cut, with the items they kept
+    cut: list[tuple[str, StageOutcome]] = []  # the stages whose reply the output cap cut, with what they kept
     vetted = reviewed = False
 
-    reading = read_window(store, namespace, session_id, prompts, full=options.full)
+    reading = read_window(store, namespace, session_id, prompts, full=options.full, max_turns=max_turns)
     window, evidence, context = reading.window, reading.evidence, reading.context
     if not reading.turns:
         return _nothing_new(store, namespace, window, receipt, fence)
@@ -198,7 +239,7 @@ async def _extract_window(store: Store, namespace: str, session_id: str, *, llm_
             errors += s2.errors
             warnings += s2.warnings
             partial |= s2.partial
-            cut += [("S2", s2.proposal or Proposal())] if s2.partial else []
+            cut += [("S2", s2)] if s2.partial else []
         if s2.proposal is None:
             held = window.start
             held_why.insert(0, "S2 failed" if "s2" in elapsed else "S2 was not called")
@@ -227,7 +268,7 @@ async def _extract_window(store: Store, namespace: str, session_id: str, *, llm_
             elapsed["s4"] = (time.perf_counter() - t) * 1000
             warnings += s4.warnings
             partial |= s4.partial
-            cut += [("S4", s4.proposal or Proposal())] if s4.partial else []
+            cut += [("S4", s4)] if s4.partial else []
             if s4.proposal is None:
                 errors += [d.model_copy(update={"message": d.message + "; kept the S2 list as it was"})
                            for d in s4.errors]
@@ -309,18 +350,11 @@ async def _extract_window(store: Store, namespace: str, session_id: str, *, llm_
                                      valid_at=_as_utc(session_date), receipt=receipt, window=window,
                                      vocabulary=options.vocabulary, agreement_of=agreed)
     warnings += plan_warnings
-    for stage, proposal in cut:
-        # What a cut reply would have said of the turns after the last one *its own* kept items cite is lost:
-        # those turns wait for a run of their own (a shorter window, whose reply fits the cap) instead of being
-        # passed. The other stage's items do not count: S4 citing a later turn says nothing of what S2 lost.
-        own = {identity(i) for i in (*proposal.events, *proposal.points, *proposal.retractions)}
-        cited = [g.turn_index for g in (*grounded.events, *grounded.points, *grounded.retractions)
-                 if identity(g.item) in own]
-        start = max(cited) + 1 if cited else window.start
+    for stage, outcome in cut:
+        start, why = _cut_frontier(outcome, grounded, window)
         if start <= window.end:
             held = start if held is None else min(held, start)
-            held_why.append(f"the {stage} reply was cut by the output cap after turn {start - 1}"
-                            if cited else f"the {stage} reply was cut by the output cap before any item")
+            held_why.append(f"the {stage} reply was cut by the output cap {why}")
     status = "partial" if (errors or partial or priors.degraded or held is not None) else "ok"
     if held is not None:
         window = replace(window, held_from=held)

@@ -23,6 +23,8 @@ class StageOutcome:
     errors: list[Diagnostic] = field(default_factory=list)
     warnings: list[Diagnostic] = field(default_factory=list)
     partial: bool = False
+    #: The lists the reply held, in its order (of a cut reply: the last is where the cut fell, those absent are lost).
+    lists: tuple[str, ...] = ()
 
 
 async def ask_for_proposal(client: Any, stage: str, text: str) -> StageOutcome:
@@ -48,6 +50,8 @@ async def ask_for_proposal(client: Any, stage: str, text: str) -> StageOutcome:
             stage=stage, code="truncation_recovered",
             message=f"{stage} reply was cut by the output cap; the retry with a larger cap completed it",
         ))
+    if isinstance(parsed.value, dict):
+        outcome.lists = tuple(k for k in parsed.value if k in ("entities", "events", "points", "retractions"))
     try:
         outcome.proposal, item_warnings = coerce_proposal(parsed.value, stage=stage)
     except ValueError as exc:

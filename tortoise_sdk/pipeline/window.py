@@ -48,8 +48,6 @@ class Reading:
     known: list[MemoryRecord] = field(default_factory=list)
     #: The last turn an earlier run extracted under these prompts (-1: none); a ``full`` re-read does not undo it.
     extracted: int = -1
-    #: Turns after the window wait for the next one (the window stopped at ``WINDOW_CHARS``).
-    more: bool = False
 
     @property
     def session_date(self) -> str | None:
@@ -61,14 +59,14 @@ class Reading:
 WINDOW_CHARS = 80_000
 
 
-def _bounded(turns: list[SearchHit]) -> tuple[list[SearchHit], bool]:
-    """The first of ``turns`` that fit ``WINDOW_CHARS`` as the prompts show them, and whether any were left out."""
+def _bounded(turns: list[SearchHit]) -> list[SearchHit]:
+    """The first of ``turns`` that fit ``WINDOW_CHARS`` as the prompts show them (at least one)."""
     size = 0
     for n, t in enumerate(turns):
         size += min(len(t.content), PROMPT_TURN_HEAD + PROMPT_TURN_TAIL) + 16  # its line's index and speaker
         if size > WINDOW_CHARS and n > 0:
-            return turns[:n], True
-    return turns, False
+            return turns[:n]
+    return turns
 
 
 def prompts_sha(prompts: Mapping[str, Prompt]) -> str:
@@ -80,8 +78,9 @@ def prompts_sha(prompts: Mapping[str, Prompt]) -> str:
 
 
 def read_window(store: Store, namespace: str, session_id: str, prompts: Mapping[str, Prompt], *,
-                full: bool) -> Reading:
-    """Read what the next extraction of the session covers; ``turns`` is empty when nothing is new."""
+                full: bool, max_turns: int | None = None) -> Reading:
+    """Read what the next extraction of the session covers, up to ``WINDOW_CHARS`` (and ``max_turns`` turns, at
+    least one); ``turns`` is empty when nothing is new."""
     sha = prompts_sha(prompts)
     state = store.extraction_state(namespace, session_id)
     stale = state is not None and state.prompts_sha is not None and state.prompts_sha != sha
@@ -92,7 +91,7 @@ def read_window(store: Store, namespace: str, session_id: str, prompts: Mapping[
     reading.turns = store.turns(namespace, session_id, start=base + 1)
     if not reading.turns:
         return reading
-    reading.turns, reading.more = _bounded(reading.turns)
+    reading.turns = _bounded(reading.turns)[:max(1, max_turns or len(reading.turns))]
     reading.window = Window(start=reading.turns[0].index, end=reading.turns[-1].index, base=base, prompts_sha=sha,
                             full=full)
     if state is not None and base >= 0:
