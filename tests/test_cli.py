@@ -322,3 +322,43 @@ def test_serve_refuses_a_db_that_is_no_database_before_it_starts(monkeypatch, ca
     (tmp_path / "notes.txt").write_text("not a database\n" * 20)
     code, out, err, ran = _serve_once(monkeypatch, capsys, "--db", str(tmp_path / "notes.txt"), "serve")
     assert (code, out, ran) == (2, "", []) and "is not a SQLite database" in err and err.count("\n") == 1
+
+
+@pytest.mark.block_network(allowed_hosts=["127.0.0.1"])
+def test_a_flush_while_model_calls_are_paused_spends_no_attempt(capsys, tmp_path):
+    """Reviewer: three `tortoise flush` within 10 s against an unreachable provider spent the job's three attempts
+    (failed for good) while each said "calls resume after ... (in 60 s)": each process had a new circuit breaker."""
+    import socket
+
+    from tortoise_sdk import Memory
+
+    db = str(tmp_path / "m.db")
+    f = write_jsonl(tmp_path / "t.jsonl", [{"role": "user", "content": "I started at Helix Health as a nurse"},
+                                            {"role": "assistant", "content": "Congratulations!"}])
+    with socket.socket() as never_listens:
+        never_listens.bind(("127.0.0.1", 0))
+        base = f"http://127.0.0.1:{never_listens.getsockname()[1]}/v1"
+        model = ["--model", "openai/stub-model", "--api-base", base, "--api-key", "k"]
+        assert run(capsys, "--db", db, "capture", f, "--session", "s1", "--extract", "background", *model)[0] == 0
+        code, out, err = run(capsys, "--db", db, "flush", *model)
+        assert code == 3 and "pending (attempt 1)" in out and "calls resume after" in err
+        for _ in range(2):
+            code, out, err = run(capsys, "--db", db, "flush", *model)
+            assert (code, out) == (3, "")
+            assert err.startswith("tortoise: 1 pending job(s) not run: model calls are paused until ")
+            assert "s1: unreachable: " in err and "the pending jobs keep their attempts" in err
+        code, out, err = run(capsys, "--db", db, "worker", "--once", *model)
+        assert (code, out) == (3, "") and "not run: model calls are paused" in err
+        code, out, _ = run(capsys, "--db", db, "flush", "--json", *model)
+        assert (code, json.loads(out)) == (3, [])
+        with Memory(db) as mem:
+            assert [(j.status, j.attempts) for j in mem.jobs()] == [("pending", 1)]
+        # Another key is another configuration: it is called at once, as the breaker of one process does.
+        code, out, _ = run(capsys, "--db", db, "flush", *model[:-1], "k2")
+        assert code == 3 and "pending (attempt 2)" in out
+        # Once the pause is over, the job runs again.
+        with Memory(db) as mem:
+            kept = mem.cursor("tortoise-cli:model-pause")
+            mem.save_cursor(kept.name, {**kept.value, "until": "2000-01-01T00:00:00+00:00"}, revision=kept.revision)
+        code, out, _ = run(capsys, "--db", db, "flush", *model[:-1], "k2")
+        assert code == 3 and "failed (attempt 3)" in out

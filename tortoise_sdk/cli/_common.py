@@ -69,6 +69,9 @@ _IN_CLI_TERMS = (
     ("mem.memories() or `tortoise memories`", "`tortoise memories`"),
     ("run by `tortoise worker` or mem.process_pending(), now by mem.flush() or `tortoise flush`",
      "run by `tortoise worker`, now by `tortoise flush`"),
+    ("extract them later with mem.extract(session_id) or `tortoise extract SESSION`",
+     "extract them later with `tortoise extract SESSION`"),
+    ("at once when the model, api_base or key changes", "at once when --model, --api-base or --api-key changes"),
     ("take one from MemoryBlock.pointers, search() or memories()",
      "take one from the refs `tortoise context` prints, `tortoise search` or `tortoise memories`"),
 )
