@@ -362,3 +362,30 @@ def test_a_flush_while_model_calls_are_paused_spends_no_attempt(capsys, tmp_path
             mem.save_cursor(kept.name, {**kept.value, "until": "2000-01-01T00:00:00+00:00"}, revision=kept.revision)
         code, out, _ = run(capsys, "--db", db, "flush", *model[:-1], "k2")
         assert code == 3 and "failed (attempt 3)" in out
+
+
+@pytest.mark.block_network(allowed_hosts=["127.0.0.1"])
+def test_flush_retry_failed_queues_again_without_a_model(capsys, tmp_path, monkeypatch):
+    """Reviewer: `flush --retry-failed` asked for --model, though queueing again calls none (POST /jobs/retry-failed
+    takes none)."""
+    import socket
+
+    from tortoise_sdk import Memory
+
+    monkeypatch.delenv("TORTOISE_MODEL", raising=False)
+    db = str(tmp_path / "m.db")
+    with socket.socket() as never_listens:
+        never_listens.bind(("127.0.0.1", 0))
+        base = f"http://127.0.0.1:{never_listens.getsockname()[1]}/v1"
+        with Memory(db, model="openai/stub-model", api_base=base, api_key="k", breaker_s=0) as mem:
+            mem.capture("s1", [{"role": "user", "content": "I started at Helix Health"}], extract="background")
+            for _ in range(3):
+                mem.flush()
+            assert [j.status for j in mem.jobs()] == ["failed"]
+    code, out, err = run(capsys, "--db", db, "flush", "--retry-failed")
+    assert code == 0 and "s1: pending (attempt 0)" in out, err
+    assert "queued 1 job(s) that had failed for good again; no model is configured, so none ran" in out
+    with Memory(db) as mem:
+        assert [(j.status, j.attempts) for j in mem.jobs()] == [("pending", 0)]
+    code, out, _ = run(capsys, "--db", db, "flush", "--retry-failed")
+    assert code == 0 and "no job had failed for good" in out

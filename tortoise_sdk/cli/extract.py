@@ -179,6 +179,8 @@ def _paused_pending(mem: Any, args: argparse.Namespace) -> tuple[str, list[JobIn
 def _cmd_flush(args: argparse.Namespace) -> int:
     # Nothing can be pending in a database that does not exist: a mistyped --db is refused, not created empty.
     with open_memory(args, create=False, **model_options(args)) as mem:
+        if args.retry_failed and not mem.model:  # re-queueing calls no model (POST /jobs/retry-failed takes none)
+            return _requeue_only(mem, args)
         if args.retry_failed and _held_pause(mem, args):
             mem.retry_failed_jobs(args.session)  # queued again now, run once the pause ends
         if paused := _paused_pending(mem, args):
@@ -204,13 +206,32 @@ def _cmd_flush(args: argparse.Namespace) -> int:
         return _jobs_exit(mem, jobs)
 
 
+def _requeue_only(mem: Any, args: argparse.Namespace) -> int:
+    """``flush --retry-failed`` without a model: queue the jobs failed for good again, run none; exit 0."""
+    failed = mem.jobs(status="failed", session_id=args.session)
+    queued = mem.retry_failed_jobs(args.session)
+    if args.json:
+        emit_json(queued)
+        return 0
+    for job in queued:
+        _print_job(job)
+    if failed:
+        print(f"queued {len(failed)} job(s) that had failed for good again; no model is configured, so none ran: "
+              "`tortoise worker --model M` or `tortoise flush --model M` runs them")
+    else:
+        print("no job had failed for good" + (f" in session {args.session}" if args.session else ""))
+        name_other_namespaces(mem)
+    return 0
+
+
 def _register_flush(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("flush", help="extract now what background captures left pending",
                        description="Runs the queued extractions (of one session, or all) without waiting for their "
                                    "batch to fill. Example: tortoise flush --session chat-42")
     p.add_argument("--session", help="only this session")
     p.add_argument("--retry-failed", action="store_true",
-                   help="first queue the jobs that failed for good again (their attempts start over)")
+                   help="first queue the jobs that failed for good again (their attempts start over); without a "
+                        "model (--model or TORTOISE_MODEL) only that, no job runs")
     p.add_argument("--json", action="store_true", help="print the jobs as JSON")
     add_model_options(p)
     add_embedder_options(p)
