@@ -52,7 +52,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         "tortoise_sdk.adapters.langchain needs LangChain v1: " + install_hint("langchain")
     ) from exc
 
-from ..models import MEMORY_BLOCK_MARKER, MemoryBlock, without_memory_blocks
+from ..models import MemoryBlock, starts_with_memory_block, without_memory_blocks
 from ._common import DEFAULT_SHOWN_TURNS, MemoryAdapter, before_model_extract, check_memory, tool_use_text
 
 if TYPE_CHECKING:
@@ -353,7 +353,7 @@ def _turn(m: BaseMessage | None) -> dict[str, Any] | None:
     attached = " ".join(f"[{part['type'].removesuffix('_url')}]" for part in (m.content if isinstance(m.content, list) else ())
                         if isinstance(part, dict) and part.get("type") not in _NOT_ATTACHED)
     said = m.text.strip()
-    if said.startswith(MEMORY_BLOCK_MARKER):  # an injected block: what was typed after it, if anything
+    if starts_with_memory_block(said):  # an injected block: what was typed after it, if anything
         said = without_memory_blocks(said)
     text = "\n".join(p for p in (said, attached, *(tool_use_text(c.get("name"), c.get("args")) for c in calls)) if p)
     if role is None or not text:

@@ -22,7 +22,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..models import MEMORY_BLOCK_MARKER, CaptureReceipt, SubagentContext, tool_call, without_memory_blocks
+from ..models import CaptureReceipt, SubagentContext, starts_with_memory_block, tool_call, without_memory_blocks
 from ._common import DEFAULT_SHOWN_TURNS, MemoryAdapter, check_session_id, tool_use_text
 
 if TYPE_CHECKING:
@@ -229,7 +229,7 @@ def _turn(msg: str | Message, role: str) -> dict[str, Any] | None:
     if isinstance(content, list):
         content = " ".join(t for p in content if isinstance(p, Mapping) and isinstance(t := p.get("text"), str) and t)
     content = content if isinstance(content, str) else ""
-    if content.startswith(MEMORY_BLOCK_MARKER):  # an injected block: what was typed after it, if anything
+    if starts_with_memory_block(content):  # an injected block: what was typed after it, if anything
         content = without_memory_blocks(content)
     calls = [tool_call(c) for c in msg.get("tool_calls") or () if isinstance(c, Mapping)]
     text = "\n".join(p for p in (content.strip(), *(tool_use_text(c["name"], c["input"]) for c in calls)) if p)

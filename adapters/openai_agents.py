@@ -54,7 +54,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     ) from exc
 
 from ..errors import AdapterError
-from ..models import MEMORY_BLOCK_MARKER, MemoryBlock, utc_now
+from ..models import MemoryBlock, starts_with_memory_block, utc_now
 from ._common import MemoryAdapter, check_session_id
 
 if TYPE_CHECKING:
@@ -406,7 +406,7 @@ def _turn(item: dict[str, Any]) -> dict[str, Any] | None:
         if role not in ("user", "assistant", "system"):
             role = "user"
         content = _text(item.get("content"))
-        if content.startswith(MEMORY_BLOCK_MARKER):
+        if starts_with_memory_block(content):
             metadata["tortoise"] = "memory_block"  # an echo of memory, never evidence
         turn_id = f"m-{uuid.uuid4().hex}"
     elif kind == "function_call":

@@ -326,6 +326,18 @@ def test_a_model_s_reasoning_is_not_kept_as_an_attachment_and_a_pasted_block_lea
                           "what breed is my dog?")
     assert _turn(pasted)["content"] == "what breed is my dog?"
     assert _turn(HumanMessage(f"{MEMORY_BLOCK_MARKER} only a block [/tortoise memory]")) is None
+    # a host that upper-cases (or indents) what it forwards still pastes a block (a reviewer's)
+    shouted = HumanMessage("  [TORTOISE MEMORY] 1. (memory) \"x\"\n[/TORTOISE MEMORY]\n\nWHAT BREED IS MY DOG?")
+    assert _turn(shouted)["content"] == "WHAT BREED IS MY DOG?"
+
+
+def test_a_loop_s_pasted_block_in_any_case_is_not_captured_nor_asked():
+    from tortoise_sdk.adapters.loop import _turn as loop_turn
+    from tortoise_sdk.reflex.query import window_messages
+
+    pasted = "[Tortoise Memory] 1. (memory) \"Biscuit\"\n[/Tortoise Memory]\n\nwhat breed is my dog?"
+    assert loop_turn({"role": "user", "content": pasted}, "user")["content"] == "what breed is my dog?"
+    assert window_messages([{"role": "system", "content": "[TORTOISE MEMORY] 1. (memory) x"}]) == []
 
 
 def test_callback_handler_keeps_the_user_message_of_a_call_that_raises(mem):

@@ -72,6 +72,17 @@ def test_a_pasted_log_is_shown_to_the_model_by_its_head_and_tail() -> None:
     assert "characters not shown" in first and second == "[1] user: my dog is Biscuit"
 
 
+def test_a_memory_block_pasted_into_a_turn_is_not_shown_to_the_model() -> None:
+    """Grounding refuses a quote from a pasted block; the model was still shown the block's words as the conversation
+    (a reviewer's: "allergic to peanuts", only in the block, reached the S2 prompt)."""
+    from tortoise_sdk.pipeline.common import format_transcript
+
+    turn = SearchHit(turn_id="t0", external_id=None, session_id="s", session_date=None, index=0, role="user",
+                     name=None, score=0.0, content="[TORTOISE MEMORY] 1. (memory) allergic to peanuts\n"
+                                                   "[/tortoise memory]\n\nBig news: I got engaged to Sam!")
+    assert format_transcript([turn]) == "[0] user: [memory block not shown] Big news: I got engaged to Sam!"
+
+
 def test_vet_keeps_drops_and_merges() -> None:
     client = FakeClient({"decisions": [
         {"id": "c3", "action": "drop", "reason": "small talk"},

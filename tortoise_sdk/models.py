@@ -73,6 +73,13 @@ def without_memory_blocks(text: str) -> str:
     """``text`` with every memory block in it taken out: what a person typed after a block a host pasted
     into their message ("[tortoise memory] ... [/tortoise memory]\n\nwhat breed is my dog?")."""
     return MEMORY_BLOCK.sub(" ", text).strip()
+
+
+def starts_with_memory_block(text: str) -> bool:
+    """Whether ``text`` opens with a memory block (its marker in any case, after any blank space)."""
+    return MEMORY_BLOCK.match(text.lstrip()) is not None
+
+
 ROLES: tuple[str, ...] = ("user", "assistant", "system", "tool")
 
 

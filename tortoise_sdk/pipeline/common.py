@@ -8,7 +8,7 @@ from collections.abc import Coroutine, Sequence
 from typing import Any, TypeVar
 
 from ..errors import ModelError
-from ..models import Diagnostic, MemoryRecord, SearchHit
+from ..models import MEMORY_BLOCK, Diagnostic, MemoryRecord, SearchHit
 
 __all__ = ("diagnostic", "format_context", "format_known", "format_transcript", "run_sync")
 
@@ -30,7 +30,8 @@ def format_transcript(turns: Sequence[SearchHit]) -> str:
     lines = []
     for t in turns:
         who = t.name or t.role
-        text = " ".join(t.content.split())
+        # a memory block pasted into a turn is an echo of memory: the model never reads it as the conversation's
+        text = " ".join(MEMORY_BLOCK.sub(" [memory block not shown] ", t.content).split())
         if len(text) > PROMPT_TURN_HEAD + PROMPT_TURN_TAIL:
             cut = len(text) - PROMPT_TURN_HEAD - PROMPT_TURN_TAIL
             text = f"{text[:PROMPT_TURN_HEAD]} … [{cut} characters not shown] … {text[-PROMPT_TURN_TAIL:]}"

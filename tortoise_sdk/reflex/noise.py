@@ -73,7 +73,7 @@ _HOST_TEXT = re.compile(
     r"<system-reminder>.*?(?:</system-reminder>|\Z)"
     # The memory read back: a block the agent printed, a call of this package's CLI, and what ``expand`` or
     # ``search`` printed for it (a turn or memory id then its status; a score then a session#index).
-    r"|\[tortoise memory\].*?(?:\[/tortoise memory\]|\Z)"
+    r"|(?i:\[tortoise memory\].*?(?:\[/tortoise memory\]|\Z))"
     r"|\[tool_use \w+ command=(?:\S*/)?(?:tortoise|python3? -m tortoise_sdk\.cli)\b[^\]]*\]?"
     r"|\A\[tool_result [^\]]*\] (?:(?:turn|memory) [tm]_[0-9a-f]+ \[\w+\]|\s*-?\d+\.\d{3}\s+\[[^\]]*#\d+).*"
     r"|<(command-name|command-message|command-args|local-command-stdout|local-command-stderr|"

@@ -9,7 +9,7 @@ from datetime import date, timedelta
 from typing import Any
 
 from ..errors import InvalidType
-from ..models import MEMORY_BLOCK_MARKER
+from ..models import starts_with_memory_block
 from ..search import STOP_WORDS, query_terms
 from . import tuning
 from .shapes import Message, Reading, Term
@@ -145,7 +145,7 @@ def message(x: Any) -> Message | None:
         content, ident = getattr(x, "content", ""), getattr(x, "id", None)
         meta = getattr(x, "metadata", None) or getattr(x, "additional_kwargs", None)
     text = text_of(content)
-    if text.startswith(MEMORY_BLOCK_MARKER) or (isinstance(meta, Mapping) and meta.get("tortoise") == "memory_block"):
+    if starts_with_memory_block(text) or (isinstance(meta, Mapping) and meta.get("tortoise") == "memory_block"):
         return None
     return Message(str(role), text, str(ident) if ident is not None else None)
 
