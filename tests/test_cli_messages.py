@@ -23,6 +23,11 @@ ROWS = [
      {"err": ["tortoise search: unknown option --nmespace; did you mean --namespace?", "usage: tortoise search"]}),
     ("--nmespace demo sessions", True, 2,
      {"err": ["tortoise: unknown option --nmespace; did you mean --namespace?", "usage: tortoise "]}),
+    # Reviewer: before the command, the option's value was read as the command ("unknown command 'x'").
+    ("--nmespace x sessions", True, 2,
+     {"err": ["tortoise: unknown option --nmespace; did you mean --namespace?", "usage: tortoise "],
+      "not_err": ["unknown command"]}),
+    ("--db-path x sessions", True, 2, {"err": ["tortoise: unknown option --db-path"], "not_err": ["unknown command"]}),
     ("sessions --jsn", True, 2, {"err": ["did you mean --json?", "usage: tortoise sessions"]}),
     ("memories --namespace=demo --sesion s1", True, 2, {"err": ["did you mean --session?"]}),
     # an unknown command names the near one, as an unknown option does
@@ -46,6 +51,16 @@ ROWS = [
     ("search Biscuit --namespace demo", True, 0, {"out": "Biscuit", "not_err": ["is empty"]}),
     # in a store of two turns every word is in half of them: the 0.000 scores say why
     ("search Biscuit --namespace demo", True, 0, {"err": ["scores are near 0: every word searched is in half"]}),
+    # Reviewer: "every word searched is in half the turns" when one of them is in no turn.
+    ("search 'Biscuit zebra' --namespace demo", True, 0,
+     {"err": ["scores are near 0: biscuit is in half the turns or more, too common for BM25 to tell turns apart "
+              "(usual in a store of a few turns), and zebra in none"], "not_err": ["every word"]}),
+    # Reviewer: a session that is not stored was answered "capture with a model configured".
+    ("memories --namespace demo --session nosuch", True, 0,
+     {"err": ["no memories: no session 'nosuch' is stored in namespace 'demo' (`tortoise sessions` lists them)"],
+      "not_err": ["capture with a model"]}),
+    ("memories --namespace demo --session s1", True, 0,
+     {"err": ["no memories (capture with a model configured"], "not_err": ["no session"]}),
     ("sessions", False, 0, {"err": ["namespace 'default' is empty, and so is this database", "tortoise demo"]}),
     # tortoise namespaces
     ("namespaces", True, 0, {"out": "demo\t1 sessions\t2 turns\t1 memories"}),
@@ -254,3 +269,20 @@ def test_job_commands_on_an_empty_namespace_name_where_the_data_is(capsys, db, t
         code, out, err = run(capsys, "--db", db, "--namespace", "mya", *args)
         assert (code, out.strip()) == (0, said), args
         assert "namespace 'mya' is empty; data is in: maya" in err, args
+
+
+@pytest.mark.parametrize(("answer", "code", "said"), [("n\n", 0, "not confirmed; nothing was forgotten"),
+                                                      ("y\n", 0, "forgot session s1")])
+def test_forget_answered_no_forgets_nothing_and_exits_0(capsys, db, monkeypatch, answer, code, said):
+    """Reviewer: answering n exited 1, the code of a store that cannot be reached."""
+    import io
+
+    with Memory(db) as mem:
+        mem.append("s1", [{"role": "user", "content": "My dog Biscuit is a beagle"}])
+    stdin = io.StringIO(answer)
+    stdin.isatty = lambda: True  # type: ignore[method-assign]
+    monkeypatch.setattr("sys.stdin", stdin)
+    got, out, err = run(capsys, "--db", db, "forget", "--session", "s1")
+    assert got == code and said in out + err and "Traceback" not in err
+    with Memory(db) as mem:
+        assert [s.session_id for s in mem.sessions()] == ([] if answer.startswith("y") else ["s1"])

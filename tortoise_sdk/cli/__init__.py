@@ -126,6 +126,9 @@ def _in_cli_terms(exc: TortoiseError) -> str:
 
 def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[int, argparse.Namespace | None]:
     """The parsed arguments (exit code 0), or None and the exit code of ``--help`` or of a usage error (said)."""
+    before = _unknown_before_command(parser, argv)
+    if before is not None:
+        return _unknown_arguments(parser, argv, [before]), None
     try:
         args, unknown = parser.parse_known_args(argv)
     except SystemExit as exc:  # --help, or a usage error already printed on one line
@@ -133,6 +136,26 @@ def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[int, argpa
     if unknown:
         return _unknown_arguments(parser, argv, unknown), None
     return 0, args
+
+
+def _unknown_before_command(parser: argparse.ArgumentParser, argv: list[str]) -> str | None:
+    """An unknown option before the command (``--nmespace x sessions``), else None.
+
+    argparse skips it and reads its value as the command: "unknown command 'x'" hid the typo.
+    """
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    words = iter(argv)
+    for word in words:
+        if word in commands or word == "--" or not word.startswith("-") or word == "-":
+            return None
+        name = word.split("=", 1)[0]
+        known = [o for o in parser._option_string_actions if o == name] or \
+            [o for o in parser._option_string_actions if o.startswith(name) and name.startswith("--")]
+        if not known:
+            return word
+        if len(known) == 1 and parser._option_string_actions[known[0]].nargs != 0 and "=" not in word:
+            next(words, None)  # the option's value
+    return None
 
 
 def _unknown_arguments(parser: argparse.ArgumentParser, argv: list[str], unknown: list[str]) -> int:

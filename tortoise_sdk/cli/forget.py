@@ -42,7 +42,7 @@ def _cmd_forget(args: argparse.Namespace) -> int:
         if not args.yes and not _confirmed(f"Forget {subject} {target!r} in namespace {mem.namespace!r}"
                                            + (" and its derived sessions" if subject == "session" else "")):
             print("tortoise: not confirmed; nothing was forgotten", file=sys.stderr)
-            return 1
+            return 0  # the user's answer, not a failure (1 is a store that cannot be reached)
         report = mem.forget_session(target) if subject == "session" else mem.forget_memory(target)
     if args.json:
         emit_json(report)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from typing import Any
 
@@ -50,8 +51,15 @@ def _print_hits(result: Any) -> None:
     if not result.hits:
         print(f"no matches: {result.reason}" if result.reason else "no matches", file=sys.stderr)
     elif result.hits[0].score <= ZERO_SCORE:
-        print("scores are near 0: every word searched is in half the turns or more, too common for BM25 to tell "
-              "turns apart (usual in a store of a few turns); the hits are listed as stored", file=sys.stderr)
+        # A word in no turn scores nothing either: "every word searched is in half the turns" was wrong for it.
+        shown = set().union(*(re.findall(r"\w+", f"{h.name or ''} {h.content}".casefold()) for h in result.hits))
+        absent = [t for t in result.terms if t not in shown]
+        found = [t for t in result.terms if t in shown]
+        common = (f"{', '.join(found)} {'is' if len(found) == 1 else 'are each'}" if absent and found
+                  else "every word searched is")
+        print(f"scores are near 0: {common} in half the turns or more, too common for BM25 to tell turns apart "
+              "(usual in a store of a few turns)" + (f", and {', '.join(absent)} in none" if absent and found else "")
+              + "; the hits are listed as stored", file=sys.stderr)
 
 
 def _one_line(text: str, width: int = 160) -> str:
@@ -113,6 +121,11 @@ def _register_namespaces(sub: argparse._SubParsersAction) -> None:
 def _cmd_memories(args: argparse.Namespace) -> int:
     def read(mem: Any) -> list[Any]:
         records = mem.memories(args.session, include_superseded=args.all)
+        if not records and args.session is not None and all(s.session_id != args.session for s in mem.sessions()):
+            # Not "capture with a model configured": there is no such session to extract from.
+            print(f"no memories: no session '{cell(args.session)}' is stored in namespace {mem.namespace!r} "
+                  "(`tortoise sessions` lists them)", file=sys.stderr)
+            said.append(True)
         if not args.category:
             return records
         wanted = args.category.casefold()
