@@ -558,3 +558,14 @@ def test_other_sessions_cursors_and_reports_lose_the_forgotten_memory_s_id(store
     with store.read() as c:
         assert not any(gm in str(row) for t in ("extractions", "receipts", "cursors")
                        for row in c.execute(f"SELECT * FROM {t}").fetchall())
+
+
+def test_a_report_lists_the_same_tables_whether_or_not_anything_was_removed(store: Store, ns):
+    """A reviewer's: `forget --json` of a real forget listed entity_aliases, extraction_state and entity_events,
+    and of a no-op did not: awkward for a parser."""
+    g = store.capture(ns, req("G", ["I like green tea"])).turn_ids[0]
+    store.write_extraction(ns, _plan("G", [ItemPlan("point", "Maya likes green tea", sources=(SourcePlan(g, "tea"),))],
+                                     entities=[EntityPlan("Maya", "person")]), finalize=_finalize)
+    mem = Memory(store=store, namespace=ns)
+    real, again = mem.forget_session("G"), mem.forget_session("G")
+    assert set(real.removed) == set(again.removed) and set(again.removed.values()) == {0}

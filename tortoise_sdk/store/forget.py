@@ -36,8 +36,8 @@ __all__ = ("HASHED_FOLLOW", "ForgetMixin", "subject_hash")
 Conn = Any
 
 #: Tables every report lists, 0 when nothing of them was removed.
-REPORTED = ("sessions", "turns", "receipts", "jobs", "extractions", "subagent_contexts", "cursors",
-            "memories", "provenance", "memory_entities", "entities")
+REPORTED = ("sessions", "turns", "receipts", "jobs", "extractions", "extraction_state", "subagent_contexts", "cursors",
+            "memories", "provenance", "memory_entities", "entities", "entity_aliases", "entity_events")
 #: Tables with a session column handled before the generic sweep (or, sessions, after it).
 _OWN_ORDER = ("turns", "memories", "sessions", "tombstones")
 
