@@ -345,10 +345,9 @@ def test_a_flush_while_model_calls_are_paused_spends_no_attempt(capsys, tmp_path
         for _ in range(2):
             code, out, err = run(capsys, "--db", db, "flush", *model)
             assert (code, out) == (3, "")
-            assert err.startswith("tortoise: 1 pending job(s) not run: model calls are paused until ")
-            assert "s1: unreachable: " in err and "the pending jobs keep their attempts" in err
+            assert "the provider failed with unreachable" in err and "calls resume after" in err
         code, out, err = run(capsys, "--db", db, "worker", "--once", *model)
-        assert (code, out) == (3, "") and "not run: model calls are paused" in err
+        assert (code, out) == (3, "") and "calls resume after" in err
         code, out, _ = run(capsys, "--db", db, "flush", "--json", *model)
         assert (code, json.loads(out)) == (3, [])
         with Memory(db) as mem:
@@ -358,8 +357,8 @@ def test_a_flush_while_model_calls_are_paused_spends_no_attempt(capsys, tmp_path
         assert code == 3 and "pending (attempt 2)" in out
         # Once the pause is over, the job runs again.
         with Memory(db) as mem:
-            kept = mem.cursor("tortoise-cli:model-pause")
-            mem.save_cursor(kept.name, {**kept.value, "until": "2000-01-01T00:00:00+00:00"}, revision=kept.revision)
+            kept = mem.cursor("tortoise:model-pause")
+            mem.save_cursor(kept.name, {**kept.value, "closes_at": "2000-01-01T00:00:00+00:00"}, revision=kept.revision)
         code, out, _ = run(capsys, "--db", db, "flush", *model[:-1], "k2")
         assert code == 3 and "failed (attempt 3)" in out
 

@@ -295,6 +295,26 @@ def test_a_new_provider_key_variable_closes_the_breaker(monkeypatch: pytest.Monk
     assert breaker.check(config) is None
 
 
+def test_a_trip_is_kept_in_the_store_for_every_memory_on_it_until_it_ends_or_is_reset(tmp_path: Path) -> None:
+    """A reviewer's: each `tortoise flush` is a new process with a new breaker, so three within seconds called a
+    failing provider three times and spent a job's three attempts while each said "calls resume in 60 s"."""
+    db = str(tmp_path / "m.db")
+    with Memory(db, namespace="n", model="openai/x", api_key="sk-old") as first, \
+            Memory(db, namespace="n", model="openai/x", api_key="sk-old") as second, \
+            Memory(db, namespace="n", model="openai/x", api_key="sk-new") as fixed, \
+            Memory(db, namespace="other", model="openai/x", api_key="sk-old") as other:
+        first._circuit().trip(first._llm_config(), "auth", "rejected key")
+        assert "calls resume after" in (second.extraction_paused() or "")
+        assert fixed.extraction_paused() is None and other.extraction_paused() is None
+        report = second.extract("s") if second.sessions() else None
+        assert report is None or report.status == "skipped"
+        second.reset_breaker()
+        assert first._circuit().check(first._llm_config()) is not None  # its own process still holds ...
+        assert Memory(db, namespace="n", model="openai/x", api_key="sk-old").extraction_paused() is None  # not others
+        kept = second.cursor("tortoise:model-pause")
+        assert kept.value == {} and "sk-old" not in str(kept.value)
+
+
 assert DEMO  # the demo sessions the cassettes were recorded from
 
 
@@ -318,13 +338,15 @@ def test_cli_exit_3_when_turns_are_stored_and_extraction_failed(tmp_path: Path, 
     assert "tortoise: extraction of demo-1 failed: s1: unreachable: " in err and refused_base in err
     # Reviewer: it did not say which command runs the turns that wait (`jobs` and `flush` know no inline run).
     assert "`tortoise extract demo-1` (or the same capture again) extracts the turns that wait" in err
+    # The pause the failure opened is kept in the store: the next process calls no model until it ends.
     code, out, err = run_cli(capsys, "--db", db, "extract", "demo-1", *model)
-    assert code == 3 and "s1: unreachable: " in err and refused_base in err
+    assert code == 3 and "extraction skipped, no model was called: the provider failed with unreachable" in err
     code, out, _ = run_cli(capsys, "--db", db, "capture", _turns_file(tmp_path, "demo-2"), "--json",
                            "--session", "demo-2", *model)
-    assert code == 3 and json.loads(out)["extraction"]["status"] == "failed"
+    assert code == 3 and json.loads(out)["extraction"]["status"] == "skipped"
     # The worker: a queued job whose attempt fails is due again later, and the exit code is the same.
     with Memory(db, model="openai/stub-model", extract_every=1) as mem:
+        mem.reset_breaker()
         mem.capture("demo-3", DEMO["demo-1"]["turns"], extract="background")
     code, out, err = run_cli(capsys, "--db", db, "worker", "--once", *model)
     assert code == 3

@@ -1066,17 +1066,26 @@ class Memory:
 
     def _breaker_trip(self) -> Any:
         """The breaker's open trip for this configuration (``llm.breaker.Trip``), or None."""
-        if not self.model or self._breaker is None:
+        if not self.model:
             return None
         try:
-            return self._breaker.check(self._llm_config())
+            return self._circuit().check(self._llm_config())
         except ConfigError:
             return None
 
+    def _circuit(self) -> Any:
+        """This memory's circuit breaker (``llm.breaker.CircuitBreaker``), its trips kept in the namespace's store, so
+        a new process (each ``tortoise flush``) honours a pause an earlier one opened."""
+        if self._breaker is None:
+            from .llm.breaker import CircuitBreaker
+
+            self._breaker = CircuitBreaker(self.breaker_s, shared=_StoredPause(self))
+        return self._breaker
+
     def reset_breaker(self) -> None:
         """Call the model again at once, after a fatal failure opened the breaker (e.g. once the key is fixed)."""
-        if self._breaker is not None:
-            self._breaker.reset()
+        if self.model:
+            self._circuit().reset()
 
     def _llm_config(self) -> LLMConfig:
         from .llm import LLMConfig
@@ -1162,12 +1171,9 @@ class Memory:
 
         try:
             from .llm import FATAL_CLASSES
-            from .llm.breaker import CircuitBreaker
 
             config = self._llm_config()
-            if self._breaker is None:
-                self._breaker = CircuitBreaker(self.breaker_s)
-            trip = self._breaker.check(config)
+            trip = self._circuit().check(config)
             if trip is not None:
                 # A job is failed rather than skipped, so its lease ends and it is retried later.
                 report = ExtractionReport(
@@ -1184,7 +1190,7 @@ class Memory:
                                      receipt=receipt, fence=fence)
             fatal = next((d for d in report.errors if d.code in FATAL_CLASSES), None)
             if fatal is not None:
-                self._breaker.trip(config, fatal.code, fatal.message)
+                self._circuit().trip(config, fatal.code, fatal.message)
             return report
         except Exception as exc:
             from .errors import LeaseLost
@@ -1562,6 +1568,23 @@ def migrate_store(src: str, dst: str, *, progress: Callable[[str, int], None] | 
 
 #: The file of warnings ``tortoise hook`` keeps in ``state_dir`` (with its one rotated copy, ``.1``).
 HOOK_LOG = "hooks.log"
+
+
+class _StoredPause:
+    """``llm.breaker.Shared`` over a cursor of a memory's namespace: the model pause other processes honour."""
+
+    NAME = "tortoise:model-pause"
+
+    def __init__(self, mem: Memory) -> None:
+        self._mem = mem
+
+    def load(self) -> dict[str, Any]:
+        return self._mem.cursor(self.NAME).value
+
+    def save(self, value: dict[str, Any]) -> None:
+        cursor = self._mem.cursor(self.NAME)
+        if cursor.value != value:
+            self._mem.save_cursor(self.NAME, value, revision=cursor.revision)
 
 
 def _forget_in_hook_log(url: str, sessions: list[str]) -> None:

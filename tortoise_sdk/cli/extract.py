@@ -9,13 +9,9 @@ a scheduled flush must not report success while turns wait that no run will read
 from __future__ import annotations
 
 import argparse
-import hashlib
-import os
 import sys
-from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from ..errors import ConfigError
 from ..models import JobInfo
 from ..memory import MAX_POLL_S
 from ._common import (
@@ -105,89 +101,12 @@ def _say_failed_for_good(mem: object) -> int:
     return len(failed)
 
 
-#: The cursor that keeps a model pause (the circuit breaker opened by a fatal provider failure) between runs.
-PAUSE_CURSOR = "tortoise-cli:model-pause"
-
-
-def _config_digest(mem: Any, args: argparse.Namespace) -> str:
-    """The model configuration a pause holds for, as the breaker keys it: model, endpoint and (a hash of) the key."""
-    secret = args.api_key or os.environ.get("TORTOISE_API_KEY") or "\x00".join(
-        f"{k}={v}" for k, v in sorted(os.environ.items()) if k.endswith("_KEY"))
-    return hashlib.sha256("\x00".join((mem.model or "", mem.api_base or "", secret)).encode()).hexdigest()[:32]
-
-
-def _held_pause(mem: Any, args: argparse.Namespace) -> str | None:
-    """Why no job may run now: a fatal provider failure of an earlier run (another process) paused model calls for
-    this configuration and the pause has not ended; None when calls may go ahead.
-
-    A flush or ``worker --once`` is a new process with a new circuit breaker: it called the provider again at once,
-    and three runs within seconds spent a job's three attempts while each said "calls resume after ...".
-    """
-    value = mem.cursor(PAUSE_CURSOR).value
-    try:
-        until = datetime.fromisoformat(value["until"])
-    except (KeyError, TypeError, ValueError):
-        return None
-    left = (until - datetime.now(timezone.utc)).total_seconds()
-    if left <= 0 or value.get("config") != _config_digest(mem, args):
-        return None
-    return (f"model calls are paused until {until.isoformat(timespec='seconds')} (in {left:.0f} s) after a fatal "
-            f"provider failure at {value.get('failed_at', '?')}: {value.get('error', '?')}; the pending jobs keep "
-            "their attempts: run the same command after that time, or at once with another --model, --api-base or "
-            "--api-key")
-
-
-def _keep_pause(mem: Any, args: argparse.Namespace, ran: list[JobInfo]) -> None:
-    """Keep in the store the pause this run's fatal failure opened (for the next process), or end a kept one."""
-    cursor = mem.cursor(PAUSE_CURSOR)
-    if mem.extraction_paused() is None:
-        if cursor.value and ran:  # a job was run: the provider answered, or this is another configuration
-            mem.save_cursor(PAUSE_CURSOR, {}, revision=cursor.revision)
-        return
-    failed = [j for j in ran if _failed(j)]
-    at = failed[-1].updated_at if failed else datetime.now(timezone.utc)
-    # The failure's first sentence (the class and the provider's words); `tortoise jobs` shows the rest.
-    error = failed[-1].errors[-1].split(": ", 1)[-1].split(". ", 1)[0] if failed else "see `tortoise jobs`"
-    mem.save_cursor(PAUSE_CURSOR, {"config": _config_digest(mem, args), "failed_at": at.isoformat(timespec="seconds"),
-                                   "until": (at + timedelta(seconds=mem.breaker_s)).isoformat(), "error": error},
-                    revision=cursor.revision)
-
-
-def _paused_run(mem: Any, args: argparse.Namespace, why: str, pending: list[JobInfo]) -> int:
-    """A flush or ``worker --once`` during a kept pause: no job runs (none spends an attempt), vectors are still
-    computed; exit 3, as for a pause."""
-    try:
-        report = mem.embed_pending()
-        if report.error is not None:
-            print(f"tortoise: embeddings: {report.embedded} stored, the rest waits: {report.error}", file=sys.stderr)
-    except ConfigError:  # no embedder configured
-        pass
-    if getattr(args, "json", False):
-        emit_json([])
-    print(f"tortoise: {len(pending)} pending job(s) not run: {cli_terms(why)}", file=sys.stderr, flush=True)
-    _say_failed_for_good(mem)
-    return EXIT_EXTRACTION_FAILED
-
-
-def _paused_pending(mem: Any, args: argparse.Namespace) -> tuple[str, list[JobInfo]] | None:
-    """The kept pause and the pending jobs it holds back (of ``--session``), or None: no pause, or nothing pending."""
-    held = _held_pause(mem, args) if mem.model else None
-    pending = mem.jobs(status="pending", session_id=getattr(args, "session", None)) if held else []
-    return (held, pending) if held and pending else None
-
-
 def _cmd_flush(args: argparse.Namespace) -> int:
     # Nothing can be pending in a database that does not exist: a mistyped --db is refused, not created empty.
     with open_memory(args, create=False, **model_options(args)) as mem:
         if args.retry_failed and not mem.model:  # re-queueing calls no model (POST /jobs/retry-failed takes none)
             return _requeue_only(mem, args)
-        if args.retry_failed and _held_pause(mem, args):
-            mem.retry_failed_jobs(args.session)  # queued again now, run once the pause ends
-        if paused := _paused_pending(mem, args):
-            return _paused_run(mem, args, *paused)
         jobs = mem.flush(args.session, retry_failed=args.retry_failed)
-        if mem.model:
-            _keep_pause(mem, args, jobs)
         if args.json:
             emit_json(jobs)
         else:
@@ -200,7 +119,7 @@ def _cmd_flush(args: argparse.Namespace) -> int:
                 sessions = ", ".join(dict.fromkeys(j.session_id for j in waiting))
                 print(f"{len(waiting)} job(s) left pending: another worker is running a job of the same session "
                       f"({sessions}); they run when it ends (`tortoise jobs` lists them)")
-            elif not jobs:
+            elif not jobs and not mem.extraction_paused():  # a pause holds the pending jobs: said on stderr
                 print("nothing pending")
                 name_other_namespaces(mem)  # a flush of the wrong namespace says where the data is
         return _jobs_exit(mem, jobs)
@@ -252,12 +171,8 @@ def _cmd_worker(args: argparse.Namespace) -> int:
     with open_memory(args, create=missing, **model_options(args)) as mem:
         if not args.once:
             _say_failed_for_good(mem)  # once at the start; then whenever a job fails for good
-        elif paused := _paused_pending(mem, args):
-            return _paused_run(mem, args, *paused)
         mem.run_worker(poll_s=args.poll, once=args.once, max_jobs=args.max_jobs, on_job=on_job)
-        if args.once and mem.model:
-            _keep_pause(mem, args, ran)
-        if args.once and not ran:
+        if args.once and not ran and not mem.extraction_paused():
             print(_nothing_due(mem.jobs(status="pending")), flush=True)
             name_other_namespaces(mem)
         return _jobs_exit(mem, ran)
