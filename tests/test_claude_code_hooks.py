@@ -726,6 +726,28 @@ def test_following_plain_turn_lines_without_ids_stores_each_line_once(tmp_path, 
         assert len(mem.turns("S")) == 5
 
 
+def test_a_nul_in_a_followed_transcript_loses_neither_its_turn_nor_the_ones_after_it(tmp_path) -> None:
+    """A reviewer's: one NUL (a pasted binary) made the whole chunk refused, and follow moved past it: that turn and
+    the user's next one ("the heron rollback command is make heron-rollback") never reached memory."""
+    path = tmp_path / "t.jsonl"
+    lines = [{"role": "user", "content": "the build log:\u0000\u0000 ELF"},
+             {"role": "user", "content": "the heron rollback command is make heron-rollback"}]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    with Memory(str(tmp_path / "m.db"), namespace="a") as mem:
+        report = mem.follow(path, session_id="S")
+        assert [h.content for h in mem.turns("S")] == ["the build log:\ufffd\ufffd ELF",
+                                                       "the heron rollback command is make heron-rollback"]
+        assert report.errors == [] and [w.code for w in report.warnings] == ["replaced_characters"]
+        assert mem.follow(path, session_id="S").turns_stored == 0  # read again: nothing twice
+        # A turn no store can hold at all (an id past what an index row holds) is left out alone, said on the report.
+        with path.open("a", encoding="utf-8") as f:
+            f.write(json.dumps({"role": "user", "content": "bad id", "id": "x" * 5000}) + "\n")
+            f.write(json.dumps({"role": "user", "content": "and the deploy key is in vault"}) + "\n")
+        report = mem.follow(path, session_id="S")
+        assert [e.code for e in report.errors] == ["InvalidInput"] and "turns[0].id" in report.errors[0].message
+        assert [h.content for h in mem.turns("S")][-1] == "and the deploy key is in vault"
+
+
 def test_a_file_captured_whole_then_followed_is_not_stored_again(tmp_path) -> None:
     """The verification pass: follow gave line ids to the turns ingest had stored by position: all stored twice."""
     path = tmp_path / "t.jsonl"

@@ -34,7 +34,10 @@ class IngestReport(DeferredModel):
     frames_recorded: int = Field(default=0, description="Frames merged into subagent rows.")
     counters: SubagentCounters = Field(default_factory=SubagentCounters,
                                        description="What these frames added to the persistent counters.")
-    errors: list[Diagnostic] = Field(default_factory=list, description="Sessions that could not be captured.")
+    errors: list[Diagnostic] = Field(default_factory=list, description="Sessions, or turns, that could not be "
+                                                                        "captured (a turn is left out alone).")
+    warnings: list[Diagnostic] = Field(default_factory=list, description="Turns stored changed: a NUL or an "
+                                                                          "unpaired surrogate as U+FFFD.")
     parse: ParseReport = Field(description="Lines read by type, and every line not used, with its reason.")
     start_offset: int | None = Field(default=None, description="Memory.follow: the byte offset read from.")
     end_offset: int | None = Field(default=None, description="Memory.follow: the offset after the last complete "

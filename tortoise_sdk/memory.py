@@ -6,6 +6,7 @@ import hashlib
 import itertools
 import logging
 import os
+import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
@@ -711,7 +712,6 @@ class Memory:
     def _ingest_parsed(self, parsed: ParsedStream, source: str, extract: ExtractMode) -> IngestReport:
         """Capture each parsed session's turns, then record the frames (after the turns, so they resolve)."""
         from .capture import content_hash
-        from .errors import CaptureConflict
         from .ingest import IngestReport
         from .subagents import SubagentRecorder
 
@@ -719,6 +719,7 @@ class Memory:
                               frames=len(parsed.frames), parse=parsed.report)
         for sid, turns in parsed.sessions.items():
             report.turns_received += len(turns)
+            turns = [_storable(t, sid, report) for t in turns]
             stored = {h.external_id: content_hash(Turn(role=h.role, name=h.name, content=h.content))
                       for h in self.store.turns(self.namespace, sid) if h.external_id is not None}
             # An edited message under a known id is not "unchanged": capture it, so it conflicts.
@@ -729,22 +730,40 @@ class Memory:
             # (ingest is a file import; max_turns_per_capture guards API callers).
             size = len(turns) if any(t.id is None for t in turns) else self.max_turns_per_capture
             for start in range(0, len(turns), size):
-                chunk = turns[start:start + size]
-                try:
-                    # A new session is dated by its first turn's timestamp (prepare_capture): a default, so a
-                    # later chunk or call, whose first timestamp is later, keeps it without a warning.
-                    request = prepare_capture(sid, chunk, max_turns=size)
-                    request.extraction = self._report_before_writing(extract)
-                    receipt = self._after_capture(self.store.capture(self.namespace, request), extract, request)
-                except (InvalidInput, CaptureConflict) as exc:
-                    report.errors.append(Diagnostic(stage="capture", code=type(exc).__name__, message=str(exc),
-                                                    detail={"session_id": sid}))
+                if not self._ingest_chunk(sid, turns[start:start + size], size, extract, report):
                     break
-                report.receipts.append(receipt)
-                report.turns_stored += receipt.turns_stored
         report.counters = SubagentRecorder(self.store, self.namespace).record_all(parsed.frames)
         report.frames_recorded = report.counters.persisted
         return report
+
+    def _ingest_chunk(self, sid: str, chunk: list[Turn], size: int, extract: ExtractMode, report: Any) -> bool:
+        """Capture one chunk of a parsed session; False when the session's later chunks must not follow.
+
+        A turn no store can hold (``InvalidInput`` naming it) is left out alone, with an error on the report: the
+        turns around it are captured (a ``follow`` moves past them, so they would be lost for good).
+        """
+        from .errors import CaptureConflict
+
+        chunk = list(chunk)
+        while chunk:
+            try:
+                # A new session is dated by its first turn's timestamp (prepare_capture): a default, so a
+                # later chunk or call, whose first timestamp is later, keeps it without a warning.
+                request = prepare_capture(sid, chunk, max_turns=size)
+                request.extraction = self._report_before_writing(extract)
+                receipt = self._after_capture(self.store.capture(self.namespace, request), extract, request)
+            except (InvalidInput, CaptureConflict) as exc:
+                report.errors.append(Diagnostic(stage="capture", code=type(exc).__name__, message=str(exc),
+                                                detail={"session_id": sid}))
+                at = re.match(r"turns\[(\d+)\]", exc.field or "")
+                if type(exc) is CaptureConflict or at is None:
+                    return False
+                del chunk[int(at.group(1))]
+                continue
+            report.receipts.append(receipt)
+            report.turns_stored += receipt.turns_stored
+            return True
+        return True
 
     # -- forgetting --------------------------------------------------------------------------
 
@@ -1568,6 +1587,23 @@ def migrate_store(src: str, dst: str, *, progress: Callable[[str, int], None] | 
 
 #: The file of warnings ``tortoise hook`` keeps in ``state_dir`` (with its one rotated copy, ``.1``).
 HOOK_LOG = "hooks.log"
+
+
+def _storable(turn: Turn, session_id: str, report: Any) -> Turn:
+    """A transcript's turn as a store can hold it: a NUL or a lone surrogate in its text (a pasted binary) becomes
+    U+FFFD, said on the report, so the turn and those around it are kept (capture refuses such text outright)."""
+    fixed = {k: _STORABLE.sub("\ufffd", v) for k in ("content", "name") if isinstance(v := getattr(turn, k), str)}
+    changed = {k: v for k, v in fixed.items() if v != getattr(turn, k)}
+    if not changed:
+        return turn
+    report.warnings.append(Diagnostic(stage="capture", code="replaced_characters", message=(
+        f"{session_id}: turn {turn.id or '(no id)'} held a NUL or an unpaired surrogate (in its "
+        f"{' and '.join(changed)}), stored as U+FFFD"), detail={"session_id": session_id}))
+    return turn.model_copy(update=changed)
+
+
+#: What no store holds faithfully in text: NUL (PostgreSQL) and lone surrogates (not UTF-8).
+_STORABLE = re.compile("[\x00\ud800-\udfff]")
 
 
 class _StoredPause:
