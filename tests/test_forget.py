@@ -341,8 +341,12 @@ def test_forgetting_keeps_another_session_s_entities_that_have_no_memory(store: 
     g = store.capture(ns, req("G", ["I like green tea"])).turn_ids[0]
     store.write_extraction(ns, _plan("G", [ItemPlan("point", "Maya likes green tea", sources=(SourcePlan(g, "tea"),))]),
                            finalize=_finalize)
+    # ... while one the forgotten session's extraction created, that no memory names, goes with it (a reviewer's
+    # second look: limiting the sweep to the forgotten memories' entities had kept "Quokkaburger")
+    store.write_extraction(ns, _plan("G", entities=[EntityPlan("Quokkaburger", "place", "a bar")]), finalize=_finalize)
     mem = Memory(store=store, namespace=ns)
     mem.forget_memory(store.memories(ns)[0].id)
+    assert {e["name"] for e in store.entities(ns)} == {"Dr. Okafor", "Quokkaburger"}
     mem.forget_session("G")
     assert [(e["name"], e["note"]) for e in store.entities(ns)] == [("Dr. Okafor", "a doctor")]
 

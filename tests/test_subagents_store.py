@@ -393,7 +393,7 @@ def test_migration_3_on_an_existing_database_leaves_its_data_untouched(tmp_path)
         schema_after = [tuple(r) for r in c.execute("SELECT name, sql FROM sqlite_master ORDER BY name")]
     # Every table and index stays as it was; only migration 6 redefines the full-text triggers
     # (they index a bounded text since), migration 7 adds columns to jobs, migrations 10 and 11 to memories,
-    # 11 one to memory_entities and 16 one to entities.
+    # 11 one to memory_entities, 16 and 17 one each to entities.
     replaced = {"turns_ad", "turns_au", "jobs", "memories", "memory_entities", "entities"}
     assert {r for r in schema_before if r[0] not in replaced} <= set(schema_after)
     assert {n for n, _ in schema_after} >= {n for n, _ in schema_before}

@@ -105,8 +105,9 @@ class EntityCore:
         raise NotImplementedError
 
     def _insert_entity(self, c: Conn, namespace: str, entity_id: str, e: EntityPlan, key: str,
-                       now: datetime, note_session_id: str | None) -> None:
-        """Insert the entity; ``note_session_id`` names the session whose extraction wrote ``e.note``."""
+                       now: datetime, note_session_id: str | None, session_id: str | None = None) -> None:
+        """Insert the entity; ``note_session_id`` names the session whose extraction wrote ``e.note``, ``session_id``
+        the one whose extraction created it (None: the host's)."""
         raise NotImplementedError
 
     def _index(self, c: Conn, memory_id: str) -> None:
@@ -162,7 +163,7 @@ class EntityCore:
                 if claimed:
                     return self._claim(c, names, claimed, e, key)
         entity_id = self._free_entity_id(c, ns, e.name, e.kind)
-        self._insert_entity(c, ns, entity_id, e, key, names.now, names.session_id if e.note else None)
+        self._insert_entity(c, ns, entity_id, e, key, names.now, names.session_id if e.note else None, names.session_id)
         if person_like and names.people is not None:
             names.people.append(_Person(entity_id, e.name.strip(), key, e.kind, str(names.now)))
         self._role_from_note(c, names, entity_id, e.note)

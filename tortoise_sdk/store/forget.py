@@ -128,6 +128,9 @@ class ForgetMixin:
                                                      [namespace, *args]))
             self._count(report, "sessions", c.execute(f"DELETE FROM sessions WHERE namespace = {p} AND {where}",
                                                       [namespace, *args]))
+            created, created_args = self._forgotten("created_session_id", session_id)
+            named |= {r[0] for r in c.execute(f"SELECT entity_id FROM entities WHERE namespace = {p} AND {created}",
+                                              [namespace, *created_args])}
             self._remove_orphan_entities(c, namespace, named, report)
             self._names_from_survivors(c, namespace, named)
             self._forget_notes(c, namespace, set(sessions), report)
@@ -291,9 +294,10 @@ class ForgetMixin:
                           (json.dumps(detail, ensure_ascii=False), event_id))
 
     def _remove_orphan_entities(self, c: Conn, namespace: str, named: Iterable[str], report: ForgetReport) -> None:
-        """The ``named`` entities (those the forgotten memories and names touched) left with no memory go. Others
-        without a memory stay: an extraction keeps the entities a session named even when none of its items
-        survived grounding, and forgetting one session must not take another's."""
+        """The ``named`` entities (those the forgotten memories and names touched, and those the forgotten sessions'
+        extractions created) left with no memory go. Others without a memory stay: an extraction keeps the entities
+        a session named even when none of its items survived grounding, and forgetting one session must not take
+        another's."""
         p = self.PARAM
         for entity_id in sorted(named):
             self._count(report, "entities", c.execute(

@@ -164,13 +164,13 @@ class SQLiteExtractionMixin(ExtractionCore):
         return None if row is None else (row[0], row[1])
 
     def _insert_entity(self, c: sqlite3.Connection, namespace: str, entity_id: str, e: EntityPlan, key: str,
-                       now: datetime, note_session_id: str | None) -> None:
+                       now: datetime, note_session_id: str | None, session_id: str | None = None) -> None:
         c.execute(
             "INSERT INTO entities (entity_id, namespace, name, norm_name, kind, note, note_session_id, created_at,"
-            " updated_at)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " updated_at, created_session_id)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (entity_id, namespace, e.name.strip(), key, e.kind, e.note, note_session_id, now.isoformat(),
-             now.isoformat()),
+             now.isoformat(), session_id),
         )
 
     def _live_with_content(self, c: sqlite3.Connection, namespace: str, keys: Sequence[str],

@@ -571,11 +571,20 @@ M016_NOTE_PROVENANCE = Migration(
     ("ALTER TABLE entities ADD COLUMN note_session_id TEXT",),
 )
 
+# The session whose extraction created an entity: forgetting it removes the entity when no memory names it (an
+# extraction keeps every entity a session named, even when none of its items survived grounding). An entity created
+# before this migration names none: it goes only with the memories that name it.
+M017_ENTITY_PROVENANCE = Migration(
+    17,
+    "an entity names the session whose extraction created it",
+    ("ALTER TABLE entities ADD COLUMN created_session_id TEXT",),
+)
+
 SQLITE_MIGRATIONS: list[Migration] = [M001_FOUNDATION, M002_EXTRACTION, M003_SUBAGENTS, M004_SUBAGENT_TURN_REF,
                                       M005_CURSORS, M006_RANKING, M007_LOOP, M008_TOMBSTONES, M009_VECTORS,
                                       M010_CATEGORIES, M011_OPAQUE_IDS, M012_ENTITY_ALIASES, M013_CONFIDENCE,
                                       M014_NAMESPACE_WALKS, M015_MEMORY_WALKS,
-                                      M016_NOTE_PROVENANCE]
+                                      M016_NOTE_PROVENANCE, M017_ENTITY_PROVENANCE]
 
 
 def applied_versions(conn: sqlite3.Connection) -> set[int]:
