@@ -205,9 +205,12 @@ def test_forgetting_the_session_of_a_note_a_merge_carried_takes_it_from_the_merg
     _say(store, ns, "Lanie", "Lanie sings", session="s3")
     _say(store, ns, "Lanie", "Lanie paints", note="a painter from the pottery class", session="s2")
     assert store.merge_entities(ns, "Melanie Hart", "Lanie", now=utc_now())["note"] == "a painter from the pottery class"
+    painted = next(m.id for m in store.memories(ns) if m.content == "Lanie paints")
+    assert painted in str(store.entity_events(ns))
     store.forget_session(ns, "s2")
     assert _notes(store, ns) == {"Melanie Hart": None}
     assert "pottery" not in str(store.entity_events(ns))
+    assert painted not in str(store.entity_events(ns))  # nor the id of the memory it brought (a hash of its fact)
     assert store.split_entity(ns, "Melanie Hart", "Lanie", now=utc_now())["note"] is None  # not brought back
 
 

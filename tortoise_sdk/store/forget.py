@@ -20,6 +20,7 @@ import hashlib
 import itertools
 import json
 import os
+import re
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
 from pathlib import PurePath
@@ -346,14 +347,21 @@ class ForgetMixin:
                     (json.dumps(kept), revision + 1, namespace, name)).rowcount)
 
     def _unname_in_reports(self, c: Conn, namespace: str, memory_ids: Iterable[str], report: ForgetReport) -> None:
-        """Other sessions' extraction reports and receipts (a warning, a correction's note) name a removed memory
-        as ``forgotten memory`` instead of by its id, which hashes the session and the fact it held."""
-        p, t = self.PARAM, self.TEXT_PARAM
-        for memory_id in memory_ids:
-            for table, column in (("extractions", "report"), ("receipts", "body")):
-                self._updated(report, table, c.execute(
-                    f"UPDATE {table} SET {column} = REPLACE({column}, {t}, 'forgotten memory') WHERE namespace = {p}"
-                    f" AND {column} LIKE {p}", (memory_id, namespace, f"%{memory_id}%")).rowcount)
+        """Other sessions' extraction reports and receipts (a warning, a correction's note) and the record of a merge
+        name a removed memory as ``forgotten memory`` instead of by its id, which hashes the session and the fact it
+        held. One scan of each table finds the rows that name any memory; each is rewritten at most once."""
+        p = self.PARAM
+        gone = set(memory_ids)
+        if not gone:
+            return
+        for table, key, column in (("extractions", "extraction_id", "report"), ("receipts", "receipt_id", "body"),
+                                   ("entity_events", "id", "detail")):
+            for row_key, text in c.execute(f"SELECT {key}, {column} FROM {table} WHERE namespace = {p}"
+                                           f" AND {column} LIKE {p} ESCAPE '!'", (namespace, "%m!_%")).fetchall():
+                unnamed = _MEMORY_ID.sub(lambda m: "forgotten memory" if m.group() in gone else m.group(), text)
+                if unnamed != text:
+                    self._updated(report, table, c.execute(
+                        f"UPDATE {table} SET {column} = {p} WHERE {key} = {p}", (unnamed, row_key)).rowcount)
 
     def _kept_session_named(self, c: Conn, namespace: str, name: str, sessions: set[str]) -> bool:
         """Whether cursor ``name`` is a kept session's: a host's cursor names its session after a known prefix
@@ -412,6 +420,9 @@ class ForgetMixin:
         """Before a memory is deleted: drop its full-text entry."""
         raise NotImplementedError
 
+
+#: A memory id (``rows.memory_id_for``).
+_MEMORY_ID = re.compile(r"m_[0-9a-f]{20}")
 
 #: The cursors that keep, per session, the pointers its blocks showed (turn and memory ids).
 SHOWN_PREFIXES = ("reflex:shown:", "claude-code:shown:")
