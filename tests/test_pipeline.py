@@ -108,7 +108,7 @@ def test_s2_truncated_twice_keeps_complete_items(tmp_path: Any, model_endpoint: 
     # A real cut: S2 fills the 150-token cap, then the retry's 300-token cap, inside the Rust point.
     with memory(tmp_path, model_endpoint, model_settings={"max_tokens": 150}) as mem:
         report = capture_demo(mem, "demo-2").extraction
-        assert report.status == "partial"
+        assert report.status == "ok"  # the window the cut held was read again in halves: every turn extracted
         assert codes(report.warnings) == [("s2", "truncation")]
         assert report.stages["s2"].errors == {"truncation": 2}
         # The union: S2's complete items kept, and S4 recovered the point the cut lost, cited to turn 4. The cut fell

@@ -79,7 +79,7 @@ async def aextract_session(store: Store, namespace: str, session_id: str, *, llm
     """Extract one stored session into the graph; the report is also stored (run row and receipt).
 
     A session longer than one window (``window.WINDOW_CHARS``) is extracted window after window while each one
-    moves the watermark: at once here, or, for a job (``fence``), by a job queued for the next window.
+    moves the watermark, a job (``fence``) too, under its lease (its heartbeat renews it).
 
     Raises:
         LeaseLost: only with ``fence``, when another worker took the job; nothing was written.
@@ -99,10 +99,7 @@ async def aextract_session(store: Store, namespace: str, session_id: str, *, llm
         if state is None or state.watermark < report.window[1] \
                 or not store.turns(namespace, session_id, start=state.watermark + 1, stop=state.watermark + 2):
             break  # the window was not written whole (another run's), or nothing follows it
-        if fence is not None:  # the job is settled: the next window is a job of its own
-            store.enqueue_job(namespace, session_id, receipt.receipt_id if receipt else None)
-            break
-        options = replace(options, full=False)
+        options = replace(options, full=False)  # a job runs on with its lease (S5 settles it after the last window)
     if len(reports) == 1:
         return report
     combined = _combined(reports)
@@ -148,8 +145,13 @@ def _combined(reports: list[ExtractionReport]) -> ExtractionReport:
         outcomes.update(r.outcomes)
         for name, st in r.stages.items():
             stages[name] = st if name not in stages else _added(stages[name], st)
-    status = "ok" if all(r.status == "ok" for r in reports) else "partial"
-    reason = f"extracted in {len(reports)} windows of turns" + (f"; the last: {last.reason}" if last.reason else "")
+    # a window a cut reply held whole was read again: its turns are extracted, and only its warnings remain
+    halved = any(_cut_whole(r) for r in reports)
+    whole = last.status == "ok" and last.waiting is None and not any(r.errors for r in reports)
+    status = "ok" if whole and all(r.status == "ok" or _cut_whole(r) for r in reports) else "partial"
+    reason = (f"extracted in {len(reports)} windows of turns"
+              + (" (a reply cut by the output cap was read again in windows half as large)" if halved else "")
+              + (f"; the last: {last.reason}" if last.reason else ""))
     read = [r.window for r in reports if r.window]
     window = (min(w[0] for w in read), max(w[1] for w in read)) if read else None
     # what the last window left waiting, and every turn read after it (a halved window reads fewer than before)

@@ -20,7 +20,7 @@ import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from ..models import MemoryRecord, SearchHit
+from ..models import MEMORY_BLOCK, MemoryRecord, SearchHit
 from ..store.base import Store
 from ..store.plan import Window
 from .common import PROMPT_TURN_HEAD, PROMPT_TURN_TAIL
@@ -59,11 +59,13 @@ class Reading:
 WINDOW_CHARS = 80_000
 
 
-def _bounded(turns: list[SearchHit]) -> list[SearchHit]:
-    """The first of ``turns`` that fit ``WINDOW_CHARS`` as the prompts show them (at least one)."""
+def _bounded(turns: list[SearchHit], evidence: set[str]) -> list[SearchHit]:
+    """The first of ``turns`` whose ``evidence`` turns fit ``WINDOW_CHARS`` as the prompts show them (at least one):
+    the others (tool results, sub-agent records) are never shown, and a memory block in a turn is not."""
     size = 0
     for n, t in enumerate(turns):
-        size += min(len(t.content), PROMPT_TURN_HEAD + PROMPT_TURN_TAIL) + 16  # its line's index and speaker
+        if t.turn_id in evidence:  # its line: index, speaker, the text without blocks (a long one by head and tail)
+            size += min(len(MEMORY_BLOCK.sub(" ", t.content)), PROMPT_TURN_HEAD + PROMPT_TURN_TAIL + 40) + 16
         if size > WINDOW_CHARS and n > 0:
             return turns[:n]
     return turns
@@ -88,22 +90,20 @@ def read_window(store: Store, namespace: str, session_id: str, prompts: Mapping[
     base = -1 if full or state is None else state.watermark
     reading = Reading(Window(start=base + 1, end=base, base=base, prompts_sha=sha, full=full),
                       extracted=-1 if state is None or stale else state.watermark)
-    reading.turns = store.turns(namespace, session_id, start=base + 1)
-    if not reading.turns:
+    after = store.turns(namespace, session_id, start=base + 1)
+    if not after:
         return reading
-    reading.turns = _bounded(reading.turns)[:max(1, max_turns or len(reading.turns))]
+    since = max(state.window_start, base + 1 - _CONTEXT_SCAN) if state is not None and base >= 0 else base + 1
+    metadata = store.turn_metadata(namespace, session_id, start=since)
+    reading.turns = _bounded(after, {t.turn_id for t in evidence_turns(after, metadata)})
+    reading.turns = reading.turns[:max(1, max_turns or len(reading.turns))]
     reading.window = Window(start=reading.turns[0].index, end=reading.turns[-1].index, base=base, prompts_sha=sha,
-                            full=full)
+                            full=full, more=len(reading.turns) < len(after))
+    reading.evidence = evidence_turns(reading.turns, metadata)
     if state is not None and base >= 0:
-        since = max(state.window_start, base + 1 - _CONTEXT_SCAN)
         earlier = store.turns(namespace, session_id, start=since, stop=base + 1)
-        metadata = store.turn_metadata(namespace, session_id, start=since)
         reading.context = evidence_turns(earlier, metadata)[-CONTEXT_TURNS:]
-        reading.evidence = evidence_turns(reading.turns, metadata)
         reading.known = store.memories(namespace, session_id, latest=KNOWN_MEMORIES)
-    else:
-        reading.evidence = evidence_turns(reading.turns, store.turn_metadata(namespace, session_id,
-                                                                             start=reading.window.start))
-        if full:
-            reading.known = store.memories(namespace, session_id, latest=KNOWN_MEMORIES)
+    elif full:
+        reading.known = store.memories(namespace, session_id, latest=KNOWN_MEMORIES)
     return reading

@@ -138,7 +138,8 @@ class ExtractionCore(EntityCore):
         if plan.receipt is not None:
             self._set_receipt_body(c, namespace, plan.receipt.model_copy(update={"extraction": report}))
         # A run that leaves turns waiting keeps its job running: the worker then puts it back for a retry.
-        if fence is not None and (result.already_covered or plan.window is None or plan.window.held_from is None):
+        if fence is not None and (result.already_covered or plan.window is None
+                                  or (plan.window.held_from is None and not plan.window.more)):
             self._settle_job(c, fence.job_id, "done", now)
             # The session's jobs that failed for good waited for turns this run has now read: settled
             # too, so that flush and worker stop reporting a failure that no longer holds.

@@ -87,7 +87,8 @@ class Window:
     S5 moves the session's watermark to ``mark`` in its transaction: ``end``, or just before
     ``held_from``, the first turn whose S1 chunk or S2 failed (the watermark is a prefix: a
     turn after a failed one waits too, even when its own chunk succeeded). ``full``: every
-    turn was re-read on purpose (the watermark is set, not only advanced).
+    turn was re-read on purpose (the watermark is set, not only advanced). ``more``: turns follow
+    ``end`` that the window's bound left out (a job runs on to them: S5 does not settle it).
     """
 
     start: int
@@ -96,6 +97,7 @@ class Window:
     prompts_sha: str | None = None
     full: bool = False
     held_from: int | None = None
+    more: bool = False
 
     @property
     def mark(self) -> int:
