@@ -205,7 +205,10 @@ class MemoryMiddleware(MemoryAdapter, AgentMiddleware):
     def _capture_state(self, state: Any, *, before_model: bool = False) -> None:
         if self.capture:
             messages = state.get("messages", []) if isinstance(state, dict) else []
-            self._capture(self._session, self._new_turns(messages), before_model=before_model)
+            turns = self._new_turns(messages)
+            if _calling_task() is not None:  # a sub-agent's messages: a record of its run, never evidence
+                turns = [{**t, "metadata": {**(t.get("metadata") or {}), "subagent": True}} if t else t for t in turns]
+            self._capture(self._session, turns, before_model=before_model)
 
     def _new_turns(self, messages: Sequence[BaseMessage]) -> list[dict[str, Any] | None]:
         """The state's messages as turns, those already stored left out when no checkpointer keeps the thread.

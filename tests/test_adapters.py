@@ -622,6 +622,11 @@ def test_a_sub_agent_with_its_own_middleware_keeps_its_turns_in_a_derived_sessio
     assert root_session(derived) == session  # forgetting the conversation takes it too
     assert [t.content for t in mem.turns(derived)] == ["Biscuit's age in Maya's notes?",
                                                        "Biscuit is a two-year-old beagle."]
+    # ... and they are a record of its run, never evidence (a reviewer's: the calling model's prompt was a user turn)
+    from tortoise_sdk.pipeline.grounding import evidence_turns
+
+    assert evidence_turns(mem.turns(derived), mem.turn_metadata(derived)) == []
+    assert len(evidence_turns(mem.turns(session), mem.turn_metadata(session))) == 3  # the user's, the replies
 
 
 def test_agent_tools_overrides_detection_and_recording_can_be_turned_off(mem):
