@@ -573,3 +573,23 @@ def test_a_report_lists_the_same_tables_whether_or_not_anything_was_removed(stor
     mem = Memory(store=store, namespace=ns)
     real, again = mem.forget_session("G"), mem.forget_session("G")
     assert set(real.removed) == set(again.removed) and set(again.removed.values()) == {0}
+
+
+def test_the_version_before_a_restated_memory_of_an_undated_session_keeps_no_forgotten_date(store: Store, ns):
+    """A reviewer's: with the surviving session undated, the version before kept the forgotten session's date as its
+    end (a date only that session supplied)."""
+    o = _dated(store, ns, "O", "I live in Oslo", 1)
+    g = _dated(store, ns, "G", "I moved to Rome", 6)
+    k = store.capture(ns, req("K", ["I live in Rome"])).turn_ids[0]  # undated
+    store.write_extraction(ns, _plan("O", [ItemPlan("point", "Maya lives in Oslo", sources=(SourcePlan(o, "Oslo"),))],
+                                     valid_at=datetime(2024, 1, 1, tzinfo=timezone.utc)), finalize=_finalize)
+    oslo = store.memories(ns)[0].id
+    store.write_extraction(ns, _plan("G", [ItemPlan("point", "Maya lives in Rome", supersedes=oslo, sources=(
+        SourcePlan(g, "moved to Rome"),))], valid_at=datetime(2024, 6, 1, tzinfo=timezone.utc)), finalize=_finalize)
+    store.write_extraction(ns, _plan("K", [ItemPlan("point", "Maya lives in Rome", sources=(SourcePlan(k, "Rome"),))],
+                                     valid_at=None), finalize=_finalize)
+    Memory(store=store, namespace=ns).forget_session("G")
+    chain = {m.content: m for m in store.memories(ns, include_superseded=True)}
+    assert chain["Maya lives in Rome"].valid_at is None
+    assert chain["Maya lives in Oslo"].invalid_at is not None
+    assert chain["Maya lives in Oslo"].invalid_at.date().isoformat() != "2024-06-01"

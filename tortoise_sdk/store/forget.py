@@ -22,6 +22,7 @@ import json
 import os
 import re
 from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime
 from contextlib import AbstractContextManager
 from pathlib import PurePath
 from typing import Any, ClassVar
@@ -29,7 +30,7 @@ from typing import Any, ClassVar
 from ..models import ForgetReport, Tombstone, utc_now
 from ..names import role_key, why_short
 from ..text import norm_name
-from .rows import iso_dt, tombstone_id_for
+from .rows import iso_dt, tombstone_id_for, utc
 from .subagent_core import DERIVED_MARKERS
 
 __all__ = ("HASHED_FOLLOW", "ForgetMixin", "subject_hash")
@@ -191,13 +192,15 @@ class ForgetMixin:
         what that session supports: not the forgotten extraction's time words and search keys, and valid from
         ``session_id``'s date (the version before it then ends there), not the forgotten session's."""
         p = self.PARAM
-        row = c.execute(f"SELECT session_date FROM sessions WHERE namespace = {p} AND session_id = {p}",
+        row = c.execute(f"SELECT session_date, created_at FROM sessions WHERE namespace = {p} AND session_id = {p}",
                         (namespace, session_id)).fetchone()
         since = self._time_param(iso_dt(row[0])) if row is not None and row[0] else None
         c.execute(f"UPDATE memories SET when_text = NULL, search_keys = '[]', valid_at = {p} WHERE memory_id = {p}",
                   (since, memory_id))
-        if since is not None:
-            c.execute(f"UPDATE memories SET invalid_at = {p} WHERE superseded_by = {p}", (since, memory_id))
+        # an undated session: the version before it ended when this one was captured, as S5 ends it at its run
+        ended = since if since is not None or row is None else self._time_param(utc(row[1]) if isinstance(
+            row[1], datetime) else iso_dt(row[1]))
+        c.execute(f"UPDATE memories SET invalid_at = {p} WHERE superseded_by = {p}", (ended, memory_id))
         self._index(c, memory_id)
 
     def _remove_memories(self, c: Conn, namespace: str, memory_ids: Sequence[str], report: ForgetReport) -> None:
