@@ -338,9 +338,10 @@ def test_cli_exit_3_when_turns_are_stored_and_extraction_failed(tmp_path: Path, 
     assert "tortoise: extraction of demo-1 failed: s1: unreachable: " in err and refused_base in err
     # Reviewer: it did not say which command runs the turns that wait (`jobs` and `flush` know no inline run).
     assert "`tortoise extract demo-1` (or the same capture again) extracts the turns that wait" in err
-    # The pause the failure opened is kept in the store: the next process calls no model until it ends.
+    # An extraction asked for by name is tried at once, and its failure pauses model calls again: the pause is kept
+    # in the store, so the next process (this capture) calls no model until it ends.
     code, out, err = run_cli(capsys, "--db", db, "extract", "demo-1", *model)
-    assert code == 3 and "extraction skipped, no model was called: the provider failed with unreachable" in err
+    assert code == 3 and "s1: unreachable: " in err and refused_base in err
     code, out, _ = run_cli(capsys, "--db", db, "capture", _turns_file(tmp_path, "demo-2"), "--json",
                            "--session", "demo-2", *model)
     assert code == 3 and json.loads(out)["extraction"]["status"] == "skipped"

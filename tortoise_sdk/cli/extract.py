@@ -43,6 +43,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _cmd_extract(args: argparse.Namespace) -> int:
     with open_memory(args, create=False, **model_options(args)) as mem:
+        mem.reset_breaker()  # an extraction asked for by name is tried now, a model pause another process kept aside
         report = mem.extract(args.session, full=args.full)
     if args.json:
         emit_json(report)

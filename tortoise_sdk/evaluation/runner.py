@@ -271,6 +271,7 @@ class _Run:
                 continue
             with Memory(db, namespace=conv.conversation_id, model=self.s.extraction_model, api_base=self.s.api_base,
                         api_key=self.s.api_key, model_settings=self.s.model_settings) as mem:
+                mem.reset_breaker()  # running again is how a user resumes once the cause is fixed (a run stops at one)
                 for session in conv.sessions:
                     self._extract(mem, conv, session)
                     done += 1
