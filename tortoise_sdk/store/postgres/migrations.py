@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from ...errors import ForeignDatabase, MigrationError, SchemaTooNew, StoreError
 from ...search import INDEX_CHARS, NAME_INDEX_CHARS
-from ..schema import Migration, names_our_migrations
+from ..schema import M016_NOTE_PROVENANCE, M017_ENTITY_PROVENANCE, Migration, names_our_migrations
 
 if TYPE_CHECKING:
     import psycopg
@@ -523,24 +523,6 @@ M015_MEMORY_WALKS = Migration(
     15,
     "newest-first walks of memories start at the namespace's own newest memory",
     ("CREATE INDEX memories_namespace_id ON memories (namespace, id)",),
-)
-
-# An entity's note (its description, written by an extraction) names the session whose extraction wrote
-# it, as a memory names its turns: forgetting that session takes the note back (it stayed, carrying no
-# provenance). A note written before this migration names none and stays as it was.
-M016_NOTE_PROVENANCE = Migration(
-    16,
-    "an entity's note names the session whose extraction wrote it",
-    ("ALTER TABLE entities ADD COLUMN note_session_id TEXT",),
-)
-
-# The session whose extraction created an entity: forgetting it removes the entity when no memory names it (an
-# extraction keeps every entity a session named, even when none of its items survived grounding). An entity created
-# before this migration names none: it goes only with the memories that name it.
-M017_ENTITY_PROVENANCE = Migration(
-    17,
-    "an entity names the session whose extraction created it",
-    ("ALTER TABLE entities ADD COLUMN created_session_id TEXT",),
 )
 
 POSTGRES_MIGRATIONS: list[Migration] = [M001_FOUNDATION, M002_EXTRACTION, M003_SUBAGENTS, M004_SUBAGENT_TURN_REF,

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from ...errors import MigrationError, SchemaTooNew
 from ...search import INDEX_CHARS, NAME_INDEX_CHARS
 from ..rows import subagent_id_for, tombstone_id_for
-from ..schema import Migration
+from ..schema import M016_NOTE_PROVENANCE, M017_ENTITY_PROVENANCE, Migration
 
 __all__ = ("APPLICATION_ID", "SQLITE_MIGRATIONS", "applied_versions", "migrate_sqlite")
 
@@ -560,24 +560,6 @@ M015_MEMORY_WALKS = Migration(
     15,
     "newest-first walks of memories start at the namespace's own newest memory",
     ("CREATE INDEX memories_namespace ON memories (namespace)",),
-)
-
-# An entity's note (its description, written by an extraction) names the session whose extraction wrote
-# it, as a memory names its turns: forgetting that session takes the note back (it stayed, carrying no
-# provenance). A note written before this migration names none and stays as it was.
-M016_NOTE_PROVENANCE = Migration(
-    16,
-    "an entity's note names the session whose extraction wrote it",
-    ("ALTER TABLE entities ADD COLUMN note_session_id TEXT",),
-)
-
-# The session whose extraction created an entity: forgetting it removes the entity when no memory names it (an
-# extraction keeps every entity a session named, even when none of its items survived grounding). An entity created
-# before this migration names none: it goes only with the memories that name it.
-M017_ENTITY_PROVENANCE = Migration(
-    17,
-    "an entity names the session whose extraction created it",
-    ("ALTER TABLE entities ADD COLUMN created_session_id TEXT",),
 )
 
 SQLITE_MIGRATIONS: list[Migration] = [M001_FOUNDATION, M002_EXTRACTION, M003_SUBAGENTS, M004_SUBAGENT_TURN_REF,
