@@ -251,6 +251,52 @@ def test_a_changing_fact_leads_with_its_latest_statement(tmp_path, question):
         assert "Northwind" in ask(m, "where did I work in January?").pointers[0].synopsis
 
 
+# A reviewer's: the partner and home paraphrases led with the stale fact ("I'm dating Sam" for "who am I dating now?",
+# the breakup absent; "Lovely city." then Lisbon for "what city am I based in these days?", Porto absent).
+_CHANGES = {
+    "partner": [("2025-04-01", "I'm dating Sam, we met at a climbing gym."),
+                ("2025-09-01", "Sam and I broke up. I'm seeing Alex now.")],
+    "partner, split": [("2025-04-01", "My girlfriend Sam and I went hiking at the weekend."),
+                       ("2025-09-01", "We split up last month, Sam moved out.")],
+    "home": [("2025-02-01", "I live in Lisbon, near Alfama."),
+             ("2025-08-01", "We finally moved to Porto last week, the flat is smaller but cheaper.")],
+    "home, relocated": [("2025-02-01", "My flat in Lisbon has a view of the river."),
+                        ("2025-08-01", "We relocated to Porto, rent is cheaper here.")],
+    "study": [("2024-01-10", "I study chemistry at Leeds University."),
+              ("2024-09-01", "I transferred to Edinburgh University this autumn, switching to biology.")],
+}
+
+
+@pytest.mark.parametrize(("kind", "question"), [
+    ("partner", "who am I dating now?"), ("partner", "am I still dating Sam?"), ("partner", "Who is my partner these days?"),
+    ("partner", "Who's my boyfriend now?"), ("partner", "Am I single?"), ("partner", "who am I seeing these days?"),
+    ("partner, split", "who is my girlfriend now?"), ("partner, split", "am I still with Sam?"),
+    ("partner, split", "who am I dating these days?"),
+    ("home", "what city am I based in these days?"), ("home", "Where do I live now?"), ("home", "Where am I based?"),
+    ("home", "Which town am I living in?"), ("home", "Where's home for me these days?"),
+    ("home, relocated", "where do I live these days?"), ("home, relocated", "what city am I based in now?"),
+    ("study", "where do I study now?"), ("study", "What am I studying these days?"),
+    ("study", "Which university am I at?")])
+def test_each_kind_of_changing_fact_leads_with_its_latest_statement_whatever_its_words(tmp_path, kind, question):
+    *earlier, latest = _CHANGES[kind]
+    with Memory(str(tmp_path / "kind.db"), namespace="kind") as m:
+        for day, text in [*earlier, latest]:
+            m.capture(f"s-{day}", [{"role": "user", "content": text}, {"role": "assistant", "content": "Lovely."}],
+                      session_date=f"{day}T09:00:00")
+        pointers = ask(m, question).pointers
+        assert pointers and pointers[0].synopsis == latest[1] and not pointers[0].superseded, pointers
+        assert all(p.superseded for p in pointers if p.synopsis in {text for _, text in earlier}), pointers
+
+
+def test_a_coding_prompt_in_the_words_of_a_changing_fact_names_none():
+    from tortoise_sdk.reflex.slots import _named_kinds
+
+    for prompt in ["I'm seeing a weird error now", "Is this based on the old schema now?", "use single quotes now",
+                   "I based it on main, can you rebase now?", "which city field does the form use now?"]:
+        assert _named_kinds(prompt) == [], prompt
+    assert _named_kinds("where am I based?") == ["home"] and _named_kinds("Am I single?") == ["partner"]
+
+
 def _said(sessions: list[tuple[str, str, list[tuple[str, str]]]], tmp_path) -> Memory:
     m = Memory(str(tmp_path / "said.db"), namespace="said")
     for sid, day, turns in sessions:

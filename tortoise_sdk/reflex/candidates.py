@@ -11,14 +11,17 @@ from ..search import STOP_WORDS, query_terms
 from ..store.base import near_offsets
 from . import tuning
 from .query import CAPITALISED, entity_names, surface_of
-from .slots import about_someone_else, asks_about_self
+from .slots import about_someone_else, asks_about_self, says_kind
 from .shapes import Candidate, Reading, Term, session_day
 
 # A turn that says things changed: what a later turn must say to outrank an earlier one.
 _CHANGED = re.compile(
     r"\b(now|currently|these days|nowadays|anymore|any more|no longer|used to|left|quit|moved|switched|"
     r"started|joined|changed|change of plans?|stopped|instead|new|since|updated|restored|re-?enabled|reverted|"
-    r"replaced|upgraded|bumped|from now on|going forward)\b", re.I)
+    r"replaced|upgraded|bumped|from now on|going forward|"
+    # ... and the words of a life's changes: a partner's, a home's, a job's, a school's
+    r"(?:broke|broken|breaking|split|splitting) up|called it off|divorced|got (?:married|engaged)|relocated|"
+    r"moving (?:to|into|out)|hired|promoted|resigned|laid off|graduated|dropped out|transferred|enrolled)\b", re.I)
 
 #: A question that weighs alternatives: "Do I drink tea or coffee now?"
 _ALTERNATIVES = re.compile(r"\b\w+ or \w+\b", re.I)
@@ -244,6 +247,12 @@ def later_on_topic(r: Reading, ranked: list[Candidate], terms: list[Term],
     topic = topic_terms(r, texts, {t.stem for t in terms}, tuning.RECENCY_TERMS)
     later = {c.key: c.hit for c in ranked[: tuning.CANDIDATES]
              if c.kind == "turn" and c.hit is not None and c.hit.session_date}
+    if r.slots:
+        # The pool's turns too when the question names a kind of fact: one read for that kind's words alone
+        # ("I transferred to Edinburgh University" for "where do I study now?") matched too little to be ranked.
+        for h in _said(list(pool.values())):
+            if h.session_date:
+                later.setdefault(h.turn_id, h)
     if topic:
         # The newest matches of each word are walked first, and later turns are what is sought.
         for h in _said(r.store.candidate_turns(r.ns, {sf: w for sf, w in topic.values()}, k=tuning.CANDIDATES,
@@ -254,8 +263,12 @@ def later_on_topic(r: Reading, ranked: list[Candidate], terms: list[Term],
     hits = [h for h in later.values() if _CHANGED.search(h.content) and not (mine and about_someone_else(h.content))]
     if not hits:
         return {}
-    # Words of one kind of fact the question names (slots.expand) count as one word: "job" follows up "work".
-    analysed = [{r.slots.get(w, w) for w in st} for st in r.store.analyze(texts + [h.content for h in hits])]
+    # Words of one kind of fact the question names (slots.expand) count as one word: "job" follows up "work", and
+    # so does a phrase that says it ("Sam and I broke up" follows up "I'm dating Sam").
+    kinds = set(r.slots.values())
+    all_texts = texts + [h.content for h in hits]
+    analysed = [{r.slots.get(w, w) for w in st} | says_kind(text, kinds)
+                for st, text in zip(r.store.analyze(all_texts), all_texts)]
     topic = {r.slots.get(s, s): v for s, v in topic.items()}
     own = [(c, h, {r.slots.get(w, w) for w in c.matched} | (st & set(topic))) for (c, h), st in zip(anchors, analysed)]
     by_key = {c.key: c for c in ranked}

@@ -59,8 +59,8 @@ CHANGE = re.compile(
     r"update[ds]?|instead)\b", re.I)
 # Present tense: the question asks how things stand now, so later evidence outranks what it replaced.
 NOW = re.compile(
-    r"\b(these days|nowadays|now|currently|current|still|at the moment|anymore|any more|at present|presently|"
-    r"no longer)\b", re.I)
+    r"\b(these days|nowadays|right now|now|currently|current|still|at the moment|anymore|any more|at present|"
+    r"presently|no longer)\b", re.I)
 WHEN = re.compile(r"\b(when|what (year|month|day|date|time)|how long ago)\b", re.I)
 _MONTHS = ("january february march april may june july august september october november december").split()
 _MONTH = "|".join(_MONTHS)

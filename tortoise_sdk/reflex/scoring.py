@@ -141,8 +141,15 @@ def score_turns(r: Reading, terms: list[Term], content_terms: list[Term], query:
         for pos, tf, sc in zip(by_pos, tfs, scores)
     }
     # Terms the index has never seen count too: a query mostly about unknown things is unrelated.
-    total = sum(t.weight for t in terms if not (tuning.NAMES_AS_SPEAKERS and t.is_name) and not t.context
-                and not t.date and t.stem not in nicknamed) or 1.0
+    counted = [t for t in terms if not (tuning.NAMES_AS_SPEAKERS and t.is_name) and not t.context
+               and not t.date and t.stem not in nicknamed]
+    # The question's own words of one kind of fact (slots.expand: "city" and "based" in "What city am I based in
+    # now?") are two ways to ask one thing: they count once, as the heaviest of them.
+    of_kind_asked: dict[str, float] = {}
+    for t in counted:
+        if t.stem in r.slots:
+            of_kind_asked[r.slots[t.stem]] = max(of_kind_asked.get(r.slots[t.stem], 0.0), t.weight)
+    total = (sum(t.weight for t in counted if t.stem not in r.slots) + sum(of_kind_asked.values())) or 1.0
     speaker_weight = sum(t.weight for t in terms if t.is_name or t.stem in nicknamed)
     # A date the question names is matched by when a turn was said (DATE_BOOST), not by its words.
     date_weight = sum(t.weight for t in terms if t.date and not t.context)

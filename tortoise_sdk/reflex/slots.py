@@ -11,28 +11,56 @@ earlier one about the same kind (``candidates.later_on_topic``).
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
 from ..search import STOP_WORDS, query_terms, tokenize
 from . import tuning
 from .query import CAPITALISED, NOW, term_weight
 from .shapes import Candidate, Reading, Term
 
-__all__ = ("SLOTS", "about_someone_else", "asker_first", "asks_about_self", "asks_now", "expand", "slot_words")
+__all__ = ("SLOTS", "about_someone_else", "asker_first", "asks_about_self", "asks_now", "expand", "says_kind",
+           "slot_words")
 
-#: The kinds of fact that change over a life, each as the words that name it.
+#: The kinds of fact that change over a life, each as the words that name it (in a question and in a statement).
 SLOTS: dict[str, tuple[str, ...]] = {
     "work": ("work", "working", "job", "employer", "employed", "company", "workplace", "career", "hired",
              "profession", "occupation"),
-    "home": ("live", "living", "home", "house", "apartment", "flat", "neighbourhood", "neighborhood", "moved"),
+    "home": ("live", "living", "home", "house", "apartment", "flat", "neighbourhood", "neighborhood", "moved",
+             "relocated"),
     "partner": ("partner", "boyfriend", "girlfriend", "husband", "wife", "dating", "married", "engaged"),
     "study": ("study", "studying", "school", "university", "college", "degree", "course", "major"),
+}
+#: Words that name a kind in a question beside ``SLOTS`` ("What city am I based in?", "Am I single?", "Who is my
+#: spouse?"), not sought in turns: a statement of where one lives rarely says "city" (and turns that do say it
+#: are about cities), and its words are the question's own terms anyway.
+_ALSO_NAMING: dict[str, tuple[str, ...]] = {
+    "work": ("colleagues", "coworkers", "promoted", "unemployed"),
+    "home": ("city", "town", "based", "hometown"),
+    "partner": ("single", "spouse", "fiance", "fiancee", "divorced"),
+    "study": ("student", "enrolled", "semester"),
+}
+#: What says a kind of fact in a statement in more than one word ("Sam and I broke up. I'm seeing Alex now.",
+#: "We're moving to Porto"): a later turn that says it speaks of that kind (``says_kind``), though none of
+#: its words is one of ``SLOTS``. Never a question's: "I'm seeing an error" asks about no partner.
+_SAID: dict[str, re.Pattern[str]] = {
+    "work": re.compile(r"\b(?i:new (?:role|position)|laid off)\b|\b(?i:started|starting) (?i:at|with) [A-Z]"),
+    "home": re.compile(r"\b(?:moving|relocating) (?:to|into|out of)\b", re.I),
+    "partner": re.compile(r"\b(?i:(?:broke|broken|breaking|split|splitting) up|called it off|"
+                          r"seeing (?:someone|somebody|anyone|a (?:guy|girl|man|woman)))\b|\b(?i:seeing) [A-Z][a-z]"),
+    "study": re.compile(r"\b(?:dropped out|transferred to|graduat(?:ed|ing))\b", re.I),
 }
 
 
 #: Words of a kind that a coding prompt uses of things ("is the build working?", "the home directory", "a major
-#: version", "of course"): they name a kind of fact only in a question about someone (``_about_someone``).
+#: version", "of course", "based on", "a single file"): they name a kind of fact only in a question about someone
+#: (``_about_someone``).
 _ALSO_OF_THINGS = frozenset({"work", "working", "live", "living", "home", "house", "flat", "moved", "company",
-                             "course", "major", "study", "school"})
+                             "course", "major", "study", "school", "city", "town", "based", "relationship",
+                             "single"})
+#: "based on", "I based it on", "single quotes": a word of a kind in a phrase about something else (where one is
+#: based is said "based in", "based out of", "where am I based?").
+_OF_THINGS = re.compile(r"\bbased\b(?!\s+(?:in|out|near|around|at|now|these)\b|\s*(?:[?.!,]|$))|"
+                        r"\bsingle[- ](?:quotes?|file|line|page|threaded|source)\b", re.I)
 #: A person the question is about: a pronoun that is a subject or an object ("Is she working?", "Where do I work?";
 #: not "my build", "its home directory": a possessive names a thing as often as a person's) ...
 _PRONOUNS = frozenset("i i'm me we us you you're he him he's she she's they them they're".split())
@@ -63,10 +91,10 @@ def asks_now(query: str) -> bool:
 def _named_kinds(query: str) -> list[str]:
     """The kinds of fact (``SLOTS``) one of whose words ``query`` says; a word also used of things
     (``_ALSO_OF_THINGS``) counts only in a question about someone."""
-    words = set(query_terms(query))
+    words = set(query_terms(_OF_THINGS.sub(" ", query)))
     if not _about_someone(query):
         words -= _ALSO_OF_THINGS
-    return [kind for kind, kind_words in SLOTS.items() if words & set(kind_words)]
+    return [kind for kind, kind_words in SLOTS.items() if words & {*kind_words, *_ALSO_NAMING[kind]}]
 
 
 def _about_someone(query: str) -> bool:
@@ -74,6 +102,11 @@ def _about_someone(query: str) -> bool:
     words = _WORD.findall(query.replace("\u2019", "'"))
     return any(w.lower() in _PRONOUNS for w in words) or any(
         w[0].isupper() and w[1:].islower() and w.lower() not in STOP_WORDS for w in words[1:])
+
+
+def says_kind(text: str, kinds: Iterable[str]) -> set[str]:
+    """The kinds among ``kinds`` that ``text`` states in a phrase of more than one word (``_SAID``)."""
+    return {kind for kind in kinds if kind in _SAID and _SAID[kind].search(text)}
 
 
 def slot_words(query: str) -> list[str]:
@@ -84,7 +117,8 @@ def slot_words(query: str) -> list[str]:
 def expand(r: Reading, terms: list[Term], query: str) -> tuple[list[Term], list[Term]]:
     """``terms`` without the words saying "now" when the query names a kind of fact, and the other
     words of each kind it names (``SLOT_WEIGHT`` of their weight, marked context, for
-    ``candidates.widen_pool``); ``r.slots`` maps the stems of every word of those kinds to the kind."""
+    ``candidates.widen_pool``); ``r.slots`` maps the stems of every word of those kinds (and of the query's own
+    words in ``_ALSO_NAMING``) to the kind."""
     named = _named_kinds(query)
     if not named:
         return terms, []
@@ -99,6 +133,11 @@ def expand(r: Reading, terms: list[Term], query: str) -> tuple[list[Term], list[
         if len(st) == 1:
             r.slots[st[0]] = kind_of[surface]
             by_stem.setdefault(st[0], surface)
+    # The question's own words that name a kind and are not sought ("city" in "What city am I based in?") are of it.
+    naming = {w: kind for kind in named for w in _ALSO_NAMING[kind]}
+    for t in terms:
+        if t.surface in naming:
+            r.slots.setdefault(t.stem, naming[t.surface])
     have = {t.stem for t in terms}
     new = [stem for stem in by_stem if stem not in have]
     n, stats = r.n_docs, {stem: r.known[stem] for stem in new if stem in r.known}  # weigh_terms read them
