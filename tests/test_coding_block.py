@@ -11,6 +11,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tortoise_sdk import Memory
 from tortoise_sdk.adapters.claude_code import handle_event, slash_arguments
 
@@ -199,6 +201,68 @@ def test_the_memory_read_back_is_no_evidence(tmp_path) -> None:
         stop(mem, second)
         shown = _external_ids(mem, prompt(mem, Transcript(tmp_path / "c.jsonl", "c"), ask))
         assert fix in shown and not set(readback + [printed_block]) & set(shown), shown
+
+
+_POINTER = '1. (2026-02-01, user) "the kestrel pipeline uses the flamingo runner" ref:t_e0fef99321977fd808c2'
+
+
+@pytest.mark.parametrize("command", [
+    "cd /home/u/proj && /home/u/.venv/bin/tortoise --db m.db --namespace proj expand t_e0fef99321977fd808c2",
+    "uv run tortoise search 'kestrel flamingo runner'",
+    "TORTOISE_DB=m.db tortoise expand t_e0fef99321977fd808c2 | head -3",
+    "python -m tortoise_sdk expand t_e0fef99321977fd808c2",
+    "cd /repo; python3 -m tortoise_sdk.cli search kestrel runner"])
+def test_a_tortoise_call_anywhere_in_a_command_is_no_evidence(tmp_path, command) -> None:
+    """Reviewer: only a `tortoise` right after `command=` was no evidence; `cd … && …/tortoise … expand`, `uv run
+    tortoise search`, `TORTOISE_DB=… tortoise expand`, `python -m tortoise_sdk expand` went above the original."""
+    with Memory(str(tmp_path / "m.db"), namespace="proj") as mem:
+        first = Transcript(tmp_path / "a.jsonl", "a")
+        original = first.user("the kestrel pipeline uses the flamingo runner, the deploy job runs on it")
+        first.assistant("Noted.")
+        stop(mem, first)
+        second = Transcript(tmp_path / "b.jsonl", "b")
+        second.user("let's look at the deploy job")
+        call, _ = second.tool("Bash", {"command": command, "description": "kestrel pipeline flamingo runner memory"},
+                              "ok")
+        stop(mem, second)
+        shown = _external_ids(mem, prompt(mem, Transcript(tmp_path / "c.jsonl", "c"),
+                                          "which runner does the kestrel pipeline use?"))
+        assert shown[:1] == [original] and call not in shown, shown
+
+
+@pytest.mark.parametrize(("command", "call"), [
+    ("tortoise expand t_1", True), ("sudo tortoise serve", True), ("echo $(tortoise context q)", True),
+    ("uv run --with x tortoise search foo", True), ("uvx tortoise expand t_1", True), ("env A=1 tortoise search x", True),
+    # the word as an argument or a path is no call
+    ("cd tortoise-sdk && pytest -q", False), ("cd ~/src/tortoise && make test", False), ("grep -rn tortoise .", False),
+    ("pip install tortoise-sdk", False), ("vim tortoise_sdk/reflex/noise.py", False), ("ls ~/code/tortoise", False)])
+def test_only_a_call_of_tortoise_is_taken_out_of_a_tool_call(command, call) -> None:
+    from tortoise_sdk.reflex.noise import evidence_text
+
+    assert (not evidence_text(f"[tool_use Bash command={command} description=Run it]").strip()) is call
+
+
+@pytest.mark.parametrize("quoted", [
+    f"Per the memory block: {_POINTER} so the kestrel deploy job runs on flamingo.",
+    _POINTER.replace("ref:", "ref ").replace('"', "'"),
+    f"From memory:\n  {_POINTER}\n  2. (memory) \"kestrel pipeline runner is flamingo\" ref:m_0123456789abcdef0123",
+    # a block quoted as markdown, and what the agent concludes from it right after
+    f"> [Tortoise Memory] Retrieved...\n> {_POINTER}\n> [/tortoise memory]\nThe kestrel pipeline runner is flamingo."])
+def test_a_pointer_line_quoted_without_its_header_is_no_evidence(tmp_path, quoted) -> None:
+    """Reviewer: the agent quoted a block's pointer lines without the `[tortoise memory]` header (or a block, then
+    said what it read), and the next session's block led with the quote, above the user's own turn."""
+    with Memory(str(tmp_path / "m.db"), namespace="proj") as mem:
+        first = Transcript(tmp_path / "a.jsonl", "a")
+        original = first.user("the kestrel pipeline uses the flamingo runner, the deploy job runs on it")
+        first.assistant("Noted.")
+        stop(mem, first)
+        second = Transcript(tmp_path / "b.jsonl", "b")
+        second.user("what runs the kestrel deploy job?")
+        quote = second.assistant(quoted)
+        stop(mem, second)
+        shown = _external_ids(mem, prompt(mem, Transcript(tmp_path / "c.jsonl", "c"),
+                                          "which runner does the kestrel pipeline use?"))
+        assert shown[:1] == [original] and quote not in shown, shown
 
 
 def test_a_sub_agent_this_session_ran_is_not_shown_as_an_earlier_conversation(tmp_path) -> None:

@@ -8,9 +8,11 @@ a prompt, the ``<command-name>`` wrapper of a slash command (the same template e
 TodoWrite tool's result (one boilerplate sentence, matching "continue", "todo", "proceed") and its
 call (the agent's plan list: it restates what the prompt asked and says nothing found; in the coding
 benchmark three such pointers went and no answer with them), and
-the memory read back (a ``[tortoise memory]`` block, a call of ``tortoise expand``, ``search`` or any other
-command of this package, and what ``expand`` or ``search`` printed: the agent following the block's hint
-would otherwise make the next session's block quote this one's), and
+the memory read back (a ``[tortoise memory]`` block and what the agent says right after it in the same
+paragraph, a line with a block's pointer syntax quoted without the header, a call of ``tortoise expand``,
+``search`` or any other command of this package anywhere in a shell command, and what ``expand`` or
+``search`` printed: the agent following the block's hint would otherwise make the next session's block
+quote this one's), and
 a turn of fewer than ``MIN_WORDS`` words ("yes", "3", "option 3": a reply that points at its
 context, which the block cannot carry). Matches inside such text do not count; a turn made only
 of it never counts.
@@ -69,13 +71,30 @@ ECHO_MAX_CHARS = 200
 WH_WORDS = frozenset("what which who whom whose where when why how".split())
 _NEGATION = frozenset("not no never nor none nothing nobody cannot".split())
 
+#: A call of this package's CLI anywhere in a shell command: ``tortoise`` (from any path) where a command starts
+#: (after ``command=``, ``&&``, ``;``, ``|``, ``$(``..., a ``VAR=value``, ``sudo``/``env``/``time``, or a runner:
+#: ``uv run``, ``uvx``, ``pipx run``...), as in ``cd /p && /venv/bin/tortoise … expand``, ``TORTOISE_DB=m.db tortoise
+#: search …``; or ``python -m tortoise_sdk``. Not an argument: ``cd ~/src/tortoise``, ``grep -rn tortoise .``.
+_TORTOISE_CALL = (r"(?:command=|&&|\|\|?|;|\(|`|\$\(|\b(?:then|do|exec|sudo|env|time|nohup|xargs)\s)\s*"
+                  r"(?:[A-Za-z_]\w*=\S*\s+)*"
+                  r"(?:(?:uv|pipx|poetry|hatch|pdm|rye)\s+run\s+(?:--?[\w-]+(?:[= ][^\s-]\S*)?\s+)*|uvx\s+)?"
+                  r"(?:[^\s;&|()`'\"]*/)?tortoise(?=[\s;&|)`]|\Z)"
+                  r"|\bpython[\d.]*\s+-m\s+tortoise_sdk\b")
+#: A line with a block's pointer syntax (``1. (2026-02-01, user) "…" ref:t_…``, quoted without the block's header,
+#: as prose or with ``ref t_…``): the line is a copy of a memory, not something said.
+_POINTER_LINE = r"^[^\n]*\bref(?::\s*|\s+)[tm]_[0-9a-f]{6,}[^\n]*$"
+
 _HOST_TEXT = re.compile(
     r"<system-reminder>.*?(?:</system-reminder>|\Z)"
-    # The memory read back: a block the agent printed, a call of this package's CLI, and what ``expand`` or
-    # ``search`` printed for it (a turn or memory id then its status; a score then a session#index).
-    r"|(?i:\[tortoise memory\].*?(?:\[/tortoise memory\]|\Z))"
-    r"|\[tool_use \w+ command=(?:\S*/)?(?:tortoise|python3? -m tortoise_sdk\.cli)\b[^\]]*\]?"
-    r"|\A\[tool_result [^\]]*\] (?:(?:turn|memory) [tm]_[0-9a-f]+ \[\w+\]|\s*-?\d+\.\d{3}\s+\[[^\]]*#\d+).*"
+    # The memory read back: a block the agent printed (or a pointer line of one), a call of this package's CLI, and
+    # what ``expand`` or ``search`` printed for it (a turn or memory id then its status, or expand's JSON; a score
+    # then a session#index).
+    # ... the rest of the paragraph a block ends: what the agent says right after quoting it is its copy too.
+    r"|(?i:\[tortoise memory\].*?(?:\[/tortoise memory\][^\n]*(?:\n(?![ \t>]*(?:\n|\Z))[^\n]*)*|\Z))"
+    rf"|{_POINTER_LINE}"
+    rf"|\[tool_use \w+ (?=command=)(?=[^\n]*?(?:{_TORTOISE_CALL}))[^\n]*"
+    r"|\A\[tool_result [^\]]*\] (?:(?:turn|memory) [tm]_[0-9a-f]+ \[\w+\]|\s*-?\d+\.\d{3}\s+\[[^\]]*#\d+|"
+    r"\{\s*\"id\":\s*\"[tm]_[0-9a-f]+\").*"
     r"|<(command-name|command-message|command-args|local-command-stdout|local-command-stderr|"
     r"user-prompt-submit-hook)>.*?(?:</\1>|\Z)"
     r"|^.*\bhook (?:error|blocking error|feedback)\b.*$"
@@ -85,7 +104,8 @@ _HOST_TEXT = re.compile(
 
 def evidence_text(text: str) -> str:
     """A turn's text without what the host, a hook or a slash-command wrapper wrote into it."""
-    return _HOST_TEXT.sub(" ", text) if "<" in text or "hook" in text or "tortoise" in text or text[:1] == "[" else text
+    return (_HOST_TEXT.sub(" ", text) if "<" in text or "hook" in text or "tortoise" in text or "ref" in text
+            or text[:1] == "[" else text)
 
 
 def is_dump(c: Candidate) -> bool:
