@@ -731,13 +731,14 @@ def test_a_nul_in_a_followed_transcript_loses_neither_its_turn_nor_the_ones_afte
     the user's next one ("the heron rollback command is make heron-rollback") never reached memory."""
     path = tmp_path / "t.jsonl"
     lines = [{"role": "user", "content": "the build log:\u0000\u0000 ELF"},
-             {"role": "user", "content": "the heron rollback command is make heron-rollback"}]
+             {"role": "user", "content": "the heron rollback command is make heron-rollback",
+              "metadata": {"tool_uses": [{"input": {"path": "/tmp/a\u0000b"}}]}}]
     path.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
     with Memory(str(tmp_path / "m.db"), namespace="a") as mem:
         report = mem.follow(path, session_id="S")
         assert [h.content for h in mem.turns("S")] == ["the build log:\ufffd\ufffd ELF",
                                                        "the heron rollback command is make heron-rollback"]
-        assert report.errors == [] and [w.code for w in report.warnings] == ["replaced_characters"]
+        assert report.errors == [] and [w.code for w in report.warnings] == ["replaced_characters"] * 2
         assert mem.follow(path, session_id="S").turns_stored == 0  # read again: nothing twice
         # A turn no store can hold at all (an id past what an index row holds) is left out alone, said on the report.
         with path.open("a", encoding="utf-8") as f:

@@ -593,3 +593,33 @@ def test_the_version_before_a_restated_memory_of_an_undated_session_keeps_no_for
     assert chain["Maya lives in Rome"].valid_at is None
     assert chain["Maya lives in Oslo"].invalid_at is not None
     assert chain["Maya lives in Oslo"].invalid_at.date().isoformat() != "2024-06-01"
+
+
+def test_an_entity_another_stored_session_created_or_described_stays(store: Store, ns):
+    """A reviewer's: the sweep of the forgotten session's memory-less entities took one a stored session had
+    described (its note with it), and one a stored session had created."""
+    for sid in ("A", "B"):
+        store.capture(ns, req(sid, [f"turn of {sid}"]))
+    store.write_extraction(ns, _plan("A", entities=[EntityPlan("Quokkaburger", "place")]), finalize=_finalize)
+    store.write_extraction(ns, _plan("B", entities=[EntityPlan("Quokkaburger", "place", "a bar on Main street")]),
+                           finalize=_finalize)
+    Memory(store=store, namespace=ns).forget_session("A")
+    assert [(e["name"], e["note"]) for e in store.entities(ns)] == [("Quokkaburger", "a bar on Main street")]
+
+    store.capture(ns, req("C", ["Dr. Okafor"]))
+    d = store.capture(ns, req("D", ["Dr. Okafor treats me"])).turn_ids[0]
+    store.write_extraction(ns, _plan("C", entities=[EntityPlan("Dr. Okafor", "person", "a doctor")]),
+                           finalize=_finalize)
+    store.write_extraction(ns, _plan("D", [ItemPlan("point", "Dr. Okafor treats Maya", about=("Dr. Okafor",),
+                                                    sources=(SourcePlan(d, "Dr. Okafor treats me"),))],
+                                     entities=[EntityPlan("Dr. Okafor", "person")]), finalize=_finalize)
+    Memory(store=store, namespace=ns).forget_session("D")
+    assert ("Dr. Okafor", "a doctor") in [(e["name"], e["note"]) for e in store.entities(ns)]
+
+
+def test_forgetting_a_session_named_like_the_sdk_s_own_state_keeps_that_state(store: Store, ns):
+    store.capture(ns, req("model-pause", ["hello"]))
+    mem = Memory(store=store, namespace=ns)
+    mem.save_cursor("tortoise:model-pause", {"key": "k"}, revision=0)
+    mem.forget_session("model-pause")
+    assert mem.cursor("tortoise:model-pause").value == {"key": "k"}

@@ -290,3 +290,38 @@ def test_a_failed_full_run_does_not_say_that_extracted_turns_wait(store: Store, 
                                       max_turns=TURNS + 2))
     report = extract_session(store, ns, "s", llm_config=config, options=PipelineOptions(chunk_turns=CHUNK, full=True))
     assert report.waiting == (TURNS, TURNS + 1) and f"turns {TURNS}-{TURNS + 1} wait for another run" in report.reason
+
+
+def test_a_job_settled_by_its_last_window_leaves_turns_captured_meanwhile_to_the_next_job(
+        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reviewer's: the window loop ran on under the fence of a job its last window had settled, when a capture came
+    in meanwhile: wasted model calls, then a refused write (a false fencing alarm) and the report thrown away."""
+    import tortoise_sdk.pipeline.window as window
+
+    monkeypatch.setattr(window, "WINDOW_CHARS", 200)
+    script = Script(monkeypatch)
+    store = open_store(str(tmp_path / "m.db"))
+    config = LLMConfig(model="openai/unused", api_key="unused")
+    try:
+        store.capture("n", prepare_capture("s", [{"role": "user", "content": turn_text(i)} for i in range(6)],
+                                           max_turns=6))
+        store.enqueue_job("n", "s")
+        read: list[list[int]] = []
+        full = script.map_session
+
+        async def map_session(client: Any, prompt: Any, *, turns: Any, **kw: Any) -> StageOutcome:
+            read.append([t.index for t in turns])
+            if turns[-1].index == 5:  # the last window: the user speaks again meanwhile
+                store.capture("n", prepare_capture("s", [{"role": "user", "content": turn_text(i)} for i in range(8)],
+                                                   max_turns=8))
+                store.enqueue_job("n", "s")
+            return await full(client, prompt, turns=turns, **kw)
+
+        monkeypatch.setattr(runner, "map_session", map_session)
+        process_pending(store, "n", lambda job, fence: extract_session(
+            store, "n", "s", llm_config=config, options=PipelineOptions(chunk_turns=CHUNK), fence=fence),
+            max_jobs=1)
+        assert read[-1][-1] == 5 and store.fenced_writes == 0
+        assert [j.status for j in store.jobs("n")] == ["done", "pending"]
+    finally:
+        store.close()

@@ -275,6 +275,9 @@ def test_the_breaker_closes_after_its_time_or_for_another_configuration() -> Non
     now[0] += 30
     assert breaker.check(config).remaining_s == 30.0
     assert breaker.check(config.model_copy(update={"api_key": "sk-new"})) is None  # a new key: closed at once
+    # a longer timeout too: raising it is what a timeout's advice says (a reviewer's: a kept pause blocked it)
+    breaker.trip(config, "timeout", "no answer")
+    assert breaker.check(config.model_copy(update={"timeout_s": config.timeout_s * 5})) is None
     breaker.trip(config, "billing", "quota")
     assert breaker.check(config.model_copy(update={"model": "openai/gpt-4o"})) is None
     breaker.trip(config, "billing", "quota")

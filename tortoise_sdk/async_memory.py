@@ -243,7 +243,8 @@ class AsyncMemory:
         return await self._run(self.sync.namespaces)
 
 
-#: Verbs that take no I/O of their own or hand back a synchronous object: use them as they are.
+#: Verbs that take no I/O of their own (``extraction_paused`` reads one small cursor) or hand back a synchronous
+#: object: use them as they are.
 SYNC_ONLY = frozenset({"check_capture", "check_sessions", "subagent_handler", "extraction_paused", "within"})
 #: The remaining ``Memory`` verbs, awaited through the same worker thread with ``Memory``'s signature.
 _FORWARDED = ("cursor", "embed_pending", "follow", "graph", "ingest", "record_subagent", "reset_breaker", "save_cursor",

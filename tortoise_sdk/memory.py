@@ -1592,7 +1592,7 @@ HOOK_LOG = "hooks.log"
 def _storable(turn: Turn, session_id: str, report: Any) -> Turn:
     """A transcript's turn as a store can hold it: a NUL or a lone surrogate in its text (a pasted binary) becomes
     U+FFFD, said on the report, so the turn and those around it are kept (capture refuses such text outright)."""
-    fixed = {k: _STORABLE.sub("\ufffd", v) for k in ("content", "name") if isinstance(v := getattr(turn, k), str)}
+    fixed = {k: _storable_value(v) for k in ("content", "name", "metadata") if (v := getattr(turn, k)) is not None}
     changed = {k: v for k, v in fixed.items() if v != getattr(turn, k)}
     if not changed:
         return turn
@@ -1600,6 +1600,17 @@ def _storable(turn: Turn, session_id: str, report: Any) -> Turn:
         f"{session_id}: turn {turn.id or '(no id)'} held a NUL or an unpaired surrogate (in its "
         f"{' and '.join(changed)}), stored as U+FFFD"), detail={"session_id": session_id}))
     return turn.model_copy(update=changed)
+
+
+def _storable_value(value: Any) -> Any:
+    """``value`` (text, or JSON holding text) with each NUL and lone surrogate as U+FFFD."""
+    if isinstance(value, str):
+        return _STORABLE.sub("\ufffd", value)
+    if isinstance(value, list):
+        return [_storable_value(v) for v in value]
+    if isinstance(value, dict):
+        return {_storable_value(k): _storable_value(v) for k, v in value.items()}
+    return value
 
 
 #: What no store holds faithfully in text: NUL (PostgreSQL) and lone surrogates (not UTF-8).
@@ -1618,6 +1629,7 @@ class _StoredPause:
         return self._mem.cursor(self.NAME).value
 
     def save(self, value: dict[str, Any]) -> None:
+        value = _storable_value(value)  # a provider's message may hold what no store keeps
         cursor = self._mem.cursor(self.NAME)
         if cursor.value != value:
             self._mem.save_cursor(self.NAME, value, revision=cursor.revision)

@@ -71,7 +71,8 @@ _IN_CLI_TERMS = (
      "run by `tortoise worker`, now by `tortoise flush`"),
     ("extract them later with mem.extract(session_id) or `tortoise extract SESSION`",
      "extract them later with `tortoise extract SESSION`"),
-    ("at once when the model, api_base or key changes", "at once when --model, --api-base or --api-key changes"),
+    ("at once when the model, api_base, key or timeout changes",
+     "at once when --model, --api-base, --api-key or --timeout changes"),
     ("take one from MemoryBlock.pointers, search() or memories()",
      "take one from the refs `tortoise context` prints, `tortoise search` or `tortoise memories`"),
 )

@@ -35,7 +35,7 @@ class Trip:
         return (f"extraction skipped, no model was called: the provider failed with {self.error_class} at "
                 f"{self.opened_at.isoformat(timespec='seconds')}{said}; calls resume after "
                 f"{self.closes_at.isoformat(timespec='seconds')} (in {self.remaining_s:.0f} s) or at once when "
-                "the model, api_base or key changes. The turns are stored: extract them later with "
+                "the model, api_base, key or timeout changes. The turns are stored: extract them later with "
                 "mem.extract(session_id) or `tortoise extract SESSION`")
 
 
@@ -50,9 +50,9 @@ class Shared(Protocol):
 class CircuitBreaker:
     """Opened by a fatal failure for ``open_s`` seconds, for one model configuration.
 
-    Keyed by the model, the endpoint and a hash of the key (the explicit one, else
-    the environment's ``*_KEY`` variables litellm reads), so fixing the configuration
-    closes it at once. ``open_s=0`` disables it; ``clock`` (monotonic seconds) is injectable for tests.
+    Keyed by the model, the endpoint, a hash of the key (the explicit one, else
+    the environment's ``*_KEY`` variables litellm reads) and the request timeout, so fixing the
+    configuration closes it at once. ``open_s=0`` disables it; ``clock`` (monotonic seconds) is injectable for tests.
     With ``shared``, a trip is also kept there (by wall-clock time) and another process's trip is honoured:
     each ``tortoise flush`` is a new process, and three of them within seconds spent a job's three attempts.
     Thread-safe; a failure of ``shared`` is ignored (the breaker then holds for this process alone).
@@ -116,8 +116,10 @@ class CircuitBreaker:
 
 
 def _key(config: LLMConfig) -> str:
-    """The configuration a trip holds for, as a hash (it is kept in the store): model, endpoint and key."""
+    """The configuration a trip holds for, as a hash (it is kept in the store): model, endpoint, key and timeout."""
     secret = config.api_key
     if secret is None:  # litellm reads a provider variable: any change to one may fix the key
         secret = "\x00".join(f"{k}={v}" for k, v in sorted(os.environ.items()) if k.endswith("_KEY"))
-    return hashlib.sha256("\x00".join((config.model, config.api_base or "", secret or "")).encode()).hexdigest()
+    # the timeout too: raising it is how a timed-out configuration is fixed (the failure's own advice)
+    parts = (config.model, config.api_base or "", secret or "", repr(config.timeout_s))
+    return hashlib.sha256("\x00".join(parts).encode()).hexdigest()

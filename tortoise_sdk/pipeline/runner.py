@@ -95,6 +95,8 @@ async def aextract_session(store: Store, namespace: str, session_id: str, *, llm
             continue
         if report.status not in ("ok", "partial") or report.waiting is not None or report.window is None:
             break
+        if fence is not None and store.get_job(fence.job_id).status != "running":
+            break  # S5 settled the job with its last window: turns captured meanwhile are the next job's
         state = store.extraction_state(namespace, session_id)
         if state is None or state.watermark < report.window[1] \
                 or not store.turns(namespace, session_id, start=state.watermark + 1, stop=state.watermark + 2):

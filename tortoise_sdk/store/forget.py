@@ -133,7 +133,7 @@ class ForgetMixin:
             created, created_args = self._forgotten("created_session_id", session_id)
             named |= {r[0] for r in c.execute(f"SELECT entity_id FROM entities WHERE namespace = {p} AND {created}",
                                               [namespace, *created_args])}
-            self._remove_orphan_entities(c, namespace, named, report)
+            self._remove_orphan_entities(c, namespace, named, report, sessions=True)
             self._names_from_survivors(c, namespace, named)
             self._forget_notes(c, namespace, set(sessions), report)
             self._tombstone(c, report, session_id, "Memory.forget_session")
@@ -297,16 +297,22 @@ class ForgetMixin:
                 c.execute(f"UPDATE entity_events SET detail = {p} WHERE id = {p}",
                           (json.dumps(detail, ensure_ascii=False), event_id))
 
-    def _remove_orphan_entities(self, c: Conn, namespace: str, named: Iterable[str], report: ForgetReport) -> None:
+    def _remove_orphan_entities(self, c: Conn, namespace: str, named: Iterable[str], report: ForgetReport, *,
+                                sessions: bool = False) -> None:
         """The ``named`` entities (those the forgotten memories and names touched, and those the forgotten sessions'
-        extractions created) left with no memory go. Others without a memory stay: an extraction keeps the entities
-        a session named even when none of its items survived grounding, and forgetting one session must not take
-        another's."""
+        extractions created) left with no memory go; when ``sessions`` are forgotten, not one a session still stored
+        created or wrote the note of.
+        Others without a memory stay: an extraction keeps the entities a session named even when none of its items
+        survived grounding, and forgetting one session must not take another's."""
         p = self.PARAM
+        # forgetting a session: an entity a session still stored created, or wrote the note of, is that one's too
+        theirs = (" AND NOT EXISTS (SELECT 1 FROM sessions s WHERE s.namespace = entities.namespace"
+                  " AND s.session_id IN (entities.created_session_id, entities.note_session_id))") if sessions else ""
         for entity_id in sorted(named):
             self._count(report, "entities", c.execute(
                 f"DELETE FROM entities WHERE namespace = {p} AND entity_id = {p} AND NOT EXISTS"
-                " (SELECT 1 FROM memory_entities me WHERE me.entity_id = entities.entity_id)", (namespace, entity_id)))
+                f" (SELECT 1 FROM memory_entities me WHERE me.entity_id = entities.entity_id){theirs}",
+                (namespace, entity_id)))
         # An entity's other names and its merges and splits go with it (they hold names the user said).
         for table in ("entity_aliases", "entity_events"):
             self._count(report, table, c.execute(
@@ -323,6 +329,8 @@ class ForgetMixin:
         suffixes = tuple(":" + s for s in sessions)
         names = [r[0] for r in c.execute(f"SELECT name FROM cursors WHERE namespace = {p}", (namespace,))]
         for name in names:
+            if name.startswith(OWN_CURSOR_PREFIX):  # the SDK's own state (the model pause), no session's
+                continue
             if name.endswith(suffixes) and not self._kept_session_named(c, namespace, name, sessions):
                 self._count(report, "cursors", c.execute(
                     f"DELETE FROM cursors WHERE namespace = {p} AND name = {p}", (namespace, name)))
@@ -427,6 +435,8 @@ class ForgetMixin:
 #: A memory id (``rows.memory_id_for``).
 _MEMORY_ID = re.compile(r"m_[0-9a-f]{20}")
 
+#: The cursors of the SDK's own state in a namespace (``tortoise:model-pause``): never a session's.
+OWN_CURSOR_PREFIX = "tortoise:"
 #: The cursors that keep, per session, the pointers its blocks showed (turn and memory ids).
 SHOWN_PREFIXES = ("reflex:shown:", "claude-code:shown:")
 #: The cursors the adapters keep per session, named by one of these and the session id.
