@@ -265,6 +265,20 @@ def test_a_pointer_line_quoted_without_its_header_is_no_evidence(tmp_path, quote
         assert shown[:1] == [original] and quote not in shown, shown
 
 
+def test_why_calls_specific_only_the_words_that_made_a_pointer_specific(tmp_path) -> None:
+    """Reviewer: `why` listed every matched word as specific, 'test' (in most turns) beside the rare ones."""
+    with Memory(str(tmp_path / "m.db"), namespace="proj") as mem:
+        for i in range(40):
+            mem.capture(f"s{i}", [{"role": "user", "content": f"rerun test suite {i} in the ci job"}])
+        mem.capture("fix", [{"role": "user", "content": "the fix for the failing flaky test was a retry"}])
+        block = mem.context([{"role": "user", "content": "fix the failing test"}], specific_only=True,
+                            time_budget_ms=None)
+        why = block.why[0]
+        specific, _, also = why.partition("specific: ")[2].partition("; also matched ")
+        assert "'fix'" in specific and "'failing'" in specific and "'test'" not in specific, why
+        assert also.startswith("'test' (in 41 of 41 turns), too common to count;"), why
+
+
 def test_a_sub_agent_this_session_ran_is_not_shown_as_an_earlier_conversation(tmp_path) -> None:
     """Reviewer: three of three pointers came from ``<session>:agent-…``, captured minutes before in the same
     session, under "Retrieved from this user's earlier conversations". Claude Code holds what the sub-agent reported,

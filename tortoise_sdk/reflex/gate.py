@@ -23,7 +23,7 @@ Matches inside text the host wrote into a turn (a ``<system-reminder>``, hook ou
 count, and turns that are only such text never pass (``noise``). Among those that pass, a
 file's or a search's dump (a Read, Grep or Glob result) goes after the turns that say things
 (``DUMPS_LAST``). Each pointer's reason names the words that made it specific and how many
-turns of the namespace hold each. The constants were chosen on one project of
+turns of the namespace hold each, and names apart a matched word too common to count. The constants were chosen on one project of
 ``benchmarks/bench_coding_memory.py`` and checked on another that took no part.
 """
 
@@ -109,6 +109,19 @@ def _why(r: Reading, matched: list[Term], units: set[str], asks: bool) -> str | 
     asked = asks and len(matched) >= MIN_TERMS and bits >= ASK_MIN_BITS
     if not unit and not asked and (len(informative) < MIN_TERMS or bits < MIN_BITS):
         return None
-    said = ", ".join(f"{t.surface!r} (in {t.df} of {n} turns)" for t in sorted(matched, key=lambda t: t.df))
-    kind = "the code unit " if unit else "" if len(informative) >= MIN_TERMS else "the question's words "
-    return f"specific: {kind}{said}, {bits:.1f} nats together"
+
+    def said(terms: list[Term]) -> str:
+        return ", ".join(f"{t.surface!r} (in {t.df} of {n} turns)" for t in sorted(terms, key=lambda t: t.df))
+
+    # Only what made the candidate pass is called specific: a rare code unit, the informative words, or (for a
+    # question about before) its words together; a word too common to be informative is named apart.
+    if unit:
+        kind, made = "the code unit ", unit
+    elif len(informative) >= MIN_TERMS and bits >= MIN_BITS:
+        kind, made = "", informative
+    else:
+        kind, made = "the question's words ", matched
+    rest = [t for t in matched if t not in made]
+    common = ", too common to count" if rest and not any(t in informative for t in rest) else ""
+    also = f"; also matched {said(rest)}{common}" if rest else ""
+    return f"specific: {kind}{said(made)}{also}; {bits:.1f} nats together"
