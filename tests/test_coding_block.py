@@ -206,6 +206,15 @@ def test_the_memory_read_back_is_no_evidence(tmp_path) -> None:
 _POINTER = '1. (2026-02-01, user) "the kestrel pipeline uses the flamingo runner" ref:t_e0fef99321977fd808c2'
 
 
+def _told_kestrel(mem: Memory, tmp_path: Path) -> str:
+    """A first session where the user says which runner the kestrel pipeline uses; the id of that turn."""
+    first = Transcript(tmp_path / "a.jsonl", "a")
+    original = first.user("the kestrel pipeline uses the flamingo runner, the deploy job runs on it")
+    first.assistant("Noted.")
+    stop(mem, first)
+    return original
+
+
 @pytest.mark.parametrize("command", [
     "cd /home/u/proj && /home/u/.venv/bin/tortoise --db m.db --namespace proj expand t_e0fef99321977fd808c2",
     "uv run tortoise search 'kestrel flamingo runner'",
@@ -216,10 +225,7 @@ def test_a_tortoise_call_anywhere_in_a_command_is_no_evidence(tmp_path, command)
     """Reviewer: only a `tortoise` right after `command=` was no evidence; `cd … && …/tortoise … expand`, `uv run
     tortoise search`, `TORTOISE_DB=… tortoise expand`, `python -m tortoise_sdk expand` went above the original."""
     with Memory(str(tmp_path / "m.db"), namespace="proj") as mem:
-        first = Transcript(tmp_path / "a.jsonl", "a")
-        original = first.user("the kestrel pipeline uses the flamingo runner, the deploy job runs on it")
-        first.assistant("Noted.")
-        stop(mem, first)
+        original = _told_kestrel(mem, tmp_path)
         second = Transcript(tmp_path / "b.jsonl", "b")
         second.user("let's look at the deploy job")
         call, _ = second.tool("Bash", {"command": command, "description": "kestrel pipeline flamingo runner memory"},
@@ -252,10 +258,7 @@ def test_a_pointer_line_quoted_without_its_header_is_no_evidence(tmp_path, quote
     """Reviewer: the agent quoted a block's pointer lines without the `[tortoise memory]` header (or a block, then
     said what it read), and the next session's block led with the quote, above the user's own turn."""
     with Memory(str(tmp_path / "m.db"), namespace="proj") as mem:
-        first = Transcript(tmp_path / "a.jsonl", "a")
-        original = first.user("the kestrel pipeline uses the flamingo runner, the deploy job runs on it")
-        first.assistant("Noted.")
-        stop(mem, first)
+        original = _told_kestrel(mem, tmp_path)
         second = Transcript(tmp_path / "b.jsonl", "b")
         second.user("what runs the kestrel deploy job?")
         quote = second.assistant(quoted)
