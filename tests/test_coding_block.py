@@ -339,3 +339,36 @@ def test_the_compacted_header_is_only_for_a_host_that_said_what_it_holds(tmp_pat
         assert "earlier conversations" in other.block.splitlines()[0]
         compacted = mem.context(ask, session_id="h1", held_from=5)  # the host holds h1 from turn 5 on
         assert "compacted out of your context" in compacted.block.splitlines()[0]
+
+
+def test_what_a_person_writes_after_a_pasted_block_or_a_quoted_pointer_is_evidence() -> None:
+    """A reviewer's second look: the rules for memory read back dropped a user's own correction ("That's outdated:
+    ...") after a pasted block, and the rest of a line after a quoted pointer ("<- wrong, ...")."""
+    from tortoise_sdk.reflex.noise import evidence_text
+
+    pasted = (f"[tortoise memory] Retrieved...\n{_POINTER}\n[/tortoise memory]\n"
+              "That's outdated: the kestrel pipeline moved to the heron runner")
+    assert "heron runner" in evidence_text(pasted, "user") and "flamingo" not in evidence_text(pasted, "user")
+    assert "heron runner" not in evidence_text(pasted, "assistant")  # the agent's copy of what it read
+    assert "wrong, it is heron" in evidence_text(f"{_POINTER} <- wrong, it is heron now", "user")
+
+
+@pytest.mark.parametrize("command", ['git commit -m "feat(tortoise): bound the window"',
+                                     'grep -rnE "(tortoise|hare)" docs', 'git commit -m "save time tortoise sync"'])
+def test_a_command_that_names_tortoise_as_an_argument_keeps_its_tool_call(command) -> None:
+    from tortoise_sdk.reflex.noise import evidence_text
+
+    assert evidence_text(f"[tool_use Bash command={command}]").strip()
+
+
+def test_host_text_rules_take_time_in_proportion_to_a_turn_s_length() -> None:
+    """A reviewer's: a hook-line rule compiled with DOTALL read to the end of the text from every line: a turn of
+    paths under refs/ (which sent it through the rules) took 40 ms, "ref" beside 8,000 line breaks 0.93 s."""
+    import time
+
+    from tortoise_sdk.reflex.noise import evidence_text
+
+    text = "prefer the refresh\n" + "\n".join(f"src/components/refresh/file{i}.ts" for i in range(20_000))
+    started = time.perf_counter()
+    evidence_text(text)
+    assert time.perf_counter() - started < 2.0  # quadratic, this length took minutes

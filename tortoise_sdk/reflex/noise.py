@@ -75,37 +75,46 @@ _NEGATION = frozenset("not no never nor none nothing nobody cannot".split())
 #: (after ``command=``, ``&&``, ``;``, ``|``, ``$(``..., a ``VAR=value``, ``sudo``/``env``/``time``, or a runner:
 #: ``uv run``, ``uvx``, ``pipx run``...), as in ``cd /p && /venv/bin/tortoise … expand``, ``TORTOISE_DB=m.db tortoise
 #: search …``; or ``python -m tortoise_sdk``. Not an argument: ``cd ~/src/tortoise``, ``grep -rn tortoise .``.
-_TORTOISE_CALL = (r"(?:command=|&&|\|\|?|;|\(|`|\$\(|\b(?:then|do|exec|sudo|env|time|nohup|xargs)\s)\s*"
+_TORTOISE_CALL = (r"(?:command=|&&|\|\|?|;|`|\$\(|\b(?:then|exec|sudo|env|nohup|xargs)\s)\s*"
                   r"(?:[A-Za-z_]\w*=\S*\s+)*"
                   r"(?:(?:uv|pipx|poetry|hatch|pdm|rye)\s+run\s+(?:--?[\w-]+(?:[= ][^\s-]\S*)?\s+)*|uvx\s+)?"
                   r"(?:[^\s;&|()`'\"]*/)?tortoise(?=[\s;&|)`]|\Z)"
                   r"|\bpython[\d.]*\s+-m\s+tortoise_sdk\b")
 #: A line with a block's pointer syntax (``1. (2026-02-01, user) "…" ref:t_…``, quoted without the block's header,
-#: as prose or with ``ref t_…``): the line is a copy of a memory, not something said.
-_POINTER_LINE = r"^[^\n]*\bref(?::\s*|\s+)[tm]_[0-9a-f]{6,}[^\n]*$"
+#: as prose or with ``ref t_…``): up to its ref the line is a copy of a memory; what follows it is said ("<- wrong").
+_POINTER_LINE = r"^[^\n]{0,2000}?\bref(?::\s*|\s+)[tm]_[0-9a-f]{6,}"
 
 _HOST_TEXT = re.compile(
     r"<system-reminder>.*?(?:</system-reminder>|\Z)"
     # The memory read back: a block the agent printed (or a pointer line of one), a call of this package's CLI, and
     # what ``expand`` or ``search`` printed for it (a turn or memory id then its status, or expand's JSON; a score
     # then a session#index).
-    # ... the rest of the paragraph a block ends: what the agent says right after quoting it is its copy too.
-    r"|(?i:\[tortoise memory\].*?(?:\[/tortoise memory\][^\n]*(?:\n(?![ \t>]*(?:\n|\Z))[^\n]*)*|\Z))"
+    r"|(?i:\[tortoise memory\].*?(?:\[/tortoise memory\]|\Z))"
     rf"|{_POINTER_LINE}"
-    rf"|\[tool_use \w+ (?=command=)(?=[^\n]*?(?:{_TORTOISE_CALL}))[^\n]*"
+    rf"|\[tool_use \w+ (?=command=)(?=[^\n]{{0,400}}?(?:{_TORTOISE_CALL}))[^\n]*"
     r"|\A\[tool_result [^\]]*\] (?:(?:turn|memory) [tm]_[0-9a-f]+ \[\w+\]|\s*-?\d+\.\d{3}\s+\[[^\]]*#\d+|"
     r"\{\s*\"id\":\s*\"[tm]_[0-9a-f]+\").*"
     r"|<(command-name|command-message|command-args|local-command-stdout|local-command-stderr|"
     r"user-prompt-submit-hook)>.*?(?:</\1>|\Z)"
-    r"|^.*\bhook (?:error|blocking error|feedback)\b.*$"
-    r"|^Operation stopped by hook:.*$",
+    r"|^[^\n]*\bhook (?:error|blocking error|feedback)\b[^\n]*$"
+    r"|^Operation stopped by hook:[^\n]*$",
     re.S | re.M)
 
 
-def evidence_text(text: str) -> str:
-    """A turn's text without what the host, a hook or a slash-command wrapper wrote into it."""
-    return (_HOST_TEXT.sub(" ", text) if "<" in text or "hook" in text or "tortoise" in text or "ref" in text
-            or text[:1] == "[" else text)
+#: What the agent says right after quoting a block, to the end of that paragraph: its copy of the memory too. Only the
+#: agent's: a person who pastes a block and corrects it on the next line ("That's outdated: …") said something new.
+_AFTER_BLOCK = re.compile(r"(?i:\[/tortoise memory\])[^\n]*(?:\n(?![ \t>]*(?:\n|\Z))[^\n]*)*")
+#: A cheap test that a text may hold a pointer (``ref:t_…``, ``ref m_…``) before the full rules run.
+_MAY_POINT = re.compile(r"\bref(?::|\s+[tm]_)")
+
+
+def evidence_text(text: str, role: str | None = None) -> str:
+    """A turn's text without what the host, a hook or a slash-command wrapper wrote into it (and, in an assistant's
+    turn, what it says right after quoting a memory block)."""
+    if role == "assistant" and "tortoise memory]" in text.lower():
+        text = _AFTER_BLOCK.sub(" [/tortoise memory] ", text)
+    return (_HOST_TEXT.sub(" ", text) if "<" in text or "hook" in text or "tortoise" in text
+            or text[:1] == "[" or _MAY_POINT.search(text) else text)
 
 
 def is_dump(c: Candidate) -> bool:
@@ -172,7 +181,12 @@ def is_noise(c: Candidate) -> bool:
         return True
     if _PLAN_CALL.match(c.text):
         return True
-    return len(_WORD.findall(evidence_text(c.text))) < MIN_WORDS
+    return len(_WORD.findall(_evidence_of(c))) < MIN_WORDS
+
+
+def _evidence_of(c: Candidate) -> str:
+    """``evidence_text`` of a candidate's text, read as its speaker's."""
+    return evidence_text(c.text, c.hit.role if c.hit is not None else None)
 
 
 def cleaned_matches(r: Reading, cands: list[Candidate], stems: set[str]) -> dict[str, set[str]]:
@@ -181,8 +195,9 @@ def cleaned_matches(r: Reading, cands: list[Candidate], stems: set[str]) -> dict
     A candidate whose own text is only host text is left out.
     """
     out: dict[str, set[str]] = {}
-    dirty = [c for c in cands if evidence_text(c.text) != c.text]
-    analysed = (dict(zip((c.key for c in dirty), r.store.analyze([evidence_text(c.text) for c in dirty])))
+    cleaned = {c.key: _evidence_of(c) for c in cands}
+    dirty = [c for c in cands if cleaned[c.key] != c.text]
+    analysed = (dict(zip((c.key for c in dirty), r.store.analyze([cleaned[c.key] for c in dirty])))
                 if dirty else {})
     for c in cands:
         if c.kind == "turn" and is_noise(c):
