@@ -35,7 +35,7 @@ SLOTS: dict[str, tuple[str, ...]] = {
 #: are about cities), and its words are the question's own terms anyway.
 _ALSO_NAMING: dict[str, tuple[str, ...]] = {
     "work": ("colleagues", "coworkers", "promoted", "unemployed"),
-    "home": ("city", "town", "based", "hometown"),
+    "home": ("city", "town", "based"),
     "partner": ("single", "spouse", "fiance", "fiancee", "divorced"),
     "study": ("student", "enrolled", "semester"),
 }
@@ -94,7 +94,13 @@ def _named_kinds(query: str) -> list[str]:
     words = set(query_terms(_OF_THINGS.sub(" ", query)))
     if not _about_someone(query):
         words -= _ALSO_OF_THINGS
+    if not words & _RESIDENCE:  # "what is Sam's favourite city?", "what city is the Eiffel Tower in?": no home
+        words -= {"city", "town"}
     return [kind for kind, kind_words in SLOTS.items() if words & {*kind_words, *_ALSO_NAMING[kind]}]
+
+
+#: With one of these, "city" or "town" in a question asks where someone lives ("what city am I based in?").
+_RESIDENCE = frozenset({"live", "living", "lives", "based", "home", "moved", "reside", "stay", "staying"})
 
 
 def _about_someone(query: str) -> bool:
