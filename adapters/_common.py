@@ -22,13 +22,12 @@ from __future__ import annotations
 import bisect
 import ipaddress
 import logging
-import re
 from collections.abc import Callable, Iterable, Sequence
 from os import PathLike
 from typing import TYPE_CHECKING, Any
 
 from ..errors import AdapterError, CaptureConflict
-from ..models import CaptureReceipt, JobInfo, MemoryBlock, tool_use_text, utc_now
+from ..models import SHOWN_CURSOR, CaptureReceipt, JobInfo, MemoryBlock, tool_use_text, utc_now
 
 if TYPE_CHECKING:
     from ..memory import ExtractMode, Memory
@@ -173,7 +172,7 @@ class MemoryAdapter:
         if not self.shown_turns:
             return self.mem.context(window, budget=self.budget, max_tokens=self.max_tokens, session_id=session_id,
                                     held_from=held_from)
-        name = f"reflex:shown:{session_id}"
+        name = f"{SHOWN_CURSOR}{session_id}"
         try:
             cursor = self.mem.cursor(name)
             turns = [[i for i in ids if isinstance(i, str)] for ids in cursor.value.get("turns") or []
@@ -235,8 +234,7 @@ class MemoryAdapter:
             try:
                 return self.mem.capture(session_id, turns, session_date=date, extract=extract)
             except CaptureConflict as exc:
-                at = re.fullmatch(r"turns\[(\d+)\]", exc.field or "")
-                edited = turns[int(at.group(1))] if at else {}
+                edited = turns[exc.turn] if exc.turn is not None else {}
                 if not edited.get("id"):
                     raise
                 # The host sends the edited message again each run: once is enough to say so.

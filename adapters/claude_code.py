@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlsplit
 
 from ..errors import InvalidInput, StoreTimeout, TortoiseError
+from ..models import CLAUDE_CODE_SHOWN_CURSOR
 from ._common import is_loopback
 from ..memory import DEFAULT_NAMESPACE
 
@@ -170,7 +171,7 @@ def _prompt_context(
     turns = mem.turns(session_id) if session_id else []
     recent = turns[-WINDOW_TURNS:]
     window = [*({"role": h.role, "content": h.content} for h in recent), {"role": "user", "content": prompt}]
-    shown = mem.cursor(f"claude-code:shown:{session_id}") if session_id else None
+    shown = mem.cursor(f"{CLAUDE_CODE_SHOWN_CURSOR}{session_id}") if session_id else None
     ids = [i for i in (shown.value.get("ids") if shown else None) or [] if isinstance(i, str)]
     prior = " ".join(f"ref:{i}" for i in ids) or None
     # Claude Code holds the session since its last compaction: those turns are not memory, and a

@@ -54,7 +54,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     ) from exc
 
 from ..errors import AdapterError
-from ..models import MemoryBlock, starts_with_memory_block, utc_now
+from ..models import OPENAI_AGENTS_CURSOR, MemoryBlock, starts_with_memory_block, utc_now
 from ._common import MemoryAdapter, check_session_id
 
 if TYPE_CHECKING:
@@ -175,7 +175,7 @@ class MemorySession(MemoryAdapter):
         return block
 
     def _view(self) -> Any:
-        return self.mem.cursor(f"openai-agents:{self.session_id}")
+        return self.mem.cursor(f"{OPENAI_AGENTS_CURSOR}{self.session_id}")
 
     def _visible(self) -> list[tuple[str, dict[str, Any]]]:
         """(turn id, item) of the turns the session's view shows."""

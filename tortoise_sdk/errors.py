@@ -31,6 +31,7 @@ Stage and reflex failures are never raised to the caller: they become a
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 __all__ = (
@@ -86,6 +87,12 @@ class InvalidInput(TortoiseError, ValueError):
     def __init__(self, message: str, *, field: str | None = None) -> None:
         super().__init__(f"{field}: {message}" if field else message)
         self.field = field
+
+    @property
+    def turn(self) -> int | None:
+        """The index of the turn ``field`` names (``turns[3]``, ``turns[3].role``), else None."""
+        at = re.match(r"turns\[(\d+)\]", self.field or "")
+        return int(at.group(1)) if at else None
 
 
 class InvalidType(InvalidInput, TypeError):

@@ -34,6 +34,7 @@ from .config import (
 from .errors import CaptureConflict, ConfigError, InvalidInput, InvalidType
 from .models import (
     HOST_SESSION,
+    MODEL_PAUSE_CURSOR,
     CaptureReceipt,
     Cursor,
     Diagnostic,
@@ -74,6 +75,7 @@ from .validate import (
     check_lines,
     check_number,
     check_session_id,
+    storable,
 )
 from .vocabulary import Vocabulary
 from .vocabulary import vocabulary as host_vocabulary
@@ -755,10 +757,9 @@ class Memory:
             except (InvalidInput, CaptureConflict) as exc:
                 report.errors.append(Diagnostic(stage="capture", code=type(exc).__name__, message=str(exc),
                                                 detail={"session_id": sid}))
-                at = re.match(r"turns\[(\d+)\]", exc.field or "")
-                if type(exc) is CaptureConflict or at is None:
+                if type(exc) is CaptureConflict or exc.turn is None:
                     return False
-                del chunk[int(at.group(1))]
+                del chunk[exc.turn]
                 continue
             report.receipts.append(receipt)
             report.turns_stored += receipt.turns_stored
@@ -1592,7 +1593,7 @@ HOOK_LOG = "hooks.log"
 def _storable(turn: Turn, session_id: str, report: Any) -> Turn:
     """A transcript's turn as a store can hold it: a NUL or a lone surrogate in its text (a pasted binary) becomes
     U+FFFD, said on the report, so the turn and those around it are kept (capture refuses such text outright)."""
-    fixed = {k: _storable_value(v) for k in ("content", "name", "metadata") if (v := getattr(turn, k)) is not None}
+    fixed = {k: storable(v) for k in ("content", "name", "metadata") if (v := getattr(turn, k)) is not None}
     changed = {k: v for k, v in fixed.items() if v != getattr(turn, k)}
     if not changed:
         return turn
@@ -1602,25 +1603,10 @@ def _storable(turn: Turn, session_id: str, report: Any) -> Turn:
     return turn.model_copy(update=changed)
 
 
-def _storable_value(value: Any) -> Any:
-    """``value`` (text, or JSON holding text) with each NUL and lone surrogate as U+FFFD."""
-    if isinstance(value, str):
-        return _STORABLE.sub("\ufffd", value)
-    if isinstance(value, list):
-        return [_storable_value(v) for v in value]
-    if isinstance(value, dict):
-        return {_storable_value(k): _storable_value(v) for k, v in value.items()}
-    return value
-
-
-#: What no store holds faithfully in text: NUL (PostgreSQL) and lone surrogates (not UTF-8).
-_STORABLE = re.compile("[\x00\ud800-\udfff]")
-
-
 class _StoredPause:
     """``llm.breaker.Shared`` over a cursor of a memory's namespace: the model pause other processes honour."""
 
-    NAME = "tortoise:model-pause"
+    NAME = MODEL_PAUSE_CURSOR
 
     def __init__(self, mem: Memory) -> None:
         self._mem = mem
@@ -1629,7 +1615,7 @@ class _StoredPause:
         return self._mem.cursor(self.NAME).value
 
     def save(self, value: dict[str, Any]) -> None:
-        value = _storable_value(value)  # a provider's message may hold what no store keeps
+        value = storable(value)  # a provider's message may hold what no store keeps
         cursor = self._mem.cursor(self.NAME)
         if cursor.value != value:
             self._mem.save_cursor(self.NAME, value, revision=cursor.revision)

@@ -12,7 +12,11 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, computed_field, model_serializer, model_validator
 
 __all__ = (
+    "CLAUDE_CODE_SHOWN_CURSOR",
     "HOST_SESSION",
+    "MODEL_PAUSE_CURSOR",
+    "OPENAI_AGENTS_CURSOR",
+    "SHOWN_CURSOR",
     "CaptureReceipt",
     "Cursor",
     "DeferredModel",
@@ -58,6 +62,12 @@ JobStatus = Literal["pending", "running", "done", "failed"]
 #: The session of the memories a host adds by hand (``Memory.remember``, ``correct_memory``): no turn of it exists,
 #: and capture refuses it.
 HOST_SESSION = "tortoise:host"
+#: Names of the cursors the SDK keeps in a namespace: per session, the pointers a block showed (the adapters', Claude
+#: Code's) and the OpenAI Agents session's view (each prefix, then the session id); and the model pause.
+SHOWN_CURSOR = "reflex:shown:"
+CLAUDE_CODE_SHOWN_CURSOR = "claude-code:shown:"
+OPENAI_AGENTS_CURSOR = "openai-agents:"
+MODEL_PAUSE_CURSOR = "tortoise:model-pause"
 #: First line of every memory block the SDK injects into a conversation. A block is an echo of memory,
 #: never new evidence: extraction cuts every block out of a captured turn and grounds only on what is
 #: left (a turn that is only a block, or whose metadata is ``{"tortoise": "memory_block"}``, grounds nothing).

@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import math
 import os
+import re
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
@@ -53,6 +54,21 @@ def check_text(value: str, field: str) -> str:
         raise InvalidInput(f"is not valid Unicode text (a lone surrogate at character {exc.start}); "
                            "decode the source as UTF-8", field=field) from None
     return value
+
+
+def storable(value: Any) -> Any:
+    """``value`` (text, or JSON holding text) with each character ``check_text`` refuses (NUL, a lone surrogate)
+    as U+FFFD: for text the SDK keeps that no caller can be asked to fix (a host's transcript, a provider's message)."""
+    if isinstance(value, str):
+        return _UNSTORABLE.sub("\ufffd", value)
+    if isinstance(value, list):
+        return [storable(v) for v in value]
+    if isinstance(value, dict):
+        return {storable(k): storable(v) for k, v in value.items()}
+    return value
+
+
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 
 
 def check_id(value: Any, field: str, *, optional: bool = False) -> Any:

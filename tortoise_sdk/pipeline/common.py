@@ -27,16 +27,17 @@ def format_transcript(turns: Sequence[SearchHit]) -> str:
     A turn's text longer than ``PROMPT_TURN_HEAD + PROMPT_TURN_TAIL`` characters shows its head and its tail around
     ``… [N characters not shown] …`` (the stored turn stays whole; a quote is grounded against it).
     """
-    lines = []
-    for t in turns:
-        who = t.name or t.role
-        # a memory block pasted into a turn is an echo of memory: the model never reads it as the conversation's
-        text = " ".join(MEMORY_BLOCK.sub(" [memory block not shown] ", t.content).split())
-        if len(text) > PROMPT_TURN_HEAD + PROMPT_TURN_TAIL:
-            cut = len(text) - PROMPT_TURN_HEAD - PROMPT_TURN_TAIL
-            text = f"{text[:PROMPT_TURN_HEAD]} … [{cut} characters not shown] … {text[-PROMPT_TURN_TAIL:]}"
-        lines.append(f"[{t.index}] {who}: {text}")
-    return "\n".join(lines)
+    return "\n".join(transcript_line(t) for t in turns)
+
+
+def transcript_line(t: SearchHit) -> str:
+    """A turn's line in ``format_transcript``."""
+    # a memory block pasted into a turn is an echo of memory: the model never reads it as the conversation's
+    text = " ".join(MEMORY_BLOCK.sub(" [memory block not shown] ", t.content).split())
+    if len(text) > PROMPT_TURN_HEAD + PROMPT_TURN_TAIL:
+        cut = len(text) - PROMPT_TURN_HEAD - PROMPT_TURN_TAIL
+        text = f"{text[:PROMPT_TURN_HEAD]} … [{cut} characters not shown] … {text[-PROMPT_TURN_TAIL:]}"
+    return f"[{t.index}] {t.name or t.role}: {text}"
 
 
 def format_context(turns: Sequence[SearchHit]) -> str:

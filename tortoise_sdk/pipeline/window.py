@@ -20,10 +20,10 @@ import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from ..models import MEMORY_BLOCK, MemoryRecord, SearchHit
+from ..models import MemoryRecord, SearchHit
 from ..store.base import Store
 from ..store.plan import Window
-from .common import PROMPT_TURN_HEAD, PROMPT_TURN_TAIL
+from .common import transcript_line
 from .grounding import evidence_turns
 from .prompts import Prompt
 
@@ -60,12 +60,11 @@ WINDOW_CHARS = 80_000
 
 
 def _bounded(turns: list[SearchHit], evidence: set[str]) -> list[SearchHit]:
-    """The first of ``turns`` whose ``evidence`` turns fit ``WINDOW_CHARS`` as the prompts show them (at least one):
-    the others (tool results, sub-agent records) are never shown, and a memory block in a turn is not."""
+    """The first of ``turns`` whose ``evidence`` turns' lines (``transcript_line``, as the prompts show them) fit
+    ``WINDOW_CHARS`` (at least one): the others (tool results, sub-agent records) are never shown."""
     size = 0
     for n, t in enumerate(turns):
-        if t.turn_id in evidence:  # its line: index, speaker, the text without blocks (a long one by head and tail)
-            size += min(len(MEMORY_BLOCK.sub(" ", t.content)), PROMPT_TURN_HEAD + PROMPT_TURN_TAIL + 40) + 16
+        size += len(transcript_line(t)) if t.turn_id in evidence else 0
         if size > WINDOW_CHARS and n > 0:
             return turns[:n]
     return turns
@@ -95,11 +94,12 @@ def read_window(store: Store, namespace: str, session_id: str, prompts: Mapping[
         return reading
     since = max(state.window_start, base + 1 - _CONTEXT_SCAN) if state is not None and base >= 0 else base + 1
     metadata = store.turn_metadata(namespace, session_id, start=since)
-    reading.turns = _bounded(after, {t.turn_id for t in evidence_turns(after, metadata)})
+    evidence = evidence_turns(after, metadata)
+    reading.turns = _bounded(after, {t.turn_id for t in evidence})
     reading.turns = reading.turns[:max(1, max_turns or len(reading.turns))]
     reading.window = Window(start=reading.turns[0].index, end=reading.turns[-1].index, base=base, prompts_sha=sha,
                             full=full, more=len(reading.turns) < len(after))
-    reading.evidence = evidence_turns(reading.turns, metadata)
+    reading.evidence = [t for t in evidence if t.index <= reading.window.end]
     if state is not None and base >= 0:
         earlier = store.turns(namespace, session_id, start=since, stop=base + 1)
         reading.context = evidence_turns(earlier, metadata)[-CONTEXT_TURNS:]

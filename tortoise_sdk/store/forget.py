@@ -27,7 +27,8 @@ from contextlib import AbstractContextManager
 from pathlib import PurePath
 from typing import Any, ClassVar
 
-from ..models import ForgetReport, Tombstone, utc_now
+from ..models import (CLAUDE_CODE_SHOWN_CURSOR, MODEL_PAUSE_CURSOR, OPENAI_AGENTS_CURSOR, SHOWN_CURSOR, ForgetReport,
+                      Tombstone, utc_now)
 from ..names import role_key, why_short
 from ..text import norm_name
 from .rows import iso_dt, tombstone_id_for, utc
@@ -435,12 +436,12 @@ class ForgetMixin:
 #: A memory id (``rows.memory_id_for``).
 _MEMORY_ID = re.compile(r"m_[0-9a-f]{20}")
 
-#: The cursors of the SDK's own state in a namespace (``tortoise:model-pause``): never a session's.
-OWN_CURSOR_PREFIX = "tortoise:"
+#: The cursors of the SDK's own state in a namespace (the model pause): never a session's.
+OWN_CURSOR_PREFIX = MODEL_PAUSE_CURSOR.partition(":")[0] + ":"
 #: The cursors that keep, per session, the pointers its blocks showed (turn and memory ids).
-SHOWN_PREFIXES = ("reflex:shown:", "claude-code:shown:")
+SHOWN_PREFIXES = (SHOWN_CURSOR, CLAUDE_CODE_SHOWN_CURSOR)
 #: The cursors the adapters keep per session, named by one of these and the session id.
-HOST_CURSOR_PREFIXES = (*SHOWN_PREFIXES, "openai-agents:")
+HOST_CURSOR_PREFIXES = (*SHOWN_PREFIXES, OPENAI_AGENTS_CURSOR)
 
 #: The name of a ``Memory.follow`` cursor that does not spell its path.
 HASHED_FOLLOW = "follow:sha256:"
