@@ -104,18 +104,19 @@ def open_memory(args: argparse.Namespace, *, create: bool | str = True, **kwargs
 
 
 def run_and_print(
-    args: argparse.Namespace, call: Callable[[Any], Any], text: Callable[[Any], object], *, empty_hint: bool = False,
-    **options: Any,
+    args: argparse.Namespace, call: Callable[[Any], Any], text: Callable[[Any], object], *,
+    empty_hint: bool | Callable[[Any], bool] = False, **options: Any,
 ) -> int:
     """Open the existing memory, ``call`` one (reading) method on it, print the result; returns 0.
 
     With ``--json`` the result is printed as one JSON document, else ``text(result)`` prints it.
-    With ``empty_hint``, an empty namespace is named on stderr with the ones that hold data.
+    With ``empty_hint``, an empty namespace is named on stderr with the ones that hold data; a callable
+    ``empty_hint`` tells from the result whether the namespace is empty (no read of the store to ask).
     """
     with open_memory(args, create=False, **options) as mem:
         result = call(mem)
         if empty_hint:
-            name_other_namespaces(mem)
+            name_other_namespaces(mem, empty=empty_hint(result) if callable(empty_hint) else None)
     if args.json:
         emit_json(result)
     else:
@@ -123,12 +124,15 @@ def run_and_print(
     return 0
 
 
-def name_other_namespaces(mem: Any) -> bool:
-    """When ``mem``'s namespace holds nothing, say so on stderr and name the namespaces that hold data.
+def name_other_namespaces(mem: Any, *, empty: bool | None = None) -> bool:
+    """When ``mem``'s namespace holds nothing (no session, no live memory), say so on stderr and name the
+    namespaces that hold data; ``empty`` when the caller knows already (else the store is asked).
 
     Returns whether it did (the namespace is empty).
     """
-    if mem.sessions() or mem.store.memories(mem.namespace, latest=1):
+    if empty is None:
+        empty = not (mem.sessions() or mem.store.memories(mem.namespace, latest=1))
+    if not empty:
         return False
     others = [n for n in mem.namespaces() if n.name != mem.namespace]
     if not others:

@@ -114,7 +114,8 @@ def _register_subagents(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_stats(args: argparse.Namespace) -> int:
-    return run_and_print(args, _stats, _print_stats, empty_hint=True)
+    # Empty as ``name_other_namespaces`` means it (no session, no live memory), told from the counts just read.
+    return run_and_print(args, _stats, _print_stats, empty_hint=lambda doc: not (doc["sessions"] or doc["memories"]))
 
 
 def _stats(mem: Any) -> dict[str, Any]:

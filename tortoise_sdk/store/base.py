@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from ..subagent_models import NormalizedFrame
     from .plan import ExtractionPlan, Fence, WriteResult
 
-__all__ = ("NAMESPACES_SQL", "Store", "TurnFacts", "near_offsets")
+__all__ = ("NAMESPACES_SQL", "NamespaceCounts", "Store", "TurnFacts", "near_offsets")
 
 #: Per namespace: sessions, turns and live memories (plain SQL both engines run; ``ORDER BY`` added by each).
 NAMESPACES_SQL = (
@@ -105,6 +105,11 @@ class Store(ABC):
     def namespaces(self) -> list[NamespaceInfo]:
         """Every namespace holding a session, a turn or a memory, by name (the one read across namespaces)."""
         raise NotImplementedError(f"{type(self).__name__} does not list namespaces")
+
+    @abstractmethod
+    def namespace_counts(self, namespace: str) -> NamespaceCounts:
+        """How much one namespace holds, counted by the database (``Memory.stats``): no row loaded, no other
+        namespace counted."""
 
     @staticmethod
     def _namespace_infos(rows: Sequence[Sequence[Any]]) -> list[NamespaceInfo]:
@@ -407,6 +412,17 @@ class Store(ABC):
         for session_id, index in dict.fromkeys(positions):
             out.extend(self.turns(namespace, session_id, start=index, stop=index + 1))
         return out
+
+
+class NamespaceCounts(NamedTuple):
+    """What one namespace holds (``Store.namespace_counts``)."""
+
+    sessions: int
+    turns: int
+    memories: int  # live
+    entities: int
+    subagents: int  # sub-agent rows
+    jobs: dict[str, int]  # extraction jobs by status, statuses by name
 
 
 class TurnFacts(NamedTuple):

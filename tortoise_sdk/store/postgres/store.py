@@ -37,6 +37,7 @@ from ...search import INDEX_CHARS, POSTINGS_BUDGET, idf, idf_bonus, indexed_text
 from ...validate import not_unicode
 from ..base import NAMESPACES_SQL, Store, near_offsets
 from ..capture_plan import new_receipt, plan_append, receipt_row, repeated_tail, replay_or_conflict, session_date_for
+from ..counts import CountsMixin
 from ..cursors import CursorMixin
 from ..rows import and_equal
 from ..rows import turn_hit as _hit
@@ -94,8 +95,8 @@ def _retryable(exc: BaseException) -> bool:
                                                                                          "jobs_one_pending")
 
 
-class PostgresStore(PostgresExtractionMixin, PostgresSubagentMixin, PostgresForgetMixin, CursorMixin, VectorMixin,
-                    Store):
+class PostgresStore(PostgresExtractionMixin, PostgresSubagentMixin, PostgresForgetMixin, CursorMixin, CountsMixin,
+                    VectorMixin, Store):
     """A PostgreSQL database shared by any number of processes and hosts.
 
     Usage::

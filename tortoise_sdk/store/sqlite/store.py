@@ -33,6 +33,7 @@ from ...search import indexed_text, terms_from_fts5
 from ...validate import not_unicode
 from ..base import NAMESPACES_SQL, Store
 from ..capture_plan import new_receipt, plan_append, receipt_row, repeated_tail, replay_or_conflict, session_date_for
+from ..counts import CountsMixin
 from ..cursors import CursorMixin
 from ..deadline import DEFAULT_STORE_TIMEOUT_S, deadline, expired, remaining, timeout_error
 from ..rows import and_equal
@@ -99,7 +100,7 @@ def _interrupt_at(c: sqlite3.Connection, at: float | None) -> Iterator[None]:
 
 
 class SQLiteStore(SQLiteRankingMixin, SQLiteExtractionMixin, SQLiteSubagentMixin, SQLiteForgetMixin, CursorMixin,
-                  VectorMixin, Store):
+                  CountsMixin, VectorMixin, Store):
     """A SQLite database file shared safely by threads and processes.
 
     Writers take ``BEGIN IMMEDIATE`` on the store's one write connection and wait on a busy
