@@ -8,7 +8,8 @@ from collections.abc import Coroutine, Sequence
 from typing import Any, TypeVar
 
 from ..errors import ModelError
-from ..models import MEMORY_BLOCK, Diagnostic, MemoryRecord, SearchHit
+from ..models import Diagnostic, MemoryRecord, SearchHit
+from ..readback import without_read_back
 
 __all__ = ("diagnostic", "format_context", "format_known", "format_transcript", "run_sync")
 
@@ -32,8 +33,9 @@ def format_transcript(turns: Sequence[SearchHit]) -> str:
 
 def transcript_line(t: SearchHit) -> str:
     """A turn's line in ``format_transcript``."""
-    # a memory block pasted into a turn is an echo of memory: the model never reads it as the conversation's
-    text = " ".join(MEMORY_BLOCK.sub(" [memory block not shown] ", t.content).split())
+    # memory read back into a turn (a block, the tortoise command's JSON) is an echo of memory: the model never
+    # reads it as the conversation's
+    text = " ".join(without_read_back(t.content, " [memory block not shown] ").split())
     if len(text) > PROMPT_TURN_HEAD + PROMPT_TURN_TAIL:
         cut = len(text) - PROMPT_TURN_HEAD - PROMPT_TURN_TAIL
         text = f"{text[:PROMPT_TURN_HEAD]} … [{cut} characters not shown] … {text[-PROMPT_TURN_TAIL:]}"

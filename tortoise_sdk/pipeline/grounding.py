@@ -5,8 +5,10 @@ turn of the session (the item is re-anchored there, with a warning); failing
 both, that item alone is rejected with a warning. Tool turns, sub-agent records,
 injected memory blocks and the host's own text (metadata ``not_evidence``, e.g. a
 compaction summary) are never evidence. A memory block (its marker in any case)
-pasted anywhere in a turn, at its start too, is cut out before matching: the turn
-grounds on the words outside its blocks, and a turn with none grounds nothing.
+pasted anywhere in a turn, at its start too, is cut out before matching, and so is
+the JSON the ``tortoise`` command prints (``readback``: ``memories``, ``search``,
+``expand``, ``context`` with ``--json``, pasted or printed): the turn grounds on the
+words outside them, and a turn with none grounds nothing.
 
 The matching rule (:func:`quote_matches`):
 
@@ -51,7 +53,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..models import MEMORY_BLOCK, Diagnostic, SearchHit, Turn
+from ..models import Diagnostic, SearchHit, Turn
+from ..readback import without_read_back
 from ..store.plan import SourcePlan
 from ..text import QUOTE_MARKS as _QUOTE_MARKS
 from ..text import norm_name, norm_quote, per_text
@@ -95,8 +98,8 @@ def is_evidence(turn: SearchHit | Turn, metadata: Mapping[str, Any] | None) -> b
     """
     if turn.role == "tool":
         return False
-    if MEMORY_BLOCK.search(turn.content) and not match_key(MEMORY_BLOCK.sub(" ", turn.content)):
-        return False  # only a memory block: a turn with words besides its blocks grounds on those (ground cuts them)
+    if (outside := without_read_back(turn.content)) != turn.content and not match_key(outside):
+        return False  # only memory read back: a turn with words besides it grounds on those (ground cuts it)
     if metadata:
         if metadata.get("tortoise") in ("memory_block", "subagent") or metadata.get("not_evidence"):
             return False
@@ -140,9 +143,9 @@ def ground(proposal: Proposal, turns: Sequence[SearchHit], context: Sequence[Sea
     whose quote is only there is rejected, so a window's memories cite its own turns.
     """
     by_index = {t.index: t for t in turns}
-    cleaned = {t.index: MEMORY_BLOCK.sub(f" {CUT} ", t.content) for t in turns}
+    cleaned = {t.index: without_read_back(t.content, f" {CUT} ") for t in turns}
     keys = {index: match_key(text) for index, text in cleaned.items()}
-    context_keys = {t.index: match_key(MEMORY_BLOCK.sub(" ", t.content)) for t in context}
+    context_keys = {t.index: match_key(without_read_back(t.content)) for t in context}
     warnings: list[Diagnostic] = []
     rejected = 0
     out: dict[str, list[Grounded]] = {"events": [], "points": [], "retractions": []}

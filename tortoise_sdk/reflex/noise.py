@@ -10,9 +10,11 @@ call (the agent's plan list: it restates what the prompt asked and says nothing 
 benchmark three such pointers went and no answer with them), and
 the memory read back (a ``[tortoise memory]`` block and what the agent says right after it in the same
 paragraph, a line with a block's pointer syntax quoted without the header, a call of ``tortoise expand``,
-``search`` or any other command of this package anywhere in a shell command, and what ``expand`` or
-``search`` printed: the agent following the block's hint would otherwise make the next session's block
-quote this one's), and
+``search`` or any other command of this package anywhere in a shell command, what ``expand`` or
+``search`` printed, and the JSON that ``memories``, ``search``, ``expand`` or ``context`` print with ``--json``
+wherever it stands (pasted by the person, quoted by the agent, in a tool result whose command is not
+seen: ``readback.without_cli_json``), treated as a pasted block is: the agent following the block's hint
+would otherwise make the next session's block quote this one's), and
 a turn of fewer than ``MIN_WORDS`` words ("yes", "3", "option 3": a reply that points at its
 context, which the block cannot carry). Matches inside such text do not count; a turn made only
 of it never counts.
@@ -32,6 +34,7 @@ import re
 from collections.abc import Sequence
 
 from ..models import SearchHit
+from ..readback import REST_OF_PARAGRAPH, without_cli_json
 from ..search import STOP_WORDS, tokenize
 from ..text import per_text
 from .shapes import Candidate, Reading
@@ -103,14 +106,15 @@ _HOST_TEXT = re.compile(
 
 #: What the agent says right after quoting a block, to the end of that paragraph: its copy of the memory too. Only the
 #: agent's: a person who pastes a block and corrects it on the next line ("That's outdated: …") said something new.
-_AFTER_BLOCK = re.compile(r"(?i:\[/tortoise memory\])[^\n]*(?:\n(?![ \t>]*(?:\n|\Z))[^\n]*)*")
+_AFTER_BLOCK = re.compile(r"(?i:\[/tortoise memory\])" + REST_OF_PARAGRAPH)
 #: A cheap test that a text may hold a pointer (``ref:t_…``, ``ref m_…``) before the full rules run.
 _MAY_POINT = re.compile(r"\bref(?::|\s+[tm]_)")
 
 
 def evidence_text(text: str, role: str | None = None) -> str:
-    """A turn's text without what the host, a hook or a slash-command wrapper wrote into it (and, in an assistant's
-    turn, what it says right after quoting a memory block)."""
+    """A turn's text without what the host, a hook or a slash-command wrapper wrote into it, nor the memory read
+    back (a block, the ``tortoise`` command's JSON; in an assistant's turn, what it says right after either)."""
+    text = without_cli_json(text, paragraph=role == "assistant")
     if role == "assistant" and "tortoise memory]" in text.lower():
         text = _AFTER_BLOCK.sub(" [/tortoise memory] ", text)
     return (_HOST_TEXT.sub(" ", text) if "<" in text or "hook" in text or "tortoise" in text
