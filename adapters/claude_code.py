@@ -28,6 +28,7 @@ import logging
 import re
 import shlex
 import sys
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -43,6 +44,7 @@ if TYPE_CHECKING:
 
 __all__ = (
     "CAPTURE_EVENTS",
+    "CATCH_UP_S",
     "HOOK_EVENTS",
     "HTTP_ROUTE",
     "MAX_BYTES_PER_CALL",
@@ -69,11 +71,16 @@ HOOK_EVENTS: tuple[str, ...] = ("UserPromptSubmit", *CAPTURE_EVENTS)
 #: still built from what is stored (reads go on beside a writer); what was not captured is taken by the next
 #: event of the session.
 STORE_BOUND_S = 2.0
-#: New transcript bytes one event captures at most; a longer backlog is taken over several events. Small
-#: enough that capturing it stays far inside ``STORE_BOUND_S`` (1 MiB of random text, the slowest to
+#: New transcript bytes one read captures at most (a prompt reads one piece; a capture event reads on for
+#: ``CATCH_UP_S``). Small enough that capturing it stays far inside ``STORE_BOUND_S`` (1 MiB of random text, the slowest to
 #: index, took 0.23 s here; 4 MiB took 0.9 s, and up to 2 s on a loaded machine, so a piece could time out
 #: on every call and never be captured).
 MAX_BYTES_PER_CALL = 1024 * 1024
+#: How long a capture event (``CAPTURE_EVENTS``: no prompt waits for a block) goes on reading pieces of
+#: ``max_bytes`` while its transcript holds more: a session's last turns after megabytes of tool output are
+#: captured at its end, when no later event would take them. Half the hook's own limit (8 s), so a piece begun
+#: just before it still ends inside that limit.
+CATCH_UP_S = 4.0
 #: The path under ``tortoise serve``'s namespace prefix that takes Claude Code's HTTP hooks (``--claude-code-hooks``).
 HTTP_ROUTE = "/hooks/claude-code"
 #: Recent turns of the session the reflex reads beside the prompt.
@@ -98,13 +105,15 @@ def handle_event(
     max_bytes: int | None = None,
     time_budget_ms: float = REFLEX_TIME_BUDGET_MS,
     step_bound_s: float | None = None,
+    catch_up_s: float = CATCH_UP_S,
 ) -> dict | None:
     """Act on one hook event; returns the JSON document to print, or None to print nothing.
 
     ``budget`` and ``max_tokens`` bound the block, ``time_budget_ms`` the reflex's run (past it
     the block is empty); ``max_bytes`` bounds the transcript bytes captured per call
-    (``Memory.follow``), so a long backlog is taken over several calls. ``step_bound_s`` bounds each
-    step's store calls together (a capture, then the block), whatever ``mem``'s own bound: a database
+    (``Memory.follow``) at a time: a prompt reads one piece (a long backlog waits for the next events), a capture
+    event reads pieces until it has caught up or ``catch_up_s`` has passed (its last piece may end after it).
+    ``step_bound_s`` bounds each step's store calls together (a capture, then the block), whatever ``mem``'s own bound: a database
     another process holds for writing then costs a prompt that long, and the block is still built.
 
     Raises:
@@ -134,9 +143,13 @@ def handle_event(
         with mem.within(step_bound_s):
             return _prompt_context(mem, session_id, prompt, budget, max_tokens, time_budget_ms, remember=not locked)
     if name in CAPTURE_EVENTS:
+        until = time.monotonic() + catch_up_s
         for path in transcript_paths(event):
-            with mem.within(step_bound_s):
-                _follow(mem, path, session_id, "background", max_bytes)
+            while True:
+                with mem.within(step_bound_s):
+                    read_some = _follow(mem, path, session_id, "background", max_bytes)
+                if max_bytes is None or not read_some or time.monotonic() >= until:
+                    break
     return None
 
 
@@ -154,12 +167,14 @@ def slash_arguments(prompt: str | None) -> str | None:
     return prompt[m.end():].strip() or None
 
 
-def _follow(mem: Memory, path: str, session_id: str | None, extract: Any, max_bytes: int | None) -> None:
+def _follow(mem: Memory, path: str, session_id: str | None, extract: Any, max_bytes: int | None) -> bool:
     """What is new in ``path`` (a regular file, read in pieces), captured for the event's session only:
-    lines of another session (another transcript, another app's JSONL) are left out and logged."""
+    lines of another session (another transcript, another app's JSONL) are left out and logged. Returns whether
+    it read anything (the offset moved on)."""
     report = mem.follow(path, "claude-code", extract=extract, max_bytes=max_bytes, only_session=session_id)
     for error in report.errors:
         log.warning("%s", error.message)
+    return (report.end_offset or 0) > (report.start_offset or 0)
 
 
 def _prompt_context(

@@ -16,6 +16,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from hypothesis import strategies as st
 
 from tortoise_sdk import Memory
 from tortoise_sdk.streams import parse_stream
+from tortoise_sdk.adapters.claude_code import MAX_BYTES_PER_CALL, handle_event
 from tortoise_sdk.cli import main
 
 DATA = Path(__file__).resolve().parent / "data"
@@ -363,6 +365,49 @@ def test_max_bytes_takes_a_backlog_over_several_calls(tmp_path) -> None:
         whole.ingest(SHORT)
         assert stored_turns(mem) == stored_turns(whole)
         whole.close()
+
+
+def test_the_last_turns_after_megabytes_of_tool_output_are_captured_when_the_session_ends(
+        monkeypatch, capsys, tmp_path) -> None:
+    """A user's: the last turn read three large files (2.9 MB of tool results) and then answered; Stop and SessionEnd
+    took 1 MiB each, and the answer, the session's conclusion, was never captured (no later event came)."""
+    sid = "s-big"
+
+    def line(n: int, kind: str, content: Any) -> str:
+        return json.dumps({"type": kind, "uuid": f"u{n}", "sessionId": sid, "timestamp": f"2026-01-05T12:00:{n:02d}Z",
+                           "message": {"id": f"m{n}", "role": kind, "content": content}})
+
+    lines = [line(0, "user", "which of the generated parsers sets MAX_FRAME?")]
+    for i in range(3):
+        lines.append(line(1 + 2 * i, "assistant", [{"type": "tool_use", "id": f"t{i}", "name": "Read",
+                                                    "input": {"file_path": f"/p/gen{i}.go"}}]))
+        lines.append(line(2 + 2 * i, "user", [{"type": "tool_result", "tool_use_id": f"t{i}",
+                                               "content": f"// gen{i}.go\n" + "var x = 1\n" * 90_000}]))
+    lines.append(line(7, "assistant", "gen2.go sets MAX_FRAME to 65536 in its init function."))
+    transcript = tmp_path / f"{sid}.jsonl"
+    transcript.write_text("\n".join(lines) + "\n")
+    assert transcript.stat().st_size > 2 * MAX_BYTES_PER_CALL
+    db = tmp_path / "m.db"
+    for event in ("Stop", "SessionEnd"):  # the session's last two events
+        run_hook(monkeypatch, capsys, db, payload(event, sid, transcript))
+    with Memory(str(db)) as mem, Memory(str(tmp_path / "whole.db")) as whole:
+        whole.ingest(transcript)
+        assert stored_turns(mem) == stored_turns(whole)
+        assert "MAX_FRAME to 65536" in mem.turns(sid)[-1].content
+
+
+def test_a_prompt_still_takes_one_piece_of_a_backlog(tmp_path) -> None:
+    """The prompt waits for its block: only a capture event reads on past ``max_bytes``."""
+    transcript = tmp_path / "t.jsonl"
+    transcript.write_bytes(SHORT.read_bytes())
+    with ExitStack() as stack:
+        mem = stack.enter_context(Memory(str(tmp_path / "m.db")))
+        whole = stack.enter_context(Memory(str(tmp_path / "w.db")))
+        whole.ingest(SHORT)
+        handle_event(mem, payload("UserPromptSubmit", SHORT_SESSION, transcript, prompt="hello"), max_bytes=1)
+        assert len(mem.turns(SHORT_SESSION)) < len(whole.turns(SHORT_SESSION))
+        handle_event(mem, payload("Stop", SHORT_SESSION, transcript), max_bytes=1)
+        assert stored_turns(mem) == stored_turns(whole)
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

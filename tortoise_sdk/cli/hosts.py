@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from ..adapters.claude_code import MAX_BYTES_PER_CALL, STORE_BOUND_S
+from ..adapters.claude_code import CATCH_UP_S, MAX_BYTES_PER_CALL, STORE_BOUND_S
 from ..errors import ConfigError, InvalidInput, NotFoundError, StreamParseError, TortoiseError
 from ..memory import DEFAULT_EXTRACT_EVERY, DEFAULT_IDLE_S, DEFAULT_NAMESPACE, env_model
 from ._common import add_model_options, bounded_float, model_options
@@ -35,7 +35,7 @@ SETTINGS_TIMEOUT_S = 30
 #: What ``hooks install --url`` asks Claude Code to allow a request: the command's own hard limit, since a
 #: request has no limit of its own on the server (past it Claude Code goes on without the block).
 HTTP_TIMEOUT_S = int(DEFAULT_HOOK_TIMEOUT_S)
-#: New transcript bytes one hook call captures at most (kept far inside ``HOOK_STORE_TIMEOUT_S``).
+#: New transcript bytes one read of a hook call captures (kept far inside ``HOOK_STORE_TIMEOUT_S``).
 HOOK_MAX_BYTES = MAX_BYTES_PER_CALL
 _LOG_MAX_BYTES = 1024 * 1024
 #: An environment variable's name, as Claude Code interpolates it into an HTTP hook's header.
@@ -106,7 +106,7 @@ def _run_hook(args: argparse.Namespace, outcome: dict[str, Any], log: logging.Lo
             with Memory(args.db, namespace=args.namespace, store_timeout_s=min(HOOK_STORE_TIMEOUT_S, args.timeout / 2),
                         **model_options(args)) as mem:
                 outcome["output"] = handle_event(mem, event, budget=args.budget, max_tokens=args.max_tokens,
-                                                 max_bytes=HOOK_MAX_BYTES)
+                                                 max_bytes=HOOK_MAX_BYTES, catch_up_s=min(CATCH_UP_S, args.timeout / 2))
         except BaseException as exc:  # noqa: BLE001 - reported in the log, never to the host
             outcome["error"] = exc
 
