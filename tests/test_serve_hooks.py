@@ -257,6 +257,21 @@ def test_serve_says_where_the_hooks_are_and_how_to_install_them(tmp_path, monkey
         f"{tmp_path}; `tortoise hooks install --url http://127.0.0.1:9123` writes them\n")
 
 
+
+def test_serve_on_port_0_names_the_port_it_took_in_the_install_command(tmp_path, monkeypatch, capsys) -> None:
+    """A user's: `serve --claude-code-hooks --port 0` said `tortoise hooks install --url http://127.0.0.1:0`, and hooks
+    installed from it posted to port 0, where nothing listens (every prompt went without its block)."""
+    import uvicorn
+
+    ran: list[Any] = []
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: ran.append(kw))
+    assert main(["--db", str(tmp_path / "m.db"), "serve", "--port", "0", "--claude-code-hooks",
+                 "--transcripts", str(tmp_path)]) == 0
+    port = ran[0]["port"]
+    assert port > 0 and capsys.readouterr().err == (
+        f"tortoise: Claude Code hooks at http://127.0.0.1:{port}/v1/ns/NAMESPACE/hooks/claude-code, transcripts from "
+        f"{tmp_path}; `tortoise hooks install --url http://127.0.0.1:{port}` writes them\n")
+
 def test_a_locked_database_costs_a_prompt_the_store_bound_and_the_block_still_comes(tmp_path, earlier) -> None:
     """As the command's: the server's own store bound (30 s) would hold the prompt past Claude Code's timeout."""
     db = tmp_path / "m.db"

@@ -59,13 +59,13 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     settings = ServeSettings(db=args.db, namespaces=[args.namespace], tokens=grants,
                              max_body_bytes=args.max_body * 1024 * 1024, memory_options=model_options(args),
                              host=args.host, claude_code_hooks=args.claude_code_hooks, transcripts=args.transcripts)
+    port = _check_port_free(args.host, args.port)  # for --port 0, the port taken: the install command names it
     if args.claude_code_hooks:
         folder = settings.transcripts_folder()
-        server = f"http://{f'[{args.host}]' if ':' in args.host else args.host}:{args.port}"
+        server = f"http://{f'[{args.host}]' if ':' in args.host else args.host}:{port}"
         print(f"tortoise: Claude Code hooks at {server}/v1/ns/NAMESPACE/hooks/claude-code, transcripts from {folder}"
               + ("" if folder.is_dir() else " (not there yet)")
               + f"; `tortoise hooks install --url {server}` writes them", file=sys.stderr)
-    port = _check_port_free(args.host, args.port)
     app = _announced(build_app(settings), _start_lines(args, port))
     try:
         # No colours: on a terminal the CLI writes every ESC it is given as \u001b (stored text may hold one).
