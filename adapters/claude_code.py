@@ -72,9 +72,9 @@ HOOK_EVENTS: tuple[str, ...] = ("UserPromptSubmit", *CAPTURE_EVENTS)
 #: event of the session.
 STORE_BOUND_S = 2.0
 #: New transcript bytes one read captures at most (a prompt reads one piece; a capture event reads on for
-#: ``CATCH_UP_S``). Small enough that capturing it stays far inside ``STORE_BOUND_S`` (1 MiB of random text, the slowest to
-#: index, took 0.23 s here; 4 MiB took 0.9 s, and up to 2 s on a loaded machine, so a piece could time out
-#: on every call and never be captured).
+#: ``CATCH_UP_S``). Small enough that capturing it stays far inside ``STORE_BOUND_S`` (1 MiB of random text,
+#: the slowest to index, took 0.23 s here; 4 MiB took 0.9 s, and up to 2 s on a loaded machine, so a piece
+#: could time out on every call and never be captured).
 MAX_BYTES_PER_CALL = 1024 * 1024
 #: How long a capture event (``CAPTURE_EVENTS``: no prompt waits for a block) goes on reading pieces of
 #: ``max_bytes`` while its transcript holds more: a session's last turns after megabytes of tool output are
@@ -90,6 +90,8 @@ WINDOW_TURNS = 6
 REFLEX_TIME_BUDGET_MS = 1000.0
 #: How many pointer ids already shown in a session are remembered (prior-mention rule).
 SHOWN_KEPT = 64
+#: The key of a session's cursor that lists the sessions it resumed (their lines start its transcript).
+RESUMES_KEY = "resumes"
 #: A prompt that runs a slash command: ``/name`` (``/workflows:review``, ``/pr-comments``), then its arguments.
 _SLASH_COMMAND = re.compile(r"\A\s*/[A-Za-z][\w:.-]*(?=\s|\Z)")
 #: How Claude Code's compaction summary begins (a user-role line it writes itself, stored as a system turn).
@@ -110,11 +112,11 @@ def handle_event(
     """Act on one hook event; returns the JSON document to print, or None to print nothing.
 
     ``budget`` and ``max_tokens`` bound the block, ``time_budget_ms`` the reflex's run (past it
-    the block is empty); ``max_bytes`` bounds the transcript bytes captured per call
-    (``Memory.follow``) at a time: a prompt reads one piece (a long backlog waits for the next events), a capture
-    event reads pieces until it has caught up or ``catch_up_s`` has passed (its last piece may end after it).
-    ``step_bound_s`` bounds each step's store calls together (a capture, then the block), whatever ``mem``'s own bound: a database
-    another process holds for writing then costs a prompt that long, and the block is still built.
+    the block is empty); ``max_bytes`` bounds the transcript bytes captured at a time (``Memory.follow``): a
+    prompt reads one piece (a long backlog waits for the next events), a capture event reads pieces until it
+    has caught up or ``catch_up_s`` has passed (its last piece may end after it).
+    ``step_bound_s`` bounds each step's store calls together (a capture, then the block), whatever ``mem``'s own
+    bound: a database another process holds for writing then costs a prompt that long, and the block is still built.
 
     Raises:
         InvalidInput: the event is not a hook event object.
@@ -133,7 +135,8 @@ def handle_event(
         elif transcript:
             try:
                 with mem.within(step_bound_s):
-                    _follow(mem, transcript, session_id, False, max_bytes)
+                    _, others = _follow(mem, transcript, session_id, False, max_bytes)
+                    _note_resumed(mem, session_id, others)
             except (TortoiseError, OSError) as exc:  # the block can still be built from what is stored
                 log.warning("transcript not captured: %s", exc)
                 locked = isinstance(exc, StoreTimeout)
@@ -147,7 +150,8 @@ def handle_event(
         for path in transcript_paths(event):
             while True:
                 with mem.within(step_bound_s):
-                    read_some = _follow(mem, path, session_id, "background", max_bytes)
+                    read_some, others = _follow(mem, path, session_id, "background", max_bytes)
+                    _note_resumed(mem, session_id, others)
                 if max_bytes is None or not read_some or time.monotonic() >= until:
                     break
     return None
@@ -167,14 +171,31 @@ def slash_arguments(prompt: str | None) -> str | None:
     return prompt[m.end():].strip() or None
 
 
-def _follow(mem: Memory, path: str, session_id: str | None, extract: Any, max_bytes: int | None) -> bool:
+def _follow(mem: Memory, path: str, session_id: str | None, extract: Any,
+            max_bytes: int | None) -> tuple[bool, list[str]]:
     """What is new in ``path`` (a regular file, read in pieces), captured for the event's session only:
-    lines of another session (another transcript, another app's JSONL) are left out and logged. Returns whether
-    it read anything (the offset moved on)."""
+    lines of another session (the session a resumed one continues, another app's JSONL) are left out and
+    logged. Returns whether it read anything (the offset moved on) and the other sessions whose lines it met."""
     report = mem.follow(path, "claude-code", extract=extract, max_bytes=max_bytes, only_session=session_id)
+    others = []
     for error in report.errors:
         log.warning("%s", error.message)
-    return (report.end_offset or 0) > (report.start_offset or 0)
+        if error.code == "other_session" and isinstance(other := error.detail.get("session_id"), str):
+            others.append(other)
+    return (report.end_offset or 0) > (report.start_offset or 0), others
+
+
+def _note_resumed(mem: Memory, session_id: str | None, others: list[str]) -> None:
+    """Keep, in the session's cursor, the sessions whose lines its transcript holds: a resumed session's transcript
+    starts with the session it continues (``claude --resume`` copies it, under its own id), which Claude Code
+    holds in its context as it holds the session's own turns."""
+    if not session_id or not others:
+        return
+    shown = mem.cursor(f"{CLAUDE_CODE_SHOWN_CURSOR}{session_id}")
+    known = [s for s in shown.value.get(RESUMES_KEY) or [] if isinstance(s, str)]
+    if set(others) <= set(known):
+        return
+    mem.save_cursor(shown.name, {**shown.value, RESUMES_KEY: sorted({*known, *others})}, revision=shown.revision)
 
 
 def _prompt_context(
@@ -190,9 +211,13 @@ def _prompt_context(
     ids = [i for i in (shown.value.get("ids") if shown else None) or [] if isinstance(i, str)]
     prior = " ".join(f"ref:{i}" for i in ids) or None
     # Claude Code holds the session since its last compaction: those turns are not memory, and a
-    # coding session's generic prompts ("continue", "did you push?") get no block (issue 23).
+    # coding session's generic prompts ("continue", "did you push?") get no block (issue 23). Before this
+    # session's first compaction it holds the sessions it resumed too, from their own last compaction.
+    first = held_from(turns)
+    resumed = [s for s in (shown.value.get(RESUMES_KEY) if shown else None) or [] if isinstance(s, str)]
+    held = {s: held_from(mem.turns(s)) for s in resumed} if first == 0 and resumed else None
     block = mem.context(window, prior, budget=budget, max_tokens=max_tokens, session_id=session_id,
-                        time_budget_ms=time_budget_ms, held_from=held_from(turns), specific_only=True)
+                        time_budget_ms=time_budget_ms, held_from=first, specific_only=True, held_sessions=held)
     if block.degraded_reason:
         log.warning("no memory block: %s (%.0f ms)", block.degraded_reason, block.elapsed_ms)
     if not block.block:
@@ -200,7 +225,7 @@ def _prompt_context(
     if shown is not None and remember:
         kept = [*[i for i in ids if i not in {p.id for p in block.pointers}], *(p.id for p in block.pointers)]
         try:
-            mem.save_cursor(shown.name, {"ids": kept[-SHOWN_KEPT:]}, revision=shown.revision)
+            mem.save_cursor(shown.name, {**shown.value, "ids": kept[-SHOWN_KEPT:]}, revision=shown.revision)
         except TortoiseError as exc:  # a locked database: the block goes out, its pointers may show again
             log.warning("shown pointers not saved: %s", exc)
     return {"hookSpecificOutput": {"hookEventName": "UserPromptSubmit",

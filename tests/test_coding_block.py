@@ -134,6 +134,36 @@ def test_the_current_session_is_never_shown_until_compacted_then_its_compacted_p
         assert "compacted out of your context" in block.splitlines()[0]
 
 
+
+def test_a_resumed_session_is_not_shown_what_it_resumed_until_it_compacts(tmp_path) -> None:
+    """A user's: `claude --resume` starts a session whose transcript begins with the one it continues (copied under
+    that one's id), all of it in Claude Code's context; its first prompt's block pointed three times into it, headed
+    "this user's earlier sessions". Another session is still shown it, and the resumed one once it compacts."""
+    with Memory(str(tmp_path / "m.db"), namespace="proj") as mem:
+        first = Transcript(tmp_path / "first.jsonl", "first")
+        said = first.user("the staging database password rotates through vault path secret/staging/pgbouncer")
+        first.assistant("Noted: vault path secret/staging/pgbouncer rotates the staging password.")
+        stop(mem, first)
+        resumed = Transcript(tmp_path / "resumed.jsonl", "resumed")
+        resumed.path.write_bytes(first.path.read_bytes())  # the predecessor's lines, under their own session id
+        resumed.last = first.last
+        resumed.user("rename the dashboard widget")
+        ask = "which vault path rotates the staging pgbouncer password?"
+        assert prompt(mem, resumed, ask) == ""  # Claude Code holds the session it resumed
+        stop(mem, resumed)
+        assert prompt(mem, resumed, ask + " remind me") == ""  # and still does, at a later prompt
+        block = prompt(mem, Transcript(tmp_path / "other.jsonl", "other"), ask)
+        assert said in json.dumps(_external_ids(mem, block))  # another session is shown it
+        resumed.user("This session is being continued from a previous conversation that ran out of context. The "
+                     "conversation is summarized below: renamed dashboard widgets.", isCompactSummary=True,
+                     isVisibleInTranscriptOnly=True)
+        block = prompt(mem, resumed, ask + " again?")
+        assert said in json.dumps(_external_ids(mem, block))  # compacted: no longer in the context
+        mem.forget_session("first")
+        assert "first" not in json.dumps(mem.cursor("claude-code:shown:resumed").value)
+        bad = mem.context([{"role": "user", "content": ask}], held_sessions={"first": -1})
+        assert (bad.degraded_reason or "").startswith("invalid_input: held_sessions")
+
 def test_host_text_boilerplate_and_bare_replies_are_no_evidence(tmp_path) -> None:
     with Memory(str(tmp_path / "m.db"), namespace="proj") as mem:
         t = Transcript(tmp_path / "a.jsonl", "a")

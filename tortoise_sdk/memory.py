@@ -1250,6 +1250,7 @@ class Memory:
         held_from: int | None = None,
         specific_only: bool = False,
         categories: Sequence[str] | None = None,
+        held_sessions: Mapping[str, int] | None = None,
     ) -> MemoryBlock:
         """The memory block to show the model before its next turn; never raises.
 
@@ -1267,7 +1268,9 @@ class Memory:
 
         A host that holds the whole session (a coding agent) passes ``held_from``: the index of
         ``session_id``'s first turn still in its context (0, or its last compaction summary's);
-        those turns are never shown. ``specific_only`` lets a pointer through only on evidence
+        those turns are never shown; ``held_sessions`` names other sessions it holds, each with the index of its
+        first turn held (a resumed Claude Code session holds the session it continues), never shown either.
+        ``specific_only`` lets a pointer through only on evidence
         specific to the prompt in this namespace (``reflex.gate``): generic prompts stay silent.
         ``categories`` (some of ``Memory(categories=...)``, case ignored) shows only memories filed
         under them, no turns; an unknown one gives an empty block whose ``degraded_reason`` says so.
@@ -1291,7 +1294,7 @@ class Memory:
         return reflex.context(self.store, self.namespace, window, prior_context, budget=budget,
                               max_tokens=max_tokens, session_id=session_id, token_counter=token_counter,
                               time_budget_ms=time_budget_ms, held_from=held_from, specific_only=specific_only,
-                              semantic=self._semantic_search(),
+                              semantic=self._semantic_search(), held_sessions=held_sessions,
                               categories=categories if chosen is None else chosen)  # type: ignore[arg-type]
 
     def expand(self, pointer_id: str) -> ExpandResult:

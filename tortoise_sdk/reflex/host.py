@@ -7,7 +7,9 @@ compaction; the compaction summary's index after one). Turns of the session befo
 compacted away and are memory again; the header then says the block draws on them too. The turns
 of a sub-agent the session ran (``<session>:agent-…``) are not in the host's context (it holds what
 the sub-agent reported): they may be shown, and the header then says they are this session's
-sub-agents', not an earlier conversation. Another session's sub-agents are never shown.
+sub-agents', not an earlier conversation. Another session's sub-agents are never shown. A host that holds
+other sessions too (a resumed Claude Code session holds the one it continues, whose lines start its transcript)
+passes them with their first held index (``held_sessions``): their turns from there on are never shown either.
 """
 
 from __future__ import annotations
@@ -29,8 +31,14 @@ _THIS_SESSION = "earlier turns of this session"
 _SUB_AGENTS = "the sub-agents this session ran (their own turns, which your context does not hold)"
 
 
-def _held(hit: SearchHit | None, session_id: str | None, held_from: int | None) -> bool:
-    return hit is not None and held_from is not None and hit.session_id == session_id and hit.index >= held_from
+def _held(hit: SearchHit | None, session_id: str | None, held_from: int | None,
+          others: Mapping[str, int] | None = None) -> bool:
+    if hit is None:
+        return False
+    if held_from is not None and hit.session_id == session_id and hit.index >= held_from:
+        return True
+    first = others.get(hit.session_id) if others else None
+    return first is not None and hit.index >= first
 
 
 def parent_session(session_id: str) -> str | None:
@@ -53,18 +61,20 @@ def _sub_agent_turn_hidden(hit: SearchHit, session_id: str | None, held_from: in
     return parent is not None and (parent != session_id or (held_from is not None and hit.role == "user"))
 
 
-def pool_outside_host(pool: Mapping[tuple[str, int], SearchHit], session_id: str | None,
-                      held_from: int | None) -> dict[tuple[str, int], SearchHit]:
-    """The candidate pool without the turns the host still holds, nor the sub-agent turns it must not show."""
+def pool_outside_host(pool: Mapping[tuple[str, int], SearchHit], session_id: str | None, held_from: int | None,
+                      others: Mapping[str, int] | None = None) -> dict[tuple[str, int], SearchHit]:
+    """The candidate pool without the turns the host still holds (of its session, and of ``others``: session to
+    first held index), nor the sub-agent turns it must not show."""
     return {pos: h for pos, h in pool.items()
-            if not _held(h, session_id, held_from) and not _sub_agent_turn_hidden(h, session_id, held_from)}
+            if not _held(h, session_id, held_from, others) and not _sub_agent_turn_hidden(h, session_id, held_from)}
 
 
-def outside_host(ranked: list[Candidate], session_id: str | None, held_from: int | None) -> list[Candidate]:
-    """The ranking without the turns the host still holds."""
-    if held_from is None or session_id is None:
+def outside_host(ranked: list[Candidate], session_id: str | None, held_from: int | None,
+                 others: Mapping[str, int] | None = None) -> list[Candidate]:
+    """The ranking without the turns the host still holds (of its session, and of ``others``)."""
+    if (held_from is None or session_id is None) and not others:
         return ranked
-    return [c for c in ranked if not _held(c.hit, session_id, held_from)]
+    return [c for c in ranked if not _held(c.hit, session_id, held_from, others)]
 
 
 def header(ranked: list[Candidate], session_id: str | None, held_from: int | None = None) -> str | None:

@@ -8,7 +8,7 @@ import logging
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
@@ -128,6 +128,7 @@ def context(
     specific_only: bool = False,
     semantic: Semantic | None = None,
     categories: Sequence[str] | None = None,
+    held_sessions: Mapping[str, int] | None = None,
 ) -> MemoryBlock:
     """The memory block for the next host turn; never raises (see the ``tortoise_sdk.reflex`` docstring).
 
@@ -140,6 +141,8 @@ def context(
         session_id: the host's session; its turns the window already shows are never surfaced.
         time_budget_ms: past this, the block is empty with ``degraded_reason="timeout"``; None disables.
         held_from: the host holds ``session_id``'s turns from this index on: never surfaced (``host``).
+        held_sessions: other sessions the host holds, each from the index given (a resumed session's
+            predecessors): never surfaced either.
         specific_only: a pointer only on evidence specific to the prompt (``gate``).
         semantic: neighbours by meaning join the candidates (``reflex.semantic``); its wait counts in the budget.
         categories: only memories filed under one of these (the host's spelling) are shown; turns,
@@ -156,6 +159,11 @@ def context(
         if categories is not None and (isinstance(categories, str)
                                        or not all(isinstance(x, str) for x in categories)):
             raise InvalidInput("must be a list of category names, e.g. categories=['health']", field="categories")
+        if held_sessions is not None and not (isinstance(held_sessions, Mapping) and all(
+                isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) and v >= 0
+                for k, v in held_sessions.items())):
+            raise InvalidInput("must map session ids to the index of their first turn the host holds, e.g. "
+                               "{'s1': 0}", field="held_sessions")
         msgs = window_messages(window)
         prior_context = _check_prior(prior_context)
         _check_counter(token_counter)
@@ -183,7 +191,7 @@ def context(
         with within(budget_s), _collector_paused():
             block = _steps(Reading(store, namespace, token_counter or approx_tokens, deadline),
                            msgs, asked, prior_context, budget, max_tokens, session_id, held_from, specific_only,
-                           semantic, None if categories is None else frozenset(categories))
+                           semantic, None if categories is None else frozenset(categories), held_sessions)
     except (Timeout, StoreTimeout):
         block = MemoryBlock(degraded_reason="timeout")
     except (StoreError, sqlite3.Error) as exc:
@@ -231,7 +239,8 @@ def _check_counter(counter: Any) -> None:
 
 def _steps(r: Reading, msgs: list[Message], asked: tuple[str, str, bool], prior: Any, budget: int,
            max_tokens: int, session_id: str | None, held_from: int | None = None, specific_only: bool = False,
-           semantic: Semantic | None = None, categories: frozenset[str] | None = None) -> MemoryBlock:
+           semantic: Semantic | None = None, categories: frozenset[str] | None = None,
+           held_sessions: Mapping[str, int] | None = None) -> MemoryBlock:
     """The block for the window's messages that say something (``msgs``) and what they ask (``query_text``)."""
     budget = min(int(budget), MAX_BUDGET)
     max_tokens = int(max_tokens)
@@ -264,7 +273,8 @@ def _steps(r: Reading, msgs: list[Message], asked: tuple[str, str, bool], prior:
         pool = instance_pool(r, instances, pool)
         terms = r.terms = terms + instances
         content_terms = content_terms + instances
-    pool = host.pool_outside_host(pool, session_id, held_from)  # issue 23: what the host holds is no memory
+    # issue 23: what the host holds is no memory
+    pool = host.pool_outside_host(pool, session_id, held_from, held_sessions)
     turns = score_turns(r, terms, content_terms, query, pool)
     r.tick()
     # A second hop (issue 25): what the top turns name that the question did not, read once more.
@@ -273,7 +283,7 @@ def _steps(r: Reading, msgs: list[Message], asked: tuple[str, str, bool], prior:
         if extra:
             r.terms = terms = terms + extra
             content_terms = content_terms + extra
-            pool = host.pool_outside_host(hop_pool(r, extra, pool), session_id, held_from)
+            pool = host.pool_outside_host(hop_pool(r, extra, pool), session_id, held_from, held_sessions)
             turns = score_turns(r, terms, content_terms, query, pool)
             r.tick()
     if tuning.PRF_TERMS and turns:
@@ -281,7 +291,8 @@ def _steps(r: Reading, msgs: list[Message], asked: tuple[str, str, bool], prior:
         if extra:
             r.terms = terms + extra
             content_terms = content_terms + extra
-            pool = host.pool_outside_host(widen_pool(r, content_terms, extra, pool), session_id, held_from)
+            pool = host.pool_outside_host(widen_pool(r, content_terms, extra, pool), session_id, held_from,
+                                          held_sessions)
             turns = score_turns(r, terms, content_terms, query, pool)
             r.tick()
     # A question the host's window already shows brings no reply: the window is dropped first.
@@ -306,7 +317,7 @@ def _steps(r: Reading, msgs: list[Message], asked: tuple[str, str, bool], prior:
     if not ask:
         ranked = drop_prior(ranked, prior)
     # issue 23: the host's own turns out, and (for a coding host) only evidence specific to the prompt
-    ranked = host.outside_host(ranked, session_id, held_from)
+    ranked = host.outside_host(ranked, session_id, held_from, held_sessions)
     if specific_only:
         ranked = gate.specific(r, ranked, query)
     if categories is not None:  # the host asked for some kinds of memory only: turns carry no category

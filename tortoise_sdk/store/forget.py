@@ -121,7 +121,7 @@ class ForgetMixin:
             self._updated(report, "subagent_contexts", unlinked.rowcount + unlinked_child.rowcount)
             self._forget_cursors(c, namespace, sessions, report)
             turn_ids = [r[0] for r in c.execute(turns, [namespace, *args])]
-            self._forget_shown(c, namespace, {*turn_ids, *gone}, report)
+            self._forget_shown(c, namespace, {*turn_ids, *gone, *sessions}, report)
             self._unname_in_reports(c, namespace, gone, report)
             self.unindex_turns(c, namespace, turn_ids)
             self._count(report, "turns", c.execute(f"DELETE FROM turns WHERE namespace = {p} AND {where}",
@@ -346,7 +346,8 @@ class ForgetMixin:
 
     def _forget_shown(self, c: Conn, namespace: str, ids: set[str], report: ForgetReport) -> None:
         """The pointers the hosts' blocks showed (``reflex:shown:…``, ``claude-code:shown:…``, kept per session)
-        lose the forgotten turns and memories: the other sessions' cursors held their ids."""
+        lose the forgotten turns and memories, and the sessions a Claude Code session resumed lose the forgotten
+        sessions: the other sessions' cursors held their ids."""
         p = self.PARAM
         rows = c.execute(f"SELECT name, value, revision FROM cursors WHERE namespace = {p} AND (name LIKE {p} OR"
                          f" name LIKE {p})", (namespace, *(prefix + "%" for prefix in SHOWN_PREFIXES))).fetchall()
