@@ -46,6 +46,9 @@ FILES: dict[str, str | bytes] = {
     "batch.json": json.dumps([{"session_id": "a", "turns": [{"role": "user", "content": "x"}]}]),
     "window.jsonl": '{"role": "user", "content": "where do I work?"}\n',
     "window.txt": "where do I work?\n",
+    "transcript.jsonl": json.dumps({"type": "file-history-snapshot", "messageId": "u1", "snapshot": {}}) + "\n"
+                        + json.dumps({"type": "user", "sessionId": "s9", "uuid": "u1", "message": {
+                            "role": "user", "content": "where do I work?"}}) + "\n",
 }
 
 BAD = [
@@ -82,6 +85,12 @@ BAD = [
     ("a FIFO window", "context --window {fifo}", 2, "fifo: not a regular file"),
     ("a plain-text window", "context --window {f:window.txt}", 2,
      'line 1 is not valid JSON: Expecting value; the window is JSON or JSONL turns such as {"role": "user", '),
+    # A user's: a Claude Code transcript as the window was answered "nothing relevant to the window" (exit 0): no
+    # line of it is a turn, so it asked nothing.
+    ("a transcript as the window", "context --window {f:transcript.jsonl}", 2,
+     'no line of the window is a turn (2 lines of other objects, such as {"type": ...}); give JSON or JSONL turns '
+     'such as {"role": "user", "content": "..."}: a Claude Code transcript is captured with `tortoise capture FILE`'),
+    ("objects as the window", "context --window {f:foo-array.json}", 2, "no line of the window is a turn"),
     ("eval on a binary file", "eval locomo {f:binary.bin} --answer-from-block --judge exact", 2,
      "binary.bin: not UTF-8 JSON (byte 0x80 at offset 138)"),
     # Reviewer: a missing or binary file was answered "no answer model" when no model was given.

@@ -176,6 +176,8 @@ def _cmd_context(args: argparse.Namespace) -> int:
                            field=args.window) from None
     if not all(isinstance(t, (dict, str)) for t in window):
         raise InvalidInput(f"expected {turns}", field=args.window)
+    if window and not any(isinstance(t, str) or "content" in t for t in window):
+        raise InvalidInput(_not_turns(window, turns), field=args.window)
     prior = _read_prior(args.prior) if args.prior else None
     with open_memory(args, create=False) as mem:
         block = mem.context(window, prior, budget=args.budget, max_tokens=args.max_tokens, session_id=args.session,
@@ -193,6 +195,17 @@ def _cmd_context(args: argparse.Namespace) -> int:
               file=sys.stderr)
     # A bad option is exit 2 as everywhere else (--max-tokens 10: too few for any pointer), the block still printed.
     return 2 if (block.degraded_reason or "").startswith("invalid_input") else 0
+
+
+def _not_turns(window: list[dict[str, Any]], turns: str) -> str:
+    """Why a window of objects none of which is a turn asks nothing (it would be "nothing relevant"), and what to give;
+    a Claude Code transcript's lines (``type``, ``message``) are named as what they are."""
+    first = next((t for t in window if t), {})
+    such = f", such as {{{json.dumps(next(iter(first)))}: ...}}" if first else ""
+    transcript = any("message" in t and "type" in t for t in window)
+    return (f"no line of the window is a turn ({len(window)} line{'s' if len(window) != 1 else ''} of other objects"
+            f"{such}); give JSON or JSONL {turns}"
+            + (": a Claude Code transcript is captured with `tortoise capture FILE`" if transcript else ""))
 
 
 def _why_empty(reason: str | None, budget_ms: float | None) -> str:
