@@ -450,6 +450,40 @@ def hook_process(db: str, event: dict[str, Any], *options: str, timeout: float =
     return proc, time.monotonic() - started
 
 
+@pytest.mark.parametrize("event", ["UserPromptSubmit", "SessionEnd"])
+def test_an_event_on_a_stdin_claude_code_leaves_open_is_handled_at_once(tmp_path, event) -> None:
+    """Claude Code writes the event and, in some versions and cases (SessionEnd after /clear; hooks on Windows),
+    leaves the pipe open: the hook waited for an end of input that never came, was stopped at its 8 s limit and
+    did nothing (a prompt waited 8 s for no block; the session's end was not captured)."""
+    db = str(tmp_path / "m.db")
+    transcript = tmp_path / "t.jsonl"
+    transcript.write_bytes(SHORT.read_bytes())
+    body = payload(event, SHORT_SESSION, transcript, prompt="why does mix phx.server not start? é")
+    started = time.monotonic()
+    proc = subprocess.Popen([TORTOISE, "--db", db, "hook"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    assert proc.stdin is not None
+    text = json.dumps(body, ensure_ascii=False).encode()
+    proc.stdin.write(text[:7])  # in two writes, the first ending inside a word
+    proc.stdin.flush()
+    time.sleep(0.2)
+    proc.stdin.write(text[7:])
+    proc.stdin.flush()  # and not closed
+    try:
+        code = proc.wait(timeout=30)  # stdout and stderr are small: the pipes do not fill
+        elapsed = time.monotonic() - started
+        err = proc.stderr.read() if proc.stderr else b""
+    finally:
+        proc.stdin.close()
+        if proc.poll() is None:
+            proc.kill()
+    assert (code, err) == (0, b"")
+    log = tmp_path / "hooks.log"
+    assert not log.exists() or "timed out" not in log.read_text()
+    assert elapsed < 7, elapsed  # under the hook's own 8 s limit: it did not wait for the end of input
+    with Memory(db) as mem:
+        assert len(mem.turns(SHORT_SESSION)) > 0  # the event was acted on
+
 def test_the_hook_command_prints_the_hook_output_for_claude_code(tmp_path) -> None:
     db = str(tmp_path / "m.db")
     earlier = tmp_path / "earlier.jsonl"

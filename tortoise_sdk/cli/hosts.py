@@ -101,7 +101,7 @@ def _run_hook(args: argparse.Namespace, outcome: dict[str, Any], log: logging.Lo
             from ..adapters.claude_code import handle_event
             from ..memory import Memory
 
-            raw = sys.stdin.read()
+            raw = read_event(sys.stdin)
             outcome["event"] = event = json.loads(raw) if raw.strip() else None
             with Memory(args.db, namespace=args.namespace, store_timeout_s=min(HOOK_STORE_TIMEOUT_S, args.timeout / 2),
                         **model_options(args)) as mem:
@@ -138,6 +138,30 @@ def _run_hook(args: argparse.Namespace, outcome: dict[str, Any], log: logging.Lo
     if elapsed > args.timeout * 0.8:
         log.warning("slow: %.2f s of the %g s limit", elapsed, args.timeout)
     return 0
+
+
+def read_event(stream: Any) -> str:
+    """The text of the one JSON object Claude Code writes on the hook's stdin, read until it is whole, not until the
+    end of input: some versions leave the pipe open (SessionEnd after /clear, hooks on Windows), and a read to the
+    end then waited for the hook's time limit and did nothing. Input that never makes one object is read to its
+    end; a stream with no file descriptor (in memory) is read whole."""
+    try:
+        fd = stream.fileno()
+    except (AttributeError, OSError, ValueError):
+        return str(stream.read())
+    decoder = json.JSONDecoder()
+    data = b""
+    while chunk := os.read(fd, 1 << 16):
+        data += chunk
+        try:
+            text = data.decode("utf-8")
+            start = len(text) - len(text.lstrip())
+            value, end = decoder.raw_decode(text, start)
+        except ValueError:  # not whole yet (a UnicodeDecodeError too: a character cut between two writes)
+            continue
+        if isinstance(value, dict) and not text[end:].strip():
+            return text
+    return data.decode("utf-8", errors="replace")
 
 
 def _is_terminal(stream: Any) -> bool:
