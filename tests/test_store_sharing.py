@@ -247,3 +247,28 @@ def test_a_relative_path_keeps_its_file_after_the_process_changes_directory(tmp_
     assert not (tmp_path / "sub" / "memory.db").exists()
     ids, check = stored(tmp_path / "memory.db")
     assert check == "ok" and ids == set(before) | set(after)
+
+
+def test_a_search_reads_its_statistics_from_one_snapshot_while_another_memory_writes(tmp_path, monkeypatch):
+    """A search read the namespace's turn count, then its term counts, in two statements: a turn another
+    thread or ``Memory`` committed between them gave a term in more turns than the namespace holds, and
+    ``search()`` raised ``ValueError: math domain error`` (seen with 12 threads on one ``Memory``)."""
+    from tortoise_sdk.store.sqlite import ranking
+
+    path = tmp_path / "m.db"
+    reader, writer = Memory(path, namespace="a"), Memory(path, namespace="a")
+    reader.append("s", [{"role": "user", "content": "the kayak trip"}])
+    totals = ranking._totals
+
+    def totals_then_a_commit(c, namespace):
+        out = totals(c, namespace)
+        writer.append("s", [{"role": "user", "content": "another kayak trip"}])
+        return out
+
+    monkeypatch.setattr(ranking, "_totals", totals_then_a_commit)
+    hits = reader.search("kayak")
+    monkeypatch.setattr(ranking, "_totals", totals)
+    assert [h.content for h in hits] == ["the kayak trip"]  # the snapshot the search began with
+    assert len(reader.search("kayak")) == 2
+    reader.close()
+    writer.close()

@@ -99,6 +99,24 @@ def _interrupt_at(c: sqlite3.Connection, at: float | None) -> Iterator[None]:
         c.set_progress_handler(None, 0)
 
 
+def _end_read(conn: _Connection) -> None:
+    """End a read's transaction, keeping the TEMP tables it made (COMMIT: a read wrote nothing else).
+
+    A transaction SQLite already rolled back (an interrupted statement) may have taken TEMP tables made
+    in it: they are made again (``IF NOT EXISTS``) by the next read that needs them.
+    """
+    try:
+        if conn.in_transaction:
+            conn.execute("COMMIT")
+            return
+    except sqlite3.Error:
+        try:
+            conn.execute("ROLLBACK")
+        except sqlite3.Error:
+            pass
+    conn.temp_ready.clear()
+
+
 class SQLiteStore(SQLiteRankingMixin, SQLiteExtractionMixin, SQLiteSubagentMixin, SQLiteForgetMixin, CursorMixin,
                   CountsMixin, VectorMixin, Store):
     """A SQLite database file shared safely by threads and processes.
@@ -304,10 +322,16 @@ class SQLiteStore(SQLiteRankingMixin, SQLiteExtractionMixin, SQLiteSubagentMixin
             conn: _Connection = self._conn  # type: ignore[assignment]
         else:
             conn = self._checkout(at)
+        began = False
         try:
             if not own_tx:
                 conn.execute(f"PRAGMA busy_timeout = {self._busy_ms(at)}")
             with _interrupt_at(conn, None if own_tx else at):
+                if not own_tx:
+                    # One snapshot for the whole read: statistics read in two statements (a namespace's
+                    # turn count, then a term's) must not straddle another connection's commit.
+                    conn.execute("BEGIN")
+                    began = True
                 yield conn
         except UnicodeEncodeError as exc:
             raise not_unicode(exc) from None
@@ -316,6 +340,8 @@ class SQLiteStore(SQLiteRankingMixin, SQLiteExtractionMixin, SQLiteSubagentMixin
                 raise timeout_error("a SQLite read", self.timeout_s) from exc
             raise StoreError(f"SQLite read failed: {exc}") from exc
         finally:
+            if began:
+                _end_read(conn)
             if shared:
                 self._lock.release()
             else:
