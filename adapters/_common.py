@@ -28,11 +28,12 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import AdapterError, CaptureConflict
 from ..models import SHOWN_CURSOR, CaptureReceipt, JobInfo, MemoryBlock, tool_use_text, utc_now
+from ..memory import storable
 
 if TYPE_CHECKING:
     from ..memory import ExtractMode, Memory
 
-__all__ = ("DEFAULT_SHOWN_TURNS", "MemoryAdapter", "before_model_extract", "check_memory", "check_session_id", "first_held_index", "is_loopback", "tool_use_text")
+__all__ = ("DEFAULT_SHOWN_TURNS", "MemoryAdapter", "before_model_extract", "check_memory", "check_session_id", "first_held_index", "is_loopback", "storable_turns", "tool_use_text")
 
 #: Pointers a block showed in this many recent host turns of a session are not shown again unasked.
 DEFAULT_SHOWN_TURNS = 3
@@ -71,6 +72,29 @@ def before_model_extract(extract: ExtractMode) -> ExtractMode:
     """The ``extract`` of a capture made before the host's model call: never inline, which would delay that call (a
     background capture folds into the session's job as usual; the turn's later capture extracts inline)."""
     return extract if extract == "background" else False
+
+
+def storable_turns(turns: Iterable[dict[str, Any]], session_id: str, log: logging.Logger,
+                   told: set[tuple[str, str]]) -> list[dict[str, Any]]:
+    """``turns`` as a store can hold them: a NUL or a lone surrogate in a turn's content, name or metadata (a pasted
+    binary, a tool's output read from a binary file) becomes U+FFFD, as transcript ingestion stores it.
+
+    Capture refuses such text, and an adapter cannot ask the host to fix a user's, a model's or a tool's message:
+    refused, the whole exchange was lost. Always the same replacement, so a message sent again is the same turn.
+    A warning names each changed message once (``told``: the (session, message id) pairs said already).
+    """
+    out = []
+    for turn in turns:
+        fixed = {k: storable(v) for k in ("content", "name", "metadata") if (v := turn.get(k)) is not None}
+        changed = [k for k, v in fixed.items() if v != turn[k]]
+        if changed:
+            turn = {**turn, **fixed}
+            if (session_id, str(turn.get("id"))) not in told:
+                told.add((session_id, str(turn.get("id"))))
+                log.warning("tortoise: message %r of %s held a NUL or an unpaired surrogate (in its %s), which no store "
+                            "keeps: stored with U+FFFD in its place", turn.get("id"), session_id, " and ".join(changed))
+        out.append(turn)
+    return out
 
 
 def first_held_index(mem: Memory, session_id: str, held: Iterable[dict[str, Any] | None]) -> int | None:
@@ -144,6 +168,7 @@ class MemoryAdapter:
         self.last_block: MemoryBlock = MemoryBlock()
         self._dated: set[str] = set()
         self._edits_told: set[tuple[str, str]] = set()  # (session, message id) whose edit was logged once
+        self._replaced_told: set[tuple[str, str]] = set()  # (session, message id) whose NUL was logged once
 
     def _window(self, messages: Iterable[Any]) -> list[Any]:
         """The reflex window: the last ``window_turns`` of ``messages`` (already without system ones)."""
@@ -214,6 +239,7 @@ class MemoryAdapter:
             if not kept:
                 return None
             session_id = session() if callable(session) else session
+            kept = storable_turns(kept, session_id, self._log(), self._replaced_told)
             date = None if session_id in self._dated else utc_now().isoformat()
             # Message ids are the turns' identity: already stored ones are skipped, new ones appended.
             extract = before_model_extract(self.extract) if before_model else self.extract

@@ -53,7 +53,14 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     ) from exc
 
 from ..models import MemoryBlock, starts_with_memory_block, without_memory_blocks
-from ._common import DEFAULT_SHOWN_TURNS, MemoryAdapter, before_model_extract, check_memory, tool_use_text
+from ._common import (
+    DEFAULT_SHOWN_TURNS,
+    MemoryAdapter,
+    before_model_extract,
+    check_memory,
+    storable_turns,
+    tool_use_text,
+)
 
 if TYPE_CHECKING:
     from ..memory import ExtractMode, Memory
@@ -267,6 +274,7 @@ class MemoryCallbackHandler(BaseCallbackHandler):
         # turn id): a retry or a fallback is a new run with the same message, and stores nothing new.
         self._unanswered: dict[str, tuple[str, str]] = {}
         self._lock = threading.Lock()
+        self._replaced_told: set[tuple[str, str]] = set()  # (session, message id) whose NUL was logged once
 
     def on_chat_model_start(self, serialized: dict[str, Any], messages: list[list[BaseMessage]], *,
                             run_id: UUID, metadata: dict[str, Any] | None = None, **kwargs: Any) -> None:
@@ -318,7 +326,7 @@ class MemoryCallbackHandler(BaseCallbackHandler):
         if not turns:
             return
         try:
-            self.mem.capture(session_id, turns, extract=extract)
+            self.mem.capture(session_id, storable_turns(turns, session_id, log, self._replaced_told), extract=extract)
         except Exception as exc:
             log.warning("tortoise: capture skipped: %s", exc)
 

@@ -55,6 +55,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 
 from ..errors import AdapterError
 from ..models import OPENAI_AGENTS_CURSOR, MemoryBlock, starts_with_memory_block, utc_now
+from ..memory import storable
 from ._common import MemoryAdapter, check_session_id
 
 if TYPE_CHECKING:
@@ -240,7 +241,7 @@ class MemorySession(MemoryAdapter):
                 return items
             metadata = self.mem.turn_metadata(self.session_id)
             rest = list(items)
-            while rest and hidden and (metadata.get(hidden[-1]) or {}).get(ITEM_KEY) == rest[0]:
+            while rest and hidden and (metadata.get(hidden[-1]) or {}).get(ITEM_KEY) == storable(rest[0]):
                 hidden.pop()
                 rest.pop(0)
             if len(rest) == len(items):

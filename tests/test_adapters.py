@@ -414,6 +414,32 @@ def test_memory_session_stores_the_user_message_of_a_retried_call_once(mem):
         ("assistant", "Still 4471.")]
 
 
+def test_a_nul_in_a_message_does_not_lose_the_exchange(mem, caplog):
+    """A user's paste or a tool's output holding a NUL (a binary file read as text): capture refuses NUL, so the
+    adapters logged "capture skipped" and the whole exchange was lost, the user's words and the reply too. The
+    host cannot fix a provider's or a tool's text: each adapter stores it with U+FFFD, as transcript ingestion does."""
+    session = MemorySession(mem, "loop-nul", extract=False)
+    session.before_turn([{"role": "user", "content": "paste: PK\x03\x04\x00 and my cat is Pixel"}])
+    assert session.after_turn("paste: PK\x03\x04\x00 and my cat is Pixel", "A zip\x00 header.").turns_stored == 2
+    assert [t.content for t in mem.turns("loop-nul")] == ["paste: PK\x03\x04\ufffd and my cat is Pixel",
+                                                           "A zip\ufffd header."]
+    assert "stored with U+FFFD" in caplog.text
+
+    # A checkpointed thread sends its history again each run: the same message is the same turn, stored once.
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    agent = create_agent(fake("It is binary\x00.", "Yes."), [], checkpointer=InMemorySaver(),
+                         middleware=[MemoryMiddleware(mem, "chat-nul", extract=False)])
+    for text in ("what is \x00 in a file?", "really?"):
+        agent.invoke({"messages": [HumanMessage(text)]}, {"configurable": {"thread_id": "t"}})
+    assert [t.content for t in mem.turns("chat-nul")] == ["what is \ufffd in a file?", "It is binary\ufffd.",
+                                                           "really?", "Yes."]
+
+    handler = MemoryCallbackHandler(mem, "cb-nul", extract=False)
+    fake("Binary\x00.").invoke([HumanMessage("and \x00?")], config={"callbacks": [handler]})
+    assert [t.content for t in mem.turns("cb-nul")] == ["and \ufffd?", "Binary\ufffd."]
+
+
 def test_memory_session_takes_a_client_message_object_and_never_raises_on_a_non_message(mem, caplog):
     """Reviewer: a reply passed as the OpenAI client's message object (not a dict) dropped the whole exchange, the
     user's text too; after_turn(None, "x") raised AttributeError into the host's loop."""

@@ -251,6 +251,29 @@ def test_pop_clear_and_restore_change_the_view_not_the_memory(mem: Memory, tmp_p
     assert run(session.get_items()) == [{"role": "user", "content": "third"}]
 
 
+def test_a_tool_output_holding_a_nul_is_kept_and_a_popped_one_restored(mem: Memory) -> None:
+    """A function tool that read a binary file returns a NUL: capture refused the items, so the call and its output
+    were lost ("capture skipped"). They are stored with U+FFFD, and such an item popped and put back is one turn."""
+    from agents import function_tool
+
+    @function_tool
+    def head(path: str) -> str:
+        """The first bytes of a file."""
+        return "PK\x03\x04\x00\x00"
+
+    model = ScriptedModel([[function_call("head", {"path": "a.zip"}, call_id="c1")],
+                           [assistant_message("A zip archive.", item_id="msg_1")]])
+    session = MemorySession(mem, "chat-nul")
+    run(ask(Agent(name="Helper", instructions="Be brief.", model=model, tools=[head]), "What is a.zip?", session))
+    assert [(t.external_id, t.content) for t in mem.turns("chat-nul")][1:3] == [
+        ("fc-c1", '[tool_use head {"path":"a.zip"}]'), ("fco-c1", "PK\x03\x04\ufffd\ufffd")]
+    run(session.add_items([{"role": "user", "content": "bytes: \x00"}]))
+    popped = run(session.pop_item())
+    run(session.add_items([{"role": "user", "content": "bytes: \x00"}]))  # the SDK puts back what it popped
+    assert popped == {"role": "user", "content": "bytes: \ufffd"}
+    assert [t.content for t in mem.turns("chat-nul")][-1:] == ["bytes: \ufffd"] and len(mem.turns("chat-nul")) == 5
+
+
 def test_a_memory_failure_never_reaches_the_run(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     mem = Memory(str(tmp_path / "m.db"))
     session = MemorySession(mem, "chat-3")

@@ -93,7 +93,9 @@ if TYPE_CHECKING:
     from .streams.base import ParsedStream, SubagentFrame
     from .subagents import SubagentRecorder
 
-__all__ = ("HOST_SESSION", "MAX_POLL_S", "NO_MODEL_REASON", "NO_NEW_TURNS_REASON", "Memory", "migrate_store", "state_dir")
+# ``storable``: what the adapters (Memory clients) store of a message that capture would refuse.
+__all__ = ("HOST_SESSION", "MAX_POLL_S", "NO_MODEL_REASON", "NO_NEW_TURNS_REASON", "Memory", "migrate_store", "state_dir",
+           "storable")
 
 _log = logging.getLogger("tortoise_sdk")
 
