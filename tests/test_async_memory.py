@@ -36,7 +36,7 @@ def test_async_and_sync_give_the_same_results(store):
                await amem.append("chat", exchange("My dog Biscuit is a beagle", "Nice"), idempotency_key="k"),
                await amem.append("chat", exchange("My dog Biscuit is a beagle", "Nice"), idempotency_key="k")]
         hits = await amem.search("beagle")
-        block = await amem.context([{"role": "user", "content": "what breed is Biscuit?"}])
+        block = await amem.context([{"role": "user", "content": "what breed is Biscuit?"}], time_budget_ms=None)
         fact = await amem.remember("Biscuit is a beagle", about=["Biscuit"])
         new = await amem.correct_memory(fact.id, "Biscuit is a beagle cross")
         history = await amem.memory_history(fact.id)
@@ -176,6 +176,29 @@ def test_every_async_verb_takes_the_sync_verb_s_arguments():
     am = AsyncMemory(":memory:", model="openai/x")
     assert (am.model, am.embedder_model) == ("openai/x", None)
     am.sync.close()
+
+
+@pytest.mark.reflex_time_budget  # Memory.context as shipped, not the tests' unbudgeted wrapper
+def test_every_async_verb_is_written_out_with_the_sync_verb_s_parameters():
+    """A user's type checker reads the class body: sixteen verbs attached with setattr (``await amem.stats()``,
+    ``amem.tombstones()``, ``amem.within(2.0)``) were 'AsyncMemory has no attribute', and ``help()`` showed them and
+    ``context`` as ``(*args, **kwargs)``, so a misspelt ``held_form=`` was found only by the worker thread."""
+    import ast
+    import inspect
+
+    from tortoise_sdk import AsyncMemory, Memory, async_memory
+
+    tree = ast.parse(inspect.getsource(async_memory))
+    body = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "AsyncMemory").body
+    written = {n.name for n in body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    verbs = {n for n, _ in inspect.getmembers(Memory, inspect.isfunction) if not n.startswith("_")}
+    assert sorted(verbs - written) == []
+
+    def params(fn: object) -> list[tuple[str, object]]:
+        return [(n, p.kind) for n, p in inspect.signature(fn).parameters.items()]  # type: ignore[arg-type]
+
+    assert {v: params(getattr(AsyncMemory, v)) for v in sorted(verbs)} == {
+        v: params(getattr(Memory, v)) for v in sorted(verbs)}
 
 
 def test_forwarded_verbs_reach_the_wrapped_memory(tmp_path):

@@ -11,15 +11,20 @@ engine with a native async driver would replace the threads, not the semantics.
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from datetime import datetime
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
+from .config import DEFAULT_MAX_TURNS_PER_CAPTURE
 from .errors import InvalidType
 from .memory import ExtractMode, Memory, TurnLike
 from .models import (
     CaptureReceipt,
+    Cursor,
+    EmbedReport,
     ExpandResult,
     ExtractionReport,
     ForgetReport,
@@ -28,10 +33,21 @@ from .models import (
     MemoryBlock,
     MemoryRecord,
     NamespaceInfo,
+    NamespaceStats,
     SearchHit,
     SearchResult,
     SessionInfo,
+    SubagentContext,
+    SubagentCounters,
+    SubagentHealth,
+    Tombstone,
 )
+
+if TYPE_CHECKING:
+    import networkx
+
+    from .ingest import IngestReport
+    from .streams.base import SubagentFrame
 
 __all__ = ("AsyncMemory",)
 
@@ -167,9 +183,13 @@ class AsyncMemory:
     # -- reads -------------------------------------------------------------------------------
 
     async def context(self, window: Sequence[Any], prior_context: Any = None, budget: int = 3, max_tokens: int = 400,
-                      session_id: str | None = None, **options: Any) -> MemoryBlock:
+                      session_id: str | None = None, *, token_counter: Callable[[str], int] | None = None,
+                      time_budget_ms: float | None = 50.0, held_from: int | None = None, specific_only: bool = False,
+                      categories: Sequence[str] | None = None) -> MemoryBlock:
         """``Memory.context``: the memory block for the next model call; never raises."""
-        return await self._run(self.sync.context, window, prior_context, budget, max_tokens, session_id, **options)
+        return await self._run(self.sync.context, window, prior_context, budget, max_tokens, session_id,
+                               token_counter=token_counter, time_budget_ms=time_budget_ms, held_from=held_from,
+                               specific_only=specific_only, categories=categories)
 
     async def search(self, query: str, k: int = 10, session_id: str | None = None) -> list[SearchHit]:
         """``Memory.search``."""
@@ -242,42 +262,112 @@ class AsyncMemory:
         """``Memory.namespaces``."""
         return await self._run(self.sync.namespaces)
 
+    async def stats(self) -> NamespaceStats:
+        """``Memory.stats``."""
+        return await self._run(self.sync.stats)
+
+    async def turn_metadata(self, session_id: str) -> dict[str, dict[str, Any] | None]:
+        """``Memory.turn_metadata``."""
+        return await self._run(self.sync.turn_metadata, session_id)
+
+    async def graph(self) -> networkx.MultiDiGraph:
+        """``Memory.graph``."""
+        return await self._run(self.sync.graph)
+
+    async def tombstones(self, *, session_id: str | None = None, memory_id: str | None = None) -> list[Tombstone]:
+        """``Memory.tombstones``."""
+        return await self._run(self.sync.tombstones, session_id=session_id, memory_id=memory_id)
+
+    async def vacuum(self) -> None:
+        """``Memory.vacuum``."""
+        await self._run(self.sync.vacuum)
+
+    async def cursor(self, name: str) -> Cursor:
+        """``Memory.cursor``."""
+        return await self._run(self.sync.cursor, name)
+
+    async def save_cursor(self, name: str, value: Mapping[str, Any], *, revision: int) -> Cursor | None:
+        """``Memory.save_cursor``."""
+        return await self._run(self.sync.save_cursor, name, value, revision=revision)
+
+    async def reset_breaker(self) -> None:
+        """``Memory.reset_breaker``."""
+        await self._run(self.sync.reset_breaker)
+
+    # -- embeddings, transcripts, sub-agents --------------------------------------------------
+
+    async def embed_pending(self, limit: int | None = None) -> EmbedReport:
+        """``Memory.embed_pending``."""
+        return await self._run(self.sync.embed_pending, limit)
+
+    async def vector_stats(self) -> dict[str, Any]:
+        """``Memory.vector_stats``."""
+        return await self._run(self.sync.vector_stats)
+
+    async def ingest(self, path_or_lines: str | os.PathLike[str] | Iterable[str | bytes], format: str = "auto",
+                     source: Literal["live", "backfill"] = "backfill", *, session_id: str | None = None,
+                     extract: ExtractMode = None) -> IngestReport:
+        """``Memory.ingest``."""
+        return await self._run(self.sync.ingest, path_or_lines, format, source, session_id=session_id,
+                               extract=extract)
+
+    async def follow(self, path: str | os.PathLike[str], format: str = "auto",
+                     source: Literal["live", "backfill"] = "live", *, session_id: str | None = None,
+                     extract: ExtractMode = None, max_bytes: int | None = None,
+                     only_session: str | None = None) -> IngestReport:
+        """``Memory.follow``."""
+        return await self._run(self.sync.follow, path, format, source, session_id=session_id, extract=extract,
+                               max_bytes=max_bytes, only_session=only_session)
+
+    async def record_subagent(self, frame: SubagentFrame | Mapping[str, Any]) -> SubagentContext | None:
+        """``Memory.record_subagent``."""
+        return await self._run(self.sync.record_subagent, frame)
+
+    async def subagents(self, session_id: str | None = None, turn_id: str | None = None) -> list[SubagentContext]:
+        """``Memory.subagents``."""
+        return await self._run(self.sync.subagents, session_id, turn_id)
+
+    async def subagent_counters(self) -> SubagentCounters:
+        """``Memory.subagent_counters``."""
+        return await self._run(self.sync.subagent_counters)
+
+    async def subagent_health(self, since: datetime | str | None = None,
+                              session_id: str | None = None) -> SubagentHealth:
+        """``Memory.subagent_health``."""
+        return await self._run(self.sync.subagent_health, since, session_id)
+
+    # -- synchronous: no I/O of their own, or a synchronous object back (SYNC_ONLY) ---------------
+
+    @staticmethod
+    def check_capture(session_id: str, turns: Iterable[TurnLike], *, session_date: str | datetime | None = None,
+                      idempotency_key: str | None = None,
+                      max_turns_per_capture: int = DEFAULT_MAX_TURNS_PER_CAPTURE) -> None:
+        """``Memory.check_capture`` (synchronous)."""
+        Memory.check_capture(session_id, turns, session_date=session_date, idempotency_key=idempotency_key,
+                             max_turns_per_capture=max_turns_per_capture)
+
+    @staticmethod
+    def check_sessions(sessions: Sequence[Mapping[str, Any]], *,
+                       max_turns_per_capture: int = DEFAULT_MAX_TURNS_PER_CAPTURE) -> None:
+        """``Memory.check_sessions`` (synchronous)."""
+        Memory.check_sessions(sessions, max_turns_per_capture=max_turns_per_capture)
+
+    def subagent_handler(self, session_id: str | None = None, **options: Any) -> Any:
+        """``Memory.subagent_handler`` (synchronous: a LangChain callback handler)."""
+        return self.sync.subagent_handler(session_id, **options)
+
+    def extraction_paused(self, *, cause: bool = True) -> str | None:
+        """``Memory.extraction_paused`` (synchronous: one small cursor read)."""
+        return self.sync.extraction_paused(cause=cause)
+
+    def within(self, seconds: float | None) -> AbstractContextManager[None]:
+        """``Memory.within`` (synchronous): ``with amem.within(2.0): await amem.capture(...)``."""
+        return self.sync.within(seconds)
+
 
 #: Verbs that take no I/O of their own (``extraction_paused`` reads one small cursor) or hand back a synchronous
 #: object: use them as they are.
 SYNC_ONLY = frozenset({"check_capture", "check_sessions", "subagent_handler", "extraction_paused", "within"})
-#: The remaining ``Memory`` verbs, awaited through the same worker thread with ``Memory``'s signature.
-_FORWARDED = ("cursor", "embed_pending", "follow", "graph", "ingest", "record_subagent", "reset_breaker", "save_cursor",
-              "stats", "subagent_counters", "subagent_health", "subagents", "tombstones", "turn_metadata", "vacuum", "vector_stats")
-
-
-def _forward(name: str) -> Callable[..., Any]:
-    verb = getattr(Memory, name)
-
-    async def call(self: AsyncMemory, *args: Any, **kwargs: Any) -> Any:
-        return await self._run(getattr(self.sync, name), *args, **kwargs)
-
-    call.__name__ = call.__qualname__ = name
-    call.__doc__ = f"``Memory.{name}``, awaited." + (f"\n\n{verb.__doc__}" if verb.__doc__ else "")
-    return call
-
-
-for _name in _FORWARDED:
-    setattr(AsyncMemory, _name, _forward(_name))
-def _sync(name: str) -> Any:
-    if isinstance(Memory.__dict__[name], staticmethod):
-        return Memory.__dict__[name]
-
-    def call(self: AsyncMemory, *args: Any, **kwargs: Any) -> Any:
-        return getattr(self.sync, name)(*args, **kwargs)
-
-    call.__name__ = call.__qualname__ = name
-    call.__doc__ = f"``Memory.{name}`` (synchronous)."
-    return call
-
-
-for _name in SYNC_ONLY:
-    setattr(AsyncMemory, _name, _sync(_name))
 
 
 def _ignore_outcome(done: asyncio.Future[Any]) -> None:
