@@ -97,6 +97,12 @@ def storable_turns(turns: Iterable[dict[str, Any]], session_id: str, log: loggin
     return out
 
 
+#: How many of a session's latest turns ``first_held_index`` reads first, per message the host sends (at least
+#: ``_TAIL_MIN``); when they cannot settle the walk, the whole session is read.
+_TAIL_PER_MESSAGE = 4
+_TAIL_MIN = 64
+
+
 def first_held_index(mem: Memory, session_id: str, held: Iterable[dict[str, Any] | None]) -> int | None:
     """The index of ``session_id``'s first stored turn the host still sends, to pass ``Memory.context`` as
     ``held_from``; None when it sends none of them.
@@ -106,11 +112,27 @@ def first_held_index(mem: Memory, session_id: str, held: Iterable[dict[str, Any]
     one that matches none is passed over. A text said early in the session too ("ok") is so the recent turn,
     not the early one. The host's turns after the newest that is the last stored turn are not stored yet:
     they match nothing (a new "ok" would have matched an earlier one).
+
+    Only the session's latest turns are read (``Memory.turns(last=...)``), a few per message sent: a match found
+    in them is the one the whole session gives. A message that matches none of them may match an older turn: then
+    the whole session is read (as it was for every host turn: 155 ms a turn 20,000 turns into a session).
     """
     sent = [t for t in held if t is not None]
-    stored = mem.turns(session_id)
-    if not sent or not stored:
+    if not sent:
         return None
+    tail = max(_TAIL_PER_MESSAGE * len(sent), _TAIL_MIN)
+    stored = mem.turns(session_id, last=tail)
+    found, sure = _lay_over(sent, stored)
+    if sure or len(stored) < tail:
+        return found
+    return _lay_over(sent, mem.turns(session_id))[0]
+
+
+def _lay_over(sent: Sequence[dict[str, Any]], stored: Sequence[Any]) -> tuple[int | None, bool]:
+    """``first_held_index`` over ``stored``, a session's latest turns; and whether older turns could change it
+    (a message of the walk matched none of ``stored``, or the walk ran past them)."""
+    if not stored:
+        return None, False
     spots: dict[tuple[str, ...], list[int]] = {}  # ascending positions in ``stored``
     for at, t in enumerate(stored):
         if t.external_id:
@@ -120,7 +142,8 @@ def first_held_index(mem: Memory, session_id: str, held: Iterable[dict[str, Any]
 
     def latest(turn: dict[str, Any], limit: int) -> int | None:
         """The position of the latest stored turn at or before ``limit`` that ``turn`` is (its id first)."""
-        text = ("text", str(turn.get("content")).strip(), *([str(turn["role"])] if turn.get("role") else []))
+        said = storable(str(turn.get("content")).strip())  # as the adapters store it
+        text = ("text", said, *([str(turn["role"])] if turn.get("role") else []))
         for key in ([("id", str(turn["id"])), text] if turn.get("id") is not None else [text]):
             found = spots.get(key, [])
             if (n := bisect.bisect_right(found, limit)) > 0:
@@ -129,13 +152,16 @@ def first_held_index(mem: Memory, session_id: str, held: Iterable[dict[str, Any]
 
     last = len(stored) - 1
     end = next((i for i in range(len(sent) - 1, -1, -1) if latest(sent[i], last) == last), len(sent) - 1)
-    first = None
+    first, sure = None, True
     for turn in reversed(sent[:end + 1]):
         if last < 0:
+            sure = False  # older turns may hold the rest
             break
         if (at := latest(turn, last)) is not None:
             first, last = at, at - 1
-    return None if first is None else stored[first].index
+        else:
+            sure = False
+    return (None if first is None else stored[first].index), sure
 
 
 class MemoryAdapter:

@@ -813,6 +813,34 @@ def test_a_trimming_loop_is_shown_what_it_trimmed_though_its_first_message_is_sa
     assert first_held_index(mem, "gym", [*messages[-3:], {"role": "user", "content": "ok"}]) == 7
 
 
+def test_a_long_session_s_block_reads_only_the_tail_the_loop_sends(mem, monkeypatch):
+    """A user's loop 20,000 turns into a session: each before_turn read the whole session to find where the
+    messages it sends start (155 ms of its 185 ms; the block itself took 3 ms), and it grew with every turn. The
+    messages are laid over the session's latest stored turns, read in growing pages only while one is not found."""
+    from tortoise_sdk.adapters._common import first_held_index
+
+    said = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"turn {i} about rivers"} for i in range(3000)]
+    mem.append("long", said, extract=False)
+    read: list[int] = []
+    turns = mem.store.turns
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        out = turns(*args, **kwargs)
+        read.append(len(out))
+        return out
+
+    monkeypatch.setattr(mem.store, "turns", counted)
+    sent = said[-20:]
+    assert first_held_index(mem, "long", [*sent, {"role": "user", "content": "and the lakes?"}]) == 2980
+    assert sum(read) <= 100
+    # A message the store never held is passed over: the walk is not sure of the tail, and reads the whole session.
+    read.clear()
+    assert first_held_index(mem, "long", [said[0], {"role": "user", "content": "never stored"}, *sent]) == 0
+    assert sum(read) >= 3000
+    assert first_held_index(mem, "long", [{"role": "user", "content": "never stored"}]) is None
+    assert first_held_index(mem, "empty", sent) is None
+
+
 def test_the_middleware_never_points_at_a_turn_the_agent_still_sends(held_mem):
     model = fake("Noted.", *(reply for _, reply in CHATTER), "From the Petco.")
     middleware = MemoryMiddleware(held_mem, "friday", extract=False, window_turns=2, shown_turns=0)

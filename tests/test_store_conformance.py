@@ -121,6 +121,10 @@ def test_turn_slices(store: Store, ns):
     store.capture(ns, req("s1", [f"turn {i}" for i in range(6)]))
     assert contents(store.turns(ns, "s1", start=2, stop=4)) == ["turn 2", "turn 3"]
     assert contents(store.turns(ns, "s1", start=4)) == ["turn 4", "turn 5"]
+    # A long session's tail, in order (first_held_index reads it for each host turn).
+    assert contents(store.turns(ns, "s1", last=2)) == ["turn 4", "turn 5"]
+    assert contents(store.turns(ns, "s1", last=10)) == contents(store.turns(ns, "s1"))
+    assert contents(store.turns(ns, "s1", stop=4, last=3)) == ["turn 1", "turn 2", "turn 3"]
 
 
 @pytest.mark.parametrize("second", [

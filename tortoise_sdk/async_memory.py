@@ -236,9 +236,9 @@ class AsyncMemory:
         """``Memory.sessions``."""
         return await self._run(self.sync.sessions)
 
-    async def turns(self, session_id: str) -> list[SearchHit]:
+    async def turns(self, session_id: str, *, last: int | None = None) -> list[SearchHit]:
         """``Memory.turns``."""
-        return await self._run(self.sync.turns, session_id)
+        return await self._run(self.sync.turns, session_id, last=last)
 
     async def receipts(self, session_id: str | None = None) -> list[CaptureReceipt]:
         """``Memory.receipts``."""

@@ -510,9 +510,15 @@ class Memory:
         """Captured sessions in this namespace, oldest first."""
         return self.store.sessions(self.namespace)
 
-    def turns(self, session_id: str) -> list[SearchHit]:
-        """A session's stored turns, in order."""
-        return self.store.turns(self.namespace, check_session_id(session_id))
+    def turns(self, session_id: str, *, last: int | None = None) -> list[SearchHit]:
+        """A session's stored turns, in order; with ``last``, only its latest ``last`` turns (a long session's
+        tail, read at the cost of those turns alone).
+
+        Raises:
+            InvalidInput: ``last`` is not a whole number of at least 1 (``InvalidType`` for a wrong type).
+        """
+        check_count(last, "last", high=MAX_REVISION, optional=True)
+        return self.store.turns(self.namespace, check_session_id(session_id), last=last)
 
     def turn_metadata(self, session_id: str) -> dict[str, dict[str, Any] | None]:
         """The metadata each turn of a session was captured with (verbatim), by turn id."""

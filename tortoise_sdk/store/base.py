@@ -117,9 +117,10 @@ class Store(ABC):
 
     @abstractmethod
     def turns(
-        self, namespace: str, session_id: str, *, start: int = 0, stop: int | None = None
+        self, namespace: str, session_id: str, *, start: int = 0, stop: int | None = None, last: int | None = None
     ) -> list[SearchHit]:
-        """Turns of a session in order (score 0), optionally a slice of positions."""
+        """Turns of a session in order (score 0), optionally a slice of positions; with ``last``, the latest
+        ``last`` of them (read newest first through the session's index: the cost is ``last``'s, not the session's)."""
 
     @abstractmethod
     def get_turn(self, namespace: str, turn_id: str) -> SearchHit:

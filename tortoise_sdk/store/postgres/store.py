@@ -522,7 +522,8 @@ class PostgresStore(PostgresExtractionMixin, PostgresSubagentMixin, PostgresForg
             for r in rows
         ]
 
-    def turns(self, namespace: str, session_id: str, *, start: int = 0, stop: int | None = None) -> list[SearchHit]:
+    def turns(self, namespace: str, session_id: str, *, start: int = 0, stop: int | None = None,
+              last: int | None = None) -> list[SearchHit]:
         sql = f"SELECT {_TURN_COLUMNS} FROM turns t {_JOIN_SESSION} WHERE t.namespace = %s AND t.session_id = %s"
         args: list[Any] = [namespace, session_id]
         if start:
@@ -531,6 +532,9 @@ class PostgresStore(PostgresExtractionMixin, PostgresSubagentMixin, PostgresForg
         if stop is not None:
             sql += " AND t.idx < %s"
             args.append(stop)
+        if last is not None:
+            rows = self._rows(sql + " ORDER BY t.idx DESC LIMIT %s", [*args, last])
+            return [_hit(r, 0.0) for r in reversed(rows)]
         return [_hit(r, 0.0) for r in self._rows(sql + " ORDER BY t.idx", args)]
 
     # -- reflex reads: tokens as the index sees them, term statistics, batched neighbours -------

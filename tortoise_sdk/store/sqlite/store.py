@@ -535,15 +535,17 @@ class SQLiteStore(SQLiteRankingMixin, SQLiteExtractionMixin, SQLiteSubagentMixin
             for r in rows
         ]
 
-    def turns(self, namespace: str, session_id: str, *, start: int = 0, stop: int | None = None) -> list[SearchHit]:
+    def turns(self, namespace: str, session_id: str, *, start: int = 0, stop: int | None = None,
+              last: int | None = None) -> list[SearchHit]:
         with self.read() as c:
             rows = c.execute(
                 f"SELECT {_TURN_COLUMNS} FROM turns t JOIN sessions s"
                 " ON s.namespace = t.namespace AND s.session_id = t.session_id"
-                " WHERE t.namespace = ? AND t.session_id = ? AND t.idx >= ? AND t.idx < ? ORDER BY t.idx",
-                (namespace, session_id, start, stop if stop is not None else 2**62),
+                " WHERE t.namespace = ? AND t.session_id = ? AND t.idx >= ? AND t.idx < ?"
+                + (" ORDER BY t.idx" if last is None else " ORDER BY t.idx DESC LIMIT ?"),
+                (namespace, session_id, start, stop if stop is not None else 2**62, *(() if last is None else (last,))),
             ).fetchall()
-        return [_hit(r, 0.0) for r in rows]
+        return [_hit(r, 0.0) for r in (rows if last is None else reversed(rows))]
 
     def get_turn(self, namespace: str, turn_id: str) -> SearchHit:
         with self.read() as c:
