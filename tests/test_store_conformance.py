@@ -1000,6 +1000,23 @@ def test_postgres_url_password_is_redacted():
     assert "hunter2" not in redact_url("postgresql://u:a@h/db?sslpassword=hunter2&PASSWORD=hunter2")
 
 
+
+def test_a_postgres_url_without_a_host_is_shown_as_written():
+    """libpq's local-socket URL ``postgresql:///db`` came back from redact_url as ``postgresql:/db``: the Claude Code
+    block told the agent to run ``tortoise --db postgresql:/db?host=... expand ID``, which ``Memory`` refuses."""
+    from tortoise_sdk.adapters.claude_code import expand_hint
+    from tortoise_sdk.memory import Memory
+    from tortoise_sdk.store.postgres import redact_url
+
+    for url in ("postgresql:///tortoise", "postgresql:///tortoise?host=/var/run/postgresql&user=app",
+                "postgres:///tortoise", "postgresql://"):
+        assert redact_url(url) == url
+    assert redact_url("postgresql:///db?host=/tmp&password=hunter2") == "postgresql:///db?host=%2Ftmp&password=***"
+    mem = Memory.__new__(Memory)
+    mem.namespace, mem.store = "alpha", type("S", (), {"url": redact_url("postgresql:///db?host=/var/run/postgresql")})()
+    assert "--db 'postgresql:///db?host=/var/run/postgresql'" in expand_hint(mem)
+
+
 # -- reflex reads ----------------------------------------------------------------------------------
 
 

@@ -745,12 +745,18 @@ def redact_url(url: str) -> str:
         query = parse_qsl(parts.query, keep_blank_values=True)
     except ValueError:
         return "postgresql://***"
+    secret_query = any(k.lower() in _SECRET_PARAMS for k, _ in query)
+    if parts.password is None and not secret_query:
+        return url  # as written: urlunsplit turns libpq's local-socket postgresql:///db into postgresql:/db
     if parts.password is not None:  # the host and port as written: a port such as "abc" raised ValueError here
         parts = parts._replace(netloc=f"{parts.username or ''}:***@{parts.netloc.rpartition('@')[2]}")
-    if any(k.lower() in _SECRET_PARAMS for k, _ in query):
+    if secret_query:
         parts = parts._replace(query="&".join(f"{k}=***" if k.lower() in _SECRET_PARAMS else urlencode({k: v})
                                               for k, v in query))
-    return urlunsplit(parts)
+    shown = urlunsplit(parts)
+    if not parts.netloc:  # postgresql:///db?password=...: keep the '//' that makes it a URL
+        shown = f"{parts.scheme}://{shown.removeprefix(parts.scheme + ':')}"
+    return shown
 
 
 def _set_session(conn: psycopg.Connection, timeout_s: float | None) -> None:
