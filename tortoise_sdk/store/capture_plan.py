@@ -13,7 +13,8 @@ from ..capture import CaptureRequest, turn_id_for
 from ..errors import CaptureConflict, IdempotencyConflict
 from ..models import CaptureReceipt, Diagnostic
 
-__all__ = ("new_receipt", "plan_append", "receipt_row", "repeated_tail", "replay_or_conflict", "session_date_for")
+__all__ = ("identities_read", "new_receipt", "plan_append", "receipt_row", "repeated_tail", "replay_or_conflict",
+           "session_date_for")
 
 
 def replay_or_conflict(req: CaptureRequest, stored_hash: str | None, body: str) -> CaptureReceipt:
@@ -37,6 +38,16 @@ def session_date_for(stored_date: str | None, req: CaptureRequest) -> tuple[str 
     if not req.date_given:  # a default (the turns' first timestamp, append's clock) dates only a new session
         return stored_date, warnings
     return stored_date or req.session_date, warnings
+
+
+def identities_read(req: CaptureRequest) -> tuple[list[str], int, int]:
+    """Which stored turns of its session a capture reads (``plan_append``, ``repeated_tail``), so that its cost is
+    the request's, not the session's: the ``external_id``s it names, the positions below the second number (an
+    id-less turn of a capture that is not an append is the stored turn at its position), and as many of the
+    session's latest turns as the third number (the next position, a retried append's repeat)."""
+    ids = list(dict.fromkeys(t.id for t in req.turns if t.id is not None))
+    below = 0 if req.append else max((pos + 1 for pos, t in enumerate(req.turns) if t.id is None), default=0)
+    return ids, below, max(len(req.turns), 1)
 
 
 def plan_append(

@@ -36,7 +36,15 @@ from ...models import CaptureReceipt, Diagnostic, NamespaceInfo, SearchHit, Sess
 from ...search import INDEX_CHARS, POSTINGS_BUDGET, idf, idf_bonus, indexed_text, split_by_postings
 from ...validate import not_unicode
 from ..base import NAMESPACES_SQL, Store, near_offsets
-from ..capture_plan import new_receipt, plan_append, receipt_row, repeated_tail, replay_or_conflict, session_date_for
+from ..capture_plan import (
+    identities_read,
+    new_receipt,
+    plan_append,
+    receipt_row,
+    repeated_tail,
+    replay_or_conflict,
+    session_date_for,
+)
 from ..counts import CountsMixin
 from ..cursors import CursorMixin
 from ..rows import and_equal
@@ -394,13 +402,17 @@ class PostgresStore(PostgresExtractionMixin, PostgresSubagentMixin, PostgresForg
                 "UPDATE sessions SET session_date = %s, updated_at = %s WHERE namespace = %s AND session_id = %s",
                 (session_date, now, namespace, req.session_id),
             )
-        existing = c.execute(
-            "SELECT idx, external_id, content_hash FROM turns WHERE namespace = %s AND session_id = %s",
-            (namespace, req.session_id),
-        ).fetchall()
+        ids, below, latest = identities_read(req)
+        existing = sorted({r[0]: (r[0], r[1], r[2]) for r in c.execute(
+            "(SELECT idx, external_id, content_hash FROM turns WHERE namespace = %(ns)s AND session_id = %(sid)s"
+            " ORDER BY idx DESC LIMIT %(latest)s)"
+            " UNION ALL SELECT idx, external_id, content_hash FROM turns WHERE namespace = %(ns)s AND session_id = %(sid)s"
+            " AND (idx < %(below)s OR external_id = ANY(%(ids)s::text[]))",
+            {"ns": namespace, "sid": req.session_id, "latest": latest, "below": below, "ids": ids},
+        ).fetchall()}.values())
         receipt_id = f"r_{uuid.uuid4().hex}"
-        new_rows = plan_append(namespace, req, [(r[0], r[1], r[2]) for r in existing], receipt_id, now.isoformat())
-        warnings += repeated_tail(req, [(r[0], r[1], r[2]) for r in existing])
+        new_rows = plan_append(namespace, req, existing, receipt_id, now.isoformat())
+        warnings += repeated_tail(req, existing)
         if new_rows:
             with c.cursor() as cur:
                 cur.executemany(

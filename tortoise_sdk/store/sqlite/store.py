@@ -32,7 +32,15 @@ from ...models import CaptureReceipt, Diagnostic, MemoryRecord, NamespaceInfo, S
 from ...search import indexed_text, terms_from_fts5
 from ...validate import not_unicode
 from ..base import NAMESPACES_SQL, Store
-from ..capture_plan import new_receipt, plan_append, receipt_row, repeated_tail, replay_or_conflict, session_date_for
+from ..capture_plan import (
+    identities_read,
+    new_receipt,
+    plan_append,
+    receipt_row,
+    repeated_tail,
+    replay_or_conflict,
+    session_date_for,
+)
 from ..counts import CountsMixin
 from ..cursors import CursorMixin
 from ..deadline import DEFAULT_STORE_TIMEOUT_S, deadline, expired, remaining, timeout_error
@@ -97,6 +105,21 @@ def _interrupt_at(c: sqlite3.Connection, at: float | None) -> Iterator[None]:
         yield
     finally:
         c.set_progress_handler(None, 0)
+
+
+def _stored_identities(c: sqlite3.Connection, namespace: str, req: CaptureRequest) -> list[tuple[int, str | None, str]]:
+    """``(idx, external_id, content_hash)`` of the stored turns of ``req``'s session it can meet (``identities_read``)."""
+    ids, below, latest = identities_read(req)
+    cols, key = "SELECT idx, external_id, content_hash FROM turns", "namespace = ? AND session_id = ?"
+    args = (namespace, req.session_id)
+    rows = c.execute(f"{cols} WHERE {key} ORDER BY idx DESC LIMIT ?", (*args, latest)).fetchall()
+    if below:
+        rows += c.execute(f"{cols} WHERE {key} AND idx < ?", (*args, below)).fetchall()
+    for i in range(0, len(ids), 500):
+        part = ids[i:i + 500]
+        rows += c.execute(f"{cols} WHERE {key} AND external_id IN ({', '.join('?' * len(part))})",
+                          (*args, *part)).fetchall()
+    return sorted({r[0]: (r[0], r[1], r[2]) for r in rows}.values())
 
 
 def _end_read(conn: _Connection) -> None:
@@ -472,12 +495,9 @@ class SQLiteStore(SQLiteRankingMixin, SQLiteExtractionMixin, SQLiteSubagentMixin
                 "UPDATE sessions SET session_date = ?, updated_at = ? WHERE namespace = ? AND session_id = ?",
                 (session_date, now, namespace, req.session_id),
             )
-        existing = c.execute(
-            "SELECT idx, external_id, content_hash FROM turns WHERE namespace = ? AND session_id = ?",
-            (namespace, req.session_id),
-        ).fetchall()
-        new_rows = plan_append(namespace, req, [(r[0], r[1], r[2]) for r in existing], receipt_id, now)
-        warnings += repeated_tail(req, [(r[0], r[1], r[2]) for r in existing])
+        existing = _stored_identities(c, namespace, req)
+        new_rows = plan_append(namespace, req, existing, receipt_id, now)
+        warnings += repeated_tail(req, existing)
         c.executemany(
             "INSERT INTO turns (turn_id, namespace, session_id, idx, role, name, content, external_id, timestamp,"
             " metadata, content_hash, receipt_id, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
