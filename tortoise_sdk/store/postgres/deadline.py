@@ -24,6 +24,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
+import os
 import select
 import socket
 import threading
@@ -212,6 +213,12 @@ class _Watchdog:
         with self._cond:
             return token in self._fired
 
+    def forget_inherited(self) -> None:
+        """In a forked child: drop what the parent was watching (its calls run there, and shutting one of their
+        sockets here would cut the parent's connection), with a lock no parent thread can be holding."""
+        self._cond = threading.Condition()
+        self._heap, self._armed, self._fired, self._thread = [], {}, set(), None
+
     def _run(self) -> None:
         with self._cond:
             while True:
@@ -247,3 +254,5 @@ def _shut(conn: psycopg.Connection) -> None:
 
 
 watchdog = _Watchdog()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=watchdog.forget_inherited)

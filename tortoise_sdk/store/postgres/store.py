@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import logging
 import re
+import os
 import threading
 import uuid
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
@@ -165,18 +166,25 @@ class PostgresStore(PostgresExtractionMixin, PostgresSubagentMixin, PostgresForg
             raise StoreError(f"cannot connect to PostgreSQL at {self.url}: {str(exc).strip()}; {_connect_advice(exc, url)}"
                              ) from exc
         logging.getLogger("psycopg.pool").addFilter(POOL_NOISE)
-        self._pool = ConnectionPool(
-            url,
-            min_size=min_size,
-            max_size=max_size,
-            timeout=connect_timeout * 3,
-            reconnect_timeout=_RECONNECT_S,
-            kwargs={"autocommit": True, **options},
-            configure=self._configure,
-            connection_class=connection_class(self._health),
-            open=True,
-            name="tortoise",
+        self._pool_args: dict[str, Any] = dict(
+            conninfo=url, min_size=min_size, max_size=max_size, timeout=connect_timeout * 3,
+            reconnect_timeout=_RECONNECT_S, kwargs={"autocommit": True, **options}, configure=self._configure,
+            connection_class=connection_class(self._health), name="tortoise",
         )
+        self._pool = ConnectionPool(open=True, **self._pool_args)
+        self._pid = os.getpid()
+
+    def _own_pool(self) -> ConnectionPool:
+        """The pool of this process. A process forked from the one that opened the store (a prefork server, a
+        multiprocessing pool) inherits its connections, whose sockets the parent still talks on: the child
+        leaves them alone, never used nor closed (closing sends the server a goodbye that ends the parent's
+        session; psycopg's finalizer sends none outside the process that connected), and opens its own."""
+        if self._pid != os.getpid():
+            with _FORK_LOCK:
+                if self._pid != os.getpid():
+                    self._pool = ConnectionPool(open=not self._pool.closed, **self._pool_args)
+                    self._pid = os.getpid()
+        return self._pool
 
     # -- connection and transactions ---------------------------------------------------------
 
@@ -260,11 +268,12 @@ class PostgresStore(PostgresExtractionMixin, PostgresSubagentMixin, PostgresForg
         """The pool's next connection, waited for until ``at`` (the pool's own timeout without one), in
         turns of at most ``_RECONNECT_S``: each asks the pool again, which tries to connect again once
         its last attempt gave up, so a call that began waiting in an outage is served when it ends."""
-        until = deadline(self._pool.timeout) if at is None else at
+        pool = self._own_pool()
+        until = deadline(pool.timeout) if at is None else at
         while True:
             left = max(remaining(until) or 0.0, 0.001)
             try:
-                return self._pool.getconn(timeout=min(left, _RECONNECT_S))
+                return pool.getconn(timeout=min(left, _RECONNECT_S))
             except PoolClosed:
                 raise StoreClosed(self.url) from None
             except PoolTimeout as exc:
@@ -323,7 +332,7 @@ class PostgresStore(PostgresExtractionMixin, PostgresSubagentMixin, PostgresForg
         return self._rows("SELECT COALESCE(MAX(version), 0) FROM schema_migrations", ())[0][0]
 
     def close(self) -> None:
-        self._pool.close()
+        self._own_pool().close()
 
     # -- capture ------------------------------------------------------------------------------
 
@@ -748,6 +757,10 @@ def _bad_url(url: str, exc: Exception) -> ConfigError:
     return ConfigError(f"not a valid PostgreSQL URL ({redact_url(url)}): {reason}; write "
                        "postgresql://user:password@host:port/dbname, special characters percent-encoded (a space "
                        "is %20), and only libpq's parameters after '?' (e.g. ?sslmode=require)", field="db")
+
+
+#: Taken by a forked child replacing the pool it inherited (``PostgresStore._own_pool``).
+_FORK_LOCK = threading.Lock()
 
 
 def redact_url(url: str) -> str:
