@@ -27,6 +27,7 @@ from tortoise_sdk.models import ExpandResult, MemoryBlock, MemoryRecord, Pointer
 from tortoise_sdk.pipeline.common import transcript_line
 from tortoise_sdk.pipeline.grounding import evidence_turns, ground, is_evidence
 from tortoise_sdk.reflex.noise import evidence_text
+from tortoise_sdk.streams.claude_code import summarize_tool_result
 
 SAID = "the kestrel pipeline uses the flamingo runner, the deploy job runs on it"
 FACT = "The kestrel deploy job uses the flamingo runner"
@@ -207,3 +208,30 @@ def test_json_cut_short_is_cut_to_the_end_like_a_block_without_its_end_line(doc:
         opened = text.index("[", opened) + 1  # and the list the second opens
     head = text[: opened + cut % (len(text) - opened)]  # past its opening keys, short of its last brace
     assert words(evidence_text(f"{' '.join(before)} {head}", "user")) == before, head
+
+
+# -- as a coding host stores a tool result: its first 300 characters, whitespace collapsed ---------------------------
+
+
+def test_contexts_json_in_a_tool_result_is_cut_though_stored_cut_inside_its_block(
+        tmp_path: Path, cli_json: dict[str, str]) -> None:
+    """A script that ran ``tortoise context --json``: Claude Code's transcript keeps the tool result's first 300
+    characters, which end inside the ``block`` string (its header alone is half of them), before ``"pointers": [``.
+    The shape rule never saw it: the rest of the block after the first pointer's ref was evidence, and the next
+    session's block pointed at the copy."""
+    printed = cli_json["context"]
+    stored = summarize_tool_result({"content": printed}, "Read")
+    assert '"pointers"' not in stored and "kestrel" in stored  # cut inside the block, as stored
+    assert not re.findall(r"kestrel|flamingo|pipelin|undated", evidence_text(stored, "tool")), stored
+    with Memory(str(tmp_path / "m.db"), namespace="proj") as mem:
+        first = Transcript(tmp_path / "a.jsonl", "a")
+        original = first.user(SAID)
+        first.assistant("Noted.")
+        stop(mem, first)
+        second = Transcript(tmp_path / "b.jsonl", "b")
+        second.user("let's look at the deploy job")
+        second.tool("Bash", {"command": "./scripts/recall.sh deploy > /tmp/recall.json", "description": "Recall"}, "")
+        copy = second.tool("Read", {"file_path": "/tmp/recall.json"}, printed)[1]
+        stop(mem, second)
+        shown = _external_ids(mem, prompt(mem, Transcript(tmp_path / "c.jsonl", "c"), ASK))
+        assert shown[:1] == [original] and copy not in shown, shown

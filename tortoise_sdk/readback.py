@@ -15,7 +15,9 @@ command prints first for one of its records, with a value only this package writ
   ``expand`` printed, a pointer of ``context``;
 - ``{"turn_id": "t_…", "external_id": …``: a hit of ``search``, a source, a turn around an expanded one;
 - ``{"query": "…", "terms": [``: what ``search`` printed;
-- ``{"block": "…", "pointers": [``: what ``context`` printed.
+- ``{"block": "…", "pointers": [``: what ``context`` printed; or ``{"block": "[tortoise memory]…`` alone, the
+  block's own marker: a host that stores a tool result's first characters (Claude Code's 300) cuts it inside
+  the block, before ``"pointers"``.
 
 Spacing between the tokens is free (``jq -c``, a re-indented paste). The object runs to its closing
 brace, its strings read as JSON reads them (a brace inside a memory's text closes nothing); one cut
@@ -38,7 +40,7 @@ CLI_JSON = re.compile(
     r'\{\s*(?:"id"\s*:\s*"[tm]_[0-9a-f]{6,}"\s*,\s*"kind"\s*:'
     r'|"turn_id"\s*:\s*"t_[0-9a-f]{6,}"\s*,\s*"external_id"\s*:'
     rf'|"query"\s*:\s*{_STRING}\s*,\s*"terms"\s*:\s*\['
-    rf'|"block"\s*:\s*{_STRING}\s*,\s*"pointers"\s*:\s*\[)')
+    rf'|"block"\s*:\s*(?:{_STRING}\s*,\s*"pointers"\s*:\s*\[|"(?i:\[tortoise memory\])))')
 #: A string (to its closing quote, or to the end of a text cut inside it) or a bracket: what the closing brace is
 #: looked for among.
 _TOKEN = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"?|[{}\[\]]')
