@@ -235,3 +235,31 @@ def test_contexts_json_in_a_tool_result_is_cut_though_stored_cut_inside_its_bloc
         stop(mem, second)
         shown = _external_ids(mem, prompt(mem, Transcript(tmp_path / "c.jsonl", "c"), ASK))
         assert shown[:1] == [original] and copy not in shown, shown
+
+
+def _read_tool(printed: str) -> str:
+    """A file as Claude Code's Read tool returns it: each line after its number and an arrow."""
+    return "\n".join(f"{n:>6}→{line}" for n, line in enumerate(printed.rstrip("\n").split("\n"), 1))
+
+
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_the_commands_json_read_from_a_file_is_not_pointed_at(tmp_path: Path, cli_json: dict[str, str],
+                                                              command: str) -> None:
+    """``tortoise memories --json > recall.json`` then the Read tool on it: Claude Code numbers the file's lines
+    (``     3→    "id": "m_…",``), so a line number stood between ``{`` and ``"id"`` and the shape rule never
+    matched: its words were evidence, and the next session's block pointed at the file's copy (memories, search,
+    expand)."""
+    stored = summarize_tool_result({"content": _read_tool(cli_json[command])}, "Read")
+    assert not re.findall(r"kestrel|flamingo|runner", evidence_text(stored, "tool")), stored
+    with Memory(str(tmp_path / "m.db"), namespace="proj") as mem:
+        first = Transcript(tmp_path / "a.jsonl", "a")
+        original = first.user(SAID)
+        first.assistant("Noted.")
+        stop(mem, first)
+        second = Transcript(tmp_path / "b.jsonl", "b")
+        second.user("let's look at the deploy job")
+        second.tool("Bash", {"command": "./scripts/recall.sh deploy > /tmp/recall.json", "description": "Recall"}, "")
+        copy = second.tool("Read", {"file_path": "/tmp/recall.json"}, _read_tool(cli_json[command]))[1]
+        stop(mem, second)
+        shown = _external_ids(mem, prompt(mem, Transcript(tmp_path / "c.jsonl", "c"), ASK))
+        assert shown[:1] == [original] and copy not in shown, shown

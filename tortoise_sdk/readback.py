@@ -19,7 +19,8 @@ command prints first for one of its records, with a value only this package writ
   block's own marker: a host that stores a tool result's first characters (Claude Code's 300) cuts it inside
   the block, before ``"pointers"``.
 
-Spacing between the tokens is free (``jq -c``, a re-indented paste). The object runs to its closing
+Spacing between the tokens is free (``jq -c``, a re-indented paste), and so are the line numbers Claude
+Code's Read tool puts before each line of a file the JSON was saved to (``     3→    "id": …``). The object runs to its closing
 brace, its strings read as JSON reads them (a brace inside a memory's text closes nothing); one cut
 short (``| head``, a truncated paste) runs to the end of the text, as a block without its end line
 does. What the text says before and after it is its own.
@@ -35,12 +36,15 @@ __all__ = ("CLI_JSON", "REST_OF_PARAGRAPH", "cli_json_spans", "without_cli_json"
 
 #: A JSON string, escapes included (unrolled: linear on a long string).
 _STRING = r'"[^"\\]*(?:\\.[^"\\]*)*"'
+#: Where the command starts a line (after ``{`` and ``,``): spacing, and the line numbers Claude Code's Read tool
+#: puts before each line of a file (``     3→``).
+_GAP = r"\s*(?:\d+→\s*)?"
 #: The opening of one of the command's JSON records (see the module docstring).
 CLI_JSON = re.compile(
-    r'\{\s*(?:"id"\s*:\s*"[tm]_[0-9a-f]{6,}"\s*,\s*"kind"\s*:'
-    r'|"turn_id"\s*:\s*"t_[0-9a-f]{6,}"\s*,\s*"external_id"\s*:'
-    rf'|"query"\s*:\s*{_STRING}\s*,\s*"terms"\s*:\s*\['
-    rf'|"block"\s*:\s*(?:{_STRING}\s*,\s*"pointers"\s*:\s*\[|"(?i:\[tortoise memory\])))')
+    rf'\{{{_GAP}(?:"id"\s*:\s*"[tm]_[0-9a-f]{{6,}}"\s*,{_GAP}"kind"\s*:'
+    rf'|"turn_id"\s*:\s*"t_[0-9a-f]{{6,}}"\s*,{_GAP}"external_id"\s*:'
+    rf'|"query"\s*:\s*{_STRING}\s*,{_GAP}"terms"\s*:\s*\['
+    rf'|"block"\s*:\s*(?:{_STRING}\s*,{_GAP}"pointers"\s*:\s*\[|"(?i:\[tortoise memory\])))')
 #: A string (to its closing quote, or to the end of a text cut inside it) or a bracket: what the closing brace is
 #: looked for among.
 _TOKEN = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"?|[{}\[\]]')
