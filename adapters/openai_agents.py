@@ -53,8 +53,8 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         "tortoise_sdk.adapters.openai_agents needs the OpenAI Agents SDK: " + install_hint("openai-agents")
     ) from exc
 
-from ..errors import AdapterError
-from ..models import OPENAI_AGENTS_CURSOR, MemoryBlock, starts_with_memory_block, utc_now
+from ..errors import AdapterError, NotFoundError
+from ..models import OPENAI_AGENTS_CURSOR, MemoryBlock, SearchHit, starts_with_memory_block, utc_now
 from ..memory import storable
 from ._common import MemoryAdapter, check_session_id
 
@@ -103,14 +103,14 @@ class MemorySession(MemoryAdapter):
 
     async def get_items(self, limit: int | None = None) -> list[dict[str, Any]]:
         """The session's items, oldest first (the latest ``limit`` when given); none when the store fails."""
+        if limit is not None and limit <= 0:
+            return []
         try:
-            items = [item for _, item in await asyncio.to_thread(self._visible)]
+            items = [item for _, item in await asyncio.to_thread(self._visible, limit)]
         except Exception as exc:  # noqa: BLE001 - the run goes on without its history
             log.warning("tortoise: session items not read: %s", exc)
             return []
-        if limit is None:
-            return items
-        return items[-limit:] if limit > 0 else []
+        return items if limit is None else items[-limit:]
 
     async def add_items(self, items: list[Any]) -> None:
         """Capture the items as turns (one transaction); an item just popped and added back is restored."""
@@ -178,12 +178,27 @@ class MemorySession(MemoryAdapter):
     def _view(self) -> Any:
         return self.mem.cursor(f"{OPENAI_AGENTS_CURSOR}{self.session_id}")
 
-    def _visible(self) -> list[tuple[str, dict[str, Any]]]:
-        """(turn id, item) of the turns the session's view shows."""
+    def _visible(self, limit: int | None = None) -> list[tuple[str, dict[str, Any]]]:
+        """(turn id, item) of the turns the session's view shows; with ``limit``, at least its latest ``limit`` of
+        them (all when fewer), read from the session's tail: a run with ``SessionSettings(limit=...)`` costs what
+        its items do, not what the session does."""
         view = self._view().value
-        hidden = set(view.get("hidden") or ())
-        turns = self.mem.turns(self.session_id)[int(view.get("start") or 0):]
-        metadata = self.mem.turn_metadata(self.session_id) if turns else {}
+        start, hidden = int(view.get("start") or 0), set(view.get("hidden") or ())
+        if limit is None:
+            return self._shown(self.mem.turns(self.session_id)[start:], hidden)
+        tail = limit + len(hidden) + _TAIL_SLACK
+        while True:
+            turns = self.mem.turns(self.session_id, last=tail)
+            complete = len(turns) < tail or (bool(turns) and turns[0].index <= start)
+            shown = self._shown([t for t in turns if t.index >= start], hidden)
+            if complete or len(shown) >= limit:
+                return shown
+            tail *= 4  # turns the view does not show (hidden, or never an item): read further back
+
+    def _shown(self, turns: list[SearchHit], hidden: set[str]) -> list[tuple[str, dict[str, Any]]]:
+        """(turn id, item) of ``turns`` (a run of a session's turns, in order) but those in ``hidden``."""
+        metadata = (self.mem.turn_metadata(self.session_id, start=turns[0].index, stop=turns[-1].index + 1)
+                    if turns else {})
         shown = []
         for hit in turns:
             if hit.turn_id in hidden:
@@ -219,12 +234,11 @@ class MemorySession(MemoryAdapter):
     def _runs_own_call_ids(self, turns: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """``turns`` with each function call and output whose call id an earlier run used given this run's id
         (``_run_call_id``); the latest user message before a turn starts its run."""
-        if not any(t["id"].startswith(_CALL_PREFIXES) for t in turns):
+        ids = [t["id"] for t in turns if t["id"].startswith(_CALL_PREFIXES)]
+        if not ids:
             return turns  # no store read
-        stored = self.mem.turns(self.session_id)
-        at = {t.external_id: t.index for t in stored if t.external_id}
-        run = max((t.index for t in stored if t.role == "user"), default=-1)
-        after = stored[-1].index + 1 if stored else 0
+        run, after = _latest_run(self.mem, self.session_id)
+        at = {t.external_id: t.index for t in self.mem.turns(self.session_id, external_ids=ids)}
         for offset, turn in enumerate(turns):
             if turn["role"] == "user":
                 run = after + offset
@@ -239,9 +253,8 @@ class MemorySession(MemoryAdapter):
             hidden = list(view.value.get("hidden") or [])
             if not hidden:
                 return items
-            metadata = self.mem.turn_metadata(self.session_id)
             rest = list(items)
-            while rest and hidden and (metadata.get(hidden[-1]) or {}).get(ITEM_KEY) == storable(rest[0]):
+            while rest and hidden and (self._metadata(hidden[-1]) or {}).get(ITEM_KEY) == storable(rest[0]):
                 hidden.pop()
                 rest.pop(0)
             if len(rest) == len(items):
@@ -250,10 +263,18 @@ class MemorySession(MemoryAdapter):
                 return rest
         raise RuntimeError("the session view kept changing under this process")
 
+    def _metadata(self, turn_id: str) -> dict[str, Any] | None:
+        """The metadata turn ``turn_id`` of the session was captured with; None when it is not stored."""
+        try:
+            at = self.mem.store.get_turn(self.mem.namespace, turn_id).index
+        except NotFoundError:
+            return None
+        return self.mem.turn_metadata(self.session_id, start=at, stop=at + 1).get(turn_id)
+
     def _pop(self) -> dict[str, Any] | None:
         for _ in range(3):
             view = self._view()
-            visible = self._visible()
+            visible = self._visible(1)
             if not visible:
                 return None
             turn_id, item = visible[-1]
@@ -265,7 +286,8 @@ class MemorySession(MemoryAdapter):
     def _clear(self) -> None:
         for _ in range(3):
             view = self._view()
-            count = len(self.mem.turns(self.session_id))
+            latest = self.mem.turns(self.session_id, last=1)
+            count = latest[-1].index + 1 if latest else 0
             if self.mem.save_cursor(view.name, {"start": count, "hidden": []}, revision=view.revision):
                 return
         raise RuntimeError("the session view kept changing under this process")
@@ -315,10 +337,10 @@ class MemoryRunHooks(RunHooks[Any]):
     def _record(self, frame: dict[str, Any]) -> None:
         try:
             # The function call's turn is captured after the tool ran; its id is this run's (as _add gives it).
-            stored = self.mem.turns(self.session_id)
-            run = max((t.index for t in stored if t.role == "user"), default=-1)
-            frame["turn_external_id"] = _run_call_id(frame["turn_external_id"],
-                                                     {t.external_id: t.index for t in stored if t.external_id}, run)
+            call = frame["turn_external_id"]
+            run, _ = _latest_run(self.mem, self.session_id)
+            stored = self.mem.turns(self.session_id, external_ids=[call])
+            frame["turn_external_id"] = _run_call_id(call, {t.external_id: t.index for t in stored}, run)
             self.mem.record_subagent(frame)
         except Exception as exc:  # noqa: BLE001 - record_subagent fails open; this guards a malformed frame
             log.warning("tortoise: sub-agent frame not recorded: %s", exc)
@@ -371,6 +393,24 @@ def _call_turn_id(call_id: str) -> str:
 
 
 _CALL_PREFIXES = ("fc-", "fco-")
+
+#: How many of a session's latest turns a bounded read starts with (beyond what it needs); it reads four times as
+#: many while they do not settle it.
+_TAIL_SLACK = 16
+_TAIL_FIRST = 64
+
+
+def _latest_run(mem: Memory, session_id: str) -> tuple[int, int]:
+    """(the position of the session's latest user message, -1 without one; the position its next turn takes), read
+    from the session's tail: the latest user message starts the run, and is a run's length back, not the session's."""
+    tail = _TAIL_FIRST
+    while True:
+        stored = mem.turns(session_id, last=tail)
+        after = stored[-1].index + 1 if stored else 0
+        run = max((t.index for t in stored if t.role == "user"), default=-1)
+        if run >= 0 or len(stored) < tail:
+            return run, after
+        tail *= 4
 
 
 def _run_call_id(turn_id: str, stored: Mapping[str | None, int], run: int) -> str:

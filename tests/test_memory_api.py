@@ -281,3 +281,17 @@ def test_concurrent_appends_to_one_session_lose_nothing(store):
         at = turns.index(("user", f"question {i}"))
         assert turns[at + 1] == ("assistant", f"answer {i}")
     assert [h.index for h in mem.turns("s")] == list(range(26))
+
+
+def test_turns_by_id_and_metadata_by_position_refuse_what_is_not_one(mem):
+    from tortoise_sdk.errors import InvalidInput, InvalidType
+
+    mem.capture("s", [{"role": "user", "content": "hi", "id": "m1"}, {"role": "user", "content": "yo", "id": "m2"}])
+    assert [t.external_id for t in mem.turns("s", external_ids=("m2",))] == ["m2"]
+    with pytest.raises(InvalidType):  # a single id would be read as its letters
+        mem.turns("s", external_ids="m1")  # type: ignore[arg-type]
+    with pytest.raises(InvalidType):
+        mem.turns("s", external_ids=[1])  # type: ignore[list-item]
+    assert len(mem.turn_metadata("s", start=1)) == 1 and mem.turn_metadata("s", stop=0) == {}
+    with pytest.raises(InvalidInput):
+        mem.turn_metadata("s", start=-1)

@@ -354,3 +354,54 @@ def test_a_custom_failure_text_is_known_as_a_failure_only_through_the_trace(
                        run_config=session.run_config(RunConfig(tracing_disabled=disabled)), hooks=session.hooks))
         statuses += [r.tool_status for r in mem.subagents(session_id=f"chat-custom-{disabled}")]
     assert statuses == ["failed", "completed"]  # with tracing off the SDK leaves nothing to tell them apart
+
+
+def test_a_long_session_s_run_reads_the_items_it_sends_not_the_whole_session(mem: Memory,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """20,000 items into a session, ``get_items(limit=10)`` took 480 ms and adding a tool call 210 ms: each read every
+    turn and its metadata, however few items the run sends (``SessionSettings(limit=...)``). A run now reads the
+    session's tail, and the call ids it meets through their index."""
+    said = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"turn {i} about rivers"} for i in range(3000)]
+    session = MemorySession(mem, "long", extract=False)
+    early_call = {"type": "function_call", "call_id": "call_r", "name": "research", "arguments": "{}"}
+    run(session.add_items([said[0], early_call]))
+    for at in range(1, 3000, 500):
+        run(session.add_items(said[at:at + 500]))
+    read: list[int] = []
+    for name in ("turns", "turn_metadata"):
+        method = getattr(mem.store, name)
+
+        def counted(*args: Any, _method: Any = method, **kwargs: Any) -> Any:
+            out = _method(*args, **kwargs)
+            read.append(len(out))
+            return out
+
+        monkeypatch.setattr(mem.store, name, counted)
+
+    assert run(session.get_items(limit=10)) == said[-10:]
+    assert run(session.pop_item()) == said[-1]
+    assert run(session.get_items(limit=10)) == said[-11:-1]  # the popped turn is hidden, one more is read
+    run(session.add_items([said[-1]]))  # put back: shown again, not stored twice
+    assert run(session.get_items(limit=2)) == said[-2:]
+    assert sum(read) <= 400, sum(read)
+    assert len(mem.turns("long")) == 3001
+
+    # A run whose provider numbers its calls as an earlier run did: told apart by the call id's index, not the session.
+    researcher = Agent(name="Researcher", instructions="Find facts.",
+                       model=ScriptedModel([[assistant_message("Rivers run to the sea.", item_id="msg_r")]]))
+    lead = Agent(name="Lead", instructions="Delegate.", model=ScriptedModel([
+        [function_call("research", {"input": "rivers?"}, call_id="call_r")],
+        [assistant_message("They run to the sea.", item_id="msg_l")]]),
+        tools=[researcher.as_tool(tool_name="research", tool_description="Look something up.")])
+    read.clear()
+    # (Without the memory block's filter: a sub-agent's input is never stored, and the block reads the whole
+    # session to be sure of it.)
+    limited = dataclasses.replace(OFFLINE, session_settings=SessionSettings(limit=10))
+    result = run(Runner.run(lead, "Where do rivers go?", session=session, run_config=limited, hooks=session.hooks))
+    assert result.final_output == "They run to the sea."
+    assert sum(read) <= 500, sum(read)
+    asked = next(t.index for t in mem.turns("long", last=5) if t.content == "Where do rivers go?")
+    # The earlier run stored the call (not its output): this run's call gets the run's id, its output keeps its own.
+    assert {f"fc-call_r@{asked}", "fco-call_r"} <= {t.external_id for t in mem.turns("long", last=5)}
+    (row,) = mem.subagents(session_id="long")
+    assert row.turn_id == next(t.turn_id for t in mem.turns("long", external_ids=[f"fc-call_r@{asked}"]))

@@ -159,6 +159,21 @@ def test_turn_slices(store: Store, ns):
     assert contents(store.turns(ns, "s1", stop=4, last=3)) == ["turn 1", "turn 2", "turn 3"]
 
 
+def test_a_session_s_turns_by_id_and_metadata_by_position(store: Store, ns):
+    """What a run of the OpenAI Agents session reads (the call ids it meets, the metadata of the turns it shows):
+    each read costs what it names, not the whole session."""
+    store.capture(ns, req("s1", [{"role": "user", "content": f"turn {i}", "id": f"m{i}", "metadata": {"i": i}}
+                                 for i in range(6)]))
+    store.capture(ns, req("s2", [{"role": "user", "content": "other", "id": "m1"}]))
+    assert [(t.external_id, t.index) for t in store.turns(ns, "s1", external_ids=["m4", "m1", "nope", "m4"])] == [
+        ("m1", 1), ("m4", 4)]
+    assert store.turns(ns, "s1", external_ids=[]) == []
+    ids = {t.index: t.turn_id for t in store.turns(ns, "s1")}
+    assert store.turn_metadata(ns, "s1", start=2, stop=4) == {ids[2]: {"i": 2}, ids[3]: {"i": 3}}
+    assert set(store.turn_metadata(ns, "s1", start=4)) == {ids[4], ids[5]}
+    assert store.turn_metadata(ns, "s1", start=3, stop=3) == {}
+
+
 @pytest.mark.parametrize("second", [
     ["a", "B"],
     [{"role": "assistant", "content": "a"}],

@@ -236,9 +236,10 @@ class AsyncMemory:
         """``Memory.sessions``."""
         return await self._run(self.sync.sessions)
 
-    async def turns(self, session_id: str, *, last: int | None = None) -> list[SearchHit]:
+    async def turns(self, session_id: str, *, last: int | None = None,
+                    external_ids: Sequence[str] | None = None) -> list[SearchHit]:
         """``Memory.turns``."""
-        return await self._run(self.sync.turns, session_id, last=last)
+        return await self._run(self.sync.turns, session_id, last=last, external_ids=external_ids)
 
     async def receipts(self, session_id: str | None = None) -> list[CaptureReceipt]:
         """``Memory.receipts``."""
@@ -266,9 +267,10 @@ class AsyncMemory:
         """``Memory.stats``."""
         return await self._run(self.sync.stats)
 
-    async def turn_metadata(self, session_id: str) -> dict[str, dict[str, Any] | None]:
+    async def turn_metadata(self, session_id: str, *, start: int = 0,
+                            stop: int | None = None) -> dict[str, dict[str, Any] | None]:
         """``Memory.turn_metadata``."""
-        return await self._run(self.sync.turn_metadata, session_id)
+        return await self._run(self.sync.turn_metadata, session_id, start=start, stop=stop)
 
     async def graph(self) -> networkx.MultiDiGraph:
         """``Memory.graph``."""

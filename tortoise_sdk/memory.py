@@ -510,19 +510,35 @@ class Memory:
         """Captured sessions in this namespace, oldest first."""
         return self.store.sessions(self.namespace)
 
-    def turns(self, session_id: str, *, last: int | None = None) -> list[SearchHit]:
+    def turns(self, session_id: str, *, last: int | None = None,
+              external_ids: Sequence[str] | None = None) -> list[SearchHit]:
         """A session's stored turns, in order; with ``last``, only its latest ``last`` turns (a long session's
-        tail, read at the cost of those turns alone).
+        tail, read at the cost of those turns alone); with ``external_ids``, only the turns captured under those
+        message ids (read through their index: the cost is theirs, not the session's).
 
         Raises:
             InvalidInput: ``last`` is not a whole number of at least 1 (``InvalidType`` for a wrong type).
+            InvalidType: ``external_ids`` is a single string or holds something that is not a string id.
         """
         check_count(last, "last", high=MAX_REVISION, optional=True)
-        return self.store.turns(self.namespace, check_session_id(session_id), last=last)
+        if external_ids is not None:
+            if isinstance(external_ids, str) or not isinstance(external_ids, Iterable):
+                raise InvalidType(f"expected a list of string ids, got {type(external_ids).__name__}",
+                                  field="external_ids")
+            external_ids = [check_id(i, "external_ids") for i in external_ids]
+        return self.store.turns(self.namespace, check_session_id(session_id), last=last, external_ids=external_ids)
 
-    def turn_metadata(self, session_id: str) -> dict[str, dict[str, Any] | None]:
-        """The metadata each turn of a session was captured with (verbatim), by turn id."""
-        return self.store.turn_metadata(self.namespace, check_session_id(session_id))
+    def turn_metadata(self, session_id: str, *, start: int = 0,
+                      stop: int | None = None) -> dict[str, dict[str, Any] | None]:
+        """The metadata each turn of a session was captured with (verbatim), by turn id; with ``start`` and
+        ``stop``, only the turns at those positions (``stop`` excluded; ``SearchHit.index`` is a turn's position).
+
+        Raises:
+            InvalidInput: ``start`` or ``stop`` is not a whole number of at least 0 (``InvalidType`` for a wrong type).
+        """
+        check_count(start, "start", low=0, high=MAX_REVISION)
+        check_count(stop, "stop", low=0, high=MAX_REVISION, optional=True)
+        return self.store.turn_metadata(self.namespace, check_session_id(session_id), start=start, stop=stop)
 
     def receipts(self, session_id: str | None = None) -> list[CaptureReceipt]:
         """Capture receipts (with their extraction reports), oldest first."""

@@ -117,10 +117,12 @@ class Store(ABC):
 
     @abstractmethod
     def turns(
-        self, namespace: str, session_id: str, *, start: int = 0, stop: int | None = None, last: int | None = None
+        self, namespace: str, session_id: str, *, start: int = 0, stop: int | None = None, last: int | None = None,
+        external_ids: Sequence[str] | None = None,
     ) -> list[SearchHit]:
         """Turns of a session in order (score 0), optionally a slice of positions; with ``last``, the latest
-        ``last`` of them (read newest first through the session's index: the cost is ``last``'s, not the session's)."""
+        ``last`` of them (read newest first through the session's index: the cost is ``last``'s, not the session's);
+        with ``external_ids``, only the turns captured under those ids (read through their index)."""
 
     @abstractmethod
     def get_turn(self, namespace: str, turn_id: str) -> SearchHit:
@@ -192,8 +194,9 @@ class Store(ABC):
         """The namespace's entity merges and splits (of one entity id), oldest first."""
 
     @abstractmethod
-    def turn_metadata(self, namespace: str, session_id: str, *, start: int = 0) -> dict[str, dict[str, Any] | None]:
-        """Caller metadata of a session's turns (from position ``start``), by turn id."""
+    def turn_metadata(self, namespace: str, session_id: str, *, start: int = 0,
+                      stop: int | None = None) -> dict[str, dict[str, Any] | None]:
+        """Caller metadata of a session's turns (positions ``start`` to ``stop``, excluded), by turn id."""
 
     @abstractmethod
     def extend_graph(self, g: networkx.MultiDiGraph, namespace: str) -> None:

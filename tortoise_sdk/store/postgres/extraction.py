@@ -211,11 +211,13 @@ class PostgresExtractionMixin(ExtractionCore):
             ).fetchall()
         return entity_dicts(rows)
 
-    def turn_metadata(self, namespace: str, session_id: str, *, start: int = 0) -> dict[str, dict[str, Any] | None]:
+    def turn_metadata(self, namespace: str, session_id: str, *, start: int = 0,
+                      stop: int | None = None) -> dict[str, dict[str, Any] | None]:
         """Each turn's caller metadata by turn id."""
         with self.read() as c:
             rows = c.execute("SELECT turn_id, metadata FROM turns WHERE namespace = %s AND session_id = %s"
-                             " AND idx >= %s", (namespace, session_id, start)).fetchall()
+                             " AND idx >= %s" + ("" if stop is None else " AND idx < %s"),
+                             (namespace, session_id, start, *(() if stop is None else (stop,)))).fetchall()
         return {r[0]: json.loads(r[1]) if r[1] else None for r in rows}
 
     def extend_graph(self, g: networkx.MultiDiGraph, namespace: str) -> None:

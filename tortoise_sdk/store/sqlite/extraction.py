@@ -113,11 +113,13 @@ class SQLiteExtractionMixin(ExtractionCore):
             ).fetchall()
         return entity_dicts(rows)
 
-    def turn_metadata(self, namespace: str, session_id: str, *, start: int = 0) -> dict[str, dict[str, Any] | None]:
+    def turn_metadata(self, namespace: str, session_id: str, *, start: int = 0,
+                      stop: int | None = None) -> dict[str, dict[str, Any] | None]:
         """Each turn's caller metadata by turn id (what grounding needs to skip memory blocks and subagents)."""
         with self.read() as c:
             rows = c.execute("SELECT turn_id, metadata FROM turns WHERE namespace = ? AND session_id = ?"
-                             " AND idx >= ?", (namespace, session_id, start)).fetchall()
+                             " AND idx >= ? AND idx < ?",
+                             (namespace, session_id, start, stop if stop is not None else 2**62)).fetchall()
         return {r[0]: json.loads(r[1]) if r[1] else None for r in rows}
 
     def extend_graph(self, g: networkx.MultiDiGraph, namespace: str) -> None:

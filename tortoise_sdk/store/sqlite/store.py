@@ -556,7 +556,9 @@ class SQLiteStore(SQLiteRankingMixin, SQLiteExtractionMixin, SQLiteSubagentMixin
         ]
 
     def turns(self, namespace: str, session_id: str, *, start: int = 0, stop: int | None = None,
-              last: int | None = None) -> list[SearchHit]:
+              last: int | None = None, external_ids: Sequence[str] | None = None) -> list[SearchHit]:
+        if external_ids is not None:
+            return self._turns_named(namespace, session_id, external_ids)
         with self.read() as c:
             rows = c.execute(
                 f"SELECT {_TURN_COLUMNS} FROM turns t JOIN sessions s"
@@ -566,6 +568,21 @@ class SQLiteStore(SQLiteRankingMixin, SQLiteExtractionMixin, SQLiteSubagentMixin
                 (namespace, session_id, start, stop if stop is not None else 2**62, *(() if last is None else (last,))),
             ).fetchall()
         return [_hit(r, 0.0) for r in (rows if last is None else reversed(rows))]
+
+    def _turns_named(self, namespace: str, session_id: str, external_ids: Sequence[str]) -> list[SearchHit]:
+        """The session's turns captured under ``external_ids``, in order (through the external id's index)."""
+        ids = list(dict.fromkeys(external_ids))
+        rows: list[Any] = []
+        with self.read() as c:
+            for i in range(0, len(ids), 500):
+                part = ids[i:i + 500]
+                rows += c.execute(
+                    f"SELECT {_TURN_COLUMNS} FROM turns t JOIN sessions s"
+                    " ON s.namespace = t.namespace AND s.session_id = t.session_id"
+                    f" WHERE t.namespace = ? AND t.session_id = ? AND t.external_id IN ({', '.join('?' * len(part))})",
+                    (namespace, session_id, *part),
+                ).fetchall()
+        return sorted((_hit(r, 0.0) for r in rows), key=lambda h: h.index)
 
     def get_turn(self, namespace: str, turn_id: str) -> SearchHit:
         with self.read() as c:
