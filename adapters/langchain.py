@@ -230,13 +230,26 @@ class MemoryMiddleware(MemoryAdapter, AgentMiddleware):
         """
         turns = [t for t in (_turn(m) for m in messages) if t is not None]
         if not _checkpointed():
+            sent = [(t["role"], t["content"]) for t in turns]
             try:
-                stored = [(t.role, t.content) for t in self.mem.turns(self._session())]
+                stored = self._stored_tail(sent)
             except Exception as exc:  # noqa: BLE001 - the capture goes on; it may store some turns again
                 log.warning("tortoise: stored turns not read, the history may be stored again: %s", exc)
                 stored = []
-            turns = turns[_sent_again([(t["role"], t["content"]) for t in turns], stored):]
+            turns = turns[_sent_again(sent, stored):]
         return turns[-self.mem.max_turns_per_capture:]
+
+    def _stored_tail(self, sent: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
+        """As many of the session's latest turns as ``_sent_again`` can lay ``sent`` over: ``sent``'s said messages
+        are matched against as many said turns at the session's end, so a tail holding that many (or the whole
+        session) gives what the whole session does. Read from the end, four times further while it holds fewer."""
+        wanted = sum(1 for role, text in sent if _said(role, text))
+        tail = max(2 * len(sent), 64)
+        while True:
+            stored = [(t.role, t.content) for t in self.mem.turns(self._session(), last=tail)]
+            if len(stored) < tail or sum(1 for role, text in stored if _said(role, text)) >= wanted:
+                return stored
+            tail *= 4
 
     async def aafter_agent(self, state: Any, runtime: Any) -> dict[str, Any] | None:
         return await asyncio.to_thread(self.after_agent, state, runtime)

@@ -185,6 +185,40 @@ def test_without_a_checkpointer_the_history_sent_again_is_not_stored_again(mem):
         ("user", "Hi, I'm Maya"), ("assistant", "Yes.")]  # said twice, kept twice
 
 
+def test_without_a_checkpointer_a_long_session_s_run_reads_the_tail_it_sends(mem, monkeypatch):
+    """A user's agent without a checkpointer, 20,000 turns into a thread: each run read every stored turn of the
+    session twice (before and after the agent) to find which of its messages were stored, 150 ms a run and growing.
+    The messages it sends are laid over the session's latest turns, as many said turns as it sends."""
+    said = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"turn {i} about rivers"} for i in range(3000)]
+    mem.append("chat", said, extract=False)
+    agent = create_agent(fake("To the sea."), [], middleware=[MemoryMiddleware(mem, extract=False)])
+    read: list[int] = []
+    turns = mem.store.turns
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        out = turns(*args, **kwargs)
+        read.append(len(out))
+        return out
+
+    monkeypatch.setattr(mem.store, "turns", counted)
+    history = [*said[-4:], {"role": "user", "content": "Where do rivers go?"}]
+    agent.invoke({"messages": history}, {"configurable": {"thread_id": "chat"}})
+    assert sum(read) <= 400, read
+    assert [t.content for t in mem.turns("chat", last=4)] == [
+        "turn 2998 about rivers", "turn 2999 about rivers", "Where do rivers go?", "To the sea."]
+    assert len(mem.turns("chat")) == 3002  # what it sent again was not stored again
+    # A run whose tail is tool results: read further back until it holds the said turns the host sends.
+    asked = [{"role": "user", "content": "Check every gauge."}, {"role": "assistant", "content": "[tool_use gauge {}]"},
+             *({"role": "tool", "content": f"gauge {i}: high"} for i in range(100)),
+             {"role": "assistant", "content": "All high."}]
+    mem.append("tools", asked, extract=False)
+    agent = create_agent(fake("Yes."), [], middleware=[MemoryMiddleware(mem, extract=False)])
+    agent.invoke({"messages": [asked[0], asked[-1], {"role": "user", "content": "Flooding?"}]},
+                 {"configurable": {"thread_id": "tools"}})
+    assert [t.content for t in mem.turns("tools")][-4:] == ["gauge 99: high", "All high.", "Flooding?", "Yes."]
+    assert len(mem.turns("tools")) == 105
+
+
 @pytest.mark.parametrize("window", [3, 2])
 def test_without_a_checkpointer_a_trimmed_history_keeps_a_repeated_message(mem, window):
     """The verification pass: a host that sends its last few messages lost the second "yes"."""
