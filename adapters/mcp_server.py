@@ -156,23 +156,36 @@ def build_server(
         turns: Annotated[list[Turn], Field(description="Turns to store, in order: the conversation so far (the "
                                                        "turns already stored are skipped), or with append only "
                                                        "the new ones.")],
-        session_date: Annotated[str | None, Field(description="When the conversation happened, ISO 8601.")] = None,
+        session_date: Annotated[str | None, Field(description="When the conversation happened, ISO 8601; default "
+                                                              "its turns' first timestamp, else now (the "
+                                                              "conversation being had).")] = None,
         idempotency_key: Annotated[str | None, Field(description="Makes a retried call a replay.")] = None,
         append: Annotated[bool, Field(description="The turns are new ones (e.g. the latest exchange): stored after "
                                                   "the session's last stored turn; a turn whose id is stored is "
                                                   "skipped.")] = False,
     ) -> Annotated[CallToolResult, CaptureReceipt]:
-        """Store turns of a conversation durably, verbatim; extraction of memories is queued."""
-        write = mem.append if append else mem.capture
-        receipt = _call(lambda: write(session_id, turns, session_date=session_date,
-                                      idempotency_key=idempotency_key, extract=extract))
-        text = (f"stored {receipt.turns_stored} new turn(s) of {receipt.turns_received} in session "
-                f"{receipt.session_id}" + (" (replayed)" if receipt.replayed else ""))
+        """Store turns of a conversation durably, verbatim; extraction of memories is queued. A new session is
+        dated session_date, else its turns' first timestamp, else now: the client is storing the conversation it
+        is having (as with append)."""
+
+        def write() -> CaptureReceipt:
+            if append:
+                return mem.append(session_id, turns, session_date=session_date, idempotency_key=idempotency_key,
+                                  extract=extract)
+            return mem.capture(session_id, turns, session_date=session_date, idempotency_key=idempotency_key,
+                               extract=extract, live=True)
+
+        receipt = _call(write)
+        stored = f"{receipt.turns_stored} new turn(s) of {receipt.turns_received} in session {receipt.session_id}"
+        # A replay stores nothing: its receipt is the first call's, and says what that call stored.
+        text = (f"replayed: nothing new stored (the first call with this idempotency key stored {stored})"
+                if receipt.replayed else f"stored {stored}")
         if receipt.extraction is not None:
             reason = receipt.extraction.reason
             if reason == NO_MODEL_REASON:  # in this server's terms, not Python's
                 reason = "no model configured: start `tortoise mcp` with --model MODEL (or $TORTOISE_MODEL)"
-            text += f"; extraction {receipt.extraction.status}" + (f": {reason}" if reason else "")
+            text += (f"; {'its ' if receipt.replayed else ''}extraction {receipt.extraction.status}"
+                     + (f": {reason}" if reason else ""))
         return _result(receipt, text)
 
     @server.tool(annotations=_READ)

@@ -289,3 +289,42 @@ def test_every_listed_session_resource_reads_back_and_capture_is_not_called_idem
             assert read == set(ids)
 
     run(scenario())
+
+
+def test_a_live_capture_is_dated_and_a_replay_says_it_stored_nothing(tmp_path: Path) -> None:
+    """A user's: memory_capture with only session_id and turns left the conversation undated, so every block showed
+    it as ``(undated, user)``; and a retry with the same idempotency key said "stored 1 new turn(s) of 1 ...
+    (replayed)" though it stored nothing."""
+    from datetime import datetime, timedelta, timezone
+
+    from tortoise_sdk import Memory
+    from tortoise_sdk.adapters.mcp_server import build_server
+
+    said = [{"role": "user", "content": "My greyhound Biscuit only eats salmon kibble."}]
+    with Memory(str(tmp_path / "m.db"), namespace="n") as mem:
+        async def scenario() -> None:
+            async with Client(build_server(mem)) as client:
+                first = await client.call_tool("memory_capture", {"session_id": "live", "turns": said,
+                                                                  "idempotency_key": "k1"})
+                assert text(first).startswith("stored 1 new turn(s) of 1 in session live")
+                again = await client.call_tool("memory_capture", {"session_id": "live", "turns": said,
+                                                                  "idempotency_key": "k1"})
+                assert again.structured_content["replayed"] is True
+                assert text(again).startswith("replayed: nothing new stored (the first call with this idempotency "
+                                              "key stored 1 new turn(s) of 1 in session live)")
+                block = (await client.call_tool("memory_context", {"query": "What does Biscuit eat?"})).structured_content
+                assert "undated" not in block["block"] and "salmon kibble" in block["block"]
+                # A date the client gives, or its turns' timestamps, still date the conversation.
+                await client.call_tool("memory_capture", {"session_id": "old", "turns": said,
+                                                          "session_date": "2024-03-18T10:00:00"})
+                await client.call_tool("memory_capture", {"session_id": "stamped", "turns": [
+                    {**said[0], "timestamp": "2023-05-01T09:00:00"}]})
+
+        run(scenario())
+        dates = {s.session_id: s.session_date for s in mem.sessions()}
+        assert datetime.now(timezone.utc) - datetime.fromisoformat(dates["live"]) < timedelta(minutes=5)
+        assert (dates["old"][:10], dates["stamped"][:10]) == ("2024-03-18", "2023-05-01")
+        assert len(mem.turns("live")) == 1
+        # Memory.capture itself still leaves an import undated unless told the conversation is live.
+        assert mem.capture("import", said).session_id == "import"
+        assert {s.session_id: s.session_date for s in mem.sessions()}["import"] is None

@@ -119,10 +119,11 @@ class AsyncMemory:
     # -- writes ------------------------------------------------------------------------------
 
     async def capture(self, session_id: str, turns: Iterable[TurnLike], *, session_date: str | datetime | None = None,
-                      idempotency_key: str | None = None, extract: ExtractMode = None) -> CaptureReceipt:
+                      idempotency_key: str | None = None, extract: ExtractMode = None,
+                      live: bool = False) -> CaptureReceipt:
         """``Memory.capture``."""
         return await self._run(self.sync.capture, session_id, turns, session_date=session_date,
-                               idempotency_key=idempotency_key, extract=extract)
+                               idempotency_key=idempotency_key, extract=extract, live=live)
 
     async def append(self, session_id: str, turns: TurnLike | Iterable[TurnLike], *,
                      idempotency_key: str | None = None, session_date: str | datetime | None = None,

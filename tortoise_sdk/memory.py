@@ -308,6 +308,7 @@ class Memory:
         session_date: str | datetime | None = None,
         idempotency_key: str | None = None,
         extract: ExtractMode = None,
+        live: bool = False,
     ) -> CaptureReceipt:
         """Store a session's turns durably, in one transaction, before any model is called.
 
@@ -319,6 +320,10 @@ class Memory:
         went; an extraction failure never raises and never loses the turns. A new session is dated
         ``session_date``, else its turns' first ISO 8601 ``timestamp``, else left undated (an import
         may be of any day; ``append`` dates by the clock); a session dated already keeps its date.
+        ``live=True`` says the conversation is being had now (an agent storing its own conversation, as
+        the MCP server's ``memory_capture`` does): a new session with neither is then dated now, as
+        ``append`` dates it, not left undated. The clock's date is no part of the request an
+        ``idempotency_key`` fingerprints, so a retry is still a replay.
 
         Raises:
             InvalidInput: a bad field, named by ``field`` (``InvalidType``, also a ``TypeError``, for
@@ -330,6 +335,10 @@ class Memory:
             session_id, turns, session_date=session_date, idempotency_key=idempotency_key,
             max_turns=self.max_turns_per_capture,
         )
+        if live and request.session_date is None:  # said now: dated as append dates (a dated session keeps its date)
+            from .models import utc_now
+
+            request.session_date = utc_now().isoformat()
         request.extraction = self._report_before_writing(extract)
         receipt = self.store.capture(self.namespace, request)
         return self._after_capture(receipt, extract, request)
