@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, Union, runtime_checkable
 
 from ..models import CaptureReceipt, SubagentContext, starts_with_memory_block, tool_call, without_memory_blocks
 from ._common import DEFAULT_SHOWN_TURNS, MemoryAdapter, check_session_id, tool_use_text
@@ -28,9 +28,23 @@ from ._common import DEFAULT_SHOWN_TURNS, MemoryAdapter, check_session_id, tool_
 if TYPE_CHECKING:
     from ..memory import ExtractMode, Memory
 
-__all__ = ("MemorySession",)
+__all__ = ("MemorySession", "MessageLike", "MessageObject")
 
 Message = Mapping[str, Any]
+
+
+@runtime_checkable
+class MessageObject(Protocol):
+    """A client library's message object: the OpenAI client's ``ChatCompletionMessage`` (read through its
+    ``model_dump``), or any object with a ``content`` attribute (``role``, ``tool_calls``, ``name`` and ``id`` are
+    read when it has them)."""
+
+    @property
+    def content(self) -> Any: ...
+
+
+#: A message ``after_turn`` takes: its text, an OpenAI-style dict, or a client library's message object.
+MessageLike = Union[str, Mapping[str, Any], MessageObject]
 
 
 class MemorySession(MemoryAdapter):
@@ -100,7 +114,7 @@ class MemorySession(MemoryAdapter):
     def _sessions(self) -> set[str]:
         return {self.session_id}
 
-    def after_turn(self, user_msg: str | Message, assistant_msg: str | Message) -> CaptureReceipt | None:
+    def after_turn(self, user_msg: MessageLike, assistant_msg: MessageLike) -> CaptureReceipt | None:
         """Capture one exchange (each message gets a fresh id); returns the receipt, or None on failure.
 
         An empty reply (a model call that failed) captures the user's message alone; the next ``after_turn``
@@ -121,11 +135,12 @@ class MemorySession(MemoryAdapter):
             self._asked = said
         return receipt
 
-    def record_tool_call(self, message: Message) -> str | None:
+    def record_tool_call(self, message: Message | MessageObject) -> str | None:
         """Capture an assistant message that calls tools; returns its turn's id (None on failure).
 
         ``message`` is OpenAI-style (``{"role": "assistant", "content": ..., "tool_calls": [{"id",
-        "function": {"name", "arguments"}}]}``; ``{"id", "name", "args"}`` calls work too). It is kept
+        "function": {"name", "arguments"}}]}``, or the OpenAI client's ``ChatCompletionMessage`` itself;
+        ``{"id", "name", "args"}`` calls work too). It is kept
         as transcript ingestion keeps one: its text, then ``[tool_use name arg=…]`` per call, the
         calls whole in the turn's metadata. The first call of an exchange also captures, before it, the
         user message ``before_turn`` saw last (it asked for what the tools do), and ``after_turn``
@@ -180,7 +195,7 @@ class MemorySession(MemoryAdapter):
             self._log().warning("tortoise: sub-agent of %s not recorded: %s", tool_call_id, exc)
             return None
 
-    def _turn(self, msg: str | Message, role: str) -> dict[str, Any] | None:
+    def _turn(self, msg: MessageLike, role: str) -> dict[str, Any] | None:
         turn = _turn(msg, role)
         for call in (turn or {}).get("metadata", {}).get("tool_uses", ()):
             if call.get("id"):
@@ -219,7 +234,7 @@ def _as_message(msg: Any, role: str) -> Mapping[str, Any] | None:
     return None
 
 
-def _turn(msg: str | Message, role: str) -> dict[str, Any] | None:
+def _turn(msg: MessageLike, role: str) -> dict[str, Any] | None:
     msg = _as_message(msg, role)  # type: ignore[assignment]
     if msg is None:
         return None

@@ -183,14 +183,16 @@ class AsyncMemory:
 
     # -- reads -------------------------------------------------------------------------------
 
-    async def context(self, window: Sequence[Any], prior_context: Any = None, budget: int = 3, max_tokens: int = 400,
-                      session_id: str | None = None, *, token_counter: Callable[[str], int] | None = None,
-                      time_budget_ms: float | None = 50.0, held_from: int | None = None, specific_only: bool = False,
-                      categories: Sequence[str] | None = None) -> MemoryBlock:
+    async def context(self, window: Sequence[Any] | None, prior_context: Any = None, budget: int = 3,
+                      max_tokens: int = 400, session_id: str | None = None, *,
+                      token_counter: Callable[[str], int] | None = None, time_budget_ms: float | None = 50.0,
+                      held_from: int | None = None, specific_only: bool = False,
+                      categories: Sequence[str] | None = None,
+                      held_sessions: Mapping[str, int] | None = None) -> MemoryBlock:
         """``Memory.context``: the memory block for the next model call; never raises."""
         return await self._run(self.sync.context, window, prior_context, budget, max_tokens, session_id,
                                token_counter=token_counter, time_budget_ms=time_budget_ms, held_from=held_from,
-                               specific_only=specific_only, categories=categories)
+                               specific_only=specific_only, categories=categories, held_sessions=held_sessions)
 
     async def search(self, query: str, k: int = 10, session_id: str | None = None) -> list[SearchHit]:
         """``Memory.search``."""

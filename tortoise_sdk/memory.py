@@ -1272,7 +1272,7 @@ class Memory:
 
     def context(
         self,
-        window: Sequence[Any],
+        window: Sequence[Any] | None,
         prior_context: Any = None,
         budget: int = 3,
         max_tokens: int = 400,

@@ -188,7 +188,7 @@ class Semantic:
 class _Index:
     """One namespace's vectors under one model, unit length, in memory."""
 
-    def __init__(self, version: Any, rows: list[tuple[str, str, bytes]]) -> None:
+    def __init__(self, version: Any, rows: Sequence[tuple[str, str, bytes]]) -> None:
         self.version = version
         self.keys = [(kind, item_id) for kind, item_id, _ in rows]
         try:

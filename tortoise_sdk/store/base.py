@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 
     from ..subagent_models import NormalizedFrame
     from .plan import ExtractionPlan, Fence, WriteResult
+    from .vectors import VectorKind
 
 __all__ = ("NAMESPACES_SQL", "NamespaceCounts", "Store", "TurnFacts", "near_offsets")
 
@@ -313,6 +314,39 @@ class Store(ABC):
     @abstractmethod
     def put_cursor(self, namespace: str, name: str, value: Mapping[str, Any], revision: int) -> Cursor | None:
         """Save ``value`` if the stored revision is still ``revision`` (0: never saved); None when another save won."""
+
+    # -- vectors (both engines: ``vectors.VectorMixin``, declared here so that code typed ``Store`` can call them) --
+
+    @abstractmethod
+    def pending_embeddings(self, namespace: str, model: str, limit: int, *,
+                           after: tuple[VectorKind, str] | None = None) -> list[tuple[VectorKind, str, str]]:
+        """Up to ``limit`` (kind, id, text) with no vector under ``model``; ``after``: where the last call ended."""
+
+    @abstractmethod
+    def save_vectors(self, namespace: str, model: str,
+                     items: Sequence[tuple[VectorKind, str, Sequence[float]]]) -> int:
+        """Store each (kind, id, vector) under ``model``; how many were stored."""
+
+    @abstractmethod
+    def load_vectors(self, namespace: str, model: str) -> list[tuple[VectorKind, str, bytes]]:
+        """Every (kind, id, packed vector) of the namespace under ``model``."""
+
+    @abstractmethod
+    def vector_version(self, namespace: str, model: str) -> tuple[int, str | None]:
+        """What changes whenever the namespace's vectors under ``model`` do: (count, newest write)."""
+
+    @abstractmethod
+    def nearest_vectors(self, namespace: str, model: str, vector: Sequence[float], k: int,
+                        kind: str | None = None) -> list[tuple[str, str, float]] | None:
+        """The ``k`` items closest to ``vector`` as (kind, id, cosine); None where the engine has no such search."""
+
+    @abstractmethod
+    def vector_search(self) -> str:
+        """How the namespace's vectors are searched here, for ``tortoise stats``."""
+
+    @abstractmethod
+    def vector_counts(self, namespace: str) -> dict[str, int]:
+        """Vectors of the namespace by model."""
 
     # Reads the reflex uses. A backend may override them with faster, index-exact versions;
     # these defaults keep the reflex working (with plainer query weighting) on any backend.
