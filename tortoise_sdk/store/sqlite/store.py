@@ -113,6 +113,8 @@ def _stored_identities(c: sqlite3.Connection, namespace: str, req: CaptureReques
     cols, key = "SELECT idx, external_id, content_hash FROM turns", "namespace = ? AND session_id = ?"
     args = (namespace, req.session_id)
     rows = c.execute(f"{cols} WHERE {key} ORDER BY idx DESC LIMIT ?", (*args, latest)).fetchall()
+    if len(rows) < latest:  # the whole session (a new one: a batch import's every session) is read already
+        return sorted((r[0], r[1], r[2]) for r in rows)
     if below:
         rows += c.execute(f"{cols} WHERE {key} AND idx < ?", (*args, below)).fetchall()
     for i in range(0, len(ids), 500):
