@@ -17,7 +17,7 @@ from .errors import StreamParseError
 from .models import CaptureReceipt, DeferredModel, Diagnostic, SubagentCounters
 from .streams.base import ParsedStream, ParseReport, TurnEvent
 
-__all__ = ("FollowedFile", "IngestReport", "TailSpan", "follow_state", "tail_span", "with_line_ids")
+__all__ = ("FollowedFile", "IngestReport", "TailSpan", "follow_state", "known_ids", "tail_span", "with_line_ids")
 
 
 class IngestReport(DeferredModel):
@@ -209,11 +209,24 @@ def _whole_object(f: FollowedFile, start: int) -> bool:
         return False
 
 
-def follow_state(f: FollowedFile, span: TailSpan, format: str, lines_read: int) -> dict[str, Any]:
+def follow_state(f: FollowedFile, span: TailSpan, format: str, lines_read: int,
+                 ids: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The state to save after reading ``f`` up to ``span.next_start``: the offset, a check of the bytes before it,
-    the number of lines before it, the format."""
-    return {"offset": span.next_start, "check": _prefix_check(f, span.next_start), "format": format,
-            "lines": span.skip_lines + lines_read}
+    the number of lines before it, the format, and the ids its parser learned of those lines (when it can say)."""
+    state = {"offset": span.next_start, "check": _prefix_check(f, span.next_start), "format": format,
+             "lines": span.skip_lines + lines_read}
+    return state if ids is None else {**state, "ids": {"offset": span.next_start, **ids}}
+
+
+def known_ids(saved: Mapping[str, Any], format: str, offset: int) -> dict[str, Any] | None:
+    """What the lines before ``offset`` taught a ``format`` parser, as ``follow_state`` saved it; None when it was not
+    saved for that format and offset (an older cursor, another format): those lines are then read again."""
+    if offset == 0:
+        return {}
+    ids = saved.get("ids")
+    if saved.get("format") != format or not isinstance(ids, Mapping) or ids.get("offset") != offset:
+        return None
+    return {k: v for k, v in ids.items() if k != "offset"}
 
 
 def _pieces(f: FollowedFile, stop: int) -> Iterator[bytes]:

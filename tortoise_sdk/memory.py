@@ -685,7 +685,8 @@ class Memory:
         so separate processes (one per Claude Code hook call) continue where the last one
         stopped. Only complete lines are read: a line still being written waits for the next
         call (a last line with no newline is read once it is a whole JSON object, and read again
-        by the next call). Earlier lines still teach the parser their ids, so the new lines yield
+        by the next call). Earlier lines still teach the parser their ids (kept with the offset, so they are
+        not read again; an older cursor without them has them read once more), so the new lines yield
         exactly what ``ingest`` of the whole file yields for them; a turn with no id of its own (plain turn
         JSONL) read after the file's first line takes its line's (``L12``), since its position in the lines
         read is not its place in the session (``ingest.with_line_ids``; read from the start, its position is,
@@ -706,9 +707,10 @@ class Memory:
         """
         from pathlib import Path
 
-        from .ingest import MAX_LINE_BYTES, FollowedFile, IngestReport, follow_state, tail_span, with_line_ids
-        from .streams import parse_stream
+        from .ingest import (MAX_LINE_BYTES, FollowedFile, IngestReport, follow_state, known_ids, tail_span,
+                             with_line_ids)
         from .streams.base import ParseReport, SkippedLine
+        from .streams.detect import learn_ids, parse_followed
 
         check_ids({"session_id": session_id, "only_session": only_session})
         check_count(max_bytes, "max_bytes", optional=True)
@@ -726,21 +728,27 @@ class Memory:
             span = tail_span(f, cursor.value, max_bytes)
             fmt = str(cursor.value.get("format") or format) if format == "auto" and not span.restarted else format
             report = IngestReport(format=fmt, source=source, parse=ParseReport(format=fmt))
+            # The ids the lines before the offset taught the parser, kept with it: they are not read again.
+            known = known_ids(cursor.value, fmt, span.start)
             if span.skip:
                 report.parse.skipped.append(SkippedLine(line=span.skip_lines + 1, type="unknown",
                                                         reason=f"line longer than {MAX_LINE_BYTES} bytes"))
-                self.save_cursor(cursor.name, follow_state(f, span, fmt, 1), revision=cursor.revision)
+                self.save_cursor(cursor.name, follow_state(f, span, fmt, 1, known), revision=cursor.revision)
             elif span.end > span.start:
                 new = f.read(span.start, span.end - span.start)
                 ended = new.split(b"\n")  # after a last newline, an empty piece; else a last line read whole
-                parsed = parse_stream(itertools.chain(f.lines(span.start), ended[:-1] if ended[-1] == b"" else ended),
-                                      fmt, source=source, session_id=session_id, skip_lines=span.skip_lines)
+                ended = ended[:-1] if ended[-1] == b"" else ended
+                parsed, ids = parse_followed(ended if known is not None else itertools.chain(f.lines(span.start), ended),
+                                             fmt, source=source, session_id=session_id, skip_lines=span.skip_lines,
+                                             known=known)
+                if span.resume is not None and ids is not None:  # its last line is read again: not learnt yet
+                    ids = None if known is None else learn_ids(parsed.format, known, ended[:-1], span.skip_lines + 1)
                 if span.skip_lines:  # read from the middle: an id-less turn's place is its line, not its position
                     parsed = with_line_ids(parsed)
                 others = _other_sessions(parsed, only_session)
                 report = self._ingest_parsed(parsed, source, extract)
                 report.errors.extend(others)
-                self.save_cursor(cursor.name, follow_state(f, span, parsed.format, new.count(b"\n")),
+                self.save_cursor(cursor.name, follow_state(f, span, parsed.format, new.count(b"\n"), ids),
                                  revision=cursor.revision)
         report.start_offset, report.end_offset = span.start, max(span.next_start, span.start)
         report.restarted = span.restarted

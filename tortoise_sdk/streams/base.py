@@ -6,6 +6,7 @@ import json
 import math
 import re
 from collections import Counter
+from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any, ClassVar, Literal, Union
 
@@ -151,6 +152,15 @@ class StreamParser:
 
     def index(self, line: int, obj: dict[str, Any]) -> None:
         """Learn ids from a line without emitting anything (idempotent)."""
+
+    def index_state(self) -> dict[str, Any] | None:
+        """The ids ``index`` learned, as JSON a followed file's cursor keeps so that its earlier lines need not be
+        read again; None when this parser cannot say (they are read again)."""
+        return None
+
+    def load_index_state(self, state: Mapping[str, Any]) -> None:
+        """Learn the ids ``index_state`` gave (of lines before the ones about to be indexed)."""
+        raise NotImplementedError
 
     def feed(self, line: int, obj: dict[str, Any]) -> list[Event]:
         """Count the line by type and return the events it yields."""

@@ -30,6 +30,7 @@ Sidechain lines (a sub-agent's own file) go to the session ``<sessionId>:agent-<
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any, ClassVar, NamedTuple
 
 from tortoise_sdk.models import Role, Turn, tool_use_text
@@ -198,6 +199,19 @@ class ClaudeCodeParser(StreamParser):
             results = [b for b in _blocks(msg.get("content")) if b.get("type") == "tool_result"]
             if len(results) == 1:
                 self._link(as_str(payload.get("agentId")), as_str(results[0].get("tool_use_id")))
+
+    def index_state(self) -> dict[str, Any] | None:
+        return {"tools": {k: list(v) for k, v in self._tools.items()}, "tool_of_agent": dict(self._tool_of_agent),
+                "agent_of_tool": dict(self._agent_of_tool)}
+
+    def load_index_state(self, state: Mapping[str, Any]) -> None:
+        for k, v in as_dict(state.get("tools")).items():
+            if isinstance(v, list) and len(v) == 3:
+                self._tools.setdefault(k, _ToolUse(str(v[0]), as_str(v[1]), as_str(v[2])))
+        for k, v in as_dict(state.get("tool_of_agent")).items():
+            self._tool_of_agent.setdefault(k, str(v))
+        for k, v in as_dict(state.get("agent_of_tool")).items():
+            self._agent_of_tool.setdefault(k, str(v))
 
     def _link(self, agent_id: str | None, tool_id: str | None) -> None:
         if agent_id and tool_id:

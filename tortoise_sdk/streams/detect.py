@@ -6,7 +6,7 @@ import itertools
 import json
 import os
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import Any, get_args
@@ -33,7 +33,7 @@ from tortoise_sdk.streams.base import (
 from tortoise_sdk.streams.claude_code import ClaudeCodeParser
 from tortoise_sdk.streams.stream_json import StreamJsonParser
 
-__all__ = ("PARSERS", "TurnsParser", "detect_format", "parse_stream")
+__all__ = ("PARSERS", "TurnsParser", "detect_format", "learn_ids", "parse_followed", "parse_stream")
 
 _DETECT_LINES = 50
 _CLAUDE_CODE_TYPES = frozenset({"file-history-snapshot", "summary", "progress", "queue-operation"})
@@ -163,6 +163,23 @@ def parse_stream(
         ConfigError: unknown ``format``.
         StreamParseError: the file cannot be read, or no line in it is a JSON object.
     """
+    return parse_followed(path_or_lines, format, source=source, session_id=session_id, now=now,
+                          skip_lines=skip_lines)[0]
+
+
+def parse_followed(
+    path_or_lines: str | os.PathLike[str] | Iterable[str | bytes],
+    format: str = "auto",
+    *,
+    source: FrameSource = "backfill",
+    session_id: str | None = None,
+    now: datetime | None = None,
+    skip_lines: int = 0,
+    known: Mapping[str, Any] | None = None,
+) -> tuple[ParsedStream, dict[str, Any] | None]:
+    """``parse_stream``, and the ids its parser learned of every line (``StreamParser.index_state``, None when it
+    cannot say). With ``known`` (such ids of the first ``skip_lines`` lines) and a ``format``, those lines are not in
+    the input, which starts at line ``skip_lines + 1``: a followed file's earlier lines are not read again."""
     if format != "auto" and format not in PARSERS:
         raise ConfigError(f"unknown stream format {format!r}; use auto or one of {', '.join(PARSERS)}")
     raw, where = _read_lines(path_or_lines)
@@ -172,9 +189,12 @@ def parse_stream(
     # The skipped lines are read one at a time and only indexed (a followed file's earlier part can
     # be large); only the first few wait, when the format is still to be detected.
     parser: StreamParser | None = make(format) if format != "auto" and skip_lines else None
+    if parser is not None and known is not None:
+        parser.load_index_state(known)
     waiting: list[tuple[int, dict[str, Any]]] = []
     lines = iter(raw)
-    for n, text in enumerate(itertools.islice(lines, skip_lines), start=1):
+    for n, text in enumerate(itertools.islice(lines, 0 if parser is not None and known is not None else skip_lines),
+                             start=1):
         for obj in decode_line(text, n, earlier):
             if parser is not None:
                 parser.index(n, obj)
@@ -205,7 +225,18 @@ def parse_stream(
     for n, obj in objs:
         events.extend(parser.feed(n, obj))
     events.extend(parser.finish())
-    return _assemble(fmt, events, parser)
+    return _assemble(fmt, events, parser), parser.index_state()
+
+
+def learn_ids(format: str, known: Mapping[str, Any], lines: Iterable[bytes], first: int) -> dict[str, Any] | None:
+    """``known`` (a parser's ``index_state``) with what ``lines``, numbered from ``first``, teach a ``format`` parser."""
+    parser = PARSERS[format]()
+    parser.load_index_state(known)
+    scratch = ParseReport(format=format)
+    for n, text in enumerate(lines, start=first):
+        for obj in decode_line(text, n, scratch):
+            parser.index(n, obj)
+    return parser.index_state()
 
 
 def _whole_document(raw: list[str | bytes], scratch: ParseReport) -> list[tuple[int, dict[str, Any]]]:

@@ -12,6 +12,7 @@ produce the same task messages; only tasks of an agent tool become frames.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from tortoise_sdk.streams.base import (
@@ -52,6 +53,17 @@ class StreamJsonParser(ClaudeCodeParser):
                 self._tool_of_task.setdefault(task_id, tool_id)
             if task_id and as_str(obj.get("task_type")):
                 self._task_type.setdefault(task_id, obj["task_type"])
+
+    def index_state(self) -> dict[str, Any] | None:
+        return {**(super().index_state() or {}), "tool_of_task": dict(self._tool_of_task),
+                "task_type": dict(self._task_type)}
+
+    def load_index_state(self, state: Mapping[str, Any]) -> None:
+        super().load_index_state(state)
+        for k, v in as_dict(state.get("tool_of_task")).items():
+            self._tool_of_task.setdefault(k, str(v))
+        for k, v in as_dict(state.get("task_type")).items():
+            self._task_type.setdefault(k, str(v))
 
     def _parent_of(self, obj: dict[str, Any]) -> str | None:
         return as_str(obj.get("parent_tool_use_id"))
