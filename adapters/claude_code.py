@@ -215,9 +215,11 @@ def _prompt_context(
     # session's first compaction it holds the sessions it resumed too, from their own last compaction.
     first = held_from(turns)
     resumed = [s for s in (shown.value.get(RESUMES_KEY) if shown else None) or [] if isinstance(s, str)]
-    held = {s: held_from(mem.turns(s)) for s in resumed} if first == 0 and resumed else None
+    held = {s: held_from(mem.turns(s)) for s in resumed} if first == 0 and resumed else {}
+    held |= reported_sub_agents(mem, session_id, first) if session_id else {}
     block = mem.context(window, prior, budget=budget, max_tokens=max_tokens, session_id=session_id,
-                        time_budget_ms=time_budget_ms, held_from=first, specific_only=True, held_sessions=held)
+                        time_budget_ms=time_budget_ms, held_from=first, specific_only=True,
+                        held_sessions=held or None)
     if block.degraded_reason:
         log.warning("no memory block: %s (%.0f ms)", block.degraded_reason, block.elapsed_ms)
     if not block.block:
@@ -250,6 +252,33 @@ def expand_hint(mem: Memory) -> str:
             "ID its t_… or m_… id, prints it as stored (exact; a tool call's arguments and output were "
             "stored cut short), with the turns around it"
             + (", DB_URL the --db of the hook's command)" if secret else ".)"))
+
+
+def reported_sub_agents(mem: Memory, session_id: str, first: int) -> dict[str, int]:
+    """The sub-agents of the session whose result Claude Code holds (they ended, and the call that ran them is not
+    compacted away, at or after ``first``), each with the index of its final report: its last turn, when that is a
+    message of its own (not a tool call or result), which Claude Code gives the session word for word as the call's
+    result. Their turns before it are not held; a sub-agent whose report was not captured (its last turn is a tool's)
+    holds nothing back."""
+    reports: dict[str, int] = {}
+    for row in mem.subagents(session_id):
+        child = row.child_session_id or (f"{session_id}:agent-{row.agent_id}" if row.agent_id else None)
+        if child is None or row.settled_at is None or row.turn_id is None:
+            continue
+        try:
+            if mem.store.get_turn(mem.namespace, row.turn_id).index < first:
+                continue
+        except TortoiseError:  # the launching turn is not stored: nothing says the session holds the result
+            continue
+        last = mem.turns(child)[-1:]
+        if last and _is_report(last[0]):
+            reports[child] = last[0].index
+    return reports
+
+
+def _is_report(turn: Any) -> bool:
+    """An assistant turn that is a message, not a tool call (``[tool_use …]``)."""
+    return turn.role == "assistant" and not (turn.content.startswith("[tool_use ") or "\n[tool_use " in turn.content)
 
 
 def held_from(turns: list[Any]) -> int:

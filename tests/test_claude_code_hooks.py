@@ -877,3 +877,56 @@ def test_a_prompt_reads_only_the_new_bytes_of_a_long_transcript_and_still_resolv
         compared = lambda m: [r.model_dump(exclude=NOT_COMPARED | {"observed_at"}) for r in m.subagents()]  # noqa: E731
         assert compared(mem) == compared(whole) != []
 
+
+def test_a_sub_agents_final_report_is_held_by_its_session_but_its_other_turns_are_shown(monkeypatch, capsys,
+                                                                                        tmp_path) -> None:
+    """Reviewer: after SubagentStop, a prompt of the session that ran the sub-agent got as its first pointer the
+    sub-agent's last message, word for word the Task result that session's context holds. That report is held; the
+    sub-agent's own work before it (which the context does not hold) may still be shown."""
+    lines = [json.loads(line) for line in EXCERPT.read_text(encoding="utf-8").splitlines()]
+    report = lines[4]["message"]["content"][0]["content"][0]["text"]  # the Task result: the sub-agent's last message
+    lines[4]["toolUseResult"]["agentId"] = "abc123"
+    parent = tmp_path / "S1.jsonl"
+    parent.write_text("".join(json.dumps({**o, "sessionId": "S1"}) + "\n" for i, o in enumerate(lines) if i != 3),
+                      encoding="utf-8")  # the Task call and its result; the sub-agent's lines are in its own file
+    child = tmp_path / "S1" / "subagents" / "agent-abc123.jsonl"
+    child.parent.mkdir(parents=True)
+    side = {"isSidechain": True, "userType": "external", "cwd": "/home/marco/projects/spotter", "sessionId": "S1",
+            "agentId": "abc123", "type": "assistant"}
+    work = ("Read mix.exs: credo is absent, and the spotter deps pin oban 2.17 with the Oban.Engines.Basic engine "
+            "in config/config.exs")
+    child.write_text("".join(json.dumps({**side, "uuid": f"c{i}", "parentUuid": f"c{i - 1}" if i else None,
+                                         "message": {"role": "assistant", "content": [{"type": "text", "text": text}]}})
+                             + "\n" for i, text in enumerate([work, report])), encoding="utf-8")
+    db = tmp_path / "s.db"
+    assert run_hook(monkeypatch, capsys, db, payload("SubagentStop", "S1", parent, agent_id="abc123",
+                                                     agent_transcript_path=str(child)), "--namespace", "s") is None
+
+    def pointed(prompt: str) -> list[str]:
+        out = run_hook(monkeypatch, capsys, db, payload("UserPromptSubmit", "S1", parent, prompt=prompt),
+                       "--namespace", "s")
+        with Memory(str(db), namespace="s") as mem:
+            ids = re.findall(r"\bt_[0-9a-f]+", out["hookSpecificOutput"]["additionalContext"]) if out else []
+            return [mem.store.get_turn(mem.namespace, i).content for i in dict.fromkeys(ids)]
+
+    with Memory(str(db), namespace="s") as mem:
+        assert [t.content for t in mem.turns("S1:agent-abc123")] == [work, report]  # both captured
+    assert report not in pointed("what did the sub-agent find about the Credo, Dialyxir and mix_audit bead "
+                                 "content: the spotter-2qx epic and its mix quality alias?")
+    assert pointed("which Oban engine does the spotter config use, the sub-agent read it in config.exs?") == [work]
+
+
+@needs_transcripts
+def test_a_sub_agent_whose_report_was_not_captured_holds_none_of_its_work_back(tmp_path) -> None:
+    """The final report is the sub-agent's last message: a sub-agent whose stored turns end in a tool's result (its
+    messages came as the parent's progress lines, which do not carry the report) holds nothing back, so its read of
+    config.exs still answers the question (a last assistant turn taken for the report hid that tool call and all after)."""
+    session = "491e126e-1e71-469c-ade2-fcc8af567c74"
+    parent = tmp_path / f"{session}.jsonl"
+    parent.write_bytes((TRANSCRIPTS / "subagent.jsonl").read_bytes())
+    with Memory(str(tmp_path / "m.db")) as mem:
+        handle_event(mem, payload("Stop", session, parent))
+        out = handle_event(mem, payload("UserPromptSubmit", session, parent,
+                                        prompt="which Oban engine does the spotter config use?"))
+        assert out is not None
+        assert "engine: Oban.Engines.Lite" in out["hookSpecificOutput"]["additionalContext"]

@@ -7,7 +7,8 @@ compaction; the compaction summary's index after one). Turns of the session befo
 compacted away and are memory again; the header then says the block draws on them too. The turns
 of a sub-agent the session ran (``<session>:agent-…``) are not in the host's context (it holds what
 the sub-agent reported): they may be shown, and the header then says they are this session's
-sub-agents', not an earlier conversation. Another session's sub-agents are never shown. A host that holds
+sub-agents', not an earlier conversation; what it reported (its final turn) the host does hold, and passes
+with ``held_sessions``. Another session's sub-agents are never shown. A host that holds
 other sessions too (a resumed Claude Code session holds the one it continues, whose lines start its transcript)
 passes them with their first held index (``held_sessions``): their turns from there on are never shown either.
 """
