@@ -204,8 +204,7 @@ def _prompt_context(
 ) -> dict | None:
     """The hook output for a prompt, or None; with ``remember`` the pointers shown are saved for the
     prior-mention rule (not when the database is locked: the prompt waited for it once already)."""
-    turns = mem.turns(session_id) if session_id else []
-    recent = turns[-WINDOW_TURNS:]
+    recent = mem.turns(session_id, last=WINDOW_TURNS) if session_id else []
     window = [*({"role": h.role, "content": h.content} for h in recent), {"role": "user", "content": prompt}]
     shown = mem.cursor(f"{CLAUDE_CODE_SHOWN_CURSOR}{session_id}") if session_id else None
     ids = [i for i in (shown.value.get("ids") if shown else None) or [] if isinstance(i, str)]
@@ -213,9 +212,9 @@ def _prompt_context(
     # Claude Code holds the session since its last compaction: those turns are not memory, and a
     # coding session's generic prompts ("continue", "did you push?") get no block (issue 23). Before this
     # session's first compaction it holds the sessions it resumed too, from their own last compaction.
-    first = held_from(turns)
+    first = held_from(mem.turns(session_id, role="system")) if session_id else 0
     resumed = [s for s in (shown.value.get(RESUMES_KEY) if shown else None) or [] if isinstance(s, str)]
-    held = {s: held_from(mem.turns(s)) for s in resumed} if first == 0 and resumed else {}
+    held = {s: held_from(mem.turns(s, role="system")) for s in resumed} if first == 0 and resumed else {}
     held |= reported_sub_agents(mem, session_id, first) if session_id else {}
     block = mem.context(window, prior, budget=budget, max_tokens=max_tokens, session_id=session_id,
                         time_budget_ms=time_budget_ms, held_from=first, specific_only=True,
@@ -270,7 +269,7 @@ def reported_sub_agents(mem: Memory, session_id: str, first: int) -> dict[str, i
                 continue
         except TortoiseError:  # the launching turn is not stored: nothing says the session holds the result
             continue
-        last = mem.turns(child)[-1:]
+        last = mem.turns(child, last=1)
         if last and _is_report(last[0]):
             reports[child] = last[0].index
     return reports
@@ -282,7 +281,8 @@ def _is_report(turn: Any) -> bool:
 
 
 def held_from(turns: list[Any]) -> int:
-    """The index of the session's first turn Claude Code still holds: its last compaction summary's, else 0."""
+    """The index of the session's first turn Claude Code still holds: its last compaction summary's, else 0 (``turns``:
+    the session's, or its system turns only)."""
     held = 0
     for t in turns:
         if t.role == "system" and t.content.lstrip().startswith(COMPACTION_PREFIX):

@@ -930,3 +930,35 @@ def test_a_sub_agent_whose_report_was_not_captured_holds_none_of_its_work_back(t
                                         prompt="which Oban engine does the spotter config use?"))
         assert out is not None
         assert "engine: Oban.Engines.Lite" in out["hookSpecificOutput"]["additionalContext"]
+
+
+def test_a_prompt_reads_the_stored_turns_it_needs_not_the_whole_session(tmp_path, monkeypatch) -> None:
+    """A prompt on a long session read all its stored turns three times (the capture's check of what is stored, the
+    capture's plan, the block's window and compaction point): 0.12 s of a prompt on a 3808-turn session, growing with
+    it. Each read now asks the store for the rows it needs: those the new lines name, the last ones, the system turns
+    (the plan's since the store's capture reads the turns its request can meet)."""
+    import tortoise_sdk.store.sqlite.store as sqlite_store
+
+    def line(i: int) -> str:
+        role = "user" if i % 2 == 0 else "assistant"
+        return json.dumps({"type": role, "uuid": f"u{i}", "sessionId": "long", "timestamp": "2026-01-05T10:00:00Z",
+                           "message": {"role": role, "content": f"step {i} of the migration, table t{i}"}}) + "\n"
+
+    path = tmp_path / "long.jsonl"
+    path.write_text("".join(line(i) for i in range(1500)), encoding="utf-8")
+    rows: list[int] = []
+    planned: list[int] = []
+    hit, plan = sqlite_store._hit, sqlite_store.plan_append
+    monkeypatch.setattr(sqlite_store, "_hit", lambda *a: rows.append(1) or hit(*a))
+    monkeypatch.setattr(sqlite_store, "plan_append",
+                        lambda ns, req, existing, *a: planned.append(len(existing)) or plan(ns, req, existing, *a))
+    with Memory(str(tmp_path / "m.db")) as mem:
+        handle_event(mem, payload("Stop", "long", path))
+        assert len(mem.turns("long")) == 1500
+        with path.open("a", encoding="utf-8") as f:
+            f.write(line(1500))
+        rows.clear(), planned.clear()
+        handle_event(mem, payload("UserPromptSubmit", "long", path, prompt="which table did step 1500 migrate?"))
+        assert planned == [1] and len(rows) < 150, (planned, len(rows))
+        assert [t.content for t in mem.turns("long")[-2:]] == ["step 1499 of the migration, table t1499",
+                                                               "step 1500 of the migration, table t1500"]

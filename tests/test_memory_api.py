@@ -295,3 +295,14 @@ def test_turns_by_id_and_metadata_by_position_refuse_what_is_not_one(mem):
     assert len(mem.turn_metadata("s", start=1)) == 1 and mem.turn_metadata("s", stop=0) == {}
     with pytest.raises(InvalidInput):
         mem.turn_metadata("s", start=-1)
+
+
+def test_turns_of_one_role_refuse_a_role_that_is_not_one(mem):
+    from tortoise_sdk.errors import InvalidInput
+
+    mem.capture("s", [{"role": "user", "content": "hi"}, {"role": "system", "content": "note"},
+                      {"role": "user", "content": "yo"}])
+    assert [t.content for t in mem.turns("s", role="user", last=1)] == ["yo"]
+    assert [t.index for t in mem.turns("s", role="system")] == [1]
+    with pytest.raises(InvalidInput):
+        mem.turns("s", role="System")

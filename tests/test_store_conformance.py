@@ -174,6 +174,19 @@ def test_a_session_s_turns_by_id_and_metadata_by_position(store: Store, ns):
     assert store.turn_metadata(ns, "s1", start=3, stop=3) == {}
 
 
+def test_a_session_s_turns_of_one_role(store: Store, ns):
+    """What the Claude Code prompt hook reads for a session's last compaction: its system turns, not every turn."""
+    store.capture(ns, req("s1", [{"role": "user", "content": "a", "id": "m1"}, {"role": "system", "content": "b"},
+                                 {"role": "assistant", "content": "c", "id": "m3"}, {"role": "system", "content": "d"}]))
+    store.capture(ns, req("s2", [{"role": "system", "content": "other"}]))
+    assert [(t.index, t.content) for t in store.turns(ns, "s1", role="system")] == [(1, "b"), (3, "d")]
+    assert contents(store.turns(ns, "s1", role="system", last=1)) == ["d"]
+    assert contents(store.turns(ns, "s1", role="assistant", last=5)) == ["c"]
+    assert contents(store.turns(ns, "s1", role="system", start=2)) == ["d"]
+    assert contents(store.turns(ns, "s1", role="assistant", external_ids=["m1", "m3"])) == ["c"]
+    assert store.turns(ns, "s1", role="tool") == []
+
+
 @pytest.mark.parametrize("second", [
     ["a", "B"],
     [{"role": "assistant", "content": "a"}],

@@ -240,9 +240,9 @@ class AsyncMemory:
         return await self._run(self.sync.sessions)
 
     async def turns(self, session_id: str, *, last: int | None = None,
-                    external_ids: Sequence[str] | None = None) -> list[SearchHit]:
+                    external_ids: Sequence[str] | None = None, role: str | None = None) -> list[SearchHit]:
         """``Memory.turns``."""
-        return await self._run(self.sync.turns, session_id, last=last, external_ids=external_ids)
+        return await self._run(self.sync.turns, session_id, last=last, external_ids=external_ids, role=role)
 
     async def receipts(self, session_id: str | None = None) -> list[CaptureReceipt]:
         """``Memory.receipts``."""

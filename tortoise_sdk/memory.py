@@ -34,6 +34,7 @@ from .errors import CaptureConflict, ConfigError, InvalidInput, InvalidType
 from .models import (
     HOST_SESSION,
     MODEL_PAUSE_CURSOR,
+    ROLES,
     CaptureReceipt,
     Cursor,
     Diagnostic,
@@ -520,13 +521,15 @@ class Memory:
         return self.store.sessions(self.namespace)
 
     def turns(self, session_id: str, *, last: int | None = None,
-              external_ids: Sequence[str] | None = None) -> list[SearchHit]:
+              external_ids: Sequence[str] | None = None, role: str | None = None) -> list[SearchHit]:
         """A session's stored turns, in order; with ``last``, only its latest ``last`` turns (a long session's
         tail, read at the cost of those turns alone); with ``external_ids``, only the turns captured under those
-        message ids (read through their index: the cost is theirs, not the session's).
+        message ids (read through their index: the cost is theirs, not the session's); with ``role``, only the
+        turns of that role (``last`` then counts those: ``role="system", last=1`` is the session's last system turn).
 
         Raises:
-            InvalidInput: ``last`` is not a whole number of at least 1 (``InvalidType`` for a wrong type).
+            InvalidInput: ``last`` is not a whole number of at least 1 (``InvalidType`` for a wrong type), or
+                ``role`` is not one of user, assistant, system, tool.
             InvalidType: ``external_ids`` is a single string or holds something that is not a string id.
         """
         check_count(last, "last", high=MAX_REVISION, optional=True)
@@ -535,7 +538,10 @@ class Memory:
                 raise InvalidType(f"expected a list of string ids, got {type(external_ids).__name__}",
                                   field="external_ids")
             external_ids = [check_id(i, "external_ids") for i in external_ids]
-        return self.store.turns(self.namespace, check_session_id(session_id), last=last, external_ids=external_ids)
+        if role is not None and role not in ROLES:
+            raise InvalidInput(f"unknown role {role!r}; use one of {', '.join(ROLES)}", field="role")
+        return self.store.turns(self.namespace, check_session_id(session_id), last=last, external_ids=external_ids,
+                                role=role)
 
     def turn_metadata(self, session_id: str, *, start: int = 0,
                       stop: int | None = None) -> dict[str, dict[str, Any] | None]:
@@ -765,8 +771,12 @@ class Memory:
         for sid, turns in parsed.sessions.items():
             report.turns_received += len(turns)
             turns = [_storable(t, sid, report) for t in turns]
+            # Only the stored turns these ids name are read (a followed session may hold thousands); a session
+            # with an id-less turn is captured whatever is stored.
+            ids = [t.id for t in turns if t.id is not None]
             stored = {h.external_id: content_hash(Turn(role=h.role, name=h.name, content=h.content))
-                      for h in self.store.turns(self.namespace, sid) if h.external_id is not None}
+                      for h in self.store.turns(self.namespace, sid, external_ids=ids)
+                      if h.external_id is not None} if len(ids) == len(turns) else {}
             # An edited message under a known id is not "unchanged": capture it, so it conflicts.
             if all(t.id is not None and stored.get(t.id) == content_hash(t) for t in turns):
                 report.sessions_unchanged += 1

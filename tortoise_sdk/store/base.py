@@ -119,11 +119,12 @@ class Store(ABC):
     @abstractmethod
     def turns(
         self, namespace: str, session_id: str, *, start: int = 0, stop: int | None = None, last: int | None = None,
-        external_ids: Sequence[str] | None = None,
+        external_ids: Sequence[str] | None = None, role: str | None = None,
     ) -> list[SearchHit]:
         """Turns of a session in order (score 0), optionally a slice of positions; with ``last``, the latest
         ``last`` of them (read newest first through the session's index: the cost is ``last``'s, not the session's);
-        with ``external_ids``, only the turns captured under those ids (read through their index)."""
+        with ``external_ids``, only the turns captured under those ids (read through their index); with ``role``,
+        only the turns of that role (``last`` counts those)."""
 
     @abstractmethod
     def get_turn(self, namespace: str, turn_id: str) -> SearchHit:

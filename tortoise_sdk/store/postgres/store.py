@@ -544,12 +544,16 @@ class PostgresStore(PostgresExtractionMixin, PostgresSubagentMixin, PostgresForg
         ]
 
     def turns(self, namespace: str, session_id: str, *, start: int = 0, stop: int | None = None,
-              last: int | None = None, external_ids: Sequence[str] | None = None) -> list[SearchHit]:
+              last: int | None = None, external_ids: Sequence[str] | None = None,
+              role: str | None = None) -> list[SearchHit]:
         sql = f"SELECT {_TURN_COLUMNS} FROM turns t {_JOIN_SESSION} WHERE t.namespace = %s AND t.session_id = %s"
         args: list[Any] = [namespace, session_id]
         if external_ids is not None:  # through the external id's index
             sql += " AND t.external_id = ANY(%s)"
             args.append(list(dict.fromkeys(external_ids)))
+        if role is not None:
+            sql += " AND t.role = %s"
+            args.append(role)
         if start:
             sql += " AND t.idx >= %s"
             args.append(start)

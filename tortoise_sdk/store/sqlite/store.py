@@ -558,16 +558,21 @@ class SQLiteStore(SQLiteRankingMixin, SQLiteExtractionMixin, SQLiteSubagentMixin
         ]
 
     def turns(self, namespace: str, session_id: str, *, start: int = 0, stop: int | None = None,
-              last: int | None = None, external_ids: Sequence[str] | None = None) -> list[SearchHit]:
+              last: int | None = None, external_ids: Sequence[str] | None = None,
+              role: str | None = None) -> list[SearchHit]:
         if external_ids is not None:
-            return self._turns_named(namespace, session_id, external_ids)
+            hits = [h for h in self._turns_named(namespace, session_id, external_ids)
+                    if start <= h.index < (stop if stop is not None else 2**62) and role in (None, h.role)]
+            return hits if last is None else hits[-last:]
         with self.read() as c:
             rows = c.execute(
                 f"SELECT {_TURN_COLUMNS} FROM turns t JOIN sessions s"
                 " ON s.namespace = t.namespace AND s.session_id = t.session_id"
                 " WHERE t.namespace = ? AND t.session_id = ? AND t.idx >= ? AND t.idx < ?"
+                + ("" if role is None else " AND t.role = ?")
                 + (" ORDER BY t.idx" if last is None else " ORDER BY t.idx DESC LIMIT ?"),
-                (namespace, session_id, start, stop if stop is not None else 2**62, *(() if last is None else (last,))),
+                (namespace, session_id, start, stop if stop is not None else 2**62, *(() if role is None else (role,)),
+                 *(() if last is None else (last,))),
             ).fetchall()
         return [_hit(r, 0.0) for r in (rows if last is None else reversed(rows))]
 
