@@ -9,7 +9,9 @@ block is not held back as already shown). The prompt asks about what the transcr
 Credo and Dialyzer were set up); each run must print a block, else the script fails. (It asked
 "why the credo setup failed?" until the reflex's coverage gate rightly held that back: nothing in
 the transcript says a setup failed.) Baselines: the bare interpreter, and ``tortoise sessions``
-(start-up plus one store read).
+(start-up plus one store read), and the same prompt again with nothing new after each
+run: what capturing the one line costs, which must not grow with the transcript (each prompt once
+parsed every earlier line again, and read every stored turn of the session).
 
 Run: .venv/bin/python benchmarks/bench_hooks.py [--mb 8] [--repeat 10] [--smoke]
 """
@@ -97,13 +99,14 @@ def main() -> None:
                   # hold; the prompt the agent gave that sub-agent ("Draft bead content for setting up Credo...")
                   # it holds, so a question about credo finds nothing to point to in this one-session store.
                   "prompt": "which Oban engine does the spotter config use?"}
-        times, shown = [], 0
+        times, idle, shown = [], [], 0
         for line in lines[-args.repeat:]:
             with transcript.open("a") as f:
                 f.write(line + "\n")
             t, out = hook(tortoise, db, prompt)
             times.append(t)
             shown += bool(out.strip())
+            idle.append(hook(tortoise, db, prompt)[0])  # the same prompt again, nothing new to capture
         size = transcript.stat().st_size / 1024 / 1024
         print(f"transcript: {len(lines)} lines, {size:.1f} MiB; median wall time of {args.repeat} runs")
         print(f"  {'python -c pass (baseline)':<52}{wall([sys.executable, '-c', 'pass'], args.repeat) * 1000:>8.0f} ms")
@@ -111,6 +114,9 @@ def main() -> None:
               f"{wall([tortoise, '--db', db, 'sessions'], args.repeat) * 1000:>8.0f} ms")
         print(f"  {'tortoise hook UserPromptSubmit (+1 line, block)':<52}{statistics.median(times) * 1000:>8.0f} ms"
               f"  (max {max(times) * 1000:.0f} ms, block printed {shown}/{args.repeat})")
+        # What capturing one line costs on a long transcript: the same prompt with nothing new, run after each.
+        print(f"  {'tortoise hook UserPromptSubmit (nothing new, block)':<52}{statistics.median(idle) * 1000:>8.0f} ms"
+              f"  (the +1 line run costs {(statistics.median(times) - statistics.median(idle)) * 1000:+.0f} ms more)")
         print(f"  {f'Stop calls catching up ({HOOK_MAX_BYTES // 1024 // 1024} MiB each at most)':<52}"
               + ", ".join(f"{t * 1000:.0f}" for t in stops) + " ms")
         log = Path(d) / "hooks.log"
