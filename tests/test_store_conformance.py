@@ -1990,3 +1990,72 @@ def test_a_batch_dates_a_new_session_by_its_turns_as_a_single_capture_does(store
         m.capture("one", turns)
         dates = {s.session_id: (s.session_date or "")[:10] for s in m.sessions()}
     assert dates == {"many": "2024-05-01", "dated": "2024-06-02", "one": "2024-05-01"}
+
+
+_PLAN_IDS = st.one_of(st.none(), st.sampled_from(["a", "b", "c", "d"]))
+_PLAN_TURN = st.fixed_dictionaries({"role": st.sampled_from(["user", "assistant"]),
+                                    "content": st.sampled_from(["x", "y", "z"]), "id": _PLAN_IDS})
+_PLAN_OP = st.one_of(
+    st.tuples(st.just("capture"), st.booleans(), st.lists(_PLAN_TURN, min_size=0, max_size=6)),
+    st.tuples(st.just("forget"), st.lists(st.integers(0, 30), max_size=3)),
+    # Stored turns sent again (a whole conversation resent, a retried append), the last one maybe edited.
+    st.tuples(st.just("resend"), st.booleans(), st.integers(0, 12), st.integers(1, 6), st.booleans(), st.booleans(),
+              st.booleans()),
+)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=st.lists(_PLAN_OP, min_size=1, max_size=12))
+def test_a_capture_plans_over_the_turns_it_reads_what_it_planned_over_the_whole_session(store: Store, ops):
+    """Reading only the stored turns a request can meet (its ids, its id-less positions, the latest turns) plans
+    what ``plan_append`` over the whole stored session plans: the same rows, the same CaptureConflict, the same
+    repeated_tail warning, for any history of captures, appends and deleted turns (gaps in idx)."""
+    from tortoise_sdk.store.capture_plan import plan_append, repeated_tail
+
+    ns, mark = f"ns_{uuid.uuid4().hex[:12]}", "?" if isinstance(store, SQLiteStore) else "%s"
+
+    def stored(whole=False):
+        with store.read() as c:
+            rows = sorted(tuple(r) for r in c.execute(
+                "SELECT idx, external_id, content_hash, role, content FROM turns"
+                f" WHERE namespace = {mark} AND session_id = {mark}", (ns, "s")).fetchall())
+        return rows if whole else [r[:3] for r in rows]
+
+    for op in ops:
+        full = stored()
+        if op[0] == "forget":
+            gone = {full[i % len(full)][0] for i in op[1]} if full else set()
+            with store.read() as c:
+                tids = [r[0] for r in c.execute(f"SELECT turn_id, idx FROM turns WHERE namespace = {mark}"
+                                                f" AND session_id = {mark}", (ns, "s")).fetchall() if r[1] in gone]
+            _delete_turns(store, ns, tids)
+            continue
+        if op[0] == "resend":
+            _, append, start, n, from_end, keep_ids, edit = op
+            whole = stored(whole=True)
+            part = whole[-n:] if from_end else whole[start:start + n]
+            turns = [{"role": r[3], "content": r[4], "id": r[1] if keep_ids else None} for r in part]
+            if edit and turns:
+                turns[-1]["content"] = "edited"
+        else:
+            _, append, turns = op
+        try:
+            request = req("s", [{k: v for k, v in t.items() if v is not None} for t in turns])
+        except Exception:
+            continue  # a request the SDK refuses never reaches the plan
+        request.append = append
+        try:
+            rows, want = plan_append(ns, request, full, "r", "now"), None
+        except CaptureConflict as exc:
+            rows, want = None, (str(exc), exc.field)
+        tail = [w.code for w in repeated_tail(request, full)]
+        if want is not None:
+            with pytest.raises(CaptureConflict) as got:
+                store.capture(ns, request)
+            assert (str(got.value), got.value.field) == want
+            assert stored() == full
+            continue
+        receipt = store.capture(ns, request)
+        assert receipt.turn_ids == [r[0] for r in rows]
+        assert [w.code for w in receipt.warnings if w.code == "repeated_tail"] == tail
+        assert stored() == sorted(full + [(r[3], r[7], r[10]) for r in rows])
