@@ -272,3 +272,20 @@ def test_a_search_reads_its_statistics_from_one_snapshot_while_another_memory_wr
     assert len(reader.search("kayak")) == 2
     reader.close()
     writer.close()
+
+
+def test_an_in_memory_search_of_a_common_word_reads_inside_its_own_read(monkeypatch):
+    """On ``":memory:"`` every read shares the one connection: a search whose rarest word has more postings than
+    the budget stems it again (a read inside the search's read), whose ``BEGIN`` met the search's own and raised
+    ``StoreError: SQLite read failed: cannot start a transaction within a transaction`` (2,000+ matching turns)."""
+    from tortoise_sdk.store.sqlite import ranking
+
+    monkeypatch.setattr(ranking, "POSTINGS_BUDGET", 5)  # 2,000 postings in production: 6 turns stand for them
+    mem = Memory(":memory:", namespace="a")
+    mem.capture("s", [{"role": "user", "content": f"I adopted cat number {i}"} for i in range(8)])
+    hits = mem.search("adopted", k=2)
+    assert len(hits) == 2 and all("adopted" in h.content for h in hits)
+    with mem.store.read() as c, mem.store.read() as inner:  # the snapshot it reads in is the outer read's
+        assert inner is c and c.in_transaction
+    assert not c.in_transaction
+    mem.close()

@@ -347,12 +347,15 @@ class SQLiteStore(SQLiteRankingMixin, SQLiteExtractionMixin, SQLiteSubagentMixin
             conn: _Connection = self._conn  # type: ignore[assignment]
         else:
             conn = self._checkout(at)
+        # A read inside this thread's read of the shared connection (":memory:") is part of that read: its
+        # snapshot, its deadline (a second BEGIN would raise; clearing the progress handler, drop the outer's).
+        joined = own_tx or (shared and conn.in_transaction)
         began = False
         try:
-            if not own_tx:
+            if not joined:
                 conn.execute(f"PRAGMA busy_timeout = {self._busy_ms(at)}")
-            with _interrupt_at(conn, None if own_tx else at):
-                if not own_tx:
+            with _interrupt_at(conn, None if joined else at):
+                if not joined:
                     # One snapshot for the whole read: statistics read in two statements (a namespace's
                     # turn count, then a term's) must not straddle another connection's commit.
                     conn.execute("BEGIN")
