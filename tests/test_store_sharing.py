@@ -289,3 +289,27 @@ def test_an_in_memory_search_of_a_common_word_reads_inside_its_own_read(monkeypa
         assert inner is c and c.in_transaction
     assert not c.in_transaction
     mem.close()
+
+
+def test_a_memory_whose_first_capture_timed_out_captures_the_next(tmp_path, monkeypatch):
+    """The write connection's TEMP ranking tables are made in its first capture's transaction: that capture
+    timed out (``with mem.within(2.0)`` around a big first import), the rollback took the tables, the connection
+    still counted them as made, and every later capture of that Memory raised ``StoreError: SQLite write failed:
+    no such table: temp.tortoise_batch`` until the process opened the file again."""
+    from tortoise_sdk import StoreTimeout
+    from tortoise_sdk.store.sqlite import ranking
+
+    index = ranking.SQLiteRankingMixin.index_turns
+
+    def index_then_time_out(self, c, *args):
+        index(self, c, *args)
+        raise StoreTimeout("the bound passed while the capture indexed its turns")
+
+    mem = Memory(tmp_path / "m.db", namespace="a")
+    monkeypatch.setattr(ranking.SQLiteRankingMixin, "index_turns", index_then_time_out)
+    with pytest.raises(StoreTimeout):
+        mem.capture("s", [{"role": "user", "content": "the kayak trip"}])
+    monkeypatch.setattr(ranking.SQLiteRankingMixin, "index_turns", index)
+    assert mem.capture("s", [{"role": "user", "content": "the kayak trip"}]).turns_stored == 1
+    assert [h.content for h in mem.search("kayak")] == ["the kayak trip"]
+    mem.close()

@@ -301,6 +301,8 @@ class SQLiteStore(SQLiteRankingMixin, SQLiteExtractionMixin, SQLiteSubagentMixin
                         if c.in_transaction:
                             c.set_progress_handler(None, 0)  # the rollback itself must not be interrupted
                             c.execute("ROLLBACK")
+                        # TEMP tables first made in this transaction went with it (made again, IF NOT EXISTS).
+                        c.temp_ready.clear()  # type: ignore[attr-defined]
                         raise
                     finally:
                         self._local.in_tx = False
