@@ -52,6 +52,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         "tortoise_sdk.adapters.langchain needs LangChain v1: " + install_hint("langchain")
     ) from exc
 
+from ..memory import storable
 from ..models import MemoryBlock, starts_with_memory_block, without_memory_blocks
 from ._common import (
     DEFAULT_SHOWN_TURNS,
@@ -230,7 +231,7 @@ class MemoryMiddleware(MemoryAdapter, AgentMiddleware):
         """
         turns = [t for t in (_turn(m) for m in messages) if t is not None]
         if not _checkpointed():
-            sent = [(t["role"], t["content"]) for t in turns]
+            sent = [(t["role"], storable(t["content"])) for t in turns]  # as stored: a NUL is U+FFFD
             try:
                 stored = self._stored_tail(sent)
             except Exception as exc:  # noqa: BLE001 - the capture goes on; it may store some turns again

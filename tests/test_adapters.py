@@ -886,3 +886,19 @@ def test_the_middleware_never_points_at_a_turn_the_agent_still_sends(held_mem):
     shown = [p.session_id for p in middleware.last_block.pointers]
     assert "monday" in shown and "friday" not in shown
     assert HELD not in model.received[-1][0].content  # the system message: the block did not repeat it
+
+
+def test_without_a_checkpointer_a_message_with_a_nul_sent_again_is_not_stored_again(mem):
+    """3558675 stores a NUL as U+FFFD; the text laid over the stored turns to find what a run without a checkpointer
+    sends again was the raw one, so a message holding a NUL (a pasted binary) never matched its stored turn: each
+    run stored the whole history again under LangGraph's new random ids (three copies after three runs)."""
+    agent = create_agent(fake("Got it.", "Beagle.", "Yes."), [], middleware=[MemoryMiddleware(mem, extract=False)])
+    config = {"configurable": {"thread_id": "chat"}}
+    history: list[dict[str, str]] = []
+    for said in ("my log: a\x00b", "My dog is a beagle", "Right?"):
+        history.append({"role": "user", "content": said})
+        reply = agent.invoke({"messages": history}, config)["messages"][-1].content
+        history.append({"role": "assistant", "content": reply})
+    assert [(t.role, t.content) for t in mem.turns("chat")] == [
+        ("user", "my log: a\ufffdb"), ("assistant", "Got it."), ("user", "My dog is a beagle"), ("assistant", "Beagle."),
+        ("user", "Right?"), ("assistant", "Yes.")]
