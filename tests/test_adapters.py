@@ -185,13 +185,8 @@ def test_without_a_checkpointer_the_history_sent_again_is_not_stored_again(mem):
         ("user", "Hi, I'm Maya"), ("assistant", "Yes.")]  # said twice, kept twice
 
 
-def test_without_a_checkpointer_a_long_session_s_run_reads_the_tail_it_sends(mem, monkeypatch):
-    """A user's agent without a checkpointer, 20,000 turns into a thread: each run read every stored turn of the
-    session twice (before and after the agent) to find which of its messages were stored, 150 ms a run and growing.
-    The messages it sends are laid over the session's latest turns, as many said turns as it sends."""
-    said = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"turn {i} about rivers"} for i in range(3000)]
-    mem.append("chat", said, extract=False)
-    agent = create_agent(fake("To the sea."), [], middleware=[MemoryMiddleware(mem, extract=False)])
+def _count_turn_reads(mem: Memory, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The number of rows each ``store.turns`` read returns from now on, in order."""
     read: list[int] = []
     turns = mem.store.turns
 
@@ -201,6 +196,17 @@ def test_without_a_checkpointer_a_long_session_s_run_reads_the_tail_it_sends(mem
         return out
 
     monkeypatch.setattr(mem.store, "turns", counted)
+    return read
+
+
+def test_without_a_checkpointer_a_long_session_s_run_reads_the_tail_it_sends(mem, monkeypatch):
+    """A user's agent without a checkpointer, 20,000 turns into a thread: each run read every stored turn of the
+    session twice (before and after the agent) to find which of its messages were stored, 150 ms a run and growing.
+    The messages it sends are laid over the session's latest turns, as many said turns as it sends."""
+    said = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"turn {i} about rivers"} for i in range(3000)]
+    mem.append("chat", said, extract=False)
+    agent = create_agent(fake("To the sea."), [], middleware=[MemoryMiddleware(mem, extract=False)])
+    read = _count_turn_reads(mem, monkeypatch)
     history = [*said[-4:], {"role": "user", "content": "Where do rivers go?"}]
     agent.invoke({"messages": history}, {"configurable": {"thread_id": "chat"}})
     assert sum(read) <= 400, read
@@ -855,15 +861,7 @@ def test_a_long_session_s_block_reads_only_the_tail_the_loop_sends(mem, monkeypa
 
     said = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"turn {i} about rivers"} for i in range(3000)]
     mem.append("long", said, extract=False)
-    read: list[int] = []
-    turns = mem.store.turns
-
-    def counted(*args: Any, **kwargs: Any) -> Any:
-        out = turns(*args, **kwargs)
-        read.append(len(out))
-        return out
-
-    monkeypatch.setattr(mem.store, "turns", counted)
+    read = _count_turn_reads(mem, monkeypatch)
     sent = said[-20:]
     assert first_held_index(mem, "long", [*sent, {"role": "user", "content": "and the lakes?"}]) == 2980
     assert sum(read) <= 100

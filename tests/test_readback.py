@@ -223,6 +223,13 @@ def test_contexts_json_in_a_tool_result_is_cut_though_stored_cut_inside_its_bloc
     stored = summarize_tool_result({"content": printed}, "Read")
     assert '"pointers"' not in stored and "kestrel" in stored  # cut inside the block, as stored
     assert not re.findall(r"kestrel|flamingo|pipelin|undated", evidence_text(stored, "tool")), stored
+    _read_from_a_file_is_not_pointed_at(tmp_path, printed)
+
+
+def _read_from_a_file_is_not_pointed_at(tmp_path: Path, read: str) -> None:
+    """A session stores the fact; the next one writes the command's output to a file with a script and reads it
+    with the Read tool (``read``: what the tool returned); a third asks: its block leads with the fact and never
+    points at the file's copy."""
     with Memory(str(tmp_path / "m.db"), namespace="proj") as mem:
         first = Transcript(tmp_path / "a.jsonl", "a")
         original = first.user(SAID)
@@ -231,7 +238,7 @@ def test_contexts_json_in_a_tool_result_is_cut_though_stored_cut_inside_its_bloc
         second = Transcript(tmp_path / "b.jsonl", "b")
         second.user("let's look at the deploy job")
         second.tool("Bash", {"command": "./scripts/recall.sh deploy > /tmp/recall.json", "description": "Recall"}, "")
-        copy = second.tool("Read", {"file_path": "/tmp/recall.json"}, printed)[1]
+        copy = second.tool("Read", {"file_path": "/tmp/recall.json"}, read)[1]
         stop(mem, second)
         shown = _external_ids(mem, prompt(mem, Transcript(tmp_path / "c.jsonl", "c"), ASK))
         assert shown[:1] == [original] and copy not in shown, shown
@@ -251,15 +258,4 @@ def test_the_commands_json_read_from_a_file_is_not_pointed_at(tmp_path: Path, cl
     expand)."""
     stored = summarize_tool_result({"content": _read_tool(cli_json[command])}, "Read")
     assert not re.findall(r"kestrel|flamingo|runner", evidence_text(stored, "tool")), stored
-    with Memory(str(tmp_path / "m.db"), namespace="proj") as mem:
-        first = Transcript(tmp_path / "a.jsonl", "a")
-        original = first.user(SAID)
-        first.assistant("Noted.")
-        stop(mem, first)
-        second = Transcript(tmp_path / "b.jsonl", "b")
-        second.user("let's look at the deploy job")
-        second.tool("Bash", {"command": "./scripts/recall.sh deploy > /tmp/recall.json", "description": "Recall"}, "")
-        copy = second.tool("Read", {"file_path": "/tmp/recall.json"}, _read_tool(cli_json[command]))[1]
-        stop(mem, second)
-        shown = _external_ids(mem, prompt(mem, Transcript(tmp_path / "c.jsonl", "c"), ASK))
-        assert shown[:1] == [original] and copy not in shown, shown
+    _read_from_a_file_is_not_pointed_at(tmp_path, _read_tool(cli_json[command]))
