@@ -12,6 +12,7 @@ import contextlib
 import io
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -70,24 +71,18 @@ def test_the_commands_json_read_back_is_not_pointed_at(tmp_path: Path, cli_json:
                                                        who: str) -> None:
     """Reviewer's case: the block pointed at a second session where the JSON was pasted, a copy of the first."""
     printed = cli_json[command]
-    with Memory(str(tmp_path / "m.db"), namespace="proj") as mem:
-        first = Transcript(tmp_path / "a.jsonl", "a")
-        original = first.user(SAID)
-        first.assistant("Noted.")
-        stop(mem, first)
-        second = Transcript(tmp_path / "b.jsonl", "b")
-        second.user("let's look at the deploy job")
+
+    def paste(second: Transcript) -> str:
         if who == "user":
-            copy = second.user(f"this is what I have on it:\n{printed}")
-        elif who == "assistant":
-            copy = second.assistant(f"The memory says:\n{printed.rstrip()}\nSo the kestrel deploy job uses "
+            return second.user(f"this is what I have on it:\n{printed}")
+        if who == "assistant":
+            return second.assistant(f"The memory says:\n{printed.rstrip()}\nSo the kestrel deploy job uses "
                                     "flamingo.")  # right after it: its copy, as after a block
-        else:  # a script that ran the command: its call is not in the transcript, only what it printed
-            copy = second.tool("Bash", {"command": "./scripts/recall.sh deploy", "description": "Recall"},
-                               f"recall: 1 answer\n{printed}")[1]
-        stop(mem, second)
-        shown = _external_ids(mem, prompt(mem, Transcript(tmp_path / "c.jsonl", "c"), ASK))
-        assert shown[:1] == [original] and copy not in shown, shown
+        # a script that ran the command: its call is not in the transcript, only what it printed
+        return second.tool("Bash", {"command": "./scripts/recall.sh deploy", "description": "Recall"},
+                           f"recall: 1 answer\n{printed}")[1]
+
+    _copy_is_not_pointed_at(tmp_path, paste)
 
 
 def test_what_a_person_writes_around_the_json_is_evidence_and_grounds(cli_json: dict[str, str]) -> None:
@@ -227,9 +222,19 @@ def test_contexts_json_in_a_tool_result_is_cut_though_stored_cut_inside_its_bloc
 
 
 def _read_from_a_file_is_not_pointed_at(tmp_path: Path, read: str) -> None:
-    """A session stores the fact; the next one writes the command's output to a file with a script and reads it
-    with the Read tool (``read``: what the tool returned); a third asks: its block leads with the fact and never
-    points at the file's copy."""
+    """The command's output written to a file by a script and read with the Read tool (``read``: what the tool
+    returned) is not pointed at (``_copy_is_not_pointed_at``)."""
+
+    def read_file(second: Transcript) -> str:
+        second.tool("Bash", {"command": "./scripts/recall.sh deploy > /tmp/recall.json", "description": "Recall"}, "")
+        return second.tool("Read", {"file_path": "/tmp/recall.json"}, read)[1]
+
+    _copy_is_not_pointed_at(tmp_path, read_file)
+
+
+def _copy_is_not_pointed_at(tmp_path: Path, write_copy: Callable[[Transcript], str]) -> None:
+    """A session stores the fact; the next one holds a copy of the command's output (``write_copy`` writes it and
+    returns its line's id); a third asks: its block leads with the fact and never points at the copy."""
     with Memory(str(tmp_path / "m.db"), namespace="proj") as mem:
         first = Transcript(tmp_path / "a.jsonl", "a")
         original = first.user(SAID)
@@ -237,8 +242,7 @@ def _read_from_a_file_is_not_pointed_at(tmp_path: Path, read: str) -> None:
         stop(mem, first)
         second = Transcript(tmp_path / "b.jsonl", "b")
         second.user("let's look at the deploy job")
-        second.tool("Bash", {"command": "./scripts/recall.sh deploy > /tmp/recall.json", "description": "Recall"}, "")
-        copy = second.tool("Read", {"file_path": "/tmp/recall.json"}, read)[1]
+        copy = write_copy(second)
         stop(mem, second)
         shown = _external_ids(mem, prompt(mem, Transcript(tmp_path / "c.jsonl", "c"), ASK))
         assert shown[:1] == [original] and copy not in shown, shown
