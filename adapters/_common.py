@@ -115,24 +115,31 @@ def first_held_index(mem: Memory, session_id: str, held: Iterable[dict[str, Any]
 
     Only the session's latest turns are read (``Memory.turns(last=...)``), a few per message sent: a match found
     in them is the one the whole session gives. A message that matches none of them may match an older turn: then
-    the whole session is read (as it was for every host turn: 155 ms a turn 20,000 turns into a session).
+    the whole session is read (as it was for every host turn: 155 ms a turn 20,000 turns into a session); so it is
+    when a message matched one of them by its text only and its id is stored further back (looked up by id).
     """
     sent = [t for t in held if t is not None]
     if not sent:
         return None
     tail = max(_TAIL_PER_MESSAGE * len(sent), _TAIL_MIN)
     stored = mem.turns(session_id, last=tail)
-    found, sure = _lay_over(sent, stored)
-    if sure or len(stored) < tail:
+    found, sure, by_text = _lay_over(sent, stored)
+    if len(stored) < tail:
+        return found
+    # A message matched by its text whose id is stored further back is that older turn (its id first).
+    if sure and (not by_text or all(h.index >= stored[0].index
+                                    for h in mem.turns(session_id, external_ids=by_text))):
         return found
     return _lay_over(sent, mem.turns(session_id))[0]
 
 
-def _lay_over(sent: Sequence[dict[str, Any]], stored: Sequence[Any]) -> tuple[int | None, bool]:
-    """``first_held_index`` over ``stored``, a session's latest turns; and whether older turns could change it
-    (a message of the walk matched none of ``stored``, or the walk ran past them)."""
+def _lay_over(sent: Sequence[dict[str, Any]], stored: Sequence[Any]) -> tuple[int | None, bool, list[str]]:
+    """``first_held_index`` over ``stored``, a session's latest turns; whether older turns could change it
+    (a message of the walk matched none of ``stored``, or the walk ran past them); and the ids of the walk's
+    messages matched by their text, not their id (an older turn may hold the id)."""
     if not stored:
-        return None, False
+        return None, False, []
+    by_text: list[str] = []
     spots: dict[tuple[str, ...], list[int]] = {}  # ascending positions in ``stored``
     for at, t in enumerate(stored):
         if t.external_id:
@@ -147,6 +154,8 @@ def _lay_over(sent: Sequence[dict[str, Any]], stored: Sequence[Any]) -> tuple[in
         for key in ([("id", str(turn["id"])), text] if turn.get("id") is not None else [text]):
             found = spots.get(key, [])
             if (n := bisect.bisect_right(found, limit)) > 0:
+                if key is text and turn.get("id") is not None:
+                    by_text.append(str(turn["id"]))
                 return found[n - 1]
         return None
 
@@ -161,7 +170,7 @@ def _lay_over(sent: Sequence[dict[str, Any]], stored: Sequence[Any]) -> tuple[in
             first, last = at, at - 1
         else:
             sure = False
-    return (None if first is None else stored[first].index), sure
+    return (None if first is None else stored[first].index), sure, by_text
 
 
 class MemoryAdapter:

@@ -900,3 +900,16 @@ def test_without_a_checkpointer_a_message_with_a_nul_sent_again_is_not_stored_ag
     assert [(t.role, t.content) for t in mem.turns("chat")] == [
         ("user", "my log: a\ufffdb"), ("assistant", "Got it."), ("user", "My dog is a beagle"), ("assistant", "Beagle."),
         ("user", "Right?"), ("assistant", "Yes.")]
+
+
+def test_a_trimmed_history_s_first_message_is_found_by_its_id_though_its_text_is_said_again_lately(mem):
+    """A loop that keeps its first message and its latest ones, 200 turns into a session: the first message's text
+    ("ok") was said again lately. Its id is the turn at index 0, so the loop holds the session from there; laid over
+    the session's tail alone, the text matched the recent "ok" and the block could show turns the loop holds."""
+    from tortoise_sdk.adapters._common import first_held_index
+
+    turns = [{"id": f"m{i}", "role": "user" if i % 2 == 0 else "assistant",
+              "content": "ok" if i in (0, 198) else f"turn {i} about rivers"} for i in range(200)]
+    mem.append("trimmed", turns, extract=False)
+    assert first_held_index(mem, "trimmed", [turns[0], turns[-1]]) == 0
+    assert first_held_index(mem, "trimmed", turns[-3:]) == 197
