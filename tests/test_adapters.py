@@ -173,16 +173,22 @@ def test_async_agent(mem):
 def test_without_a_checkpointer_the_history_sent_again_is_not_stored_again(mem):
     """A reviewer's: LangGraph gives each id-less message a new id every run, so each run stored the whole history
     again ("Hi, I'm Maya" twice after two runs, and more with each)."""
-    agent = create_agent(fake("Hi Maya.", "Beagle.", "Yes."), [], middleware=[MemoryMiddleware(mem, extract=False)])
-    config = {"configurable": {"thread_id": "chat"}}
-    history: list[dict[str, str]] = []
-    for said in ("Hi, I'm Maya", "My dog is a beagle", "Hi, I'm Maya"):
-        history.append({"role": "user", "content": said})
-        reply = agent.invoke({"messages": history}, config)["messages"][-1].content
-        history.append({"role": "assistant", "content": reply})
+    _chat_without_checkpointer(mem, ("Hi Maya.", "Beagle.", "Yes."),
+                               ("Hi, I'm Maya", "My dog is a beagle", "Hi, I'm Maya"))
     assert [(t.role, t.content) for t in mem.turns("chat")] == [
         ("user", "Hi, I'm Maya"), ("assistant", "Hi Maya."), ("user", "My dog is a beagle"), ("assistant", "Beagle."),
         ("user", "Hi, I'm Maya"), ("assistant", "Yes.")]  # said twice, kept twice
+
+
+def _chat_without_checkpointer(mem: Memory, replies: tuple[str, ...], said: tuple[str, ...]) -> None:
+    """An agent with no checkpointer on thread "chat": each run sends the whole history again, as LangGraph does."""
+    agent = create_agent(fake(*replies), [], middleware=[MemoryMiddleware(mem, extract=False)])
+    config = {"configurable": {"thread_id": "chat"}}
+    history: list[dict[str, str]] = []
+    for text in said:
+        history.append({"role": "user", "content": text})
+        reply = agent.invoke({"messages": history}, config)["messages"][-1].content
+        history.append({"role": "assistant", "content": reply})
 
 
 def _count_turn_reads(mem: Memory, monkeypatch: pytest.MonkeyPatch) -> list[int]:
@@ -890,13 +896,8 @@ def test_without_a_checkpointer_a_message_with_a_nul_sent_again_is_not_stored_ag
     """3558675 stores a NUL as U+FFFD; the text laid over the stored turns to find what a run without a checkpointer
     sends again was the raw one, so a message holding a NUL (a pasted binary) never matched its stored turn: each
     run stored the whole history again under LangGraph's new random ids (three copies after three runs)."""
-    agent = create_agent(fake("Got it.", "Beagle.", "Yes."), [], middleware=[MemoryMiddleware(mem, extract=False)])
-    config = {"configurable": {"thread_id": "chat"}}
-    history: list[dict[str, str]] = []
-    for said in ("my log: a\x00b", "My dog is a beagle", "Right?"):
-        history.append({"role": "user", "content": said})
-        reply = agent.invoke({"messages": history}, config)["messages"][-1].content
-        history.append({"role": "assistant", "content": reply})
+    _chat_without_checkpointer(mem, ("Got it.", "Beagle.", "Yes."),
+                               ("my log: a\x00b", "My dog is a beagle", "Right?"))
     assert [(t.role, t.content) for t in mem.turns("chat")] == [
         ("user", "my log: a\ufffdb"), ("assistant", "Got it."), ("user", "My dog is a beagle"), ("assistant", "Beagle."),
         ("user", "Right?"), ("assistant", "Yes.")]
